@@ -1,0 +1,31 @@
+# Countersign — durable human approval for AI agent tool calls.
+GO      ?= go
+BIN     := bin/countersign
+DATA    ?= ./data
+ADDR    ?= 127.0.0.1:8080
+
+.PHONY: all build run test test-short bench vet fmt clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./services/countersign
+
+## run: build and start every role with an embedded NATS server, data under ./data
+run: build
+	$(BIN) serve --data $(DATA) --addr $(ADDR) --config deploy/countersign.yaml --policy deploy/policy.yaml
+
+## test: every test, with the race detector, against real embedded NATS servers
+test:
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+bench: build
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+	$(BIN) bench
+
+fmt:
+	gofmt -w .
+
+clean:
+	rm -rf bin

@@ -1,0 +1,185 @@
+package contracts
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Spec strings name a message's kind and major version. A reader accepts
+// unknown fields; an incompatible change gets a new spec.
+const (
+	SpecApprovalRequested   = "countersign.approval.requested/v1"
+	SpecHumanInputRequested = "countersign.human_input.requested/v1"
+	SpecVote                = "countersign.approval.resolved/v1"
+	SpecCommand             = "countersign.approval.command/v1"
+	SpecDecided             = "countersign.approval.decided/v1"
+	SpecChanged             = "countersign.approval.changed/v1"
+	SpecNotifyReceipt       = "countersign.notify.receipt/v1"
+	SpecRecord              = "countersign.approval/v1"
+)
+
+// Kind of request.
+const (
+	KindToolApproval = "tool_approval"
+	KindHumanInput   = "human_input"
+)
+
+// Risk tiers.
+const (
+	RiskLow      = "low"
+	RiskMedium   = "medium"
+	RiskHigh     = "high"
+	RiskCritical = "critical"
+)
+
+// Decisions a vote can carry.
+const (
+	DecisionApprove = "approve"
+	DecisionReject  = "reject"
+	DecisionEdit    = "edit"
+	DecisionRespond = "respond"
+	DecisionAnswer  = "answer"
+)
+
+// Channels a vote can arrive through.
+const (
+	ViaWeb   = "web"
+	ViaSlack = "slack"
+	ViaEmail = "email"
+	ViaCLI   = "cli"
+	ViaAPI   = "api"
+	ViaNATS  = "nats"
+)
+
+// Commands on an approval.
+const (
+	CommandCancel = "cancel"
+	CommandExtend = "extend"
+	CommandClaim  = "claim"
+)
+
+// What happens when a request expires undecided.
+const (
+	OnTimeoutReject  = "reject"
+	OnTimeoutApprove = "approve"
+)
+
+// Quorum orders.
+const (
+	OrderAny      = "any"
+	OrderSequence = "sequence"
+)
+
+// Run identifies the agent run a request belongs to.
+type Run struct {
+	ID          string `json:"id,omitempty"`
+	ThreadID    string `json:"thread_id,omitempty"`
+	Agent       string `json:"agent"`
+	RequestedBy string `json:"requested_by,omitempty"`
+	Owner       string `json:"owner,omitempty"`
+	Tenant      string `json:"tenant,omitempty"`
+}
+
+// ToolCall is one call an agent proposes. Arguments is a JSON object;
+// ArgumentsSHA256 is its RFC 8785 hash (see ArgumentsSHA256).
+type ToolCall struct {
+	ID              string          `json:"id,omitempty"`
+	Name            string          `json:"name"`
+	Arguments       json.RawMessage `json:"arguments"`
+	ArgumentsSHA256 string          `json:"arguments_sha256"`
+}
+
+// Question is what a human_input request asks, with an optional JSON Schema
+// for the answer.
+type Question struct {
+	Text   string          `json:"text"`
+	Schema json.RawMessage `json:"schema,omitempty"`
+}
+
+// PolicyRef records which policy rule and version decided a call, and a
+// condition error if one made the call gated.
+type PolicyRef struct {
+	Rule    string `json:"rule"`
+	Version string `json:"version"`
+	Error   string `json:"error,omitempty"`
+}
+
+// Quorum says how many distinct approvers must approve and who they may be.
+// Approvers are resolved user ids; an empty list means any authenticated
+// approver. Veto (one rejection decides) is true unless a rule turns it off.
+type Quorum struct {
+	Required          int      `json:"required"`
+	Approvers         []string `json:"approvers"`
+	Veto              bool     `json:"veto"`
+	AllowSelfApproval bool     `json:"allow_self_approval"`
+	Order             string   `json:"order"`
+}
+
+// EscalationTier adds approvers and channels After a delay (Go duration syntax).
+type EscalationTier struct {
+	After     string   `json:"after"`
+	Approvers []string `json:"approvers"`
+	Channels  []string `json:"channels,omitempty"`
+}
+
+// ApprovalRequested is published on hitl.tool.approval.requested.<agent> (and,
+// with kind human_input, on hitl.human.input.requested.<agent>). It is the
+// snapshot the arbiter works from for the request's whole life.
+type ApprovalRequested struct {
+	Spec             string           `json:"spec"`
+	EventID          string           `json:"event_id"`
+	Kind             string           `json:"kind"`
+	Run              Run              `json:"run"`
+	ToolCall         *ToolCall        `json:"tool_call,omitempty"`
+	ToolSchema       json.RawMessage  `json:"tool_schema,omitempty"`
+	Question         *Question        `json:"question,omitempty"`
+	Risk             string           `json:"risk"`
+	Summary          string           `json:"summary"`
+	Policy           PolicyRef        `json:"policy"`
+	Quorum           Quorum           `json:"quorum"`
+	Escalation       []EscalationTier `json:"escalation"`
+	Reminders        []string         `json:"reminders"`
+	AllowedDecisions []string         `json:"allowed_decisions"`
+	Channels         []string         `json:"channels"`
+	ExpiresAt        time.Time        `json:"expires_at"`
+	OnTimeout        string           `json:"on_timeout"`
+	CreatedAt        time.Time        `json:"created_at"`
+}
+
+// Approver is the verified identity behind a vote and the channel it came through.
+type Approver struct {
+	ID  string `json:"id"`
+	Via string `json:"via"`
+}
+
+// Answer is a human_input reply, MCP elicitation style.
+type Answer struct {
+	Action  string          `json:"action"`
+	Content json.RawMessage `json:"content,omitempty"`
+}
+
+// Vote is published on hitl.approval.resolved.<event_id> by a resolver.
+type Vote struct {
+	Spec            string          `json:"spec"`
+	VoteID          string          `json:"vote_id"`
+	EventID         string          `json:"event_id"`
+	Decision        string          `json:"decision"`
+	Approver        Approver        `json:"approver"`
+	Comment         string          `json:"comment,omitempty"`
+	Arguments       json.RawMessage `json:"arguments,omitempty"`
+	ArgumentsSHA256 string          `json:"arguments_sha256,omitempty"`
+	Answer          *Answer         `json:"answer,omitempty"`
+	DecidedAt       time.Time       `json:"decided_at"`
+}
+
+// Command is published on hitl.approval.command.<event_id>.
+type Command struct {
+	Spec      string    `json:"spec"`
+	CommandID string    `json:"command_id"`
+	EventID   string    `json:"event_id"`
+	Command   string    `json:"command"`
+	By        string    `json:"by"`
+	Until     time.Time `json:"until,omitzero"`
+	ClaimID   string    `json:"claim_id,omitempty"`
+	IssuedAt  time.Time `json:"issued_at,omitzero"`
+}

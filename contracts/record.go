@@ -1,0 +1,130 @@
+package contracts
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Record statuses. Every status but pending is terminal.
+const (
+	StatusPending   = "pending"
+	StatusApproved  = "approved"
+	StatusRejected  = "rejected"
+	StatusResponded = "responded"
+	StatusAnswered  = "answered"
+	StatusExpired   = "expired"
+	StatusCancelled = "cancelled"
+)
+
+// Refusal reason codes, recorded on refused votes and commands and returned by the API.
+const (
+	ReasonNotAnApprover      = "not_an_approver"
+	ReasonSelfApproval       = "self_approval"
+	ReasonDuplicateVote      = "duplicate_vote"
+	ReasonClosed             = "closed"
+	ReasonStaleArguments     = "stale_arguments"
+	ReasonInvalidArguments   = "invalid_arguments"
+	ReasonDecisionNotAllowed = "decision_not_allowed"
+	ReasonUnknownEvent       = "unknown_event"
+	ReasonMalformed          = "malformed"
+	ReasonAlreadyClaimed     = "already_claimed"
+	ReasonNotApproved        = "not_approved"
+)
+
+// MaxRefusedVotes is how many refused votes a record keeps; older ones are
+// only counted.
+const MaxRefusedVotes = 100
+
+// DecidedByTimeout is the decided_by entry of an outcome that time decided.
+const DecidedByTimeout = "timeout"
+
+// RefusedVote is a vote the arbiter did not count, with the reason.
+type RefusedVote struct {
+	VoteID   string    `json:"vote_id"`
+	Approver Approver  `json:"approver"`
+	Decision string    `json:"decision,omitempty"`
+	Reason   string    `json:"reason"`
+	At       time.Time `json:"at"`
+}
+
+// Outcome is the terminal decision of a record.
+type Outcome struct {
+	Decision        string          `json:"decision"`
+	Arguments       json.RawMessage `json:"arguments,omitempty"`
+	ArgumentsSHA256 string          `json:"arguments_sha256,omitempty"`
+	Diff            json.RawMessage `json:"diff,omitempty"`
+	Comment         string          `json:"comment,omitempty"`
+	DecidedBy       []string        `json:"decided_by"`
+	DecidedAt       time.Time       `json:"decided_at"`
+	Reason          string          `json:"reason,omitempty"`
+}
+
+// Claim marks an approval as used: the tool is about to run, once.
+type Claim struct {
+	ClaimID string    `json:"claim_id"`
+	At      time.Time `json:"at"`
+}
+
+// Record is the value under <event_id> in the hitl_approvals bucket. Only the
+// arbiter writes it. The KV revision is not part of the value.
+type Record struct {
+	Spec                string            `json:"spec"`
+	Request             ApprovalRequested `json:"request"`
+	Status              string            `json:"status"`
+	ExpiresAt           time.Time         `json:"expires_at"`
+	EscalationLevel     int               `json:"escalation_level"`
+	Votes               []Vote            `json:"votes"`
+	RefusedVotes        []RefusedVote     `json:"refused_votes"`
+	RefusedVotesOmitted int               `json:"refused_votes_omitted,omitempty"`
+	Outcome             *Outcome          `json:"outcome,omitempty"`
+	Claim               *Claim            `json:"claim,omitempty"`
+	UpdatedAt           time.Time         `json:"updated_at"`
+}
+
+// Terminal reports whether the record has reached its outcome.
+func (r *Record) Terminal() bool { return r.Status != StatusPending }
+
+// Terminal reports whether status is a final status.
+func Terminal(status string) bool { return status != StatusPending && status != "" }
+
+// Decided is published on hitl.approval.decided.<event_id> once, when a
+// record turns terminal.
+type Decided struct {
+	Spec      string    `json:"spec"`
+	EventID   string    `json:"event_id"`
+	Status    string    `json:"status"`
+	Agent     string    `json:"agent"`
+	RunID     string    `json:"run_id,omitempty"`
+	ToolName  string    `json:"tool_name,omitempty"`
+	Outcome   *Outcome  `json:"outcome,omitempty"`
+	Revision  uint64    `json:"revision"`
+	DecidedAt time.Time `json:"decided_at"`
+}
+
+// Change kinds of a Changed event.
+const (
+	ChangeCreated      = "created"
+	ChangeVoteCounted  = "vote_counted"
+	ChangeVoteRefused  = "vote_refused"
+	ChangeClaimed      = "claimed"
+	ChangeClaimRefused = "claim_refused"
+	ChangeExtended     = "extended"
+	ChangeDecided      = "decided"
+)
+
+// Changed is published on hitl.approval.changed.<event_id> for every change of
+// a record that is not its terminal transition (votes counted or refused,
+// claims, extensions). Together with the request and decided streams it forms
+// an approval's timeline.
+type Changed struct {
+	Spec     string    `json:"spec"`
+	EventID  string    `json:"event_id"`
+	Change   string    `json:"change"`
+	Status   string    `json:"status"`
+	VoteID   string    `json:"vote_id,omitempty"`
+	Approver *Approver `json:"approver,omitempty"`
+	By       string    `json:"by,omitempty"`
+	Reason   string    `json:"reason,omitempty"`
+	Revision uint64    `json:"revision"`
+	At       time.Time `json:"at"`
+}

@@ -1,0 +1,82 @@
+package contracts
+
+import "strings"
+
+// Stream, bucket and subject names. These are the contract between every role
+// and every client; they never change within a major version.
+const (
+	StreamRequests    = "HITL_REQUESTS"
+	StreamResolutions = "HITL_RESOLUTIONS"
+	StreamEvents      = "HITL_EVENTS"
+	StreamTimers      = "HITL_TIMERS"
+	StreamDeadLetter  = "HITL_DEADLETTER"
+
+	BucketApprovals = "hitl_approvals"
+	BucketPolicy    = "hitl_policy"
+
+	SubjectToolRequestedPrefix  = "hitl.tool.approval.requested."
+	SubjectInputRequestedPrefix = "hitl.human.input.requested."
+	SubjectResolvedPrefix       = "hitl.approval.resolved."
+	SubjectCommandPrefix        = "hitl.approval.command."
+	SubjectDecidedPrefix        = "hitl.approval.decided."
+	SubjectChangedPrefix        = "hitl.approval.changed."
+	SubjectNotifyPrefix         = "hitl.notify."
+	SubjectDeadLetterPrefix     = "hitl.deadletter."
+)
+
+// AgentToken turns an agent name into the token used in subjects: lower case,
+// every character outside [a-z0-9_-] replaced by '_'. An empty name becomes "_".
+func AgentToken(agent string) string {
+	if agent == "" {
+		return "_"
+	}
+	var b strings.Builder
+	b.Grow(len(agent))
+	for _, r := range strings.ToLower(agent) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '_', r == '-':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	return b.String()
+}
+
+// ToolRequestedSubject is where a tool approval request for agent is published.
+func ToolRequestedSubject(agent string) string { return SubjectToolRequestedPrefix + AgentToken(agent) }
+
+// InputRequestedSubject is where a human input request for agent is published.
+func InputRequestedSubject(agent string) string {
+	return SubjectInputRequestedPrefix + AgentToken(agent)
+}
+
+// ResolvedSubject is where votes on an approval are published.
+func ResolvedSubject(eventID string) string { return SubjectResolvedPrefix + eventID }
+
+// CommandSubject is where commands (claim, cancel, extend) on an approval are published.
+func CommandSubject(eventID string) string { return SubjectCommandPrefix + eventID }
+
+// DecidedSubject is where the arbiter announces an approval's terminal outcome.
+func DecidedSubject(eventID string) string { return SubjectDecidedPrefix + eventID }
+
+// ChangedSubject is where the arbiter announces non-terminal changes of a record.
+func ChangedSubject(eventID string) string { return SubjectChangedPrefix + eventID }
+
+// DeadLetterSubject is where a consumer of stream copies a message it cannot process.
+func DeadLetterSubject(stream string) string { return SubjectDeadLetterPrefix + stream }
+
+// ValidEventID reports whether id can be used as a subject token and KV key:
+// 1 to 64 characters of [A-Za-z0-9_-].
+func ValidEventID(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,118 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/countersign/countersign/contracts"
+)
+
+// ProvisionConfig sizes the streams and buckets.
+type ProvisionConfig struct {
+	// Replicas of every stream and bucket (1 for a single server, 3 for a cluster).
+	Replicas int
+	// Retention bounds how long approvals and their events are kept. No
+	// request may time out later than this. Default 30 days.
+	Retention time.Duration
+	// DuplicateWindow is the Nats-Msg-Id de-duplication window. Default 2 minutes.
+	DuplicateWindow time.Duration
+	// Memory stores everything in memory (tests and benchmarks only).
+	Memory bool
+}
+
+// DefaultRetention is how long approvals are kept unless configured otherwise.
+const DefaultRetention = 30 * 24 * time.Hour
+
+func (c *ProvisionConfig) setDefaults() {
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.Retention == 0 {
+		c.Retention = DefaultRetention
+	}
+	if c.DuplicateWindow == 0 {
+		c.DuplicateWindow = 2 * time.Minute
+	}
+}
+
+func (c *ProvisionConfig) validate() error {
+	var errs []error
+	if c.Replicas < 1 || c.Replicas > 5 {
+		errs = append(errs, fmt.Errorf("events: ProvisionConfig.Replicas must be 1..5, got %d", c.Replicas))
+	}
+	if c.DuplicateWindow > c.Retention {
+		errs = append(errs, errors.New("events: ProvisionConfig.DuplicateWindow must not exceed Retention"))
+	}
+	return errors.Join(errs...)
+}
+
+// StreamConfigs returns the configuration of every stream of the contract.
+func StreamConfigs(cfg ProvisionConfig) []jetstream.StreamConfig {
+	cfg.setDefaults()
+	storage := jetstream.FileStorage
+	if cfg.Memory {
+		storage = jetstream.MemoryStorage
+	}
+	base := func(name, desc string, subjects ...string) jetstream.StreamConfig {
+		return jetstream.StreamConfig{
+			Name:        name,
+			Description: desc,
+			Subjects:    subjects,
+			Retention:   jetstream.LimitsPolicy,
+			MaxAge:      cfg.Retention,
+			Storage:     storage,
+			Replicas:    cfg.Replicas,
+			Duplicates:  cfg.DuplicateWindow,
+			Discard:     jetstream.DiscardOld,
+		}
+	}
+	return []jetstream.StreamConfig{
+		base(contracts.StreamRequests, "Countersign approval and human input requests",
+			contracts.SubjectToolRequestedPrefix+">", contracts.SubjectInputRequestedPrefix+">"),
+		base(contracts.StreamResolutions, "Countersign votes and commands",
+			contracts.SubjectResolvedPrefix+">", contracts.SubjectCommandPrefix+">"),
+		base(contracts.StreamEvents, "Countersign outcomes, changes and notification receipts",
+			contracts.SubjectDecidedPrefix+">", contracts.SubjectChangedPrefix+">", contracts.SubjectNotifyPrefix+">"),
+		base(contracts.StreamDeadLetter, "Countersign messages no consumer could process",
+			contracts.SubjectDeadLetterPrefix+">"),
+	}
+}
+
+// ApprovalsBucketConfig returns the configuration of the hitl_approvals bucket.
+func ApprovalsBucketConfig(cfg ProvisionConfig) jetstream.KeyValueConfig {
+	cfg.setDefaults()
+	storage := jetstream.FileStorage
+	if cfg.Memory {
+		storage = jetstream.MemoryStorage
+	}
+	return jetstream.KeyValueConfig{
+		Bucket:      contracts.BucketApprovals,
+		Description: "Countersign approval records; written by the arbiter only",
+		History:     1,
+		TTL:         cfg.Retention,
+		Storage:     storage,
+		Replicas:    cfg.Replicas,
+	}
+}
+
+// Provision creates or updates every stream and bucket of the contract. It is
+// idempotent and safe to run from several processes at once.
+func Provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig) error {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	for _, sc := range StreamConfigs(cfg) {
+		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("events: provision stream %s: %w", sc.Name, err)
+		}
+	}
+	if _, err := js.CreateOrUpdateKeyValue(ctx, ApprovalsBucketConfig(cfg)); err != nil {
+		return fmt.Errorf("events: provision bucket %s: %w", contracts.BucketApprovals, err)
+	}
+	return nil
+}

@@ -1,0 +1,42 @@
+package events
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// HeaderTraceparent carries W3C trace context on every message.
+const HeaderTraceparent = "traceparent"
+
+// Publish marshals v to JSON and publishes it on subject with msgID as
+// Nats-Msg-Id, so a retried publish inside the stream's duplicate window is
+// stored once. It returns the stream acknowledgement; ack.Duplicate tells a
+// re-publish apart.
+func Publish(ctx context.Context, js jetstream.JetStream, subject string, v any, msgID string, hdr nats.Header) (*jetstream.PubAck, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("events: encode message for %s: %w", subject, err)
+	}
+	return PublishRaw(ctx, js, subject, data, msgID, hdr)
+}
+
+// PublishRaw publishes data as is; see Publish.
+func PublishRaw(ctx context.Context, js jetstream.JetStream, subject string, data []byte, msgID string, hdr nats.Header) (*jetstream.PubAck, error) {
+	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
+	for k, vs := range hdr {
+		msg.Header[k] = vs
+	}
+	var opts []jetstream.PublishOpt
+	if msgID != "" {
+		opts = append(opts, jetstream.WithMsgID(msgID))
+	}
+	ack, err := js.PublishMsg(ctx, msg, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("events: publish %s: %w", subject, err)
+	}
+	return ack, nil
+}

@@ -1,0 +1,437 @@
+package arbiter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/events"
+)
+
+// Durable consumer names. Replicas share them.
+const (
+	DurableRequests    = "arbiter-requests"
+	DurableResolutions = "arbiter-resolutions"
+)
+
+// Config wires an Arbiter.
+type Config struct {
+	JS jetstream.JetStream
+	// Logger defaults to discarding.
+	Logger *slog.Logger
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// Registerer receives the arbiter's metrics when set.
+	Registerer prometheus.Registerer
+	// Concurrency of each consume loop (default 8).
+	Concurrency int
+	// UnknownEventDelay is how long a vote for a record that does not exist
+	// yet waits before it is retried (default 500 ms); UnknownEventAttempts
+	// bounds the tries before it is refused as unknown_event (default 20).
+	UnknownEventDelay    time.Duration
+	UnknownEventAttempts int
+	// Retention caps deadlines (extend) so no request outlives its record.
+	Retention time.Duration
+	// OnDeadLetter is told about every dead-lettered message.
+	OnDeadLetter func(stream, reason string)
+}
+
+func (c *Config) setDefaults() {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 8
+	}
+	if c.UnknownEventDelay == 0 {
+		c.UnknownEventDelay = 500 * time.Millisecond
+	}
+	if c.UnknownEventAttempts == 0 {
+		c.UnknownEventAttempts = 20
+	}
+	if c.Retention == 0 {
+		c.Retention = events.DefaultRetention
+	}
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.JS == nil {
+		errs = append(errs, errors.New("arbiter: Config.JS is required"))
+	}
+	if c.UnknownEventAttempts < 2 {
+		errs = append(errs, errors.New("arbiter: Config.UnknownEventAttempts must be at least 2"))
+	}
+	return errors.Join(errs...)
+}
+
+// Arbiter consumes requests, votes and commands and keeps the records.
+type Arbiter struct {
+	cfg Config
+	kv  jetstream.KeyValue
+	m   metrics
+}
+
+type metrics struct {
+	created  prometheus.Counter
+	decided  *prometheus.CounterVec
+	refused  *prometheus.CounterVec
+	conflict prometheus.Counter
+	latency  prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) metrics {
+	m := metrics{
+		created: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "countersign_requests_created_total", Help: "Approval records created by the arbiter.",
+		}),
+		decided: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "countersign_decisions_total", Help: "Approvals that reached a terminal status, by status.",
+		}, []string{"status"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "countersign_refused_votes_total", Help: "Votes and commands the arbiter refused, by reason.",
+		}, []string{"reason"}),
+		conflict: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "countersign_record_conflicts_total", Help: "Record writes retried after a compare-and-set conflict.",
+		}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "countersign_decision_latency_seconds",
+			Help:    "Time from a request's creation to its terminal outcome.",
+			Buckets: []float64{0.001, 0.01, 0.1, 1, 10, 60, 300, 1800, 3600, 4 * 3600, 24 * 3600},
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.created, m.decided, m.refused, m.conflict, m.latency)
+	}
+	return m
+}
+
+// New opens the approvals bucket and returns an Arbiter. The streams and
+// bucket must have been provisioned (events.Provision).
+func New(ctx context.Context, cfg Config) (*Arbiter, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	kv, err := cfg.JS.KeyValue(ctx, contracts.BucketApprovals)
+	if err != nil {
+		return nil, fmt.Errorf("arbiter: open bucket %s: %w", contracts.BucketApprovals, err)
+	}
+	return &Arbiter{cfg: cfg, kv: kv, m: newMetrics(cfg.Registerer)}, nil
+}
+
+// Run consumes until ctx ends.
+func (a *Arbiter) Run(ctx context.Context) error {
+	errc := make(chan error, 2)
+	go func() {
+		errc <- events.Consume(ctx, a.cfg.JS, events.ConsumerConfig{
+			Stream:  contracts.StreamRequests,
+			Durable: DurableRequests,
+			FilterSubjects: []string{
+				contracts.SubjectToolRequestedPrefix + ">", contracts.SubjectInputRequestedPrefix + ">",
+			},
+			Concurrency:  a.cfg.Concurrency,
+			Logger:       a.cfg.Logger,
+			OnDeadLetter: a.cfg.OnDeadLetter,
+		}, a.handleRequest)
+	}()
+	go func() {
+		errc <- events.Consume(ctx, a.cfg.JS, events.ConsumerConfig{
+			Stream:       contracts.StreamResolutions,
+			Durable:      DurableResolutions,
+			MaxDeliver:   a.cfg.UnknownEventAttempts + 5,
+			Concurrency:  a.cfg.Concurrency,
+			Logger:       a.cfg.Logger,
+			OnDeadLetter: a.cfg.OnDeadLetter,
+		}, a.handleResolution)
+	}()
+	err := <-errc
+	if err != nil {
+		return err
+	}
+	return <-errc
+}
+
+// ValidateRequest checks a request the way the arbiter does before it
+// creates a record; the API uses it to refuse bad input early.
+func ValidateRequest(req *contracts.ApprovalRequested) error {
+	var errs []error
+	if req.Spec != contracts.SpecApprovalRequested && req.Spec != contracts.SpecHumanInputRequested {
+		errs = append(errs, fmt.Errorf("unknown spec %q", req.Spec))
+	}
+	if !contracts.ValidEventID(req.EventID) {
+		errs = append(errs, fmt.Errorf("invalid event_id %q", req.EventID))
+	}
+	if req.Run.Agent == "" {
+		errs = append(errs, errors.New("run.agent is required"))
+	}
+	switch req.Kind {
+	case contracts.KindToolApproval:
+		if req.ToolCall == nil || req.ToolCall.Name == "" {
+			errs = append(errs, errors.New("tool_call.name is required"))
+		} else if sha, err := contracts.ArgumentsSHA256(req.ToolCall.Arguments); err != nil {
+			errs = append(errs, fmt.Errorf("tool_call.arguments: %w", err))
+		} else if sha != req.ToolCall.ArgumentsSHA256 {
+			errs = append(errs, errors.New("tool_call.arguments_sha256 does not match the arguments"))
+		}
+	case contracts.KindHumanInput:
+		if req.Question == nil || req.Question.Text == "" {
+			errs = append(errs, errors.New("question.text is required"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("unknown kind %q", req.Kind))
+	}
+	if req.ExpiresAt.IsZero() {
+		errs = append(errs, errors.New("expires_at is required"))
+	}
+	return errors.Join(errs...)
+}
+
+func (a *Arbiter) handleRequest(ctx context.Context, msg jetstream.Msg) error {
+	var req contracts.ApprovalRequested
+	if err := json.Unmarshal(msg.Data(), &req); err != nil {
+		return events.Poison(fmt.Errorf("decode request: %w", err))
+	}
+	if err := ValidateRequest(&req); err != nil {
+		return events.Poison(fmt.Errorf("invalid request: %w", err))
+	}
+	if req.Quorum.Required < 1 {
+		req.Quorum.Required = 1
+	}
+	rec := NewRecord(req, a.cfg.Now())
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return events.Poison(err)
+	}
+	if _, err := a.kv.Create(ctx, req.EventID, data); err != nil {
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return nil // a re-published request: the record stands
+		}
+		return err
+	}
+	a.m.created.Inc()
+	return nil
+}
+
+func (a *Arbiter) handleResolution(ctx context.Context, msg jetstream.Msg) error {
+	subj := msg.Subject()
+	switch {
+	case strings.HasPrefix(subj, contracts.SubjectResolvedPrefix):
+		var v contracts.Vote
+		if err := json.Unmarshal(msg.Data(), &v); err != nil {
+			return events.Poison(fmt.Errorf("decode vote: %w", err))
+		}
+		if err := validateVote(&v, strings.TrimPrefix(subj, contracts.SubjectResolvedPrefix)); err != nil {
+			a.m.refused.WithLabelValues(contracts.ReasonMalformed).Inc()
+			return events.Poison(err)
+		}
+		return a.apply(ctx, msg, v.EventID, func(rec contracts.Record) Result {
+			return ApplyVote(rec, v, a.cfg.Now())
+		}, func(rec contracts.Record, rev uint64, res Result) *contracts.Changed {
+			return &contracts.Changed{VoteID: v.VoteID, Approver: &v.Approver, Change: contracts.ChangeVoteCounted}
+		})
+	case strings.HasPrefix(subj, contracts.SubjectCommandPrefix):
+		var c contracts.Command
+		if err := json.Unmarshal(msg.Data(), &c); err != nil {
+			return events.Poison(fmt.Errorf("decode command: %w", err))
+		}
+		if err := validateCommand(&c, strings.TrimPrefix(subj, contracts.SubjectCommandPrefix)); err != nil {
+			return events.Poison(err)
+		}
+		if c.Command == contracts.CommandExtend {
+			if c.Until.After(a.cfg.Now().Add(a.cfg.Retention)) {
+				c.Until = a.cfg.Now().Add(a.cfg.Retention)
+			}
+		}
+		return a.apply(ctx, msg, c.EventID, func(rec contracts.Record) Result {
+			if c.Command == contracts.CommandExtend && c.Until.After(rec.Request.CreatedAt.Add(a.cfg.Retention)) {
+				c.Until = rec.Request.CreatedAt.Add(a.cfg.Retention)
+			}
+			return ApplyCommand(rec, c, a.cfg.Now())
+		}, func(rec contracts.Record, rev uint64, res Result) *contracts.Changed {
+			ch := &contracts.Changed{By: c.By}
+			switch c.Command {
+			case contracts.CommandClaim:
+				ch.Change = contracts.ChangeClaimed
+			case contracts.CommandExtend:
+				ch.Change = contracts.ChangeExtended
+			default:
+				return nil
+			}
+			return ch
+		})
+	}
+	return events.Poison(fmt.Errorf("unexpected subject %s", subj))
+}
+
+func validateVote(v *contracts.Vote, subjectID string) error {
+	var errs []error
+	if v.Spec != contracts.SpecVote {
+		errs = append(errs, fmt.Errorf("unknown spec %q", v.Spec))
+	}
+	if v.EventID != subjectID {
+		errs = append(errs, errors.New("event_id does not match the subject"))
+	}
+	if v.VoteID == "" || len(v.VoteID) > 128 {
+		errs = append(errs, errors.New("vote_id is required (at most 128 characters)"))
+	}
+	if v.Approver.ID == "" {
+		errs = append(errs, errors.New("approver.id is required"))
+	}
+	if !validDecision(v.Decision) {
+		errs = append(errs, fmt.Errorf("unknown decision %q", v.Decision))
+	}
+	return errors.Join(errs...)
+}
+
+func validateCommand(c *contracts.Command, subjectID string) error {
+	var errs []error
+	if c.Spec != contracts.SpecCommand {
+		errs = append(errs, fmt.Errorf("unknown spec %q", c.Spec))
+	}
+	if c.EventID != subjectID {
+		errs = append(errs, errors.New("event_id does not match the subject"))
+	}
+	if c.CommandID == "" || c.By == "" {
+		errs = append(errs, errors.New("command_id and by are required"))
+	}
+	switch c.Command {
+	case contracts.CommandCancel:
+	case contracts.CommandClaim:
+		if c.ClaimID == "" {
+			errs = append(errs, errors.New("claim_id is required"))
+		}
+	case contracts.CommandExtend:
+		if c.Until.IsZero() {
+			errs = append(errs, errors.New("until is required"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("unknown command %q", c.Command))
+	}
+	return errors.Join(errs...)
+}
+
+// apply runs f on the current record and writes the result with
+// compare-and-set, retrying on conflicts with other replicas.
+func (a *Arbiter) apply(ctx context.Context, msg jetstream.Msg, eventID string,
+	f func(contracts.Record) Result, changed func(contracts.Record, uint64, Result) *contracts.Changed) error {
+	for attempt := 0; ; attempt++ {
+		entry, err := a.kv.Get(ctx, eventID)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return a.unknownEvent(msg)
+		}
+		if err != nil {
+			return err
+		}
+		var rec contracts.Record
+		if err := json.Unmarshal(entry.Value(), &rec); err != nil {
+			return events.Poison(fmt.Errorf("record %s is unreadable: %w", eventID, err))
+		}
+		res := f(rec)
+		if res.Duplicate {
+			if rec.Terminal() {
+				// The outcome may not have been announced if a replica died
+				// between its write and its publish; announcing is idempotent.
+				return a.announce(ctx, rec, entry.Revision())
+			}
+			return nil
+		}
+		if !res.Changed {
+			a.m.refused.WithLabelValues(res.Refusal).Inc()
+			return a.publishChanged(ctx, eventID, &contracts.Changed{
+				Change: contracts.ChangeClaimRefused, Reason: res.Refusal, Status: rec.Status,
+			}, entry.Revision(), msg)
+		}
+		data, err := json.Marshal(res.Record)
+		if err != nil {
+			return events.Poison(err)
+		}
+		rev, err := a.kv.Update(ctx, eventID, data, entry.Revision())
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSequence(err) {
+			a.m.conflict.Inc()
+			if attempt < 50 {
+				continue
+			}
+			return events.Retry(10*time.Millisecond, err)
+		}
+		if err != nil {
+			return err
+		}
+		if res.Refusal != "" {
+			a.m.refused.WithLabelValues(res.Refusal).Inc()
+			last := res.Record.RefusedVotes[len(res.Record.RefusedVotes)-1]
+			return a.publishChanged(ctx, eventID, &contracts.Changed{
+				Change: contracts.ChangeVoteRefused, VoteID: last.VoteID, Approver: &last.Approver,
+				Reason: res.Refusal, Status: res.Record.Status,
+			}, rev, msg)
+		}
+		if res.Decided {
+			a.m.decided.WithLabelValues(res.Record.Status).Inc()
+			a.m.latency.Observe(res.Record.Outcome.DecidedAt.Sub(res.Record.Request.CreatedAt).Seconds())
+			return a.announce(ctx, res.Record, rev)
+		}
+		if ch := changed(res.Record, rev, res); ch != nil {
+			ch.Status = res.Record.Status
+			return a.publishChanged(ctx, eventID, ch, rev, msg)
+		}
+		return nil
+	}
+}
+
+func isWrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// unknownEvent retries a message for a record that does not exist yet, and
+// refuses it as unknown_event on its last attempt.
+func (a *Arbiter) unknownEvent(msg jetstream.Msg) error {
+	md, err := msg.Metadata()
+	if err == nil && md.NumDelivered >= uint64(a.cfg.UnknownEventAttempts) {
+		a.m.refused.WithLabelValues(contracts.ReasonUnknownEvent).Inc()
+		return events.Poison(errors.New(contracts.ReasonUnknownEvent))
+	}
+	return events.Retry(a.cfg.UnknownEventDelay, errors.New(contracts.ReasonUnknownEvent))
+}
+
+// announce publishes the decided event of a terminal record, de-duplicated
+// by event id.
+func (a *Arbiter) announce(ctx context.Context, rec contracts.Record, rev uint64) error {
+	req := rec.Request
+	d := contracts.Decided{
+		Spec: contracts.SpecDecided, EventID: req.EventID, Status: rec.Status, Agent: req.Run.Agent,
+		RunID: req.Run.ID, Outcome: rec.Outcome, Revision: rev,
+	}
+	if rec.Outcome != nil {
+		d.DecidedAt = rec.Outcome.DecidedAt
+	}
+	if req.ToolCall != nil {
+		d.ToolName = req.ToolCall.Name
+	}
+	_, err := events.Publish(ctx, a.cfg.JS, contracts.DecidedSubject(req.EventID), d, "decided:"+req.EventID, nil)
+	return err
+}
+
+func (a *Arbiter) publishChanged(ctx context.Context, eventID string, ch *contracts.Changed, rev uint64, msg jetstream.Msg) error {
+	ch.Spec = contracts.SpecChanged
+	ch.EventID = eventID
+	ch.Revision = rev
+	ch.At = a.cfg.Now()
+	id := "changed:" + eventID + ":" + ch.Change + ":"
+	if md, err := msg.Metadata(); err == nil {
+		id += fmt.Sprint(md.Sequence.Stream)
+	}
+	_, err := events.Publish(ctx, a.cfg.JS, contracts.ChangedSubject(eventID), ch, id, nil)
+	return err
+}

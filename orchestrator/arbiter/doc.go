@@ -1,0 +1,12 @@
+// Package arbiter is the only writer of the hitl_approvals bucket. It turns
+// requests into pending records, applies votes and commands (claim, cancel,
+// extend) with compare-and-set on the record's KV revision, records refused
+// votes with their reason, and announces each terminal outcome once on
+// hitl.approval.decided.<event_id>.
+//
+// The rules live in pure functions (ApplyVote, ApplyCommand, Expire) with no
+// I/O; Arbiter wraps them with durable consumers and KV writes. Any number of
+// arbiter replicas may share the durable consumers: compare-and-set makes the
+// first valid terminal transition win, so a record never has two outcomes,
+// and a message handled twice changes nothing the second time.
+package arbiter

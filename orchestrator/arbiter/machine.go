@@ -1,0 +1,375 @@
+package arbiter
+
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+	"time"
+
+	"github.com/countersign/countersign/contracts"
+)
+
+// Result is what applying one vote or command to a record gives. The
+// functions that produce it are pure: no I/O, time comes in as an argument.
+type Result struct {
+	// Record is the new record; meaningful when Changed.
+	Record contracts.Record
+	// Changed reports whether the record must be written.
+	Changed bool
+	// Refusal is the reason code when the vote or command was not applied.
+	Refusal string
+	// Decided reports whether this change made the record terminal.
+	Decided bool
+	// Duplicate reports that the vote or command was already applied: a
+	// redelivery, which changes nothing.
+	Duplicate bool
+}
+
+// NewRecord is the pending record for a request.
+func NewRecord(req contracts.ApprovalRequested, now time.Time) contracts.Record {
+	return contracts.Record{
+		Spec:         contracts.SpecRecord,
+		Request:      req,
+		Status:       contracts.StatusPending,
+		ExpiresAt:    req.ExpiresAt,
+		Votes:        []contracts.Vote{},
+		RefusedVotes: []contracts.RefusedVote{},
+		UpdatedAt:    now,
+	}
+}
+
+// clone copies the parts of a record that applying a vote may change.
+func clone(r contracts.Record) contracts.Record {
+	r.Votes = slices.Clone(r.Votes)
+	r.RefusedVotes = slices.Clone(r.RefusedVotes)
+	if r.Outcome != nil {
+		o := *r.Outcome
+		r.Outcome = &o
+	}
+	if r.Claim != nil {
+		c := *r.Claim
+		r.Claim = &c
+	}
+	return r
+}
+
+// ApplyVote applies v to rec at now.
+func ApplyVote(rec contracts.Record, v contracts.Vote, now time.Time) Result {
+	for _, old := range rec.Votes {
+		if old.VoteID == v.VoteID {
+			return Result{Duplicate: true}
+		}
+	}
+	for _, old := range rec.RefusedVotes {
+		if old.VoteID == v.VoteID {
+			return Result{Duplicate: true}
+		}
+	}
+	if reason := refuse(rec, v); reason != "" {
+		return refused(rec, v, reason, now)
+	}
+	next := clone(rec)
+	next.UpdatedAt = now
+	req := &next.Request
+	switch v.Decision {
+	case contracts.DecisionReject:
+		next.Votes = append(next.Votes, v)
+		if req.Quorum.Veto || !approvalStillPossible(next) {
+			decide(&next, contracts.StatusRejected, v, now, nil)
+			next.Outcome.Reason = v.Comment
+		}
+	case contracts.DecisionRespond:
+		next.Votes = append(next.Votes, v)
+		decide(&next, contracts.StatusResponded, v, now, nil)
+	case contracts.DecisionAnswer:
+		next.Votes = append(next.Votes, v)
+		decide(&next, contracts.StatusAnswered, v, now, nil)
+		if v.Answer != nil {
+			next.Outcome.Arguments = v.Answer.Content
+		}
+	case contracts.DecisionApprove, contracts.DecisionEdit:
+		next.Votes = append(next.Votes, v)
+		approvers := approvalsFor(next, currentArgsSHA(next))
+		if len(approvers) >= max(1, req.Quorum.Required) {
+			decide(&next, contracts.StatusApproved, v, now, approvers)
+		}
+	}
+	return Result{Record: next, Changed: true, Decided: next.Status != contracts.StatusPending}
+}
+
+// refuse returns the reason v cannot count, or "".
+func refuse(rec contracts.Record, v contracts.Vote) string {
+	req := rec.Request
+	if v.Approver.ID == "" || !validDecision(v.Decision) || v.EventID != req.EventID {
+		return contracts.ReasonMalformed
+	}
+	if rec.Status != contracts.StatusPending {
+		return contracts.ReasonClosed
+	}
+	if len(req.AllowedDecisions) > 0 && !slices.Contains(req.AllowedDecisions, v.Decision) {
+		return contracts.ReasonDecisionNotAllowed
+	}
+	if (req.Kind == contracts.KindHumanInput) != (v.Decision == contracts.DecisionAnswer) {
+		return contracts.ReasonDecisionNotAllowed
+	}
+	if v.ArgumentsSHA256 != "" && v.ArgumentsSHA256 != currentArgsSHA(rec) {
+		return contracts.ReasonStaleArguments
+	}
+	if len(req.Quorum.Approvers) > 0 && !slices.Contains(req.Quorum.Approvers, v.Approver.ID) &&
+		!inEscalation(rec, v.Approver.ID) {
+		return contracts.ReasonNotAnApprover
+	}
+	approving := v.Decision == contracts.DecisionApprove || v.Decision == contracts.DecisionEdit
+	if approving && !req.Quorum.AllowSelfApproval &&
+		(v.Approver.ID == req.Run.RequestedBy || v.Approver.ID == req.Run.Owner) {
+		return contracts.ReasonSelfApproval
+	}
+	for _, old := range rec.Votes {
+		if old.Approver.ID == v.Approver.ID {
+			return contracts.ReasonDuplicateVote
+		}
+	}
+	switch v.Decision {
+	case contracts.DecisionEdit:
+		if !isJSONObject(v.Arguments) {
+			return contracts.ReasonInvalidArguments
+		}
+	case contracts.DecisionAnswer:
+		if v.Answer == nil || !validAnswerAction(v.Answer.Action) {
+			return contracts.ReasonInvalidArguments
+		}
+	}
+	return ""
+}
+
+func validDecision(d string) bool {
+	switch d {
+	case contracts.DecisionApprove, contracts.DecisionReject, contracts.DecisionEdit,
+		contracts.DecisionRespond, contracts.DecisionAnswer:
+		return true
+	}
+	return false
+}
+
+func validAnswerAction(a string) bool {
+	return a == "accept" || a == "decline" || a == "cancel"
+}
+
+func isJSONObject(raw json.RawMessage) bool {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || raw[0] != '{' {
+		return false
+	}
+	var m map[string]json.RawMessage
+	return json.Unmarshal(raw, &m) == nil
+}
+
+// inEscalation reports whether id was added by an escalation tier already reached.
+func inEscalation(rec contracts.Record, id string) bool {
+	for i, tier := range rec.Request.Escalation {
+		if i >= rec.EscalationLevel {
+			break
+		}
+		if slices.Contains(tier.Approvers, id) {
+			return true
+		}
+	}
+	return false
+}
+
+// currentArgsSHA is the hash of the arguments now under review: the newest
+// edit's, else the requested ones.
+func currentArgsSHA(rec contracts.Record) string {
+	for i := len(rec.Votes) - 1; i >= 0; i-- {
+		if rec.Votes[i].Decision == contracts.DecisionEdit {
+			return rec.Votes[i].ArgumentsSHA256
+		}
+	}
+	if rec.Request.ToolCall != nil {
+		return rec.Request.ToolCall.ArgumentsSHA256
+	}
+	return ""
+}
+
+// currentArgs is the arguments now under review.
+func currentArgs(rec contracts.Record) json.RawMessage {
+	for i := len(rec.Votes) - 1; i >= 0; i-- {
+		if rec.Votes[i].Decision == contracts.DecisionEdit {
+			return rec.Votes[i].Arguments
+		}
+	}
+	if rec.Request.ToolCall != nil {
+		return rec.Request.ToolCall.Arguments
+	}
+	return nil
+}
+
+// approvalsFor lists the distinct approvers whose approval counts for the
+// arguments with hash sha: approvals given for other arguments no longer count.
+func approvalsFor(rec contracts.Record, sha string) []string {
+	var ids []string
+	base := ""
+	if rec.Request.ToolCall != nil {
+		base = rec.Request.ToolCall.ArgumentsSHA256
+	}
+	for _, v := range rec.Votes {
+		var voted string
+		switch v.Decision {
+		case contracts.DecisionEdit:
+			voted = v.ArgumentsSHA256
+		case contracts.DecisionApprove:
+			// An approval counts for the arguments under review when it was cast.
+			voted = argsUnderReviewAt(rec, v.VoteID, base)
+		default:
+			continue
+		}
+		if voted == sha && !slices.Contains(ids, v.Approver.ID) {
+			ids = append(ids, v.Approver.ID)
+		}
+	}
+	return ids
+}
+
+// argsUnderReviewAt is the arguments hash under review when the vote voteID was cast.
+func argsUnderReviewAt(rec contracts.Record, voteID, base string) string {
+	cur := base
+	for _, v := range rec.Votes {
+		if v.VoteID == voteID {
+			return cur
+		}
+		if v.Decision == contracts.DecisionEdit {
+			cur = v.ArgumentsSHA256
+		}
+	}
+	return cur
+}
+
+// approvalStillPossible reports whether enough approvers who have not voted
+// remain to reach the quorum. With an open approver list it always is.
+func approvalStillPossible(rec contracts.Record) bool {
+	q := rec.Request.Quorum
+	if len(q.Approvers) == 0 {
+		return true
+	}
+	pool := slices.Clone(q.Approvers)
+	for _, tier := range rec.Request.Escalation {
+		pool = append(pool, tier.Approvers...)
+	}
+	slices.Sort(pool)
+	pool = slices.Compact(pool)
+	voted := map[string]bool{}
+	for _, v := range rec.Votes {
+		voted[v.Approver.ID] = true
+	}
+	have := len(approvalsFor(rec, currentArgsSHA(rec)))
+	remaining := 0
+	for _, id := range pool {
+		if !voted[id] {
+			remaining++
+		}
+	}
+	return have+remaining >= max(1, q.Required)
+}
+
+func decide(rec *contracts.Record, status string, v contracts.Vote, now time.Time, by []string) {
+	rec.Status = status
+	if by == nil {
+		by = []string{v.Approver.ID}
+	}
+	out := &contracts.Outcome{
+		Decision:  v.Decision,
+		Comment:   v.Comment,
+		DecidedBy: by,
+		DecidedAt: now,
+	}
+	if status == contracts.StatusApproved {
+		out.Arguments = currentArgs(*rec)
+		out.ArgumentsSHA256 = currentArgsSHA(*rec)
+		if rec.Request.ToolCall != nil && out.ArgumentsSHA256 != rec.Request.ToolCall.ArgumentsSHA256 {
+			out.Diff = Diff(rec.Request.ToolCall.Arguments, out.Arguments)
+		}
+	}
+	rec.Outcome = out
+}
+
+func refused(rec contracts.Record, v contracts.Vote, reason string, now time.Time) Result {
+	next := clone(rec)
+	next.UpdatedAt = now
+	next.RefusedVotes = append(next.RefusedVotes, contracts.RefusedVote{
+		VoteID: v.VoteID, Approver: v.Approver, Decision: v.Decision, Reason: reason, At: now,
+	})
+	if n := len(next.RefusedVotes) - contracts.MaxRefusedVotes; n > 0 {
+		next.RefusedVotes = slices.Clone(next.RefusedVotes[n:])
+		next.RefusedVotesOmitted += n
+	}
+	return Result{Record: next, Changed: true, Refusal: reason}
+}
+
+// ApplyCommand applies cmd to rec at now. Claims are idempotent per claim id.
+func ApplyCommand(rec contracts.Record, cmd contracts.Command, now time.Time) Result {
+	switch cmd.Command {
+	case contracts.CommandClaim:
+		if rec.Claim != nil {
+			if rec.Claim.ClaimID == cmd.ClaimID {
+				return Result{Duplicate: true}
+			}
+			return Result{Refusal: contracts.ReasonAlreadyClaimed}
+		}
+		if rec.Status != contracts.StatusApproved {
+			return Result{Refusal: contracts.ReasonNotApproved}
+		}
+		next := clone(rec)
+		next.UpdatedAt = now
+		next.Claim = &contracts.Claim{ClaimID: cmd.ClaimID, At: now}
+		return Result{Record: next, Changed: true}
+	case contracts.CommandCancel:
+		if rec.Status == contracts.StatusCancelled && rec.Outcome != nil && rec.Outcome.Reason == "cancel:"+cmd.CommandID {
+			return Result{Duplicate: true}
+		}
+		if rec.Status != contracts.StatusPending {
+			return Result{Refusal: contracts.ReasonClosed}
+		}
+		next := clone(rec)
+		next.UpdatedAt = now
+		next.Status = contracts.StatusCancelled
+		next.Outcome = &contracts.Outcome{Decision: contracts.CommandCancel, DecidedBy: []string{cmd.By}, DecidedAt: now, Reason: "cancel:" + cmd.CommandID}
+		return Result{Record: next, Changed: true, Decided: true}
+	case contracts.CommandExtend:
+		if rec.Status != contracts.StatusPending {
+			return Result{Refusal: contracts.ReasonClosed}
+		}
+		if !cmd.Until.After(now) {
+			return Result{Refusal: contracts.ReasonMalformed}
+		}
+		if cmd.Until.Equal(rec.ExpiresAt) {
+			return Result{Duplicate: true}
+		}
+		next := clone(rec)
+		next.UpdatedAt = now
+		next.ExpiresAt = cmd.Until
+		return Result{Record: next, Changed: true}
+	}
+	return Result{Refusal: contracts.ReasonMalformed}
+}
+
+// Expire applies the request's on_timeout at now if the record is still
+// pending and its deadline has passed; otherwise it changes nothing.
+func Expire(rec contracts.Record, now time.Time) Result {
+	if rec.Status != contracts.StatusPending || now.Before(rec.ExpiresAt) {
+		return Result{Duplicate: true}
+	}
+	next := clone(rec)
+	next.UpdatedAt = now
+	out := &contracts.Outcome{DecidedBy: []string{contracts.DecidedByTimeout}, DecidedAt: now, Reason: "timeout"}
+	if rec.Request.OnTimeout == contracts.OnTimeoutApprove {
+		next.Status = contracts.StatusApproved
+		out.Decision = contracts.DecisionApprove
+		out.Arguments = currentArgs(next)
+		out.ArgumentsSHA256 = currentArgsSHA(next)
+	} else {
+		next.Status = contracts.StatusExpired
+		out.Decision = contracts.DecisionReject
+	}
+	next.Outcome = out
+	return Result{Record: next, Changed: true, Decided: true}
+}

@@ -1,0 +1,535 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/events"
+	"github.com/countersign/countersign/orchestrator/policy"
+)
+
+// Verdicts returned for a tool call.
+const (
+	VerdictAllowed         = "allowed"
+	VerdictDenied          = "denied"
+	VerdictResponded       = "responded"
+	VerdictAnswered        = "answered"
+	VerdictExpired         = "expired"
+	VerdictCancelled       = "cancelled"
+	VerdictAlreadyExecuted = "already_executed"
+	// VerdictPending is only reported by Submit: a human has not decided yet.
+	VerdictPending = "pending"
+)
+
+// Errors a caller can branch on.
+var (
+	// ErrArgumentsChanged: a review re-used run and tool call ids with other arguments.
+	ErrArgumentsChanged = errors.New("arguments_changed: the run and tool call ids were already reviewed with other arguments")
+	// ErrInvalidArguments: tool call arguments are not a JSON object.
+	ErrInvalidArguments = errors.New("invalid_arguments: tool call arguments must be a JSON object")
+	// ErrAlreadyExecuted: the approval was already claimed by another execution.
+	ErrAlreadyExecuted = errors.New("already_executed: this approval was already claimed")
+	// ErrNotApproved: a permit was claimed for a record that is not approved for these arguments.
+	ErrNotApproved = errors.New("not_approved: no approval for these arguments")
+)
+
+// EventNamespace is the UUIDv5 namespace of derived event ids.
+var EventNamespace = uuid.MustParse("886a1d92-e7fc-5f25-afdd-55b3e40e8255")
+
+// EventID derives the approval id of a tool call: UUIDv5 over tenant,
+// agent, run id and tool call id when both ids are given, else a new UUIDv7.
+func EventID(run contracts.Run, toolCallID string) string {
+	if run.ID != "" && toolCallID != "" {
+		name := run.Tenant + "\n" + run.Agent + "\n" + run.ID + "\n" + toolCallID
+		return uuid.NewSHA1(EventNamespace, []byte(name)).String()
+	}
+	return uuid.Must(uuid.NewV7()).String()
+}
+
+// ToolCall is one call the agent proposes.
+type ToolCall struct {
+	ID        string          `json:"id"`
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+// Verdict is the answer for one tool call.
+type Verdict struct {
+	ToolCallID string `json:"tool_call_id"`
+	Verdict    string `json:"verdict"`
+	EventID    string `json:"event_id,omitempty"`
+	// Reason is a message the agent can hand the model as the tool result
+	// when the call does not run.
+	Reason string `json:"reason,omitempty"`
+	Rule   string `json:"rule,omitempty"`
+	// Arguments are the arguments to run with (possibly edited by a human),
+	// or the answer of a human_input request.
+	Arguments json.RawMessage `json:"arguments,omitempty"`
+	// Permit must be claimed right before an allowed call runs.
+	Permit *Permit `json:"-"`
+}
+
+// PolicySource gives the policy in force; it may change at any time.
+type PolicySource interface {
+	Current() *policy.Policy
+}
+
+// StaticPolicy is a PolicySource that never changes.
+type StaticPolicy struct{ P *policy.Policy }
+
+// Current returns the policy.
+func (s StaticPolicy) Current() *policy.Policy { return s.P }
+
+// Config wires a Gate.
+type Config struct {
+	JS jetstream.JetStream
+	// Policy in force (default: every call requires approval).
+	Policy PolicySource
+	// Waiter shared by every Gate of the process; one is created if nil.
+	Waiter *Waiter
+	Logger *slog.Logger
+	Now    func() time.Time
+	// Retention caps request timeouts (default 30 days).
+	Retention time.Duration
+}
+
+// Gate reviews tool calls against the policy and waits for humans.
+type Gate struct {
+	cfg     Config
+	kv      jetstream.KeyValue
+	waiter  *Waiter
+	ownWait bool
+}
+
+// NewGate returns a Gate. The streams and bucket must exist (events.Provision).
+func NewGate(ctx context.Context, cfg Config) (*Gate, error) {
+	if cfg.JS == nil {
+		return nil, errors.New("orchestrator: Config.JS is required")
+	}
+	if cfg.Policy == nil {
+		cfg.Policy = StaticPolicy{P: policy.Default()}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Retention == 0 {
+		cfg.Retention = events.DefaultRetention
+	}
+	kv, err := cfg.JS.KeyValue(ctx, contracts.BucketApprovals)
+	if err != nil {
+		return nil, fmt.Errorf("orchestrator: open bucket %s: %w", contracts.BucketApprovals, err)
+	}
+	g := &Gate{cfg: cfg, kv: kv, waiter: cfg.Waiter}
+	if g.waiter == nil {
+		if g.waiter, err = NewWaiter(ctx, cfg.JS, cfg.Logger); err != nil {
+			return nil, err
+		}
+		g.ownWait = true
+	}
+	return g, nil
+}
+
+// Waiter returns the gate's waiter.
+func (g *Gate) Waiter() *Waiter { return g.waiter }
+
+// Close releases the waiter if the gate created it.
+func (g *Gate) Close() error {
+	if g.ownWait {
+		return g.waiter.Close()
+	}
+	return nil
+}
+
+// Review decides every call and blocks until each gated call has a terminal
+// verdict or ctx ends. Calling it again with the same run and tool call ids
+// (after a crash, say) re-attaches to the same approvals.
+func (g *Gate) Review(ctx context.Context, run contracts.Run, calls []ToolCall) ([]Verdict, error) {
+	type result struct {
+		v   []Verdict
+		err error
+	}
+	ch := make(chan result, 1)
+	if err := g.ReviewAsync(ctx, run, calls, func(v []Verdict, err error) { ch <- result{v, err} }); err != nil {
+		return nil, err
+	}
+	r := <-ch
+	return r.v, r.err
+}
+
+// ReviewAsync submits the calls and calls done once with every verdict, or
+// with ctx's error if ctx ends first. It starts no goroutine per call: a
+// runtime can hold any number of pending reviews cheaply.
+func (g *Gate) ReviewAsync(ctx context.Context, run contracts.Run, calls []ToolCall, done func([]Verdict, error)) error {
+	verdicts, err := g.Submit(ctx, run, calls)
+	if err != nil {
+		return err
+	}
+	left := 0
+	for _, v := range verdicts {
+		if v.Verdict == VerdictPending {
+			left++
+		}
+	}
+	if left == 0 {
+		done(verdicts, nil)
+		return nil
+	}
+	var (
+		mu      sync.Mutex
+		cancels []func()
+		fired   bool
+		stop    func() bool
+	)
+	// finish reports once; it is called with mu held.
+	finish := func(err error) {
+		if fired {
+			return
+		}
+		fired = true
+		for _, c := range cancels {
+			c()
+		}
+		if stop != nil {
+			stop()
+		}
+		if err != nil {
+			done(nil, err)
+			return
+		}
+		done(verdicts, nil)
+	}
+	for i := range verdicts {
+		if verdicts[i].Verdict != VerdictPending {
+			continue
+		}
+		sha := verdicts[i].Permit.sha
+		// The callback may run before Watch returns (the record was already
+		// decided), so mu is never held across Watch.
+		cancel, err := g.waiter.Watch(ctx, verdicts[i].EventID, func(rec *contracts.Record, _ uint64) bool {
+			if !rec.Terminal() {
+				return false
+			}
+			v := g.verdictFor(rec, verdicts[i].ToolCallID, sha)
+			mu.Lock()
+			defer mu.Unlock()
+			if fired {
+				return true
+			}
+			verdicts[i] = v
+			left--
+			if left == 0 {
+				finish(nil)
+			}
+			return true
+		})
+		mu.Lock()
+		if err != nil {
+			finish(err)
+			mu.Unlock()
+			return nil
+		}
+		if fired {
+			cancel()
+		} else {
+			cancels = append(cancels, cancel)
+		}
+		mu.Unlock()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !fired {
+		stop = context.AfterFunc(ctx, func() {
+			mu.Lock()
+			defer mu.Unlock()
+			finish(ctx.Err())
+		})
+	}
+	return nil
+}
+
+// Submit decides every call and publishes the gated ones without waiting:
+// gated calls not yet decided get VerdictPending with their event id.
+func (g *Gate) Submit(ctx context.Context, run contracts.Run, calls []ToolCall) ([]Verdict, error) {
+	if run.Agent == "" {
+		return nil, errors.New("orchestrator: run.agent is required")
+	}
+	pol := g.cfg.Policy.Current()
+	out := make([]Verdict, len(calls))
+	seen := map[string]bool{}
+	for i, c := range calls {
+		if c.Name == "" {
+			return nil, fmt.Errorf("orchestrator: tool_calls[%d].name is required", i)
+		}
+		if c.ID != "" {
+			if seen[c.ID] {
+				return nil, fmt.Errorf("orchestrator: tool_calls[%d].id %q is used twice", i, c.ID)
+			}
+			seen[c.ID] = true
+		}
+		args, sha, err := canonicalArgs(c.Arguments)
+		if err != nil {
+			return nil, fmt.Errorf("orchestrator: tool_calls[%d]: %w", i, err)
+		}
+		d := pol.Evaluate(run.Agent, c.Name)
+		v := Verdict{ToolCallID: c.ID, Rule: d.Rule}
+		switch d.Action {
+		case policy.ActionAllow:
+			v.Verdict, v.Arguments, v.Permit = VerdictAllowed, args, &Permit{sha: sha, args: args}
+		case policy.ActionDeny:
+			v.Verdict, v.Reason = VerdictDenied, d.Reason
+		default:
+			v, err = g.gate(ctx, run, c, args, sha, d)
+			if err != nil {
+				return nil, fmt.Errorf("orchestrator: tool_calls[%d]: %w", i, err)
+			}
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// canonicalArgs checks that raw is a JSON object and returns its canonical
+// form and hash. Missing arguments are an empty object.
+func canonicalArgs(raw json.RawMessage) (json.RawMessage, string, error) {
+	trimmed := strings.TrimSpace(string(raw))
+	if trimmed == "" || trimmed == "null" {
+		raw = json.RawMessage(`{}`)
+	} else if trimmed[0] != '{' {
+		return nil, "", ErrInvalidArguments
+	}
+	canon, err := contracts.Canonicalize(raw)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: %v", ErrInvalidArguments, err)
+	}
+	sha, err := contracts.ArgumentsSHA256(canon)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: %v", ErrInvalidArguments, err)
+	}
+	return canon, sha, nil
+}
+
+// gate re-attaches to the call's approval or requests a new one.
+func (g *Gate) gate(ctx context.Context, run contracts.Run, c ToolCall, args json.RawMessage, sha string, d policy.Decision) (Verdict, error) {
+	eventID := EventID(run, c.ID)
+	v := Verdict{ToolCallID: c.ID, EventID: eventID, Rule: d.Rule, Verdict: VerdictPending, Permit: &Permit{sha: sha, args: args}}
+	entry, err := g.kv.Get(ctx, eventID)
+	switch {
+	case err == nil:
+		var rec contracts.Record
+		if err := json.Unmarshal(entry.Value(), &rec); err != nil {
+			return v, fmt.Errorf("record %s is unreadable: %w", eventID, err)
+		}
+		if rec.Request.ToolCall == nil || rec.Request.ToolCall.ArgumentsSHA256 != sha {
+			return v, ErrArgumentsChanged
+		}
+		v.Rule = rec.Request.Policy.Rule
+		if rec.Terminal() {
+			return g.verdictFor(&rec, c.ID, sha), nil
+		}
+		return v, nil
+	case !errors.Is(err, jetstream.ErrKeyNotFound):
+		return v, fmt.Errorf("read record %s: %w", eventID, err)
+	}
+	req := g.request(run, c, args, sha, d, eventID)
+	if _, err := events.Publish(ctx, g.cfg.JS, contracts.ToolRequestedSubject(run.Agent), req, eventID, nil); err != nil {
+		return v, err
+	}
+	return v, nil
+}
+
+func (g *Gate) request(run contracts.Run, c ToolCall, args json.RawMessage, sha string, d policy.Decision, eventID string) contracts.ApprovalRequested {
+	now := g.cfg.Now().UTC()
+	timeout := min(d.Timeout, g.cfg.Retention)
+	return contracts.ApprovalRequested{
+		Spec:     contracts.SpecApprovalRequested,
+		EventID:  eventID,
+		Kind:     contracts.KindToolApproval,
+		Run:      run,
+		ToolCall: &contracts.ToolCall{ID: c.ID, Name: c.Name, Arguments: args, ArgumentsSHA256: sha},
+		Risk:     d.Risk,
+		Summary:  Summary(d.Summary, run, c.Name, args),
+		Policy:   contracts.PolicyRef{Rule: d.Rule, Version: d.Version},
+		Quorum: contracts.Quorum{
+			Required: d.Quorum, Approvers: nonNil(d.Approvers), Veto: d.Veto,
+			AllowSelfApproval: d.AllowSelfApproval, Order: contracts.OrderAny,
+		},
+		Escalation:       []contracts.EscalationTier{},
+		Reminders:        []string{},
+		AllowedDecisions: nonNil(d.AllowedDecisions),
+		Channels:         nonNil(d.Channels),
+		ExpiresAt:        now.Add(timeout),
+		OnTimeout:        d.OnTimeout,
+		CreatedAt:        now,
+	}
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// Summary renders a rule's summary template: {{args.NAME}} is replaced by
+// the top-level argument NAME, {{tool}} and {{agent}} by the call's. Without
+// a template the summary names the agent and the tool.
+func Summary(tmpl string, run contracts.Run, tool string, args json.RawMessage) string {
+	if tmpl == "" {
+		return fmt.Sprintf("%s wants to call %s", run.Agent, tool)
+	}
+	var m map[string]json.RawMessage
+	_ = json.Unmarshal(args, &m)
+	var b strings.Builder
+	for {
+		i := strings.Index(tmpl, "{{")
+		if i < 0 {
+			b.WriteString(tmpl)
+			break
+		}
+		j := strings.Index(tmpl[i:], "}}")
+		if j < 0 {
+			b.WriteString(tmpl)
+			break
+		}
+		b.WriteString(tmpl[:i])
+		key := strings.TrimSpace(tmpl[i+2 : i+j])
+		switch {
+		case key == "tool":
+			b.WriteString(tool)
+		case key == "agent":
+			b.WriteString(run.Agent)
+		case strings.HasPrefix(key, "args."):
+			raw := m[strings.TrimPrefix(key, "args.")]
+			var s string
+			if json.Unmarshal(raw, &s) == nil {
+				b.WriteString(s)
+			} else {
+				b.Write(raw)
+			}
+		}
+		tmpl = tmpl[i+j+2:]
+	}
+	return b.String()
+}
+
+// verdictFor turns a terminal record into the verdict for the call whose
+// arguments hash to sha.
+func (g *Gate) verdictFor(rec *contracts.Record, toolCallID, sha string) Verdict {
+	v := Verdict{ToolCallID: toolCallID, EventID: rec.Request.EventID, Rule: rec.Request.Policy.Rule}
+	out := rec.Outcome
+	if out == nil {
+		out = &contracts.Outcome{}
+	}
+	switch rec.Status {
+	case contracts.StatusApproved:
+		if rec.Request.ToolCall == nil || rec.Request.ToolCall.ArgumentsSHA256 != sha {
+			v.Verdict, v.Reason = VerdictDenied, "The approval on record is for other arguments; this call was not approved."
+			return v
+		}
+		if rec.Claim != nil {
+			v.Verdict = VerdictAlreadyExecuted
+			v.Reason = "This approved call was already executed once; it will not run again."
+			return v
+		}
+		v.Verdict, v.Arguments = VerdictAllowed, out.Arguments
+		v.Permit = &Permit{g: g, eventID: rec.Request.EventID, sha: out.ArgumentsSHA256, args: out.Arguments, by: rec.Request.Run.Agent}
+	case contracts.StatusRejected:
+		v.Verdict = VerdictDenied
+		v.Reason = "A human reviewer rejected this tool call."
+		if out.Comment != "" {
+			v.Reason += " Reason: " + out.Comment
+		}
+	case contracts.StatusResponded:
+		v.Verdict, v.Reason = VerdictResponded, out.Comment
+	case contracts.StatusAnswered:
+		v.Verdict, v.Arguments = VerdictAnswered, out.Arguments
+	case contracts.StatusExpired:
+		v.Verdict = VerdictExpired
+		v.Reason = "No human decided on this tool call before its deadline; it was not run."
+	case contracts.StatusCancelled:
+		v.Verdict = VerdictCancelled
+		v.Reason = "The approval request for this tool call was cancelled; it was not run."
+	default:
+		v.Verdict, v.Reason = VerdictDenied, "Unknown approval status "+rec.Status+"; failing closed."
+	}
+	return v
+}
+
+// Permit is the right to run one allowed call once.
+type Permit struct {
+	g       *Gate
+	eventID string
+	sha     string
+	args    json.RawMessage
+	by      string
+}
+
+// EventID of the approval behind the permit ("" for a call the policy allows outright).
+func (p *Permit) EventID() string { return p.eventID }
+
+// Claim marks the approval as used, right before the call runs. It succeeds
+// once per approval across the fleet; a second claim, from this or any other
+// process, fails with ErrAlreadyExecuted. A call the policy allows outright
+// needs no claim and Claim returns nil.
+func (p *Permit) Claim(ctx context.Context) error {
+	if p == nil {
+		return ErrNotApproved
+	}
+	if p.eventID == "" {
+		return nil
+	}
+	if canon, sha, err := canonicalArgs(p.args); err != nil || sha != p.sha || len(canon) == 0 {
+		return ErrNotApproved
+	}
+	claimID := uuid.Must(uuid.NewV7()).String()
+	cmd := contracts.Command{
+		Spec: contracts.SpecCommand, CommandID: claimID, EventID: p.eventID, Command: contracts.CommandClaim,
+		By: p.by, ClaimID: claimID, IssuedAt: p.g.cfg.Now().UTC(),
+	}
+	result := make(chan error, 1)
+	cancel, err := p.g.waiter.Watch(ctx, p.eventID, func(rec *contracts.Record, _ uint64) bool {
+		switch {
+		case rec.Status != contracts.StatusApproved || rec.Outcome == nil || rec.Outcome.ArgumentsSHA256 != p.sha:
+			result <- ErrNotApproved
+		case rec.Claim == nil:
+			return false
+		case rec.Claim.ClaimID == claimID:
+			result <- nil
+		default:
+			result <- ErrAlreadyExecuted
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	select {
+	case err := <-result:
+		// The record already carried a claim before ours was sent.
+		return err
+	default:
+	}
+	if _, err := events.Publish(ctx, p.g.cfg.JS, contracts.CommandSubject(p.eventID), cmd, "claim:"+claimID, nil); err != nil {
+		return err
+	}
+	select {
+	case err := <-result:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,339 @@
+package orchestrator_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/events"
+	"github.com/countersign/countersign/events/eventstest"
+	"github.com/countersign/countersign/orchestrator"
+	"github.com/countersign/countersign/orchestrator/arbiter"
+	"github.com/countersign/countersign/orchestrator/policy"
+)
+
+const testPolicy = `
+version: "t1"
+default: require_approval
+rules:
+  - name: reads
+    tools: ["search_*", "read_*"]
+    action: allow
+  - name: no-shell
+    tools: ["shell.*"]
+    action: deny
+    reason: "Shell is off limits."
+  - name: payments
+    tools: ["payments.*"]
+    action: require_approval
+    risk: high
+    summary: "Pay {{args.amount}} EUR to {{args.recipient}}"
+`
+
+type env struct {
+	srv  *eventstest.Server
+	js   jetstream.JetStream
+	kv   jetstream.KeyValue
+	gate *orchestrator.Gate
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	srv := eventstest.NewServer(t)
+	js := srv.JetStream()
+	srv.Provision(js)
+	ctx, cancel := context.WithCancel(context.Background())
+	arb, err := arbiter.New(ctx, arbiter.Config{JS: srv.JetStream(), UnknownEventDelay: 20 * time.Millisecond, UnknownEventAttempts: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = arb.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	p, err := policy.Parse([]byte(testPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate, err := orchestrator.NewGate(ctx, orchestrator.Config{JS: srv.JetStream(), Policy: orchestrator.StaticPolicy{P: p}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gate.Close() })
+	kv, err := js.KeyValue(ctx, contracts.BucketApprovals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{srv: srv, js: js, kv: kv, gate: gate}
+}
+
+func (e *env) vote(t *testing.T, eventID, approver, decision, comment string) string {
+	t.Helper()
+	id := uuid.NewString()
+	v := contracts.Vote{
+		Spec: contracts.SpecVote, VoteID: id, EventID: eventID, Decision: decision,
+		Approver: contracts.Approver{ID: approver, Via: contracts.ViaNATS}, Comment: comment, DecidedAt: time.Now().UTC(),
+	}
+	if _, err := events.Publish(context.Background(), e.js, contracts.ResolvedSubject(eventID), v, id, nil); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// waitRecord blocks until the record satisfies cond, using a KV watch.
+func (e *env) waitRecord(t *testing.T, eventID string, cond func(*contracts.Record) bool) *contracts.Record {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	w, err := e.kv.Watch(ctx, eventID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for {
+		select {
+		case entry := <-w.Updates():
+			if entry == nil {
+				continue
+			}
+			var rec contracts.Record
+			if err := json.Unmarshal(entry.Value(), &rec); err != nil {
+				t.Fatal(err)
+			}
+			if cond(&rec) {
+				return &rec
+			}
+		case <-ctx.Done():
+			t.Fatalf("record %s never reached the expected state", eventID)
+		}
+	}
+}
+
+func pending(r *contracts.Record) bool { return r.Status == contracts.StatusPending }
+
+var run = contracts.Run{ID: "run-1", Agent: "billing-bot", RequestedBy: "agent:billing", Tenant: "acme"}
+
+func TestPolicyAllowAndDenyNeverCreateRequests(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	verdicts, err := e.gate.Review(ctx, run, []orchestrator.ToolCall{
+		{ID: "c1", Name: "search_web", Arguments: json.RawMessage(`{"q":"x"}`)},
+		{ID: "c2", Name: "shell.exec", Arguments: json.RawMessage(`{"cmd":"rm -rf /"}`)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if verdicts[0].Verdict != orchestrator.VerdictAllowed || verdicts[0].EventID != "" {
+		t.Fatalf("search_web: %+v", verdicts[0])
+	}
+	if err := verdicts[0].Permit.Claim(ctx); err != nil {
+		t.Fatalf("claim of a policy-allowed call: %v", err)
+	}
+	if verdicts[1].Verdict != orchestrator.VerdictDenied || verdicts[1].Reason != "Shell is off limits." {
+		t.Fatalf("shell.exec: %+v", verdicts[1])
+	}
+	info, err := e.js.Stream(ctx, contracts.StreamRequests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.CachedInfo().State.Msgs; n != 0 {
+		t.Fatalf("requests published for ungated calls: %d", n)
+	}
+}
+
+func TestApproveClaimOnce(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	call := orchestrator.ToolCall{ID: "pay-1", Name: "payments.send", Arguments: json.RawMessage(`{"recipient":"ACME GmbH","amount":250}`)}
+	eventID := orchestrator.EventID(run, call.ID)
+	type res struct {
+		v   []orchestrator.Verdict
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		v, err := e.gate.Review(ctx, run, []orchestrator.ToolCall{call})
+		ch <- res{v, err}
+	}()
+	rec := e.waitRecord(t, eventID, pending)
+	if rec.Request.Summary != "Pay 250 EUR to ACME GmbH" || rec.Request.Risk != contracts.RiskHigh {
+		t.Fatalf("request snapshot: summary %q risk %q", rec.Request.Summary, rec.Request.Risk)
+	}
+	e.vote(t, eventID, "alice", contracts.DecisionApprove, "")
+	r := <-ch
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	v := r.v[0]
+	if v.Verdict != orchestrator.VerdictAllowed || v.EventID != eventID {
+		t.Fatalf("verdict %+v", v)
+	}
+	want, _ := contracts.ArgumentsSHA256(call.Arguments)
+	got, _ := contracts.ArgumentsSHA256(v.Arguments)
+	if got != want {
+		t.Fatalf("allowed arguments hash %s, want %s", got, want)
+	}
+	if err := v.Permit.Claim(ctx); err != nil {
+		t.Fatalf("first claim: %v", err)
+	}
+	if err := v.Permit.Claim(ctx); !errors.Is(err, orchestrator.ErrAlreadyExecuted) {
+		t.Fatalf("second claim: %v, want ErrAlreadyExecuted", err)
+	}
+	again, err := e.gate.Review(ctx, run, []orchestrator.ToolCall{call})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again[0].Verdict != orchestrator.VerdictAlreadyExecuted {
+		t.Fatalf("re-run after claim: %+v", again[0])
+	}
+}
+
+func TestRejectReturnsReason(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	call := orchestrator.ToolCall{ID: "pay-2", Name: "payments.send", Arguments: json.RawMessage(`{"amount":1}`)}
+	eventID := orchestrator.EventID(run, call.ID)
+	go func() {
+		e.waitRecord(t, eventID, pending)
+		e.vote(t, eventID, "bob", contracts.DecisionReject, "wrong vendor")
+	}()
+	v, err := e.gate.Review(ctx, run, []orchestrator.ToolCall{call})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v[0].Verdict != orchestrator.VerdictDenied || v[0].Reason != "A human reviewer rejected this tool call. Reason: wrong vendor" {
+		t.Fatalf("verdict %+v", v[0])
+	}
+	if v[0].Permit != nil {
+		t.Fatal("a rejected call carries a permit")
+	}
+}
+
+func TestReviewTwiceCreatesOneApprovalAndSeesEarlierDecision(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	call := orchestrator.ToolCall{ID: "c-dup", Name: "unknown.tool", Arguments: json.RawMessage(`{"a":1}`)}
+	pendingV, err := e.gate.Submit(ctx, run, []orchestrator.ToolCall{call})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pendingV[0].Verdict != orchestrator.VerdictPending || pendingV[0].Rule != "default" {
+		t.Fatalf("unknown tool must be gated by the default: %+v", pendingV[0])
+	}
+	again, err := e.gate.Submit(ctx, run, []orchestrator.ToolCall{call})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again[0].EventID != pendingV[0].EventID {
+		t.Fatalf("event ids differ: %s vs %s", again[0].EventID, pendingV[0].EventID)
+	}
+	e.waitRecord(t, pendingV[0].EventID, pending)
+	e.vote(t, pendingV[0].EventID, "carol", contracts.DecisionApprove, "")
+	e.waitRecord(t, pendingV[0].EventID, func(r *contracts.Record) bool { return r.Status == contracts.StatusApproved })
+	// Decided before this Review starts: returned at once.
+	v, err := e.gate.Review(ctx, run, []orchestrator.ToolCall{call})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v[0].Verdict != orchestrator.VerdictAllowed {
+		t.Fatalf("verdict %+v", v[0])
+	}
+	keys, err := e.kv.ListKeys(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for range keys.Keys() {
+		n++
+	}
+	if n != 1 {
+		t.Fatalf("%d records, want 1", n)
+	}
+	// Same ids, other arguments: refused.
+	changed := call
+	changed.Arguments = json.RawMessage(`{"a":2}`)
+	if _, err := e.gate.Submit(ctx, run, []orchestrator.ToolCall{changed}); !errors.Is(err, orchestrator.ErrArgumentsChanged) {
+		t.Fatalf("changed arguments: %v", err)
+	}
+}
+
+func TestConflictingVotesYieldOneOutcome(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	call := orchestrator.ToolCall{ID: "race", Name: "payments.send", Arguments: json.RawMessage(`{"amount":5}`)}
+	v, err := e.gate.Submit(ctx, run, []orchestrator.ToolCall{call})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventID := v[0].EventID
+	e.waitRecord(t, eventID, pending)
+	var wg sync.WaitGroup
+	ids := make([]string, 50)
+	for i := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			decision := contracts.DecisionApprove
+			if i%2 == 1 {
+				decision = contracts.DecisionReject
+			}
+			ids[i] = e.vote(t, eventID, fmt.Sprintf("approver-%d", i), decision, "")
+		}()
+	}
+	wg.Wait()
+	rec := e.waitRecord(t, eventID, func(r *contracts.Record) bool { return len(r.Votes)+len(r.RefusedVotes) == 50 })
+	if len(rec.Votes) != 1 || !rec.Terminal() {
+		t.Fatalf("%d counted votes, status %s; want exactly one outcome", len(rec.Votes), rec.Status)
+	}
+	for _, rv := range rec.RefusedVotes {
+		if rv.Reason != contracts.ReasonClosed {
+			t.Fatalf("refused vote reason %q, want closed", rv.Reason)
+		}
+	}
+	// Exactly one decided event.
+	s, err := e.js.Stream(ctx, contracts.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(contracts.DecidedSubject(eventID)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.State.Subjects[contracts.DecidedSubject(eventID)]; n != 1 {
+		t.Fatalf("%d decided events, want 1", n)
+	}
+}
+
+func TestWaiterSurvivesServerRestart(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	call := orchestrator.ToolCall{ID: "restart", Name: "payments.send", Arguments: json.RawMessage(`{"amount":7}`)}
+	eventID := orchestrator.EventID(run, call.ID)
+	ch := make(chan []orchestrator.Verdict, 1)
+	if err := e.gate.ReviewAsync(ctx, run, []orchestrator.ToolCall{call}, func(v []orchestrator.Verdict, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		ch <- v
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitRecord(t, eventID, pending)
+	e.srv.Restart()
+	e.vote(t, eventID, "dave", contracts.DecisionApprove, "")
+	select {
+	case v := <-ch:
+		if v[0].Verdict != orchestrator.VerdictAllowed {
+			t.Fatalf("verdict %+v", v[0])
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiting run was not woken after a server restart")
+	}
+}

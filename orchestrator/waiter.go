@@ -1,0 +1,260 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/countersign/countersign/contracts"
+)
+
+// WaitFunc is told about a record each time it changes (and once at the
+// start, if the record exists). It returns true when it has seen what it
+// was waiting for; it is then not called again. It runs on the waiter's
+// dispatch goroutine and must not block.
+type WaitFunc func(rec *contracts.Record, revision uint64) (done bool)
+
+// Waiter matches changes of approval records to the runs waiting for them.
+// It holds one KV watch for the whole process, whatever the number of waits:
+// a wait is a map entry and a callback, with no goroutine and no JetStream
+// consumer of its own.
+type Waiter struct {
+	kv  jetstream.KeyValue
+	log *slog.Logger
+
+	mu    sync.Mutex
+	waits map[string][]*wait
+
+	watchMu sync.Mutex
+	watcher jetstream.KeyWatcher
+	closed  bool
+	running sync.WaitGroup
+}
+
+type wait struct {
+	fn       WaitFunc
+	finished bool
+}
+
+// NewWaiter opens the approvals bucket and starts the watch. Stop it with Close.
+func NewWaiter(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*Waiter, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	kv, err := js.KeyValue(ctx, contracts.BucketApprovals)
+	if err != nil {
+		return nil, fmt.Errorf("orchestrator: open bucket %s: %w", contracts.BucketApprovals, err)
+	}
+	w := &Waiter{kv: kv, log: log, waits: map[string][]*wait{}}
+	if err := w.startWatch(ctx); err != nil {
+		return nil, err
+	}
+	// After a reconnect the watch is replaced at once and every pending wait
+	// re-reads its record, instead of waiting for the old watch to notice
+	// missed heartbeats.
+	nc := js.Conn()
+	prev := nc.Opts.ReconnectedCB
+	nc.SetReconnectHandler(func(c *nats.Conn) {
+		if prev != nil {
+			prev(c)
+		}
+		go w.Reconnected()
+	})
+	return w, nil
+}
+
+// startWatch replaces the watch with a new one that delivers changes from now on.
+func (w *Waiter) startWatch(ctx context.Context) error {
+	// Only changes from now on: every wait reads its record once after it
+	// registers, which covers everything that happened before.
+	watcher, err := w.kv.WatchAll(context.WithoutCancel(ctx), jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("orchestrator: watch %s: %w", contracts.BucketApprovals, err)
+	}
+	w.watchMu.Lock()
+	defer w.watchMu.Unlock()
+	if w.closed {
+		_ = watcher.Stop()
+		return nil
+	}
+	old := w.watcher
+	w.watcher = watcher
+	w.running.Add(1)
+	go w.dispatch(watcher)
+	if old != nil {
+		_ = old.Stop()
+	}
+	return nil
+}
+
+// Reconnected renews the watch and re-reads every pending wait's record.
+// It is called on reconnects of the waiter's connection.
+func (w *Waiter) Reconnected() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := w.startWatch(ctx); err != nil {
+		w.log.Warn("renewing the approvals watch failed; the old watch recovers on its own", "err", err)
+	}
+	w.Recheck(ctx)
+}
+
+// Close stops the watch. Pending waits are never called again.
+func (w *Waiter) Close() error {
+	w.watchMu.Lock()
+	w.closed = true
+	var err error
+	if w.watcher != nil {
+		err = w.watcher.Stop()
+	}
+	w.watchMu.Unlock()
+	w.running.Wait()
+	return err
+}
+
+func (w *Waiter) dispatch(watcher jetstream.KeyWatcher) {
+	defer w.running.Done()
+	for e := range watcher.Updates() {
+		if e == nil || e.Operation() != jetstream.KeyValuePut {
+			continue
+		}
+		key := e.Key()
+		w.mu.Lock()
+		_, waiting := w.waits[key]
+		w.mu.Unlock()
+		if !waiting {
+			continue
+		}
+		var rec contracts.Record
+		if err := json.Unmarshal(e.Value(), &rec); err != nil {
+			w.log.Error("unreadable approval record", "event_id", key, "err", err)
+			continue
+		}
+		w.deliver(key, &rec, e.Revision())
+	}
+}
+
+// deliver calls every unfinished wait on key and drops the finished ones.
+func (w *Waiter) deliver(key string, rec *contracts.Record, rev uint64) {
+	w.mu.Lock()
+	list := w.waits[key]
+	w.mu.Unlock()
+	for _, wt := range list {
+		w.mu.Lock()
+		if wt.finished {
+			w.mu.Unlock()
+			continue
+		}
+		w.mu.Unlock()
+		if wt.fn(rec, rev) {
+			w.finish(key, wt)
+		}
+	}
+}
+
+func (w *Waiter) finish(key string, wt *wait) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if wt.finished {
+		return
+	}
+	wt.finished = true
+	list := w.waits[key]
+	for i, x := range list {
+		if x == wt {
+			list = append(list[:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(w.waits, key)
+	} else {
+		w.waits[key] = list
+	}
+}
+
+// Watch calls fn with the record eventID now and on every change until fn
+// returns true or cancel is called. The registration comes before the
+// read, so a change that lands in between is seen by one or the other.
+func (w *Waiter) Watch(ctx context.Context, eventID string, fn WaitFunc) (cancel func(), err error) {
+	wt := &wait{}
+	var once sync.Mutex
+	// Calls from the read below and from the dispatch goroutine are serialized.
+	wt.fn = func(rec *contracts.Record, rev uint64) bool {
+		once.Lock()
+		defer once.Unlock()
+		if wt.finished {
+			return true
+		}
+		return fn(rec, rev)
+	}
+	w.mu.Lock()
+	w.waits[eventID] = append(w.waits[eventID], wt)
+	w.mu.Unlock()
+	cancel = func() { w.finish(eventID, wt) }
+	if err := w.check(ctx, eventID, wt); err != nil {
+		cancel()
+		return nil, err
+	}
+	return cancel, nil
+}
+
+func (w *Waiter) check(ctx context.Context, eventID string, wt *wait) error {
+	e, err := w.kv.Get(ctx, eventID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("orchestrator: read record %s: %w", eventID, err)
+	}
+	var rec contracts.Record
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return fmt.Errorf("orchestrator: record %s is unreadable: %w", eventID, err)
+	}
+	if wt.fn(&rec, e.Revision()) {
+		w.finish(eventID, wt)
+	}
+	return nil
+}
+
+// Pending is the number of registered waits.
+func (w *Waiter) Pending() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, l := range w.waits {
+		n += len(l)
+	}
+	return n
+}
+
+// Recheck reads the record of every pending wait again. Call it after the
+// NATS connection reconnected: the watch resumes where it stopped, and this
+// closes any gap while the connection was down.
+func (w *Waiter) Recheck(ctx context.Context) {
+	w.mu.Lock()
+	keys := make([]string, 0, len(w.waits))
+	for k := range w.waits {
+		keys = append(keys, k)
+	}
+	w.mu.Unlock()
+	for _, k := range keys {
+		if ctx.Err() != nil {
+			return
+		}
+		e, err := w.kv.Get(ctx, k)
+		if err != nil {
+			continue
+		}
+		var rec contracts.Record
+		if json.Unmarshal(e.Value(), &rec) == nil {
+			w.deliver(k, &rec, e.Revision())
+		}
+	}
+}
