@@ -65,6 +65,9 @@ type ConsumerConfig struct {
 	FilterSubjects []string
 	// MaxDeliver bounds deliveries of one message (default 20). The loop
 	// dead-letters a message on its last delivery instead of handing it back.
+	// The server-side consumer itself redelivers without limit, so a message
+	// whose dead-letter copy could not be stored comes back and is tried again
+	// rather than being stranded.
 	MaxDeliver int
 	// AckWait before an unacknowledged message is redelivered (default 30 s).
 	AckWait time.Duration
@@ -128,7 +131,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, cfg ConsumerConfig, h 
 		Durable:        cfg.Durable,
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		AckWait:        cfg.AckWait,
-		MaxDeliver:     cfg.MaxDeliver,
+		MaxDeliver:     -1,
 		MaxAckPending:  max(1000, cfg.Concurrency*4),
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 		FilterSubjects: cfg.FilterSubjects,

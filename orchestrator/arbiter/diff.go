@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"slices"
 	"strings"
+
+	"github.com/countersign/countersign/contracts"
 )
 
 // patchOp is one RFC 6902 operation.
@@ -18,8 +20,9 @@ type patchOp struct {
 // compared member by member; any other changed value is replaced whole.
 // Invalid JSON on either side gives one replace of the root.
 func Diff(from, to json.RawMessage) json.RawMessage {
-	var a, b any
-	if json.Unmarshal(from, &a) != nil || json.Unmarshal(to, &b) != nil {
+	a, errA := decodeNumbers(from)
+	b, errB := decodeNumbers(to)
+	if errA != nil || errB != nil {
 		out, _ := json.Marshal([]patchOp{{Op: "replace", Path: "", Value: to}})
 		return out
 	}
@@ -58,9 +61,32 @@ func diffValue(path string, a, b any, ops *[]patchOp) {
 		}
 		return
 	}
-	if !bytes.Equal(mustJSON(a), mustJSON(b)) {
+	if !sameJSON(mustJSON(a), mustJSON(b)) {
 		*ops = append(*ops, patchOp{Op: "replace", Path: path, Value: mustJSON(b)})
 	}
+}
+
+// decodeNumbers decodes raw keeping numbers as written, so large integers
+// and exact decimals survive into the patch.
+func decodeNumbers(raw json.RawMessage) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// sameJSON compares two values by their RFC 8785 canonical form, so 1 and
+// 1.0 are equal, as they are for the arguments hash.
+func sameJSON(a, b json.RawMessage) bool {
+	ca, errA := contracts.Canonicalize(a)
+	cb, errB := contracts.Canonicalize(b)
+	if errA != nil || errB != nil {
+		return bytes.Equal(a, b)
+	}
+	return bytes.Equal(ca, cb)
 }
 
 func mustJSON(v any) json.RawMessage {

@@ -131,7 +131,7 @@ func refuse(rec contracts.Record, v contracts.Vote) string {
 	}
 	switch v.Decision {
 	case contracts.DecisionEdit:
-		if !isJSONObject(v.Arguments) {
+		if !isJSONObject(v.Arguments) || editedSHA(v) == "" {
 			return contracts.ReasonInvalidArguments
 		}
 	case contracts.DecisionAnswer:
@@ -182,13 +182,23 @@ func inEscalation(rec contracts.Record, id string) bool {
 func currentArgsSHA(rec contracts.Record) string {
 	for i := len(rec.Votes) - 1; i >= 0; i-- {
 		if rec.Votes[i].Decision == contracts.DecisionEdit {
-			return rec.Votes[i].ArgumentsSHA256
+			return editedSHA(rec.Votes[i])
 		}
 	}
 	if rec.Request.ToolCall != nil {
 		return rec.Request.ToolCall.ArgumentsSHA256
 	}
 	return ""
+}
+
+// editedSHA is the hash of the arguments an edit vote proposes. The vote's own
+// arguments_sha256 is the hash of what the approver saw, not of the edit.
+func editedSHA(v contracts.Vote) string {
+	sha, err := contracts.ArgumentsSHA256(v.Arguments)
+	if err != nil {
+		return ""
+	}
+	return sha
 }
 
 // currentArgs is the arguments now under review.
@@ -216,7 +226,7 @@ func approvalsFor(rec contracts.Record, sha string) []string {
 		var voted string
 		switch v.Decision {
 		case contracts.DecisionEdit:
-			voted = v.ArgumentsSHA256
+			voted = editedSHA(v)
 		case contracts.DecisionApprove:
 			// An approval counts for the arguments under review when it was cast.
 			voted = argsUnderReviewAt(rec, v.VoteID, base)
@@ -238,7 +248,7 @@ func argsUnderReviewAt(rec contracts.Record, voteID, base string) string {
 			return cur
 		}
 		if v.Decision == contracts.DecisionEdit {
-			cur = v.ArgumentsSHA256
+			cur = editedSHA(v)
 		}
 	}
 	return cur

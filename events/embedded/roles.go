@@ -1,0 +1,250 @@
+package embedded
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"slices"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/countersign/countersign/contracts"
+)
+
+// Role is what a NATS user may do on the Countersign bus.
+type Role string
+
+// The Countersign roles. Only the arbiter writes approval records; only the
+// admin manages streams, buckets and consumers.
+const (
+	// RoleAdmin may do everything. It provisions streams and buckets at
+	// start-up and is used for nothing else.
+	RoleAdmin Role = "admin"
+	// RoleArbiter consumes requests, votes and commands, and is the only
+	// writer of the hitl_approvals bucket.
+	RoleArbiter Role = "arbiter"
+	// RoleOrchestrator publishes requests and commands and watches records.
+	RoleOrchestrator Role = "orchestrator"
+	// RoleResolver publishes votes and watches records.
+	RoleResolver Role = "resolver"
+	// RoleAPI is orchestrator plus resolver, reads the event stream for
+	// timelines and live updates, and writes the hitl_policy bucket.
+	RoleAPI Role = "api"
+	// RoleNotifier consumes requests and events and publishes delivery receipts.
+	RoleNotifier Role = "notifier"
+)
+
+// Roles lists every role.
+var Roles = []Role{RoleAdmin, RoleArbiter, RoleOrchestrator, RoleResolver, RoleAPI, RoleNotifier}
+
+// Valid reports whether r is one of Roles.
+func (r Role) Valid() bool { return slices.Contains(Roles, r) }
+
+// GenerateUsers returns one user per role, named after the role, with a
+// random password (32 bytes from crypto/rand, base64url without padding).
+func GenerateUsers(roles ...Role) []User {
+	users := make([]User, 0, len(roles))
+	for _, r := range roles {
+		var b [32]byte
+		_, _ = rand.Read(b[:]) // never fails; a broken source crashes the program
+		users = append(users, User{Name: string(r), Password: base64.RawURLEncoding.EncodeToString(b[:]), Role: r})
+	}
+	return users
+}
+
+// Stream names the bucket streams are stored in.
+const (
+	streamApprovals = "KV_" + contracts.BucketApprovals
+	streamPolicy    = "KV_" + contracts.BucketPolicy
+)
+
+// Permissions returns the NATS permissions of role: a fresh value each call.
+// An unknown role may do nothing at all.
+//
+// Every role but admin is denied stream management (create, update, delete,
+// purge, message delete, snapshot, restore) and deleting consumers of the
+// Countersign streams; every role but admin and arbiter is denied writing
+// approval records, and every role but admin and api writing the policy.
+func Permissions(r Role) *server.Permissions {
+	var g grant
+	switch r {
+	case RoleAdmin:
+		return &server.Permissions{
+			Publish:   &server.SubjectPermission{Allow: []string{">"}},
+			Subscribe: &server.SubjectPermission{Allow: []string{">"}},
+		}
+	case RoleArbiter:
+		g.pub(kvWrite(contracts.BucketApprovals))
+		g.pub(kvRead(streamApprovals)...)
+		g.pub(kvWatch(streamApprovals)...)
+		g.pub(durableConsumer(contracts.StreamRequests)...)
+		g.pub(durableConsumer(contracts.StreamResolutions)...)
+		g.pub(durableConsumer(contracts.StreamTimers)...)
+		g.pub(
+			contracts.SubjectDecidedPrefix+">",
+			contracts.SubjectChangedPrefix+">",
+			contracts.SubjectDeadLetterPrefix+">",
+			subjectTimerPrefix+">",
+		)
+	case RoleOrchestrator:
+		g.orchestrator()
+	case RoleResolver:
+		g.resolver()
+	case RoleAPI:
+		g.orchestrator()
+		g.resolver()
+		g.pub(orderedConsumer(contracts.StreamEvents)...)
+		g.pub(kvWrite(contracts.BucketPolicy))
+	case RoleNotifier:
+		g.pub(kvRead(streamApprovals)...)
+		g.pub(kvWatch(streamApprovals)...)
+		g.pub(durableConsumer(contracts.StreamRequests)...)
+		g.pub(durableConsumer(contracts.StreamEvents)...)
+		g.pub(contracts.SubjectNotifyPrefix+">", contracts.SubjectDeadLetterPrefix+">")
+	default:
+		return &server.Permissions{
+			Publish:   &server.SubjectPermission{Deny: []string{">"}},
+			Subscribe: &server.SubjectPermission{Deny: []string{">"}},
+		}
+	}
+	// Everyone: JetStream account info, and replies (publish acks, API
+	// responses, KV reads, consumer deliveries) on inboxes.
+	g.pub("$JS.API.INFO")
+	g.sub("_INBOX.>")
+	g.denyPub(managementDeny...)
+	if r != RoleArbiter {
+		g.denyPub(kvWrite(contracts.BucketApprovals))
+	}
+	if r != RoleAPI {
+		g.denyPub(kvWrite(contracts.BucketPolicy))
+	}
+	return g.permissions()
+}
+
+// subjectTimerPrefix is where the arbiter schedules and receives its timers.
+const subjectTimerPrefix = "hitl.timer."
+
+// managementDeny is denied to every role but admin.
+var managementDeny = func() []string {
+	s := []string{
+		"$JS.API.STREAM.CREATE.>",
+		"$JS.API.STREAM.UPDATE.>",
+		"$JS.API.STREAM.DELETE.>",
+		"$JS.API.STREAM.PURGE.>",
+		"$JS.API.STREAM.MSG.DELETE.>",
+		"$JS.API.STREAM.SNAPSHOT.>",
+		"$JS.API.STREAM.RESTORE.>",
+		"$JS.API.ACCOUNT.PURGE.>",
+	}
+	for _, stream := range []string{
+		contracts.StreamRequests, contracts.StreamResolutions, contracts.StreamEvents,
+		contracts.StreamTimers, contracts.StreamDeadLetter,
+	} {
+		s = append(s, "$JS.API.CONSUMER.DELETE."+stream+".>")
+	}
+	return s
+}()
+
+// grant accumulates allowed and denied subjects.
+type grant struct {
+	pubAllow, pubDeny, subAllow []string
+}
+
+func (g *grant) pub(s ...string)     { g.pubAllow = append(g.pubAllow, s...) }
+func (g *grant) denyPub(s ...string) { g.pubDeny = append(g.pubDeny, s...) }
+func (g *grant) sub(s ...string)     { g.subAllow = append(g.subAllow, s...) }
+
+// orchestrator: publish requests and commands, read and watch records and
+// the policy.
+func (g *grant) orchestrator() {
+	g.pub(
+		contracts.SubjectToolRequestedPrefix+">",
+		contracts.SubjectInputRequestedPrefix+">",
+		contracts.SubjectCommandPrefix+">",
+	)
+	g.pub(kvRead(streamApprovals)...)
+	g.pub(kvWatch(streamApprovals)...)
+	g.pub(kvRead(streamPolicy)...)
+	g.pub(kvWatch(streamPolicy)...)
+}
+
+// resolver: publish votes, read and watch records.
+func (g *grant) resolver() {
+	g.pub(contracts.SubjectResolvedPrefix + ">")
+	g.pub(kvRead(streamApprovals)...)
+	g.pub(kvWatch(streamApprovals)...)
+}
+
+func (g *grant) permissions() *server.Permissions {
+	clean := func(s []string) []string {
+		s = slices.Clone(s)
+		slices.Sort(s)
+		return slices.Compact(s)
+	}
+	return &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: clean(g.pubAllow), Deny: clean(g.pubDeny)},
+		Subscribe: &server.SubjectPermission{Allow: clean(g.subAllow)},
+	}
+}
+
+// kvWrite is the subject space of a bucket's keys: publishing there writes.
+func kvWrite(bucket string) string { return "$KV." + bucket + ".>" }
+
+// kvRead binds a bucket (stream info) and reads keys: direct gets, as the
+// client uses them, and the stream message get for servers without direct
+// access.
+func kvRead(stream string) []string {
+	return []string{
+		"$JS.API.STREAM.INFO." + stream,
+		"$JS.API.DIRECT.GET." + stream,
+		"$JS.API.DIRECT.GET." + stream + ".>",
+		"$JS.API.STREAM.MSG.GET." + stream,
+	}
+}
+
+// kvWatch lets a client watch a bucket. A watcher is an ephemeral ordered
+// push consumer: creating it, answering its flow control (both subject
+// formats), and deleting it, which the client does when the watch stops
+// (without that right, stopping a watch waits for a request timeout). The
+// bucket streams have no durable consumers, so deleting is harmless there.
+func kvWatch(stream string) []string {
+	return []string{
+		"$JS.API.CONSUMER.CREATE." + stream,
+		"$JS.API.CONSUMER.CREATE." + stream + ".>",
+		"$JS.API.CONSUMER.DELETE." + stream + ".>",
+		"$JS.FC." + stream + ".>",
+		"$JS.FC.*.*." + stream + ".>",
+	}
+}
+
+// durableConsumer lets a client create (or update) a durable pull consumer
+// on stream, fetch from it and acknowledge (ack, nak, term, in progress) in
+// both ack subject formats. It cannot delete consumers.
+func durableConsumer(stream string) []string {
+	return []string{
+		"$JS.API.STREAM.INFO." + stream,
+		"$JS.API.CONSUMER.CREATE." + stream + ".>",
+		"$JS.API.CONSUMER.DURABLE.CREATE." + stream + ".>",
+		"$JS.API.CONSUMER.INFO." + stream + ".>",
+		"$JS.API.CONSUMER.MSG.NEXT." + stream + ".>",
+		"$JS.ACK." + stream + ".>",
+		"$JS.ACK.*.*." + stream + ".>",
+	}
+}
+
+// orderedConsumer lets a client read stream from any point with ephemeral
+// ordered consumers (pull or push with flow control) and get single
+// messages. It cannot acknowledge or delete consumers; an ordered consumer
+// left behind expires on its inactivity threshold.
+func orderedConsumer(stream string) []string {
+	return []string{
+		"$JS.API.STREAM.INFO." + stream,
+		"$JS.API.CONSUMER.CREATE." + stream + ".>",
+		"$JS.API.CONSUMER.INFO." + stream + ".>",
+		"$JS.API.CONSUMER.MSG.NEXT." + stream + ".>",
+		"$JS.API.DIRECT.GET." + stream,
+		"$JS.API.DIRECT.GET." + stream + ".>",
+		"$JS.API.STREAM.MSG.GET." + stream,
+		"$JS.FC." + stream + ".>",
+		"$JS.FC.*.*." + stream + ".>",
+	}
+}

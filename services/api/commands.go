@@ -1,0 +1,238 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/events"
+)
+
+type cancelBody struct {
+	Reason string `json:"reason"`
+}
+
+type extendBody struct {
+	Until string `json:"until"`
+	By    string `json:"by"`
+}
+
+type claimBody struct {
+	ClaimID string `json:"claim_id"`
+}
+
+// mayManage reports whether the caller may cancel or extend rec: an admin,
+// or an approver the record lists (any approver when its list is open).
+func mayManage(p *principal, rec *contracts.Record) bool {
+	if p.has(RoleAdmin) {
+		return true
+	}
+	q := rec.Request.Quorum
+	if len(q.Approvers) == 0 || slices.Contains(q.Approvers, p.subject) {
+		return true
+	}
+	for i, tier := range rec.Request.Escalation {
+		if i < rec.EscalationLevel && slices.Contains(tier.Approvers, p.subject) {
+			return true
+		}
+	}
+	return false
+}
+
+// sendCommand publishes cmd (Nats-Msg-Id = command id) and waits for the
+// arbiter's answer as judged by match; it writes the answer.
+func (s *Server) sendCommand(w http.ResponseWriter, r *http.Request, cmd contracts.Command, match func(*contracts.Record) (bool, *apiError)) {
+	var refused *apiError
+	rec, rev, done, err := s.publishAndWatch(r.Context(), cmd.EventID, func(ctx context.Context) error {
+		_, err := events.Publish(ctx, s.cfg.JS, contracts.CommandSubject(cmd.EventID), cmd, cmd.CommandID, nil)
+		return err
+	}, func(rec *contracts.Record) bool {
+		ok, aerr := match(rec)
+		if ok {
+			refused = aerr
+		}
+		return ok
+	})
+	if err != nil {
+		writeError(w, s.backendError("publish command", err))
+		return
+	}
+	p := principalFrom(r.Context())
+	s.log.Info("command", "event_id", cmd.EventID, "command", cmd.Command, "command_id", cmd.CommandID, "by", cmd.By, "token_name", p.name)
+	switch {
+	case !done:
+		writeJSON(w, http.StatusAccepted, inFlightAnswer{Status: "in_flight", CommandID: cmd.CommandID})
+	case refused != nil:
+		writeError(w, refused)
+	default:
+		writeJSON(w, http.StatusOK, recordAnswer{Record: rec, Revision: rev})
+	}
+}
+
+func (s *Server) newCommand(id, kind string, p *principal) contracts.Command {
+	return contracts.Command{
+		Spec: contracts.SpecCommand, CommandID: uuid.Must(uuid.NewV7()).String(), EventID: id, Command: kind,
+		By: p.subject, IssuedAt: s.cfg.Now().UTC(),
+	}
+}
+
+// commandTarget reads the event id and the record a command is about, and
+// decodes the body. It writes the error and returns nil on failure.
+func (s *Server) commandTarget(w http.ResponseWriter, r *http.Request, body any) (string, *contracts.Record, uint64) {
+	id, aerr := eventIDParam(r)
+	if aerr != nil {
+		writeError(w, aerr)
+		return "", nil, 0
+	}
+	if aerr := decodeBody(w, r, body, true); aerr != nil {
+		writeError(w, aerr)
+		return "", nil, 0
+	}
+	rec, rev, aerr := s.getRecord(r.Context(), id)
+	if aerr != nil {
+		writeError(w, aerr)
+		return "", nil, 0
+	}
+	return id, rec, rev
+}
+
+// postCancel answers POST /v1/approvals/{event_id}/cancel.
+func (s *Server) postCancel(w http.ResponseWriter, r *http.Request) {
+	var body cancelBody
+	id, rec, _ := s.commandTarget(w, r, &body)
+	if rec == nil {
+		return
+	}
+	p := principalFrom(r.Context())
+	if !mayManage(p, rec) {
+		writeError(w, refusal(contracts.ReasonNotAnApprover))
+		return
+	}
+	if rec.Terminal() {
+		writeError(w, refusal(contracts.ReasonClosed))
+		return
+	}
+	cmd := s.newCommand(id, contracts.CommandCancel, p)
+	if body.Reason != "" {
+		s.log.Info("cancel reason", "event_id", id, "command_id", cmd.CommandID, "reason", body.Reason)
+	}
+	s.sendCommand(w, r, cmd, func(rec *contracts.Record) (bool, *apiError) {
+		if !rec.Terminal() {
+			return false, nil
+		}
+		if rec.Status == contracts.StatusCancelled && rec.Outcome != nil && rec.Outcome.Reason == "cancel:"+cmd.CommandID {
+			return true, nil
+		}
+		return true, refusal(contracts.ReasonClosed)
+	})
+}
+
+// postExtend answers POST /v1/approvals/{event_id}/extend: {until} sets
+// the deadline, {by} moves it later by a duration.
+func (s *Server) postExtend(w http.ResponseWriter, r *http.Request) {
+	var body extendBody
+	id, rec, rev := s.commandTarget(w, r, &body)
+	if rec == nil {
+		return
+	}
+	bad := func(field, format string, args ...any) {
+		writeError(w, fieldError(http.StatusBadRequest, CodeInvalidField, field, format, args...))
+	}
+	var until time.Time
+	switch {
+	case (body.Until == "") == (body.By == ""):
+		bad("until", "give exactly one of until (RFC 3339 time) or by (duration such as 2h)")
+		return
+	case body.Until != "":
+		t, err := time.Parse(time.RFC3339, body.Until)
+		if err != nil {
+			bad("until", "until must be an RFC 3339 time such as 2030-01-02T15:04:05Z")
+			return
+		}
+		until = t.UTC()
+	default:
+		d, err := time.ParseDuration(body.By)
+		if err != nil || d <= 0 {
+			bad("by", "by must be a positive duration such as 2h or 30m")
+			return
+		}
+		until = rec.ExpiresAt.Add(d).UTC()
+	}
+	if !until.After(s.cfg.Now()) {
+		bad("until", "the new deadline must be in the future")
+		return
+	}
+	p := principalFrom(r.Context())
+	if !mayManage(p, rec) {
+		writeError(w, refusal(contracts.ReasonNotAnApprover))
+		return
+	}
+	if rec.Terminal() {
+		writeError(w, refusal(contracts.ReasonClosed))
+		return
+	}
+	if until.Equal(rec.ExpiresAt) {
+		writeJSON(w, http.StatusOK, recordAnswer{Record: rec, Revision: rev})
+		return
+	}
+	before := rec.ExpiresAt
+	cmd := s.newCommand(id, contracts.CommandExtend, p)
+	cmd.Until = until
+	s.sendCommand(w, r, cmd, func(rec *contracts.Record) (bool, *apiError) {
+		switch {
+		case rec.Terminal():
+			return true, refusal(contracts.ReasonClosed)
+		case !rec.ExpiresAt.Equal(before):
+			return true, nil
+		}
+		return false, nil
+	})
+}
+
+// postClaim answers POST /v1/approvals/{event_id}/claim: it succeeds once
+// per approval (and again for a retry with the same claim_id).
+func (s *Server) postClaim(w http.ResponseWriter, r *http.Request) {
+	var body claimBody
+	id, rec, rev := s.commandTarget(w, r, &body)
+	if rec == nil {
+		return
+	}
+	if body.ClaimID != "" && !validClientID(body.ClaimID) {
+		writeError(w, fieldError(http.StatusBadRequest, CodeInvalidField, "claim_id",
+			"claim_id must be 1 to %d characters of A-Z, a-z, 0-9 and - _ . :", maxClientID))
+		return
+	}
+	claimID := body.ClaimID
+	if claimID == "" {
+		claimID = uuid.Must(uuid.NewV7()).String()
+	}
+	if c := rec.Claim; c != nil {
+		if c.ClaimID == claimID {
+			writeJSON(w, http.StatusOK, recordAnswer{Record: rec, Revision: rev})
+		} else {
+			writeError(w, refusal(contracts.ReasonAlreadyClaimed))
+		}
+		return
+	}
+	if rec.Status != contracts.StatusApproved {
+		writeError(w, refusal(contracts.ReasonNotApproved))
+		return
+	}
+	cmd := s.newCommand(id, contracts.CommandClaim, principalFrom(r.Context()))
+	cmd.CommandID, cmd.ClaimID = claimID, claimID
+	s.sendCommand(w, r, cmd, func(rec *contracts.Record) (bool, *apiError) {
+		switch {
+		case rec.Claim != nil && rec.Claim.ClaimID == claimID:
+			return true, nil
+		case rec.Claim != nil:
+			return true, refusal(contracts.ReasonAlreadyClaimed)
+		case rec.Status != contracts.StatusApproved:
+			return true, refusal(contracts.ReasonNotApproved)
+		}
+		return false, nil
+	})
+}

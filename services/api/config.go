@@ -1,0 +1,142 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/countersign/countersign/orchestrator"
+)
+
+// Roles a token can hold. An admin may do everything.
+const (
+	RoleAgent    = "agent"
+	RoleApprover = "approver"
+	RoleAdmin    = "admin"
+)
+
+// Token is one accepted bearer token. Only the hash of the token is kept.
+type Token struct {
+	// Name identifies the token in logs (the token itself is never logged).
+	Name string `json:"name" yaml:"name"`
+	// Subject is the caller's identity: the approver id of an approver, the
+	// agent id of an agent. Votes are cast in this name.
+	Subject string `json:"subject" yaml:"subject"`
+	// SHA256 is the lowercase hex SHA-256 of the bearer token (HashToken).
+	SHA256 string `json:"sha256" yaml:"sha256"`
+	// Roles held by the token: agent, approver, admin.
+	Roles []string `json:"roles" yaml:"roles"`
+}
+
+// Config wires a Server.
+type Config struct {
+	// JS is the JetStream context; the streams and bucket must exist.
+	JS jetstream.JetStream
+	// Gate reviews the tool calls of POST /v1/reviews.
+	Gate *orchestrator.Gate
+	// Waiter is the process's record waiter. The API does not need it: its
+	// long polls, votes and commands wait on the one watch of the bucket that
+	// also feeds its listing index. It is accepted so wiring can pass it.
+	Waiter *orchestrator.Waiter
+	// Tokens accepted on /v1. With none, every /v1 request is refused.
+	Tokens []Token
+	// Logger defaults to discarding.
+	Logger *slog.Logger
+	// Registerer receives the API's metrics and Gatherer is served on
+	// /metrics. With neither, a private registry is used for both; a
+	// Registerer that is also a Gatherer (a *prometheus.Registry) serves both.
+	Registerer prometheus.Registerer
+	Gatherer   prometheus.Gatherer
+	// Ready is checked by /readyz besides the NATS connection (optional).
+	Ready func(ctx context.Context) error
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+func (c *Config) setDefaults() {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Registerer == nil && c.Gatherer == nil {
+		reg := prometheus.NewRegistry()
+		c.Registerer, c.Gatherer = reg, reg
+	}
+	if c.Gatherer == nil {
+		if g, ok := c.Registerer.(prometheus.Gatherer); ok {
+			c.Gatherer = g
+		}
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.JS == nil {
+		errs = append(errs, errors.New("api: Config.JS is required"))
+	}
+	if c.Gate == nil {
+		errs = append(errs, errors.New("api: Config.Gate is required"))
+	}
+	if c.Registerer == nil {
+		errs = append(errs, errors.New("api: Config.Registerer is required when Config.Gatherer is set"))
+	}
+	if c.Gatherer == nil {
+		errs = append(errs, errors.New("api: Config.Gatherer is required when Config.Registerer is not a prometheus.Gatherer"))
+	}
+	seen := map[string]int{}
+	for i, t := range c.Tokens {
+		where := fmt.Sprintf("api: Config.Tokens[%d]", i)
+		if t.Name != "" {
+			where += fmt.Sprintf(" (%s)", t.Name)
+		}
+		if t.Subject == "" {
+			errs = append(errs, fmt.Errorf("%s.Subject is required", where))
+		}
+		if b, err := hex.DecodeString(t.SHA256); err != nil || len(b) != sha256.Size {
+			errs = append(errs, fmt.Errorf("%s.SHA256 must be 64 hex characters (the SHA-256 of the token)", where))
+		} else if j, dup := seen[hex.EncodeToString(b)]; dup {
+			errs = append(errs, fmt.Errorf("%s.SHA256 is the same as Config.Tokens[%d].SHA256", where, j))
+		} else {
+			seen[hex.EncodeToString(b)] = i
+		}
+		if len(t.Roles) == 0 {
+			errs = append(errs, fmt.Errorf("%s.Roles must list at least one of agent, approver, admin", where))
+		}
+		for _, r := range t.Roles {
+			if !slices.Contains([]string{RoleAgent, RoleApprover, RoleAdmin}, r) {
+				errs = append(errs, fmt.Errorf("%s.Roles: unknown role %q (agent, approver, admin)", where, r))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// HashToken returns the lowercase hex SHA-256 of a bearer token: the form in
+// which tokens are configured.
+func HashToken(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+// NewToken returns a new random bearer token ("cs_" and 32 random bytes,
+// base64url) and its hash for the configuration.
+func NewToken() (token, hash string, err error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", "", fmt.Errorf("api: random token: %w", err)
+	}
+	token = "cs_" + base64.RawURLEncoding.EncodeToString(b)
+	return token, HashToken(token), nil
+}

@@ -1,0 +1,213 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// MaxBodyBytes is the largest request body accepted.
+const MaxBodyBytes = 1 << 20
+
+var rawMessageType = reflect.TypeFor[json.RawMessage]()
+
+// decodeBody reads the request body strictly into dst (a pointer to a
+// struct): unknown fields, wrong types, trailing data and bodies over
+// MaxBodyBytes are refused with the JSON path of the offending field. An
+// empty body decodes as {} when allowEmpty is set.
+func decodeBody(w http.ResponseWriter, r *http.Request, dst any, allowEmpty bool) *apiError {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return errorf(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "the request body exceeds %d bytes", MaxBodyBytes)
+		}
+		return errorf(http.StatusBadRequest, CodeInvalidJSON, "the request body could not be read")
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		if allowEmpty {
+			return nil
+		}
+		return errorf(http.StatusBadRequest, CodeInvalidJSON, "the request body is empty; a JSON object is expected")
+	}
+	return decodeStrict(data, dst)
+}
+
+// decodeStrict checks data against dst's type, then decodes it.
+func decodeStrict(data []byte, dst any) *apiError {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var tree any
+	if err := dec.Decode(&tree); err != nil {
+		return errorf(http.StatusBadRequest, CodeInvalidJSON, "malformed JSON: %s", syntaxMessage(err))
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errorf(http.StatusBadRequest, CodeInvalidJSON, "malformed JSON: unexpected data after the top-level value")
+	}
+	if e := checkValue(tree, reflect.TypeOf(dst).Elem(), ""); e != nil {
+		return e
+	}
+	strict := json.NewDecoder(bytes.NewReader(data))
+	strict.DisallowUnknownFields()
+	if err := strict.Decode(dst); err != nil {
+		return errorf(http.StatusBadRequest, CodeInvalidJSON, "the request body does not match the expected shape: %v", err)
+	}
+	return nil
+}
+
+func syntaxMessage(err error) string {
+	var syn *json.SyntaxError
+	if errors.As(err, &syn) {
+		return syn.Error() + " (at byte " + strconv.FormatInt(syn.Offset, 10) + ")"
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return "unexpected end of input"
+	}
+	return err.Error()
+}
+
+// checkValue walks a decoded JSON value alongside the Go type it will be
+// decoded into. Field names must match their JSON names exactly (the
+// standard decoder would also accept other letter cases). null is accepted
+// everywhere and means "absent".
+func checkValue(v any, t reflect.Type, path string) *apiError {
+	if v == nil || t == rawMessageType {
+		return nil
+	}
+	switch t.Kind() {
+	case reflect.Pointer:
+		return checkValue(v, t.Elem(), path)
+	case reflect.Interface:
+		return nil
+	case reflect.Struct:
+		obj, ok := v.(map[string]any)
+		if !ok {
+			return typeError(path, "an object")
+		}
+		fields := jsonFields(t)
+		keys := make([]string, 0, len(obj))
+		for k := range obj {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			ft, ok := fields[k]
+			if !ok {
+				return fieldError(http.StatusBadRequest, CodeUnknownField, joinPath(path, k), "unknown field %q", joinPath(path, k))
+			}
+			if e := checkValue(obj[k], ft, joinPath(path, k)); e != nil {
+				return e
+			}
+		}
+		return nil
+	case reflect.Map:
+		obj, ok := v.(map[string]any)
+		if !ok || t.Key().Kind() != reflect.String {
+			return typeError(path, "an object")
+		}
+		for k, e := range obj {
+			if err := checkValue(e, t.Elem(), joinPath(path, k)); err != nil {
+				return err
+			}
+		}
+		return nil
+	case reflect.Slice, reflect.Array:
+		arr, ok := v.([]any)
+		if !ok {
+			return typeError(path, "an array")
+		}
+		for i, e := range arr {
+			if err := checkValue(e, t.Elem(), path+"["+strconv.Itoa(i)+"]"); err != nil {
+				return err
+			}
+		}
+		return nil
+	case reflect.String:
+		if _, ok := v.(string); !ok {
+			return typeError(path, "a string")
+		}
+		return nil
+	case reflect.Bool:
+		if _, ok := v.(bool); !ok {
+			return typeError(path, "a boolean")
+		}
+		return nil
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		n, ok := v.(json.Number)
+		if !ok {
+			return typeError(path, "an integer")
+		}
+		if _, err := strconv.ParseInt(n.String(), 10, t.Bits()); err != nil {
+			return typeError(path, "an integer in range")
+		}
+		return nil
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		n, ok := v.(json.Number)
+		if !ok {
+			return typeError(path, "a non-negative integer")
+		}
+		if _, err := strconv.ParseUint(n.String(), 10, t.Bits()); err != nil {
+			return typeError(path, "a non-negative integer in range")
+		}
+		return nil
+	case reflect.Float32, reflect.Float64:
+		n, ok := v.(json.Number)
+		if !ok {
+			return typeError(path, "a number")
+		}
+		if _, err := strconv.ParseFloat(n.String(), t.Bits()); err != nil {
+			return typeError(path, "a number in range")
+		}
+		return nil
+	}
+	return typeError(path, "a supported value")
+}
+
+func typeError(path, want string) *apiError {
+	if path == "" {
+		return errorf(http.StatusBadRequest, CodeInvalidJSON, "the request body must be %s", want)
+	}
+	return fieldError(http.StatusBadRequest, CodeInvalidJSON, path, "%s must be %s", path, want)
+}
+
+func joinPath(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+var fieldCache sync.Map // reflect.Type → map[string]reflect.Type
+
+// jsonFields maps the JSON names of t's exported fields to their types.
+func jsonFields(t reflect.Type) map[string]reflect.Type {
+	if m, ok := fieldCache.Load(t); ok {
+		return m.(map[string]reflect.Type)
+	}
+	m := map[string]reflect.Type{}
+	for f := range t.Fields() {
+		if !f.IsExported() {
+			continue
+		}
+		name := f.Name
+		if tag, ok := f.Tag.Lookup("json"); ok {
+			tagName, _, _ := strings.Cut(tag, ",")
+			if tagName == "-" {
+				continue
+			}
+			if tagName != "" {
+				name = tagName
+			}
+		}
+		m[name] = f.Type
+	}
+	fieldCache.Store(t, m)
+	return m
+}

@@ -1,0 +1,68 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+)
+
+// Error codes of the API besides the arbiter's refusal reasons
+// (contracts.Reason*), which are returned as they are.
+const (
+	CodeUnauthenticated    = "unauthenticated"
+	CodeForbidden          = "forbidden"
+	CodeNotFound           = "not_found"
+	CodeMethodNotAllowed   = "method_not_allowed"
+	CodeInvalidJSON        = "invalid_json"
+	CodeUnknownField       = "unknown_field"
+	CodeBodyTooLarge       = "body_too_large"
+	CodeInvalidField       = "invalid_field"
+	CodeInvalidParameter   = "invalid_parameter"
+	CodeInvalidArguments   = "invalid_arguments"
+	CodeInvalidEventID     = "invalid_event_id"
+	CodeApproverNotAllowed = "approver_not_allowed"
+	CodeArgumentsChanged   = "arguments_changed"
+	CodeUnknownEvent       = "unknown_event"
+	CodeUnavailable        = "unavailable"
+	CodeNotReady           = "not_ready"
+	CodeInternal           = "internal"
+)
+
+// apiError is an error answer: an HTTP status and the body
+// {"error":{"code","message","field"}}.
+type apiError struct {
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}
+
+func (e *apiError) Error() string { return e.Code + ": " + e.Message }
+
+func errorf(status int, code, format string, args ...any) *apiError {
+	return &apiError{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+func fieldError(status int, code, field, format string, args ...any) *apiError {
+	return &apiError{Status: status, Code: code, Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+func writeError(w http.ResponseWriter, e *apiError) {
+	writeJSON(w, e.Status, struct {
+		Error *apiError `json:"error"`
+	}{e})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		data = []byte(`{"error":{"code":"internal","message":"the response could not be encoded"}}`)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(data, '\n'))
+}

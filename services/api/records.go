@@ -1,0 +1,117 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/countersign/countersign/contracts"
+)
+
+// MaxWait bounds every long poll.
+const MaxWait = 60 * time.Second
+
+// recordAnswer is a record with its KV revision.
+type recordAnswer struct {
+	Record   *contracts.Record `json:"record"`
+	Revision uint64            `json:"revision"`
+}
+
+// eventIDParam reads and checks the {event_id} path segment.
+func eventIDParam(r *http.Request) (string, *apiError) {
+	id := r.PathValue("event_id")
+	if !contracts.ValidEventID(id) {
+		return "", fieldError(http.StatusBadRequest, CodeInvalidEventID, "event_id",
+			"event_id must be 1 to 64 characters of A-Z, a-z, 0-9, '-' and '_'")
+	}
+	return id, nil
+}
+
+// parseWait reads ?wait= as a Go duration ("30s") or a number of seconds.
+// Longer waits are cut to MaxWait.
+func parseWait(r *http.Request) (time.Duration, *apiError) {
+	v := r.URL.Query().Get("wait")
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		n, nerr := strconv.ParseFloat(v, 64)
+		if nerr != nil {
+			return 0, fieldError(http.StatusBadRequest, CodeInvalidParameter, "wait", "wait must be a duration such as 30s (at most 60s)")
+		}
+		d = time.Duration(n * float64(time.Second))
+	}
+	if d < 0 {
+		return 0, fieldError(http.StatusBadRequest, CodeInvalidParameter, "wait", "wait must not be negative")
+	}
+	return min(d, MaxWait), nil
+}
+
+// getRecord reads a record; a missing one is 404 unknown_event.
+func (s *Server) getRecord(ctx context.Context, id string) (*contracts.Record, uint64, *apiError) {
+	e, err := s.kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, errorf(http.StatusNotFound, CodeUnknownEvent, "no approval %s", id)
+	}
+	if err != nil {
+		return nil, 0, s.backendError("read record", err)
+	}
+	var rec contracts.Record
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		s.log.Error("unreadable approval record", "event_id", id, "err", err)
+		return nil, 0, errorf(http.StatusInternalServerError, CodeInternal, "approval %s is unreadable", id)
+	}
+	return &rec, e.Revision(), nil
+}
+
+// backendError maps a NATS failure to 503 when NATS is unreachable or slow,
+// else to 500.
+func (s *Server) backendError(what string, err error) *apiError {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout),
+		errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrNoResponders),
+		errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrConnectionReconnecting),
+		errors.Is(err, nats.ErrDisconnected):
+		s.log.Warn("NATS unavailable", "op", what, "err", err)
+		return errorf(http.StatusServiceUnavailable, CodeUnavailable, "the message bus is unavailable; retry shortly")
+	case errors.Is(err, context.Canceled):
+		return errorf(http.StatusServiceUnavailable, CodeUnavailable, "the request was cancelled")
+	}
+	s.log.Error("NATS request failed", "op", what, "err", err)
+	return errorf(http.StatusInternalServerError, CodeInternal, "internal error")
+}
+
+// watchRecord waits until done(record) holds, ctx ends, or wait elapses,
+// and returns the newest record seen (nil if the record does not exist).
+func (s *Server) watchRecord(ctx context.Context, id string, wait time.Duration, done func(*contracts.Record) bool) (*contracts.Record, uint64, bool, error) {
+	wake := make(chan struct{}, 1)
+	w, stop, err := s.index.watch(ctx, id, wake)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	defer stop()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		st, ok := w.state()
+		if ok && done(st.rec) {
+			return st.rec, st.rev, true, nil
+		}
+		select {
+		case <-wake:
+			continue
+		case <-timer.C:
+		case <-ctx.Done():
+		case <-s.done:
+		}
+		st, ok = w.state()
+		return st.rec, st.rev, ok && done(st.rec), nil
+	}
+}

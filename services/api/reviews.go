@@ -1,0 +1,262 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/orchestrator"
+)
+
+// Limits of a review request.
+const (
+	maxToolCalls = 256
+	maxIDLength  = 256
+)
+
+// recordVisibleWait is how long a review waits for the arbiter to create
+// the records of its gated calls, so the event ids it returns can be read
+// at once. The request is durable either way.
+const recordVisibleWait = 5 * time.Second
+
+type reviewRequest struct {
+	Run       reviewRun        `json:"run"`
+	ToolCalls []reviewToolCall `json:"tool_calls"`
+}
+
+type reviewRun struct {
+	ID          string `json:"id"`
+	ThreadID    string `json:"thread_id"`
+	Agent       string `json:"agent"`
+	RequestedBy string `json:"requested_by"`
+	Owner       string `json:"owner"`
+	Tenant      string `json:"tenant"`
+}
+
+type reviewToolCall struct {
+	ID        string          `json:"id"`
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+type reviewResult struct {
+	ToolCallID string          `json:"tool_call_id"`
+	Verdict    string          `json:"verdict"`
+	EventID    string          `json:"event_id,omitempty"`
+	Reason     string          `json:"reason,omitempty"`
+	Rule       string          `json:"rule,omitempty"`
+	Arguments  json.RawMessage `json:"arguments,omitempty"`
+}
+
+type reviewAnswer struct {
+	Results []reviewResult `json:"results"`
+}
+
+// postReviews answers POST /v1/reviews[?wait=30s].
+func (s *Server) postReviews(w http.ResponseWriter, r *http.Request) {
+	wait, aerr := parseWait(r)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	var req reviewRequest
+	if aerr := decodeBody(w, r, &req, false); aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	hashes, aerr := validateReview(&req)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	p := principalFrom(r.Context())
+	run := contracts.Run{
+		ID: req.Run.ID, ThreadID: req.Run.ThreadID, Agent: req.Run.Agent,
+		RequestedBy: req.Run.RequestedBy, Owner: req.Run.Owner, Tenant: req.Run.Tenant,
+	}
+	if run.RequestedBy == "" {
+		run.RequestedBy = p.subject
+	}
+	calls := make([]orchestrator.ToolCall, len(req.ToolCalls))
+	for i, c := range req.ToolCalls {
+		calls[i] = orchestrator.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments}
+	}
+	// Publishing is the durable step: it is finished even if the client goes away.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
+	verdicts, err := s.cfg.Gate.Submit(sctx, run, calls)
+	cancel()
+	switch {
+	case errors.Is(err, orchestrator.ErrArgumentsChanged):
+		writeError(w, errorf(http.StatusConflict, CodeArgumentsChanged,
+			"%s", strings.TrimPrefix(err.Error(), "orchestrator: ")))
+		return
+	case errors.Is(err, orchestrator.ErrInvalidArguments):
+		writeError(w, errorf(http.StatusBadRequest, CodeInvalidArguments, "%s", strings.TrimPrefix(err.Error(), "orchestrator: ")))
+		return
+	case err != nil:
+		writeError(w, s.backendError("submit review", err))
+		return
+	}
+	s.awaitVerdicts(r.Context(), verdicts, hashes, wait)
+	ans := reviewAnswer{Results: make([]reviewResult, len(verdicts))}
+	for i, v := range verdicts {
+		ans.Results[i] = reviewResult{
+			ToolCallID: v.ToolCallID, Verdict: v.Verdict, EventID: v.EventID, Reason: v.Reason, Rule: v.Rule, Arguments: v.Arguments,
+		}
+	}
+	writeJSON(w, http.StatusOK, ans)
+}
+
+// validateReview refuses a request before anything is published, so a bad
+// call never leaves the calls before it half submitted. It returns the
+// arguments hash of every call.
+func validateReview(req *reviewRequest) ([]string, *apiError) {
+	bad := func(field, format string, args ...any) *apiError {
+		return fieldError(http.StatusBadRequest, CodeInvalidField, field, format, args...)
+	}
+	if strings.TrimSpace(req.Run.Agent) == "" {
+		return nil, bad("run.agent", "run.agent is required")
+	}
+	for field, v := range map[string]string{
+		"run.id": req.Run.ID, "run.thread_id": req.Run.ThreadID, "run.agent": req.Run.Agent,
+		"run.requested_by": req.Run.RequestedBy, "run.owner": req.Run.Owner, "run.tenant": req.Run.Tenant,
+	} {
+		if len(v) > maxIDLength {
+			return nil, bad(field, "%s is longer than %d bytes", field, maxIDLength)
+		}
+	}
+	if len(req.ToolCalls) == 0 {
+		return nil, bad("tool_calls", "tool_calls must list at least one call")
+	}
+	if len(req.ToolCalls) > maxToolCalls {
+		return nil, bad("tool_calls", "tool_calls lists more than %d calls", maxToolCalls)
+	}
+	hashes := make([]string, len(req.ToolCalls))
+	seen := map[string]int{}
+	for i, c := range req.ToolCalls {
+		at := fmt.Sprintf("tool_calls[%d]", i)
+		if strings.TrimSpace(c.Name) == "" {
+			return nil, bad(at+".name", "%s.name is required", at)
+		}
+		if len(c.Name) > maxIDLength || len(c.ID) > maxIDLength {
+			return nil, bad(at, "%s.id and .name must be at most %d bytes", at, maxIDLength)
+		}
+		if c.ID != "" {
+			if j, dup := seen[c.ID]; dup {
+				return nil, bad(at+".id", "%s.id %q is also the id of tool_calls[%d]", at, c.ID, j)
+			}
+			seen[c.ID] = i
+		}
+		args := strings.TrimSpace(string(c.Arguments))
+		if args == "" || args == "null" {
+			args = "{}"
+		}
+		if args[0] != '{' {
+			return nil, fieldError(http.StatusBadRequest, CodeInvalidArguments, at+".arguments", "%s.arguments must be a JSON object", at)
+		}
+		sha, err := contracts.ArgumentsSHA256([]byte(args))
+		if err != nil {
+			return nil, fieldError(http.StatusBadRequest, CodeInvalidArguments, at+".arguments", "%s.arguments: %v", at, err)
+		}
+		hashes[i] = sha
+	}
+	return hashes, nil
+}
+
+// awaitVerdicts waits on the pending verdicts: until every record exists
+// (briefly) or, with a wait, until every one is terminal or the wait
+// elapses. Verdicts that turned terminal are filled in; the others stay
+// pending.
+func (s *Server) awaitVerdicts(ctx context.Context, verdicts []orchestrator.Verdict, hashes []string, wait time.Duration) {
+	terminalOnly := wait > 0
+	if !terminalOnly {
+		wait = recordVisibleWait
+	}
+	wake := make(chan struct{}, 1)
+	watches := map[int]*recordWatch{}
+	for i, v := range verdicts {
+		if v.Verdict != orchestrator.VerdictPending {
+			continue
+		}
+		w, stop, err := s.index.watch(ctx, v.EventID, wake)
+		if err != nil {
+			s.log.Warn("waiting on an approval failed; reporting it pending", "event_id", v.EventID, "err", err)
+			continue
+		}
+		defer stop()
+		watches[i] = w
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		for i, w := range watches {
+			st, ok := w.state()
+			switch {
+			case ok && st.rec.Terminal():
+				verdicts[i] = verdictFor(st.rec, verdicts[i].ToolCallID, hashes[i])
+				delete(watches, i)
+			case ok && !terminalOnly:
+				delete(watches, i)
+			}
+		}
+		if len(watches) == 0 {
+			return
+		}
+		select {
+		case <-wake:
+		case <-timer.C:
+			return
+		case <-ctx.Done():
+			return
+		case <-s.done:
+			return
+		}
+	}
+}
+
+// verdictFor turns a terminal record into the verdict for the call whose
+// arguments hash to sha, with the same verdicts and messages as the Go
+// library's Gate.
+func verdictFor(rec *contracts.Record, toolCallID, sha string) orchestrator.Verdict {
+	v := orchestrator.Verdict{ToolCallID: toolCallID, EventID: rec.Request.EventID, Rule: rec.Request.Policy.Rule}
+	out := rec.Outcome
+	if out == nil {
+		out = &contracts.Outcome{}
+	}
+	switch rec.Status {
+	case contracts.StatusApproved:
+		switch {
+		case rec.Request.ToolCall == nil || rec.Request.ToolCall.ArgumentsSHA256 != sha:
+			v.Verdict, v.Reason = orchestrator.VerdictDenied, "The approval on record is for other arguments; this call was not approved."
+		case rec.Claim != nil:
+			v.Verdict = orchestrator.VerdictAlreadyExecuted
+			v.Reason = "This approved call was already executed once; it will not run again."
+		default:
+			v.Verdict, v.Arguments = orchestrator.VerdictAllowed, out.Arguments
+		}
+	case contracts.StatusRejected:
+		v.Verdict = orchestrator.VerdictDenied
+		v.Reason = "A human reviewer rejected this tool call."
+		if out.Comment != "" {
+			v.Reason += " Reason: " + out.Comment
+		}
+	case contracts.StatusResponded:
+		v.Verdict, v.Reason = orchestrator.VerdictResponded, out.Comment
+	case contracts.StatusAnswered:
+		v.Verdict, v.Arguments = orchestrator.VerdictAnswered, out.Arguments
+	case contracts.StatusExpired:
+		v.Verdict = orchestrator.VerdictExpired
+		v.Reason = "No human decided on this tool call before its deadline; it was not run."
+	case contracts.StatusCancelled:
+		v.Verdict = orchestrator.VerdictCancelled
+		v.Reason = "The approval request for this tool call was cancelled; it was not run."
+	default:
+		v.Verdict, v.Reason = orchestrator.VerdictDenied, "Unknown approval status "+rec.Status+"; failing closed."
+	}
+	return v
+}

@@ -1,0 +1,241 @@
+package api
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/countersign/countersign/contracts"
+)
+
+// Server is the HTTP API. Create it with New, serve Handler, stop it with Close.
+type Server struct {
+	cfg    Config
+	log    *slog.Logger
+	kv     jetstream.KeyValue
+	tokens []tokenEntry
+	index  *index
+	m      *metrics
+
+	handler http.Handler
+	mux     *http.ServeMux
+
+	done      chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+}
+
+//go:embed openapi.json
+var openAPIDocument []byte
+
+// New validates cfg, opens the approvals bucket and starts the records
+// index (one watch of the bucket) that backs listing and the pending gauge.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	kv, err := cfg.JS.KeyValue(ctx, contracts.BucketApprovals)
+	if err != nil {
+		return nil, fmt.Errorf("api: open bucket %s: %w", contracts.BucketApprovals, err)
+	}
+	s := &Server{
+		cfg:    cfg,
+		log:    cfg.Logger,
+		kv:     kv,
+		tokens: newTokenEntries(cfg.Tokens),
+		done:   make(chan struct{}),
+	}
+	s.index = newIndex(kv, cfg.Logger)
+	if s.m, err = newMetrics(cfg.Registerer, s.index.pendingCount); err != nil {
+		return nil, fmt.Errorf("api: register metrics: %w", err)
+	}
+	if err := s.index.start(ctx); err != nil {
+		return nil, err
+	}
+	s.routes()
+	return s, nil
+}
+
+// Handler serves the API.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Close ends open event streams and stops the records index. Requests in
+// progress finish on their own; the caller shuts the HTTP server down.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.done)
+		s.closeErr = s.index.stop()
+	})
+	return s.closeErr
+}
+
+func (s *Server) routes() {
+	mux := http.NewServeMux()
+	// Reads are open to every token; writes need a role (admin has all).
+	mux.HandleFunc("POST /v1/reviews", s.authed(s.postReviews, RoleAgent))
+	mux.HandleFunc("GET /v1/approvals", s.authed(s.listApprovals))
+	mux.HandleFunc("GET /v1/approvals/{event_id}", s.authed(s.getApproval))
+	mux.HandleFunc("POST /v1/approvals/{event_id}/votes", s.authed(s.postVote, RoleApprover))
+	mux.HandleFunc("POST /v1/approvals/{event_id}/cancel", s.authed(s.postCancel, RoleApprover))
+	mux.HandleFunc("POST /v1/approvals/{event_id}/extend", s.authed(s.postExtend, RoleApprover))
+	mux.HandleFunc("POST /v1/approvals/{event_id}/claim", s.authed(s.postClaim, RoleAgent))
+	mux.HandleFunc("GET /v1/approvals/{event_id}/events", s.authed(s.getTimeline))
+	mux.HandleFunc("GET /v1/events", s.authed(s.getEvents))
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /openapi.json", s.openAPI)
+	s.mux = mux
+	s.handler = s.observe(s.recoverPanics(http.HandlerFunc(s.route)))
+}
+
+// route dispatches to the mux, answering unknown routes and wrong methods
+// with JSON errors instead of the mux's plain text.
+func (s *Server) route(w http.ResponseWriter, r *http.Request) {
+	h, pattern := s.mux.Handler(r)
+	if pattern != "" {
+		s.mux.ServeHTTP(w, r)
+		return
+	}
+	cw := &captureWriter{header: w.Header()}
+	h.ServeHTTP(cw, r)
+	switch cw.status {
+	case http.StatusMethodNotAllowed:
+		writeError(w, errorf(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "method %s is not allowed on %s", r.Method, r.URL.Path))
+	case http.StatusNotFound, 0:
+		writeError(w, errorf(http.StatusNotFound, CodeNotFound, "no such route: %s %s", r.Method, r.URL.Path))
+	default:
+		// A redirect to the clean form of the path.
+		w.WriteHeader(cw.status)
+	}
+}
+
+// captureWriter records the status of the mux's own answers and drops their body.
+type captureWriter struct {
+	header http.Header
+	status int
+}
+
+func (c *captureWriter) Header() http.Header { return c.header }
+func (c *captureWriter) Write(b []byte) (int, error) {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	return len(b), nil
+}
+func (c *captureWriter) WriteHeader(code int) {
+	if c.status == 0 {
+		c.status = code
+	}
+}
+
+// loggingWriter records the status for metrics and logs.
+type loggingWriter struct {
+	http.ResponseWriter
+	status int
+	token  string
+}
+
+func (l *loggingWriter) WriteHeader(code int) {
+	if l.status == 0 {
+		l.status = code
+	}
+	l.ResponseWriter.WriteHeader(code)
+}
+
+func (l *loggingWriter) Write(b []byte) (int, error) {
+	if l.status == 0 {
+		l.status = http.StatusOK
+	}
+	return l.ResponseWriter.Write(b)
+}
+
+func (l *loggingWriter) Unwrap() http.ResponseWriter { return l.ResponseWriter }
+
+// Flush lets event streams push each event at once.
+func (l *loggingWriter) Flush() {
+	if l.status == 0 {
+		l.status = http.StatusOK
+	}
+	_ = http.NewResponseController(l.ResponseWriter).Flush()
+}
+
+// observe counts and times every request by route pattern and logs it.
+func (s *Server) observe(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		lw := &loggingWriter{ResponseWriter: w}
+		next.ServeHTTP(lw, r)
+		route := r.Pattern
+		if route == "" {
+			route = "unmatched"
+		}
+		status := lw.status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		elapsed := time.Since(start)
+		s.m.requests.WithLabelValues(route, strconv.Itoa(status)).Inc()
+		s.m.duration.WithLabelValues(route).Observe(elapsed.Seconds())
+		s.log.Debug("http request", "method", r.Method, "route", route, "status", status,
+			"duration", elapsed, "token_name", lw.token)
+	})
+}
+
+// recoverPanics turns a panic in a handler into a 500 answer.
+func (s *Server) recoverPanics(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			p := recover()
+			if p == nil {
+				return
+			}
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			s.log.Error("handler panic", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			if lw, ok := w.(*loggingWriter); ok && lw.status != 0 {
+				// The answer has started; the connection is cut instead.
+				panic(http.ErrAbortHandler)
+			}
+			writeError(w, errorf(http.StatusInternalServerError, CodeInternal, "internal error"))
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if nc := s.cfg.JS.Conn(); nc == nil || !nc.IsConnected() {
+		writeError(w, errorf(http.StatusServiceUnavailable, CodeNotReady, "not connected to NATS"))
+		return
+	}
+	if s.cfg.Ready != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		if err := s.cfg.Ready(ctx); err != nil {
+			writeError(w, errorf(http.StatusServiceUnavailable, CodeNotReady, "not ready: %v", err))
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+func (s *Server) openAPI(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "public, max-age=300")
+	_, _ = w.Write(openAPIDocument)
+}

@@ -1,0 +1,132 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/countersign/countersign/contracts"
+)
+
+// maxTimelineEvents bounds one timeline answer.
+const maxTimelineEvents = 10000
+
+// Kinds of timeline entries.
+const (
+	kindRequested = "requested"
+	kindDecided   = "decided"
+	kindChanged   = "changed"
+	kindNotify    = "notify"
+)
+
+type timelineEvent struct {
+	At      time.Time       `json:"at"`
+	Kind    string          `json:"kind"`
+	Subject string          `json:"subject"`
+	Seq     uint64          `json:"seq,omitempty"`
+	Data    json.RawMessage `json:"data"`
+}
+
+type timelineAnswer struct {
+	Events    []timelineEvent `json:"events"`
+	Truncated bool            `json:"truncated,omitempty"`
+}
+
+// eventKind names a HITL_EVENTS subject's kind.
+func eventKind(subject string) string {
+	switch {
+	case strings.HasPrefix(subject, contracts.SubjectDecidedPrefix):
+		return kindDecided
+	case strings.HasPrefix(subject, contracts.SubjectChangedPrefix):
+		return kindChanged
+	case strings.HasPrefix(subject, contracts.SubjectNotifyPrefix):
+		return kindNotify
+	case strings.HasPrefix(subject, contracts.SubjectToolRequestedPrefix), strings.HasPrefix(subject, contracts.SubjectInputRequestedPrefix):
+		return kindRequested
+	}
+	return "unknown"
+}
+
+// getTimeline answers GET /v1/approvals/{event_id}/events: the request, then
+// every outcome, change and notification receipt of the approval, in order.
+func (s *Server) getTimeline(w http.ResponseWriter, r *http.Request) {
+	id, aerr := eventIDParam(r)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	ctx := r.Context()
+	rec, _, aerr := s.getRecord(ctx, id)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	req, err := json.Marshal(rec.Request)
+	if err != nil {
+		writeError(w, errorf(http.StatusInternalServerError, CodeInternal, "the request could not be encoded"))
+		return
+	}
+	subject := contracts.ToolRequestedSubject(rec.Request.Run.Agent)
+	if rec.Request.Kind == contracts.KindHumanInput {
+		subject = contracts.InputRequestedSubject(rec.Request.Run.Agent)
+	}
+	ans := timelineAnswer{Events: []timelineEvent{{At: rec.Request.CreatedAt, Kind: kindRequested, Subject: subject, Data: req}}}
+	more, truncated, err := s.readEvents(ctx, id)
+	if err != nil {
+		writeError(w, s.backendError("read timeline", err))
+		return
+	}
+	ans.Events = append(ans.Events, more...)
+	ans.Truncated = truncated
+	writeJSON(w, http.StatusOK, ans)
+}
+
+// readEvents reads every HITL_EVENTS message about one approval with an
+// ordered consumer, until none is left.
+func (s *Server) readEvents(ctx context.Context, id string) ([]timelineEvent, bool, error) {
+	cons, err := s.cfg.JS.OrderedConsumer(ctx, contracts.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{"hitl.approval.*." + id, contracts.SubjectNotifyPrefix + "*." + id},
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		// The server drops the consumer soon after the answer.
+		InactiveThreshold: 10 * time.Second,
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	var out []timelineEvent
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, false, err
+		}
+		batch, err := cons.FetchNoWait(256)
+		if err != nil {
+			return nil, false, err
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			ev := timelineEvent{Kind: eventKind(m.Subject()), Subject: m.Subject(), Data: json.RawMessage(m.Data())}
+			if md, err := m.Metadata(); err == nil {
+				ev.At, ev.Seq = md.Timestamp.UTC(), md.Sequence.Stream
+			}
+			if !json.Valid(ev.Data) {
+				ev.Data = json.RawMessage("null")
+			}
+			if len(out) == maxTimelineEvents {
+				return out, true, nil
+			}
+			out = append(out, ev)
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			return nil, false, err
+		}
+		if n == 0 {
+			return out, false, nil
+		}
+	}
+}

@@ -1,0 +1,249 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/events"
+)
+
+// arbiterWait is how long a vote or command waits for the arbiter's answer
+// before it is reported in flight.
+const arbiterWait = 5 * time.Second
+
+// maxClientID bounds client-chosen ids (vote_id, claim_id).
+const maxClientID = 128
+
+type voteBody struct {
+	VoteID          string          `json:"vote_id"`
+	Decision        string          `json:"decision"`
+	Comment         string          `json:"comment"`
+	Arguments       json.RawMessage `json:"arguments"`
+	ArgumentsSHA256 string          `json:"arguments_sha256"`
+	Answer          *answerBody     `json:"answer"`
+	Via             string          `json:"via"`
+	// Approver is refused: identity comes from the token.
+	Approver json.RawMessage `json:"approver"`
+}
+
+type answerBody struct {
+	Action  string          `json:"action"`
+	Content json.RawMessage `json:"content"`
+}
+
+type inFlightAnswer struct {
+	Status    string `json:"status"`
+	VoteID    string `json:"vote_id,omitempty"`
+	CommandID string `json:"command_id,omitempty"`
+}
+
+// validClientID reports whether id can serve as a message id: 1 to 128
+// characters of A-Z, a-z, 0-9 and - _ . :
+func validClientID(id string) bool {
+	if id == "" || len(id) > maxClientID {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':') {
+			return false
+		}
+	}
+	return true
+}
+
+// refusalStatus is the HTTP status of a refusal reason.
+func refusalStatus(reason string) int {
+	switch reason {
+	case contracts.ReasonNotAnApprover, contracts.ReasonSelfApproval, contracts.ReasonDecisionNotAllowed:
+		return http.StatusForbidden
+	case contracts.ReasonClosed, contracts.ReasonDuplicateVote, contracts.ReasonStaleArguments,
+		contracts.ReasonAlreadyClaimed, contracts.ReasonNotApproved:
+		return http.StatusConflict
+	case contracts.ReasonUnknownEvent:
+		return http.StatusNotFound
+	default:
+		return http.StatusUnprocessableEntity
+	}
+}
+
+var refusalMessages = map[string]string{
+	contracts.ReasonNotAnApprover:      "you are not an approver of this request",
+	contracts.ReasonSelfApproval:       "the requester and owner of a request cannot approve it",
+	contracts.ReasonDecisionNotAllowed: "this decision is not allowed for this request",
+	contracts.ReasonClosed:             "this approval is already closed",
+	contracts.ReasonDuplicateVote:      "you have already voted on this request",
+	contracts.ReasonStaleArguments:     "the arguments changed since you looked at them; review them again",
+	contracts.ReasonInvalidArguments:   "the arguments or answer of this vote are not valid",
+	contracts.ReasonMalformed:          "the vote is malformed",
+	contracts.ReasonAlreadyClaimed:     "this approval was already claimed; the call must not run again",
+	contracts.ReasonNotApproved:        "this approval is not approved",
+	contracts.ReasonUnknownEvent:       "no such approval",
+}
+
+func refusal(reason string) *apiError {
+	msg := refusalMessages[reason]
+	if msg == "" {
+		msg = "refused: " + reason
+	}
+	return &apiError{Status: refusalStatus(reason), Code: reason, Message: msg}
+}
+
+var decisions = []string{
+	contracts.DecisionApprove, contracts.DecisionReject, contracts.DecisionEdit,
+	contracts.DecisionRespond, contracts.DecisionAnswer,
+}
+
+// postVote answers POST /v1/approvals/{event_id}/votes.
+func (s *Server) postVote(w http.ResponseWriter, r *http.Request) {
+	id, aerr := eventIDParam(r)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	var body voteBody
+	if aerr := decodeBody(w, r, &body, false); aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	if len(body.Approver) > 0 {
+		writeError(w, fieldError(http.StatusBadRequest, CodeApproverNotAllowed, "approver",
+			"a vote cannot name its approver; it is cast in the name of the token's subject"))
+		return
+	}
+	if aerr := validateVote(&body); aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	ctx := r.Context()
+	if _, _, aerr := s.getRecord(ctx, id); aerr != nil {
+		if aerr.Code == CodeUnknownEvent {
+			s.m.votes.WithLabelValues(contracts.ReasonUnknownEvent).Inc()
+		}
+		writeError(w, aerr)
+		return
+	}
+	p := principalFrom(ctx)
+	if body.VoteID == "" {
+		body.VoteID = uuid.Must(uuid.NewV7()).String()
+	}
+	if body.Via == "" {
+		body.Via = contracts.ViaAPI
+	}
+	vote := contracts.Vote{
+		Spec: contracts.SpecVote, VoteID: body.VoteID, EventID: id, Decision: body.Decision,
+		Approver: contracts.Approver{ID: p.subject, Via: body.Via}, Comment: body.Comment,
+		Arguments: body.Arguments, ArgumentsSHA256: body.ArgumentsSHA256, DecidedAt: s.cfg.Now().UTC(),
+	}
+	if body.Answer != nil {
+		vote.Answer = &contracts.Answer{Action: body.Answer.Action, Content: body.Answer.Content}
+	}
+	// reason is the arbiter's refusal, "" when the vote counted. A vote id
+	// already used by someone else's vote is refused as a duplicate: the
+	// arbiter ignores the second vote with that id.
+	var reason string
+	match := func(rec *contracts.Record) bool {
+		for _, v := range rec.Votes {
+			if v.VoteID == vote.VoteID {
+				if v.Approver.ID != vote.Approver.ID {
+					reason = contracts.ReasonDuplicateVote
+				}
+				return true
+			}
+		}
+		for _, rv := range rec.RefusedVotes {
+			if rv.VoteID == vote.VoteID {
+				reason = rv.Reason
+				if rv.Approver.ID != vote.Approver.ID {
+					reason = contracts.ReasonDuplicateVote
+				}
+				return true
+			}
+		}
+		return false
+	}
+	rec, rev, done, err := s.publishAndWatch(ctx, id, func(pctx context.Context) error {
+		_, err := events.Publish(pctx, s.cfg.JS, contracts.ResolvedSubject(id), vote, vote.VoteID, nil)
+		return err
+	}, match)
+	if err != nil {
+		s.m.votes.WithLabelValues("error").Inc()
+		writeError(w, s.backendError("publish vote", err))
+		return
+	}
+	s.log.Info("vote", "event_id", id, "vote_id", vote.VoteID, "approver", p.subject, "decision", vote.Decision, "token_name", p.name)
+	switch {
+	case !done:
+		s.m.votes.WithLabelValues("in_flight").Inc()
+		writeJSON(w, http.StatusAccepted, inFlightAnswer{Status: "in_flight", VoteID: vote.VoteID})
+	case reason != "":
+		s.m.votes.WithLabelValues(reason).Inc()
+		writeError(w, refusal(reason))
+	default:
+		s.m.votes.WithLabelValues("counted").Inc()
+		writeJSON(w, http.StatusOK, recordAnswer{Record: rec, Revision: rev})
+	}
+}
+
+func validateVote(b *voteBody) *apiError {
+	bad := func(field, format string, args ...any) *apiError {
+		return fieldError(http.StatusBadRequest, CodeInvalidField, field, format, args...)
+	}
+	switch {
+	case b.Decision == "":
+		return bad("decision", "decision is required (approve, reject, edit, respond, answer)")
+	case !slices.Contains(decisions, b.Decision):
+		return bad("decision", "unknown decision %q (approve, reject, edit, respond, answer)", b.Decision)
+	case b.VoteID != "" && !validClientID(b.VoteID):
+		return bad("vote_id", "vote_id must be 1 to %d characters of A-Z, a-z, 0-9 and - _ . :", maxClientID)
+	case b.Via != "" && b.Via != contracts.ViaAPI && b.Via != contracts.ViaCLI:
+		return bad("via", "via must be api or cli")
+	case len(b.Comment) > 16<<10:
+		return bad("comment", "comment must be at most 16 KiB")
+	}
+	return nil
+}
+
+// publishAndWatch registers a watch on the record, publishes, and waits up
+// to arbiterWait until match sees the arbiter's answer in the record. The
+// publish is completed even if the client goes away.
+func (s *Server) publishAndWatch(ctx context.Context, id string, publish func(context.Context) error, match func(*contracts.Record) bool) (*contracts.Record, uint64, bool, error) {
+	wake := make(chan struct{}, 1)
+	w, stop, err := s.index.watch(ctx, id, wake)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	defer stop()
+	if st, ok := w.state(); ok && match(st.rec) {
+		// Already answered: an idempotent retry of a vote or command.
+		return st.rec, st.rev, true, nil
+	}
+	pctx, cancelPub := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	err = publish(pctx)
+	cancelPub()
+	if err != nil {
+		return nil, 0, false, err
+	}
+	timer := time.NewTimer(arbiterWait)
+	defer timer.Stop()
+	for {
+		select {
+		case <-wake:
+			if st, ok := w.state(); ok && match(st.rec) {
+				return st.rec, st.rev, true, nil
+			}
+		case <-timer.C:
+			return nil, 0, false, nil
+		case <-ctx.Done():
+			return nil, 0, false, nil
+		case <-s.done:
+			return nil, 0, false, nil
+		}
+	}
+}

@@ -1,0 +1,90 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/services/bench"
+)
+
+// TestRunSmoke runs every measurement briefly. It checks that the harness
+// produces figures, not how good they are: timing budgets are for the
+// bench command on a quiet machine, not for tests.
+func TestRunSmoke(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	rep, err := bench.Run(ctx, bench.Config{
+		Dir: t.TempDir(), Sync: bench.SyncLazy, Duration: 300 * time.Millisecond,
+		Concurrency: 8, Pending: 200, Out: &out,
+	})
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, out.String())
+	}
+	if len(rep.Modes) != 1 || rep.Modes[0].Sync != bench.SyncLazy {
+		t.Fatalf("modes: %+v", rep.Modes)
+	}
+	m := rep.Modes[0]
+	positive := map[string]float64{
+		"policy ns/call":          rep.Policy.NsPerCall,
+		"sync publish/s":          m.Raw.SyncPublishPerSec,
+		"sync publish p50":        m.Raw.SyncPublish.P50,
+		"async publish/s":         m.Raw.AsyncPublishPerSec,
+		"floor":                   m.Raw.FloorCyclesPerSec,
+		"KV put→watch p50":        m.Raw.KVPutWatch.P50,
+		"cycles/s":                m.Cycles.PerSec,
+		"cycles ÷ floor":          m.Cycles.FloorRatio,
+		"decision latency p50":    m.Latency.Latency.P50,
+		"decision latency p99":    m.Latency.Latency.P99,
+		"latency ratio to KV p50": m.Latency.RatioToKVPutWatch,
+	}
+	for name, v := range positive {
+		if !(v > 0) {
+			t.Errorf("%s = %v, want > 0", name, v)
+		}
+	}
+	if m.Cycles.Completed == 0 {
+		t.Error("no cycle completed")
+	}
+	pe := m.Pending
+	if pe == nil {
+		t.Fatal("no pending-capacity figures")
+	}
+	if pe.Waits != 200 || pe.Woken != 200 || pe.Allowed != 200 || pe.WaiterPending != 200 {
+		t.Errorf("pending: %d waits, %d held by the waiter, %d woken, %d allowed; want 200 each",
+			pe.Waits, pe.WaiterPending, pe.Woken, pe.Allowed)
+	}
+	if pe.TotalSeconds <= 0 || pe.DecideSeconds <= 0 {
+		t.Errorf("pending timings: total %v s, decide %v s", pe.TotalSeconds, pe.DecideSeconds)
+	}
+	if len(rep.Checks) == 0 {
+		t.Error("no checks")
+	}
+	for _, want := range []string{"full cycles", "decision → resumed", "waiter memory", "summary"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+	var back bench.Report
+	var buf bytes.Buffer
+	if err := rep.WriteJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(buf.Bytes(), &back); err != nil {
+		t.Fatalf("report JSON: %v", err)
+	}
+	if len(back.Modes) != 1 || back.Modes[0].Cycles.Completed != m.Cycles.Completed {
+		t.Errorf("report did not survive JSON: %+v", back.Modes)
+	}
+}
+
+func TestConfigIsValidated(t *testing.T) {
+	_, err := bench.Run(context.Background(), bench.Config{Sync: "sometimes", Concurrency: -1})
+	if err == nil || !strings.Contains(err.Error(), "Config.Sync") || !strings.Contains(err.Error(), "Config.Concurrency") {
+		t.Fatalf("err = %v, want errors naming Config.Sync and Config.Concurrency", err)
+	}
+}

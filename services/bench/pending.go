@@ -1,0 +1,293 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/orchestrator"
+)
+
+// pendingWorkers submit requests and register waits in parallel; they exit
+// before goroutines are counted.
+const pendingWorkers = 64
+
+// PendingReport is the pending-capacity measurement: many runs waiting at
+// once in one process, then all decided.
+type PendingReport struct {
+	Sync  string `json:"sync"`
+	Waits int    `json:"waits"`
+	// SubmitSeconds: publishing every request until the arbiter had
+	// created every record.
+	SubmitSeconds float64 `json:"submit_seconds"`
+	// RegisterSeconds: registering every wait with Gate.ReviewAsync
+	// (re-attaching to the pending records).
+	RegisterSeconds float64 `json:"register_seconds"`
+	// WaiterBytesPerWait is the heap growth (after GC) from registering
+	// the waits, divided by their number: the waiter's entries and the
+	// state ReviewAsync keeps per review.
+	WaiterBytesPerWait float64 `json:"waiter_bytes_per_wait"`
+	// ProcessBytesPerApproval is the whole process's heap growth per
+	// pending approval, server included, from before the first request.
+	ProcessBytesPerApproval float64 `json:"process_bytes_per_approval"`
+	// GoroutineDelta is the change in goroutines from registering the waits.
+	GoroutineDelta int `json:"goroutine_delta"`
+	// WaiterPending is the number of waits the waiter reported holding.
+	WaiterPending int `json:"waiter_pending"`
+	// VotesSeconds: publishing every vote (async, acks included).
+	VotesSeconds float64 `json:"votes_seconds"`
+	// DecideSeconds: first vote published until the last record was
+	// stored approved (the KV write's server timestamp).
+	DecideSeconds float64 `json:"decide_seconds"`
+	// WakeAfterLastDecisionSeconds: last record stored approved until the
+	// last waiting run's callback fired (target < 5 s).
+	WakeAfterLastDecisionSeconds float64 `json:"wake_after_last_decision_seconds"`
+	// TotalSeconds: first vote published until the last callback fired.
+	TotalSeconds float64 `json:"total_seconds"`
+	Woken        int     `json:"woken"`
+	Allowed      int     `json:"allowed"`
+	FirstError   string  `json:"first_error,omitempty"`
+}
+
+// heapAfterGC is the live heap after full collections.
+func heapAfterGC() uint64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// parallel calls f(i) for i in [0, n) on pendingWorkers goroutines and
+// returns the first error.
+func parallel(ctx context.Context, n int, f func(i int) error) error {
+	var (
+		next  atomic.Int64
+		wg    sync.WaitGroup
+		errMu sync.Mutex
+		first error
+	)
+	for range pendingWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				if err := f(i); err != nil {
+					errMu.Lock()
+					if first == nil {
+						first = err
+					}
+					errMu.Unlock()
+					next.Store(int64(n))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	return ctx.Err()
+}
+
+// waitFor polls cond every 20 ms until it holds, ctx ends or timeout passes.
+func waitFor(ctx context.Context, timeout time.Duration, what string, cond func() bool) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	limit := time.After(timeout)
+	for !cond() {
+		select {
+		case <-t.C:
+		case <-limit:
+			return fmt.Errorf("%s: not done after %s", what, timeout)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// atomicMax raises v to x.
+func atomicMax(v *atomic.Int64, x int64) {
+	for {
+		cur := v.Load()
+		if x <= cur || v.CompareAndSwap(cur, x) {
+			return
+		}
+	}
+}
+
+func measurePending(ctx context.Context, st *stack, n int, pr *printer) (*PendingReport, error) {
+	rep := &PendingReport{Sync: st.mode, Waits: n}
+	prefix := "pend-" + uuid.NewString()[:8]
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = orchestrator.EventID(newRun(prefix, i), benchCallID)
+	}
+	// Generous bounds: with fsync on a slow disk 100,000 requests take minutes.
+	slow := 5*time.Minute + time.Duration(n)*5*time.Millisecond
+	heap0 := heapAfterGC()
+
+	// 1. Every request published and its record created, before any wait
+	// exists, so the waits' memory is measured apart from the records'.
+	created0 := st.metric("countersign_requests_created_total")
+	start := time.Now()
+	if err := parallel(ctx, n, func(i int) error {
+		_, err := st.gate.Submit(ctx, newRun(prefix, i), benchCalls)
+		return err
+	}); err != nil {
+		return rep, fmt.Errorf("submit: %w", err)
+	}
+	if err := waitFor(ctx, slow, "records created", func() bool {
+		return st.metric("countersign_requests_created_total")-created0 >= float64(n) || st.arbiterFailed() != nil
+	}); err != nil {
+		return rep, err
+	}
+	if err := st.arbiterFailed(); err != nil {
+		return rep, err
+	}
+	rep.SubmitSeconds = time.Since(start).Seconds()
+	pr.pendingStep(fmt.Sprintf("%d requests submitted and records created in %.1f s", n, rep.SubmitSeconds))
+
+	// Read every record once the way registering will, so the server's
+	// block caches are as warm before as after.
+	akv, err := st.agentJS.KeyValue(ctx, contracts.BucketApprovals)
+	if err != nil {
+		return rep, err
+	}
+	if err := parallel(ctx, n, func(i int) error {
+		_, err := akv.Get(ctx, ids[i])
+		return err
+	}); err != nil {
+		return rep, fmt.Errorf("read records: %w", err)
+	}
+
+	// 2. Register every wait.
+	base := time.Now()
+	var (
+		woken, allowed atomic.Int64
+		lastWake       atomic.Int64 // since base
+		errs           errorLog
+		allWoken       = make(chan struct{})
+	)
+	onVerdict := func(v []orchestrator.Verdict, err error) {
+		switch {
+		case err != nil:
+			errs.add(err)
+		case v[0].Verdict == orchestrator.VerdictAllowed:
+			allowed.Add(1)
+		default:
+			errs.add(fmt.Errorf("verdict %s: %s", v[0].Verdict, v[0].Reason))
+		}
+		atomicMax(&lastWake, int64(time.Since(base)))
+		if woken.Add(1) == int64(n) {
+			close(allWoken)
+		}
+	}
+	wctx, cancelWaits := context.WithCancel(ctx)
+	defer cancelWaits()
+	heap1 := heapAfterGC()
+	g1 := runtime.NumGoroutine()
+	start = time.Now()
+	if err := parallel(ctx, n, func(i int) error {
+		return st.gate.ReviewAsync(wctx, newRun(prefix, i), benchCalls, onVerdict)
+	}); err != nil {
+		return rep, fmt.Errorf("register waits: %w", err)
+	}
+	rep.RegisterSeconds = time.Since(start).Seconds()
+	heap2 := heapAfterGC()
+	rep.GoroutineDelta = runtime.NumGoroutine() - g1
+	rep.WaiterPending = st.gate.Waiter().Pending()
+	rep.WaiterBytesPerWait = (float64(heap2) - float64(heap1)) / float64(n)
+	rep.ProcessBytesPerApproval = (float64(heap2) - float64(heap0)) / float64(n)
+	pr.pendingStep(fmt.Sprintf("%d waits registered in %.1f s; waiter holds %d", n, rep.RegisterSeconds, rep.WaiterPending))
+
+	// 3. Watch decisions land, then approve everything.
+	_, ojs, err := st.connect(roleObserver)
+	if err != nil {
+		return rep, err
+	}
+	okv, err := ojs.KeyValue(ctx, contracts.BucketApprovals)
+	if err != nil {
+		return rep, err
+	}
+	ow, err := okv.WatchAll(context.WithoutCancel(ctx), jetstream.UpdatesOnly(), jetstream.MetaOnly())
+	if err != nil {
+		return rep, err
+	}
+	var (
+		decided     atomic.Int64
+		lastDecided atomic.Int64 // server timestamp, since base
+		obsDone     = make(chan struct{})
+	)
+	go func() {
+		defer close(obsDone)
+		for e := range ow.Updates() {
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			// Nothing else writes while the waits are pending: each update
+			// is one record turning terminal.
+			atomicMax(&lastDecided, int64(e.Created().Sub(base)))
+			decided.Add(1)
+		}
+	}()
+	defer func() { _ = ow.Stop(); <-obsDone }()
+
+	voteErrs0 := st.voteErrs.Load()
+	votesStart := time.Now()
+	for _, id := range ids {
+		msg, vid := voteMsg(id)
+		if _, err := st.voterJS.PublishMsgAsync(msg, jetstream.WithMsgID(vid), jetstream.WithStallWait(time.Minute)); err != nil {
+			return rep, fmt.Errorf("publish vote: %w", err)
+		}
+	}
+	select {
+	case <-st.voterJS.PublishAsyncComplete():
+	case <-time.After(slow):
+		return rep, errors.New("vote acks missing")
+	case <-ctx.Done():
+		return rep, ctx.Err()
+	}
+	if n := st.voteErrs.Load() - voteErrs0; n > 0 {
+		return rep, fmt.Errorf("%d votes could not be published", n)
+	}
+	rep.VotesSeconds = time.Since(votesStart).Seconds()
+	pr.pendingStep(fmt.Sprintf("%d votes published in %.1f s", n, rep.VotesSeconds))
+
+	select {
+	case <-allWoken:
+	case <-time.After(slow):
+	case <-ctx.Done():
+		return rep, ctx.Err()
+	}
+	// The observer may trail the waiter slightly.
+	_ = waitFor(ctx, 10*time.Second, "decisions observed", func() bool { return decided.Load() >= int64(n) })
+	rep.Woken = int(woken.Load())
+	rep.Allowed = int(allowed.Load())
+	rep.FirstError = errs.firstText()
+	at := func(v *atomic.Int64) time.Time { return base.Add(time.Duration(v.Load())) }
+	rep.DecideSeconds = at(&lastDecided).Sub(votesStart).Seconds()
+	rep.WakeAfterLastDecisionSeconds = at(&lastWake).Sub(at(&lastDecided)).Seconds()
+	rep.TotalSeconds = at(&lastWake).Sub(votesStart).Seconds()
+	if rep.Woken < n {
+		return rep, fmt.Errorf("%d of %d waiting runs woken (first error: %s)", rep.Woken, n, rep.FirstError)
+	}
+	if d := decided.Load(); d < int64(n) {
+		return rep, fmt.Errorf("%d of %d decisions observed", d, n)
+	}
+	return rep, nil
+}

@@ -1,0 +1,193 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/events"
+	"github.com/countersign/countersign/orchestrator"
+	"github.com/countersign/countersign/orchestrator/arbiter"
+)
+
+// Connection roles. Each role has its own client connection, as each runs
+// as its own NATS user in production.
+const (
+	roleArbiter  = "arbiter"
+	roleAgent    = "agent"
+	roleVoter    = "voter"
+	roleObserver = "observer"
+	roleRaw      = "raw"
+	roleRawWatch = "raw-watch"
+)
+
+// stack is one embedded server with an arbiter and a gate, as a single
+// `countersign serve` process runs them.
+type stack struct {
+	mode  string
+	dir   string
+	ns    *server.Server
+	conns []*nats.Conn
+
+	agentJS jetstream.JetStream
+	voterJS jetstream.JetStream
+	kv      jetstream.KeyValue // read through the voter's connection
+	gate    *orchestrator.Gate
+	reg     *prometheus.Registry
+
+	voteErrs     atomic.Int64 // async vote publishes that failed
+	stopArbiter  context.CancelFunc
+	arbiterDone  chan error
+	arbiterError error
+}
+
+// voteWindow bounds the bot's votes in flight.
+const voteWindow = 4096
+
+func startStack(ctx context.Context, mode, root string, arbiterConcurrency int) (st *stack, err error) {
+	dir, err := os.MkdirTemp(root, "store-"+mode+"-")
+	if err != nil {
+		return nil, fmt.Errorf("store directory: %w", err)
+	}
+	st = &stack{mode: mode, dir: dir}
+	defer func() {
+		if err != nil {
+			st.close()
+		}
+	}()
+	opts := &server.Options{
+		ServerName: "countersign-bench-" + mode,
+		Host:       "127.0.0.1",
+		Port:       server.RANDOM_PORT,
+		JetStream:  true,
+		StoreDir:   dir,
+		SyncAlways: mode == SyncAlways,
+		NoLog:      true,
+		NoSigs:     true,
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return st, fmt.Errorf("embedded server: %w", err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		ns.Shutdown()
+		return st, errors.New("embedded server not ready after 10 s")
+	}
+	st.ns = ns
+
+	_, arbJS, err := st.connect(roleArbiter)
+	if err != nil {
+		return st, err
+	}
+	if err := events.Provision(ctx, arbJS, events.ProvisionConfig{}); err != nil {
+		return st, err
+	}
+	st.reg = prometheus.NewRegistry()
+	arb, err := arbiter.New(ctx, arbiter.Config{JS: arbJS, Registerer: st.reg, Concurrency: arbiterConcurrency})
+	if err != nil {
+		return st, err
+	}
+	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	st.stopArbiter = cancel
+	st.arbiterDone = make(chan error, 1)
+	go func() { st.arbiterDone <- arb.Run(actx) }()
+
+	if _, st.agentJS, err = st.connect(roleAgent); err != nil {
+		return st, err
+	}
+	st.gate, err = orchestrator.NewGate(ctx, orchestrator.Config{JS: st.agentJS})
+	if err != nil {
+		return st, err
+	}
+	if _, st.voterJS, err = st.connect(roleVoter,
+		jetstream.WithPublishAsyncMaxPending(voteWindow),
+		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { st.voteErrs.Add(1) }),
+	); err != nil {
+		return st, err
+	}
+	if st.kv, err = st.voterJS.KeyValue(ctx, contracts.BucketApprovals); err != nil {
+		return st, err
+	}
+	return st, nil
+}
+
+// connect opens one role's connection.
+func (st *stack) connect(role string, opts ...jetstream.JetStreamOpt) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(st.ns.ClientURL(), nats.Name("countersign-bench-"+role), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect %s: %w", role, err)
+	}
+	st.conns = append(st.conns, nc)
+	js, err := jetstream.New(nc, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("jetstream %s: %w", role, err)
+	}
+	return nc, js, nil
+}
+
+// arbiterFailed reports an arbiter that stopped on its own.
+func (st *stack) arbiterFailed() error {
+	select {
+	case err := <-st.arbiterDone:
+		st.arbiterDone = nil
+		if err == nil {
+			err = errors.New("stopped")
+		}
+		st.arbiterError = fmt.Errorf("arbiter: %w", err)
+	default:
+	}
+	return st.arbiterError
+}
+
+// metric reads a counter of the arbiter, summed over its labels.
+func (st *stack) metric(name string) float64 {
+	mfs, err := st.reg.Gather()
+	if err != nil {
+		return 0
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
+
+func (st *stack) close() {
+	if st.gate != nil {
+		_ = st.gate.Close()
+	}
+	if st.stopArbiter != nil {
+		st.stopArbiter()
+		if st.arbiterDone != nil {
+			select {
+			case <-st.arbiterDone:
+			case <-time.After(30 * time.Second):
+			}
+		}
+	}
+	for _, nc := range st.conns {
+		nc.Close()
+	}
+	if st.ns != nil {
+		st.ns.Shutdown()
+		st.ns.WaitForShutdown()
+	}
+	if st.dir != "" {
+		_ = os.RemoveAll(st.dir)
+	}
+}

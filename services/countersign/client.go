@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// client talks to the HTTP API for the CLI commands.
+type client struct {
+	url   string
+	token string
+	http  *http.Client
+}
+
+// apiError is the API's error body.
+type apiError struct {
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}
+
+func (e *apiError) Error() string {
+	s := fmt.Sprintf("%s: %s", e.Code, e.Message)
+	if e.Field != "" {
+		s += " (field " + e.Field + ")"
+	}
+	return s
+}
+
+// clientFlags registers --url, --token and --data on fs.
+func clientFlags(fs *flag.FlagSet) func() (*client, error) {
+	url := fs.String("url", "", "API URL (default $COUNTERSIGN_URL, else the local serve)")
+	token := fs.String("token", "", "API token (default $COUNTERSIGN_TOKEN, else the local dev token)")
+	data := fs.String("data", "", "data directory of the local serve (default $COUNTERSIGN_DATA or ./data)")
+	return func() (*client, error) {
+		dir := firstNonEmpty(*data, os.Getenv("COUNTERSIGN_DATA"), "./data")
+		c := &client{url: firstNonEmpty(*url, os.Getenv("COUNTERSIGN_URL")), token: firstNonEmpty(*token, os.Getenv("COUNTERSIGN_TOKEN")),
+			http: &http.Client{Timeout: 90 * time.Second}}
+		if c.url == "" {
+			var info serveInfo
+			if b, err := os.ReadFile(filepath.Join(dir, fileServe)); err == nil && json.Unmarshal(b, &info) == nil {
+				c.url = info.URL
+			} else {
+				c.url = "http://127.0.0.1:8080"
+			}
+		}
+		c.url = strings.TrimRight(c.url, "/")
+		if c.token == "" {
+			b, err := os.ReadFile(filepath.Join(dir, fileDevToken))
+			if err != nil {
+				return nil, errors.New("no API token: set COUNTERSIGN_TOKEN or pass --token (or run where 'countersign serve' keeps ./data)")
+			}
+			c.token = strings.TrimSpace(string(b))
+		}
+		return c, nil
+	}
+}
+
+func firstNonEmpty(vals ...string) string {
+	for _, v := range vals {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// do sends a JSON request and decodes a JSON response into out. Non-2xx
+// answers become *apiError.
+func (c *client) do(ctx context.Context, method, path string, body, out any) (int, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.url+path, rd)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("cannot reach the Countersign API at %s: %w", c.url, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return resp.StatusCode, err
+	}
+	if resp.StatusCode >= 300 {
+		var e struct {
+			Error apiError `json:"error"`
+		}
+		if json.Unmarshal(data, &e) != nil || e.Error.Code == "" {
+			return resp.StatusCode, fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(data)))
+		}
+		e.Error.Status = resp.StatusCode
+		return resp.StatusCode, &e.Error
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return resp.StatusCode, fmt.Errorf("unexpected answer from the API: %w", err)
+		}
+	}
+	return resp.StatusCode, nil
+}

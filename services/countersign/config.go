@@ -1,0 +1,124 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/countersign/countersign/services/api"
+)
+
+// Roles a serve process can run.
+const (
+	roleArbiter = "arbiter"
+	roleAPI     = "api"
+)
+
+var allRoles = []string{roleArbiter, roleAPI}
+
+// fileConfig is countersign.yaml. Flags override it; environment variables
+// COUNTERSIGN_ADDR, COUNTERSIGN_DATA and COUNTERSIGN_NATS_URL override both.
+type fileConfig struct {
+	Addr      string      `yaml:"addr"`
+	Data      string      `yaml:"data"`
+	Policy    string      `yaml:"policy"`
+	Roles     []string    `yaml:"roles"`
+	Retention string      `yaml:"retention"`
+	NATS      natsConfig  `yaml:"nats"`
+	Tokens    []api.Token `yaml:"tokens"`
+}
+
+type natsConfig struct {
+	// URL of an external NATS server; empty runs the embedded one.
+	URL string `yaml:"url"`
+	// User and Password for the external server (or a credentials file).
+	User      string `yaml:"user"`
+	Password  string `yaml:"password"`
+	CredsFile string `yaml:"creds"`
+	// Listen is the embedded server's client address; "off" disables it.
+	Listen string `yaml:"listen"`
+	// Sync is "always" (fsync every write, the default) or "lazy".
+	Sync     string `yaml:"sync"`
+	Replicas int    `yaml:"replicas"`
+}
+
+type serveConfig struct {
+	fileConfig
+	retention time.Duration
+}
+
+func defaultConfig() fileConfig {
+	return fileConfig{
+		Addr:      "127.0.0.1:8080",
+		Data:      "./data",
+		Roles:     slices.Clone(allRoles),
+		Retention: "720h",
+		NATS:      natsConfig{Listen: "127.0.0.1:4222", Sync: "always", Replicas: 1},
+	}
+}
+
+// loadConfig reads path (if not empty) over the defaults.
+func loadConfig(path string) (fileConfig, error) {
+	cfg := defaultConfig()
+	if path == "" {
+		return cfg, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return cfg, fmt.Errorf("config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	// Relative paths in the file are relative to the file.
+	if cfg.Policy != "" && !filepath.IsAbs(cfg.Policy) && !strings.HasPrefix(cfg.Policy, "./") {
+		cfg.Policy = filepath.Join(filepath.Dir(path), cfg.Policy)
+	}
+	return cfg, nil
+}
+
+func (c *serveConfig) validate() error {
+	var errs []error
+	if c.Addr == "" {
+		errs = append(errs, errors.New("config: addr is required"))
+	}
+	if c.Data == "" {
+		errs = append(errs, errors.New("config: data is required"))
+	}
+	for _, r := range c.Roles {
+		if !slices.Contains(allRoles, r) {
+			errs = append(errs, fmt.Errorf("config: roles: unknown role %q (arbiter, api)", r))
+		}
+	}
+	if len(c.Roles) == 0 {
+		errs = append(errs, errors.New("config: roles must name at least one role"))
+	}
+	switch c.NATS.Sync {
+	case "always", "lazy":
+	default:
+		errs = append(errs, fmt.Errorf("config: nats.sync must be always or lazy, got %q", c.NATS.Sync))
+	}
+	d, err := time.ParseDuration(c.Retention)
+	if err != nil || d < time.Hour {
+		errs = append(errs, fmt.Errorf("config: retention must be a duration of at least 1h, got %q", c.Retention))
+	}
+	c.retention = d
+	for i, t := range c.Tokens {
+		if len(t.SHA256) != 64 || t.Subject == "" || len(t.Roles) == 0 {
+			errs = append(errs, fmt.Errorf("config: tokens[%d]: sha256 (64 hex), subject and roles are required", i))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c *serveConfig) has(role string) bool { return slices.Contains(c.Roles, role) }

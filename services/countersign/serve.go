@@ -1,0 +1,438 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/countersign/countersign/events"
+	"github.com/countersign/countersign/events/embedded"
+	"github.com/countersign/countersign/orchestrator"
+	"github.com/countersign/countersign/orchestrator/arbiter"
+	"github.com/countersign/countersign/orchestrator/policy"
+	"github.com/countersign/countersign/services/api"
+)
+
+// Files serve keeps under the data directory.
+const (
+	fileDevToken  = "dev-token"
+	fileNATSUsers = "nats-users.json"
+	fileResolver  = "resolver.json"
+	fileServe     = "serve.json"
+	dirJetStream  = "jetstream"
+)
+
+// serveInfo is written to <data>/serve.json so the CLI on the same machine
+// finds the API without flags.
+type serveInfo struct {
+	URL     string `json:"url"`
+	NATSURL string `json:"nats_url,omitempty"`
+	PID     int    `json:"pid"`
+}
+
+func cmdServe(args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	configPath := fs.String("config", "", "configuration file (countersign.yaml)")
+	addr := fs.String("addr", "", "HTTP listen address for the API and the inbox (default 127.0.0.1:8080)")
+	data := fs.String("data", "", "data directory (default ./data)")
+	natsURL := fs.String("nats-url", "", "external NATS server URL; empty runs the embedded server")
+	natsListen := fs.String("nats-listen", "", `embedded NATS client address (default 127.0.0.1:4222; "off" for none)`)
+	syncMode := fs.String("sync", "", "embedded JetStream sync: always (fsync every write, default) or lazy")
+	policyPath := fs.String("policy", "", "policy file (YAML); default: every tool call requires approval")
+	roles := fs.String("roles", "", "comma-separated roles to run: arbiter,api (default all)")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	fc, err := loadConfig(*configPath)
+	if err != nil {
+		return err
+	}
+	cfg := serveConfig{fileConfig: fc}
+	override := func(dst *string, flagVal, env string) {
+		if v := os.Getenv(env); v != "" && env != "" {
+			*dst = v
+		}
+		if flagVal != "" {
+			*dst = flagVal
+		}
+	}
+	override(&cfg.Addr, *addr, "COUNTERSIGN_ADDR")
+	override(&cfg.Data, *data, "COUNTERSIGN_DATA")
+	override(&cfg.NATS.URL, *natsURL, "COUNTERSIGN_NATS_URL")
+	override(&cfg.NATS.Listen, *natsListen, "")
+	override(&cfg.NATS.Sync, *syncMode, "")
+	override(&cfg.Policy, *policyPath, "")
+	if *roles != "" {
+		cfg.Roles = strings.Split(*roles, ",")
+	}
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("serve: --log-level: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return serve(ctx, cfg, log, os.Stdout)
+}
+
+// conns are the NATS connections of the roles this process runs.
+type conns struct {
+	admin, arbiter, api *nats.Conn
+	all                 []*nats.Conn
+	natsURL             string
+	srv                 *embedded.Server
+}
+
+func (c *conns) close() {
+	for _, nc := range c.all {
+		nc.Close()
+	}
+	if c.srv != nil {
+		c.srv.Shutdown()
+	}
+}
+
+func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File) error {
+	if err := os.MkdirAll(cfg.Data, 0o700); err != nil {
+		return fmt.Errorf("serve: data directory: %w", err)
+	}
+	pol := policy.Default()
+	if cfg.Policy != "" {
+		p, err := policy.Load(cfg.Policy)
+		if err != nil {
+			return err
+		}
+		pol = p
+	}
+	cs, err := connect(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer cs.close()
+
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	adminJS, err := jetstream.New(cs.admin)
+	if err != nil {
+		return err
+	}
+	if err := events.Provision(pctx, adminJS, events.ProvisionConfig{Replicas: cfg.NATS.Replicas, Retention: cfg.retention}); err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	deadLetters := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "countersign_dead_letters_total", Help: "Messages copied to a dead-letter subject, by stream and reason.",
+	}, []string{"stream", "reason"})
+	reg.MustRegister(deadLetters)
+	onDeadLetter := func(stream, reason string) { deadLetters.WithLabelValues(stream, reason).Inc() }
+
+	var wg sync.WaitGroup
+	runCtx, cancelRun := context.WithCancel(ctx)
+	defer func() { cancelRun(); wg.Wait() }()
+	errc := make(chan error, 4)
+
+	if cfg.has(roleArbiter) {
+		js, err := jetstream.New(cs.arbiter)
+		if err != nil {
+			return err
+		}
+		arb, err := arbiter.New(pctx, arbiter.Config{
+			JS: js, Logger: log.With("role", "arbiter"), Registerer: reg,
+			Retention: cfg.retention, OnDeadLetter: onDeadLetter,
+		})
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := arb.Run(runCtx); err != nil {
+				errc <- fmt.Errorf("arbiter: %w", err)
+			}
+		}()
+	}
+
+	if cfg.has(roleAPI) {
+		tokens, devToken, err := apiTokens(cfg, log)
+		if err != nil {
+			return err
+		}
+		js, err := jetstream.New(cs.api)
+		if err != nil {
+			return err
+		}
+		waiter, err := orchestrator.NewWaiter(pctx, js, log.With("role", "waiter"))
+		if err != nil {
+			return err
+		}
+		defer waiter.Close()
+		gate, err := orchestrator.NewGate(pctx, orchestrator.Config{
+			JS: js, Policy: orchestrator.StaticPolicy{P: pol}, Waiter: waiter,
+			Logger: log.With("role", "orchestrator"), Retention: cfg.retention,
+		})
+		if err != nil {
+			return err
+		}
+		nc := cs.api
+		srv, err := api.New(pctx, api.Config{
+			JS: js, Gate: gate, Waiter: waiter, Tokens: tokens, Logger: log.With("role", "api"),
+			Registerer: reg, Gatherer: reg,
+			Ready: func(context.Context) error {
+				if !nc.IsConnected() {
+					return errors.New("NATS is not connected")
+				}
+				return nil
+			},
+		})
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+		ln, err := net.Listen("tcp", cfg.Addr)
+		if err != nil {
+			return fmt.Errorf("serve: listen %s: %w", cfg.Addr, err)
+		}
+		url := "http://" + ln.Addr().String()
+		hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("http: %w", err)
+			}
+		}()
+		go func() {
+			<-runCtx.Done()
+			sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
+			defer c()
+			_ = hs.Shutdown(sctx)
+		}()
+		info := serveInfo{URL: url, NATSURL: cs.natsURL, PID: os.Getpid()}
+		if err := writeJSON(filepath.Join(cfg.Data, fileServe), info, 0o600); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "Countersign is running.\n")
+		fmt.Fprintf(out, "  Inbox and API:  %s/\n", url)
+		if cs.natsURL != "" {
+			fmt.Fprintf(out, "  NATS:           %s (credentials in %s)\n", cs.natsURL, filepath.Join(cfg.Data, fileResolver))
+		}
+		if devToken != "" {
+			fmt.Fprintf(out, "  Dev token:      %s\n", devToken)
+			fmt.Fprintf(out, "                  (shown once; kept in %s, mode 0600, for the CLI on this machine)\n", filepath.Join(cfg.Data, fileDevToken))
+		} else if len(cfg.Tokens) == 0 {
+			fmt.Fprintf(out, "  Dev token:      in %s\n", filepath.Join(cfg.Data, fileDevToken))
+		}
+		fmt.Fprintf(out, "  Policy:         %s (version %s)\n", policyName(cfg.Policy), pol.Version)
+	} else {
+		fmt.Fprintf(out, "Countersign is running roles %s.\n", strings.Join(cfg.Roles, ","))
+	}
+	log.Info("serving", "roles", strings.Join(cfg.Roles, ","), "data", cfg.Data, "sync", cfg.NATS.Sync)
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+		return nil
+	case err := <-errc:
+		return err
+	}
+}
+
+func policyName(p string) string {
+	if p == "" {
+		return "built-in (every tool call requires approval)"
+	}
+	return p
+}
+
+// connect starts the embedded server (or dials the external one) and opens
+// one connection per role, each as its own NATS user.
+func connect(cfg serveConfig, log *slog.Logger) (*conns, error) {
+	cs := &conns{}
+	opts := []nats.Option{
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subj := ""
+			if sub != nil {
+				subj = sub.Subject
+			}
+			log.Warn("nats async error", "subject", subj, "err", err)
+		}),
+	}
+	if cfg.NATS.URL != "" {
+		o := append(opts, nats.Name("countersign"))
+		if cfg.NATS.CredsFile != "" {
+			o = append(o, nats.UserCredentials(cfg.NATS.CredsFile))
+		} else if cfg.NATS.User != "" {
+			o = append(o, nats.UserInfo(cfg.NATS.User, cfg.NATS.Password))
+		}
+		nc, err := nats.Connect(cfg.NATS.URL, o...)
+		if err != nil {
+			return nil, fmt.Errorf("serve: connect %s: %w", cfg.NATS.URL, err)
+		}
+		cs.admin, cs.arbiter, cs.api = nc, nc, nc
+		cs.all = []*nats.Conn{nc}
+		return cs, nil
+	}
+	users, err := loadOrCreateUsers(filepath.Join(cfg.Data, fileNATSUsers))
+	if err != nil {
+		return nil, err
+	}
+	ec := embedded.Config{
+		StoreDir:   filepath.Join(cfg.Data, dirJetStream),
+		SyncAlways: cfg.NATS.Sync == "always",
+		Users:      users,
+		ServerName: "countersign",
+		Logger:     log.With("role", "nats"),
+	}
+	if cfg.NATS.Listen == "off" || cfg.NATS.Listen == "" {
+		ec.NoListen = true
+	} else {
+		host, port, err := net.SplitHostPort(cfg.NATS.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("config: nats.listen: %w", err)
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil {
+			return nil, fmt.Errorf("config: nats.listen: bad port %q", port)
+		}
+		if p == 0 {
+			p = -1
+		}
+		ec.Host, ec.Port = host, p
+	}
+	srv, err := embedded.Start(ec)
+	if err != nil {
+		return nil, fmt.Errorf("serve: embedded NATS: %w", err)
+	}
+	cs.srv = srv
+	cs.natsURL = srv.ClientURL()
+	user := func(r embedded.Role) embedded.User {
+		for _, u := range users {
+			if u.Role == r {
+				return u
+			}
+		}
+		return embedded.User{}
+	}
+	for _, x := range []struct {
+		dst  **nats.Conn
+		role embedded.Role
+	}{{&cs.admin, embedded.RoleAdmin}, {&cs.arbiter, embedded.RoleArbiter}, {&cs.api, embedded.RoleAPI}} {
+		nc, err := srv.Connect(user(x.role), append(opts, nats.Name("countersign-"+string(x.role)))...)
+		if err != nil {
+			cs.close()
+			return nil, fmt.Errorf("serve: connect as %s: %w", x.role, err)
+		}
+		*x.dst = nc
+		cs.all = append(cs.all, nc)
+	}
+	if cs.natsURL != "" {
+		r := user(embedded.RoleResolver)
+		if err := writeJSON(filepath.Join(cfg.Data, fileResolver), map[string]string{
+			"url": cs.natsURL, "user": r.Name, "password": r.Password,
+			"note": "NATS user for trusted resolvers: may publish votes on hitl.approval.resolved.> and read hitl_approvals; cannot write records.",
+		}, 0o600); err != nil {
+			cs.close()
+			return nil, err
+		}
+	}
+	return cs, nil
+}
+
+// loadOrCreateUsers keeps the embedded server's per-role users under the
+// data directory, so restarts keep the same credentials.
+func loadOrCreateUsers(path string) ([]embedded.User, error) {
+	data, err := os.ReadFile(path)
+	if err == nil {
+		var users []embedded.User
+		if err := json.Unmarshal(data, &users); err != nil {
+			return nil, fmt.Errorf("serve: %s: %w", path, err)
+		}
+		return users, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	users := embedded.GenerateUsers(embedded.RoleAdmin, embedded.RoleArbiter, embedded.RoleOrchestrator,
+		embedded.RoleResolver, embedded.RoleAPI, embedded.RoleNotifier)
+	if err := writeJSON(path, users, 0o600); err != nil {
+		return nil, err
+	}
+	return users, nil
+}
+
+// apiTokens returns the configured tokens, or a development token when none
+// is configured: generated once, stored in <data>/dev-token with mode 0600.
+// devToken is non-empty only when it was generated by this start.
+func apiTokens(cfg serveConfig, log *slog.Logger) (tokens []api.Token, devToken string, err error) {
+	if len(cfg.Tokens) > 0 {
+		return cfg.Tokens, "", nil
+	}
+	path := filepath.Join(cfg.Data, fileDevToken)
+	data, err := os.ReadFile(path)
+	token := strings.TrimSpace(string(data))
+	switch {
+	case err == nil && token != "":
+	case err == nil || errors.Is(err, os.ErrNotExist):
+		t, _, err := api.NewToken()
+		if err != nil {
+			return nil, "", err
+		}
+		if err := os.WriteFile(path, []byte(t+"\n"), 0o600); err != nil {
+			return nil, "", fmt.Errorf("serve: write %s: %w", path, err)
+		}
+		token, devToken = t, t
+		log.Info("generated a development token", "file", path)
+	default:
+		return nil, "", fmt.Errorf("serve: read %s: %w", path, err)
+	}
+	return []api.Token{{
+		Name: "development", Subject: devSubject(), SHA256: api.HashToken(token),
+		Roles: []string{api.RoleAgent, api.RoleApprover, api.RoleAdmin},
+	}}, devToken, nil
+}
+
+// devSubject is the identity of the development token: the local user.
+func devSubject() string {
+	if u := os.Getenv("USER"); u != "" {
+		return u
+	}
+	return "developer"
+}
+
+func writeJSON(path string, v any, mode os.FileMode) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(data, '\n'), mode); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return os.Rename(tmp, path)
+}

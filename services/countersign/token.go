@@ -1,0 +1,39 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/countersign/countersign/services/api"
+)
+
+func cmdToken(args []string, out io.Writer) error {
+	if len(args) == 0 || args[0] != "new" {
+		return errors.New("token: want 'token new'")
+	}
+	fs := flag.NewFlagSet("token new", flag.ContinueOnError)
+	subject := fs.String("subject", "", "identity the token authenticates (approver or agent id)")
+	name := fs.String("name", "", "a label for the token")
+	roles := fs.String("roles", "approver", "comma-separated roles: agent, approver, admin")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if *subject == "" {
+		return errors.New("token new: --subject is required")
+	}
+	token, hash, err := api.NewToken()
+	if err != nil {
+		return err
+	}
+	if *name == "" {
+		*name = *subject
+	}
+	fmt.Fprintf(out, "Token (shown once; give it to %s):\n  %s\n\n", *subject, token)
+	fmt.Fprintf(out, "Add to the tokens of countersign.yaml (only the hash is stored):\n")
+	fmt.Fprintf(out, "  - name: %s\n    subject: %s\n    sha256: %s\n    roles: [%s]\n", *name, *subject, hash,
+		strings.Join(strings.Split(*roles, ","), ", "))
+	return nil
+}
