@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -39,8 +40,10 @@ type Waiter struct {
 }
 
 type wait struct {
-	fn       WaitFunc
-	finished bool
+	fn WaitFunc
+	// finished is set once, under Waiter.mu, and read without it by the
+	// wait's own callback.
+	finished atomic.Bool
 }
 
 // NewWaiter opens the approvals bucket and starts the watch. Stop it with Close.
@@ -146,12 +149,9 @@ func (w *Waiter) deliver(key string, rec *contracts.Record, rev uint64) {
 	list := w.waits[key]
 	w.mu.Unlock()
 	for _, wt := range list {
-		w.mu.Lock()
-		if wt.finished {
-			w.mu.Unlock()
+		if wt.finished.Load() {
 			continue
 		}
-		w.mu.Unlock()
 		if wt.fn(rec, rev) {
 			w.finish(key, wt)
 		}
@@ -161,10 +161,9 @@ func (w *Waiter) deliver(key string, rec *contracts.Record, rev uint64) {
 func (w *Waiter) finish(key string, wt *wait) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if wt.finished {
+	if wt.finished.Swap(true) {
 		return
 	}
-	wt.finished = true
 	list := w.waits[key]
 	for i, x := range list {
 		if x == wt {
@@ -189,7 +188,7 @@ func (w *Waiter) Watch(ctx context.Context, eventID string, fn WaitFunc) (cancel
 	wt.fn = func(rec *contracts.Record, rev uint64) bool {
 		once.Lock()
 		defer once.Unlock()
-		if wt.finished {
+		if wt.finished.Load() {
 			return true
 		}
 		return fn(rec, rev)

@@ -85,8 +85,9 @@ func startServe(t *testing.T, data string, extra ...string) *serveProc {
 			if !ok {
 				t.Fatalf("serve exited before it was ready; stderr:\n%s", stderr.String())
 			}
-			if i := strings.Index(line, "Inbox and API:"); i >= 0 {
-				p.url = strings.TrimRight(strings.TrimSpace(line[i+len("Inbox and API:"):]), "/")
+			if i := strings.Index(line, "API:"); i >= 0 && strings.HasPrefix(strings.TrimSpace(line), "API:") {
+				f := strings.Fields(line[i+len("API:"):])
+				p.url = strings.TrimSuffix(f[0], "/v1")
 			}
 		case <-deadline:
 			t.Fatalf("serve did not become ready; stderr:\n%s", stderr.String())

@@ -74,14 +74,13 @@ func (s *Server) postReviews(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr)
 		return
 	}
-	p := principalFrom(r.Context())
 	run := contracts.Run{
 		ID: req.Run.ID, ThreadID: req.Run.ThreadID, Agent: req.Run.Agent,
 		RequestedBy: req.Run.RequestedBy, Owner: req.Run.Owner, Tenant: req.Run.Tenant,
 	}
-	if run.RequestedBy == "" {
-		run.RequestedBy = p.subject
-	}
+	// requested_by names the person the agent acts for, which only the agent
+	// runtime knows; the calling token authenticates the agent service, not
+	// that person, so it is not substituted for a missing requested_by.
 	calls := make([]orchestrator.ToolCall, len(req.ToolCalls))
 	for i, c := range req.ToolCalls {
 		calls[i] = orchestrator.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments}

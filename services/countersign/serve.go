@@ -236,7 +236,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 			return err
 		}
 		fmt.Fprintf(out, "Countersign is running.\n")
-		fmt.Fprintf(out, "  Inbox and API:  %s/\n", url)
+		fmt.Fprintf(out, "  API:            %s/v1  (OpenAPI at %s/openapi.json)\n", url, url)
 		if cs.natsURL != "" {
 			fmt.Fprintf(out, "  NATS:           %s (credentials in %s)\n", cs.natsURL, filepath.Join(cfg.Data, fileResolver))
 		}
