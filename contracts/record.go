@@ -110,6 +110,10 @@ const (
 	ChangeClaimRefused = "claim_refused"
 	ChangeExtended     = "extended"
 	ChangeDecided      = "decided"
+	// A refused cancel or extend command changes nothing in the record but
+	// is announced, like a refused vote or claim.
+	ChangeCancelRefused = "cancel_refused"
+	ChangeExtendRefused = "extend_refused"
 )
 
 // Changed is published on hitl.approval.changed.<event_id> for every change of

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -131,8 +132,11 @@ func New(ctx context.Context, cfg Config) (*Arbiter, error) {
 	return &Arbiter{cfg: cfg, kv: kv, m: newMetrics(cfg.Registerer)}, nil
 }
 
-// Run consumes until ctx ends.
+// Run consumes until ctx ends. If one consume loop fails, the other is
+// stopped too and Run returns the error once both have ended.
 func (a *Arbiter) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	errc := make(chan error, 2)
 	go func() {
 		errc <- events.Consume(ctx, a.cfg.JS, events.ConsumerConfig{
@@ -157,10 +161,8 @@ func (a *Arbiter) Run(ctx context.Context) error {
 		}, a.handleResolution)
 	}()
 	err := <-errc
-	if err != nil {
-		return err
-	}
-	return <-errc
+	cancel()
+	return errors.Join(err, <-errc)
 }
 
 // ValidateRequest checks a request the way the arbiter does before it
@@ -236,10 +238,17 @@ func (a *Arbiter) handleResolution(ctx context.Context, msg jetstream.Msg) error
 			a.m.refused.WithLabelValues(contracts.ReasonMalformed).Inc()
 			return events.Poison(err)
 		}
-		return a.apply(ctx, msg, v.EventID, func(rec contracts.Record) Result {
-			return ApplyVote(rec, v, a.cfg.Now())
-		}, func(rec contracts.Record, rev uint64, res Result) *contracts.Changed {
-			return &contracts.Changed{VoteID: v.VoteID, Approver: &v.Approver, Change: contracts.ChangeVoteCounted}
+		return a.apply(ctx, msg, op{
+			eventID: v.EventID,
+			apply: func(rec contracts.Record) Result {
+				return ApplyVote(rec, v, a.cfg.Now())
+			},
+			counted: func() *contracts.Changed {
+				return &contracts.Changed{Change: contracts.ChangeVoteCounted, VoteID: v.VoteID, Approver: &v.Approver}
+			},
+			refused: func(reason string) *contracts.Changed {
+				return &contracts.Changed{Change: contracts.ChangeVoteRefused, VoteID: v.VoteID, Approver: &v.Approver, Reason: reason}
+			},
 		})
 	case strings.HasPrefix(subj, contracts.SubjectCommandPrefix):
 		var c contracts.Command
@@ -254,22 +263,26 @@ func (a *Arbiter) handleResolution(ctx context.Context, msg jetstream.Msg) error
 				c.Until = a.cfg.Now().Add(a.cfg.Retention)
 			}
 		}
-		return a.apply(ctx, msg, c.EventID, func(rec contracts.Record) Result {
-			if c.Command == contracts.CommandExtend && c.Until.After(rec.Request.CreatedAt.Add(a.cfg.Retention)) {
-				c.Until = rec.Request.CreatedAt.Add(a.cfg.Retention)
-			}
-			return ApplyCommand(rec, c, a.cfg.Now())
-		}, func(rec contracts.Record, rev uint64, res Result) *contracts.Changed {
-			ch := &contracts.Changed{By: c.By}
-			switch c.Command {
-			case contracts.CommandClaim:
-				ch.Change = contracts.ChangeClaimed
-			case contracts.CommandExtend:
-				ch.Change = contracts.ChangeExtended
-			default:
-				return nil
-			}
-			return ch
+		return a.apply(ctx, msg, op{
+			eventID: c.EventID,
+			apply: func(rec contracts.Record) Result {
+				if c.Command == contracts.CommandExtend && c.Until.After(rec.Request.CreatedAt.Add(a.cfg.Retention)) {
+					c.Until = rec.Request.CreatedAt.Add(a.cfg.Retention)
+				}
+				return ApplyCommand(rec, c, a.cfg.Now())
+			},
+			counted: func() *contracts.Changed {
+				switch c.Command {
+				case contracts.CommandClaim:
+					return &contracts.Changed{Change: contracts.ChangeClaimed, By: c.By}
+				case contracts.CommandExtend:
+					return &contracts.Changed{Change: contracts.ChangeExtended, By: c.By}
+				}
+				return nil // a cancel always decides
+			},
+			refused: func(reason string) *contracts.Changed {
+				return &contracts.Changed{Change: commandRefusedChange(c.Command), By: c.By, Reason: reason}
+			},
 		})
 	}
 	return events.Poison(fmt.Errorf("unexpected subject %s", subj))
@@ -322,12 +335,34 @@ func validateCommand(c *contracts.Command, subjectID string) error {
 	return errors.Join(errs...)
 }
 
-// apply runs f on the current record and writes the result with
+// commandRefusedChange is the change kind that announces a refused command.
+func commandRefusedChange(command string) string {
+	switch command {
+	case contracts.CommandCancel:
+		return contracts.ChangeCancelRefused
+	case contracts.CommandExtend:
+		return contracts.ChangeExtendRefused
+	}
+	return contracts.ChangeClaimRefused
+}
+
+// op is one vote or command to apply to a record.
+type op struct {
+	eventID string
+	// apply is the pure transition (ApplyVote, ApplyCommand).
+	apply func(contracts.Record) Result
+	// counted is the change announced when apply changed the record without
+	// deciding it or refusing; nil announces nothing.
+	counted func() *contracts.Changed
+	// refused is the change announced when apply refused with reason.
+	refused func(reason string) *contracts.Changed
+}
+
+// apply runs o on the current record and writes the result with
 // compare-and-set, retrying on conflicts with other replicas.
-func (a *Arbiter) apply(ctx context.Context, msg jetstream.Msg, eventID string,
-	f func(contracts.Record) Result, changed func(contracts.Record, uint64, Result) *contracts.Changed) error {
+func (a *Arbiter) apply(ctx context.Context, msg jetstream.Msg, o op) error {
 	for attempt := 0; ; attempt++ {
-		entry, err := a.kv.Get(ctx, eventID)
+		entry, err := a.kv.Get(ctx, o.eventID)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			return a.unknownEvent(msg)
 		}
@@ -336,28 +371,29 @@ func (a *Arbiter) apply(ctx context.Context, msg jetstream.Msg, eventID string,
 		}
 		var rec contracts.Record
 		if err := json.Unmarshal(entry.Value(), &rec); err != nil {
-			return events.Poison(fmt.Errorf("record %s is unreadable: %w", eventID, err))
+			return events.Poison(fmt.Errorf("record %s is unreadable: %w", o.eventID, err))
 		}
-		res := f(rec)
+		res := o.apply(rec)
 		if res.Duplicate {
 			if rec.Terminal() {
 				// The outcome may not have been announced if a replica died
-				// between its write and its publish; announcing is idempotent.
-				return a.announce(ctx, rec, entry.Revision())
+				// between its write and its publish.
+				return a.reannounce(ctx, rec, entry.Revision())
 			}
 			return nil
 		}
 		if !res.Changed {
+			// Refused without a write (commands): the record stays as it is.
 			a.m.refused.WithLabelValues(res.Refusal).Inc()
-			return a.publishChanged(ctx, eventID, &contracts.Changed{
-				Change: contracts.ChangeClaimRefused, Reason: res.Refusal, Status: rec.Status,
-			}, entry.Revision(), msg)
+			ch := o.refused(res.Refusal)
+			ch.Status = rec.Status
+			return a.publishChanged(ctx, o.eventID, ch, entry.Revision(), msg)
 		}
 		data, err := json.Marshal(res.Record)
 		if err != nil {
 			return events.Poison(err)
 		}
-		rev, err := a.kv.Update(ctx, eventID, data, entry.Revision())
+		rev, err := a.kv.Update(ctx, o.eventID, data, entry.Revision())
 		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSequence(err) {
 			a.m.conflict.Inc()
 			if attempt < 50 {
@@ -369,21 +405,20 @@ func (a *Arbiter) apply(ctx context.Context, msg jetstream.Msg, eventID string,
 			return err
 		}
 		if res.Refusal != "" {
+			// Refused and recorded in the record (votes).
 			a.m.refused.WithLabelValues(res.Refusal).Inc()
-			last := res.Record.RefusedVotes[len(res.Record.RefusedVotes)-1]
-			return a.publishChanged(ctx, eventID, &contracts.Changed{
-				Change: contracts.ChangeVoteRefused, VoteID: last.VoteID, Approver: &last.Approver,
-				Reason: res.Refusal, Status: res.Record.Status,
-			}, rev, msg)
+			ch := o.refused(res.Refusal)
+			ch.Status = res.Record.Status
+			return a.publishChanged(ctx, o.eventID, ch, rev, msg)
 		}
 		if res.Decided {
 			a.m.decided.WithLabelValues(res.Record.Status).Inc()
 			a.m.latency.Observe(res.Record.Outcome.DecidedAt.Sub(res.Record.Request.CreatedAt).Seconds())
 			return a.announce(ctx, res.Record, rev)
 		}
-		if ch := changed(res.Record, rev, res); ch != nil {
+		if ch := o.counted(); ch != nil {
 			ch.Status = res.Record.Status
-			return a.publishChanged(ctx, eventID, ch, rev, msg)
+			return a.publishChanged(ctx, o.eventID, ch, rev, msg)
 		}
 		return nil
 	}
@@ -405,9 +440,37 @@ func (a *Arbiter) unknownEvent(msg jetstream.Msg) error {
 	return events.Retry(a.cfg.UnknownEventDelay, errors.New(contracts.ReasonUnknownEvent))
 }
 
-// announce publishes the decided event of a terminal record, de-duplicated
-// by event id.
+// announce publishes the decided event of a record that has just turned
+// terminal, de-duplicated by event id within the stream's duplicate window.
 func (a *Arbiter) announce(ctx context.Context, rec contracts.Record, rev uint64) error {
+	_, err := events.Publish(ctx, a.cfg.JS, contracts.DecidedSubject(rec.Request.EventID), decided(rec, rev),
+		decidedMsgID(rec.Request.EventID), nil)
+	return err
+}
+
+// reannounce publishes the decided event of a terminal record again when a
+// vote or command that was already applied comes back (a redelivery after a
+// crash between the record write and announce, or a resend), but only if no
+// decided event exists yet for the approval. The check and the publish are one
+// atomic step on the server (expected last sequence 0 for the subject), so
+// neither a concurrent replica nor a resend after the duplicate window can
+// store a second decided event, and a decision whose announce was lost is
+// still announced.
+func (a *Arbiter) reannounce(ctx context.Context, rec contracts.Record, rev uint64) error {
+	hdr := nats.Header{}
+	hdr.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+	_, err := events.Publish(ctx, a.cfg.JS, contracts.DecidedSubject(rec.Request.EventID), decided(rec, rev),
+		decidedMsgID(rec.Request.EventID), hdr)
+	if isWrongLastSequence(err) {
+		return nil // already announced
+	}
+	return err
+}
+
+func decidedMsgID(eventID string) string { return "decided:" + eventID }
+
+// decided is the decided event of a terminal record at revision rev.
+func decided(rec contracts.Record, rev uint64) contracts.Decided {
 	req := rec.Request
 	d := contracts.Decided{
 		Spec: contracts.SpecDecided, EventID: req.EventID, Status: rec.Status, Agent: req.Run.Agent,
@@ -419,8 +482,7 @@ func (a *Arbiter) announce(ctx context.Context, rec contracts.Record, rev uint64
 	if req.ToolCall != nil {
 		d.ToolName = req.ToolCall.Name
 	}
-	_, err := events.Publish(ctx, a.cfg.JS, contracts.DecidedSubject(req.EventID), d, "decided:"+req.EventID, nil)
-	return err
+	return d
 }
 
 func (a *Arbiter) publishChanged(ctx context.Context, eventID string, ch *contracts.Changed, rev uint64, msg jetstream.Msg) error {
