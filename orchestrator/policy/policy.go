@@ -9,9 +9,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
@@ -72,7 +75,7 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil {
-		return fmt.Errorf("line %d: invalid duration %q", n.Line, s)
+		return fmt.Errorf("line %d: invalid duration %q (want a Go duration such as \"90m\" or \"4h\")", n.Line, s)
 	}
 	*d = Duration(v)
 	return nil
@@ -99,16 +102,35 @@ type Decision struct {
 }
 
 // Parse reads and validates a policy. Unknown fields are errors, so a typo
-// cannot silently weaken a rule.
+// cannot silently weaken a rule. So are an empty file and a second YAML
+// document, which would otherwise be read as "no rules" or ignored.
 func Parse(data []byte) (*Policy, error) {
 	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	if emptyDocument(&root) {
+		return nil, errors.New("policy: the file is empty (write at least `default: require_approval`)")
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	var p Policy
 	if err := dec.Decode(&p); err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	_ = yaml.Unmarshal(data, &root)
+	for {
+		var extra yaml.Node
+		err := dec.Decode(&extra)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("policy: %w", err)
+		}
+		if !emptyDocument(&extra) {
+			return nil, fmt.Errorf("policy: line %d: a second YAML document; a policy is one document", extra.Line)
+		}
+	}
 	recordLines(&root, &p)
 	if p.Default == "" {
 		p.Default = ActionRequireApproval
@@ -117,6 +139,15 @@ func Parse(data []byte) (*Policy, error) {
 		return nil, err
 	}
 	return &p, nil
+}
+
+// emptyDocument reports whether doc holds nothing but comments or null.
+func emptyDocument(doc *yaml.Node) bool {
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
+		return true
+	}
+	n := doc.Content[0]
+	return n.Kind == yaml.ScalarNode && n.Tag == "!!null"
 }
 
 // Load reads a policy file.
@@ -158,12 +189,15 @@ func validAction(a string) bool {
 	return a == ActionAllow || a == ActionDeny || a == ActionRequireApproval
 }
 
+// defaultRuleName is the rule name Evaluate reports for calls no rule matches.
+const defaultRuleName = "default"
+
 func (p *Policy) validate() error {
 	var errs []error
 	if !validAction(p.Default) {
-		errs = append(errs, fmt.Errorf("policy: default: unknown action %q", p.Default))
+		errs = append(errs, fmt.Errorf("policy: default: unknown action %q (allow, deny, require_approval)", p.Default))
 	}
-	if err := p.DefaultRule.validateGate("default_rule"); err != nil {
+	if err := p.DefaultRule.validateDefault("policy: default_rule"); err != nil {
 		errs = append(errs, err)
 	}
 	names := map[string]bool{}
@@ -173,12 +207,25 @@ func (p *Policy) validate() error {
 		if r.Name == "" {
 			r.Name = fmt.Sprintf("rule-%d", i+1)
 		}
+		if r.Name == defaultRuleName {
+			errs = append(errs, fmt.Errorf("%s: the rule name %q is reserved for calls no rule matches", where, r.Name))
+		}
 		if names[r.Name] {
 			errs = append(errs, fmt.Errorf("%s: duplicate rule name %q", where, r.Name))
 		}
 		names[r.Name] = true
 		if len(r.Tools) == 0 {
 			errs = append(errs, fmt.Errorf("%s: tools must list at least one tool name or glob", where))
+		}
+		for j, g := range r.Tools {
+			if err := checkGlob(g); err != nil {
+				errs = append(errs, fmt.Errorf("%s: tools[%d]: %w", where, j, err))
+			}
+		}
+		for j, g := range r.Agents {
+			if err := checkGlob(g); err != nil {
+				errs = append(errs, fmt.Errorf("%s: agents[%d]: %w", where, j, err))
+			}
 		}
 		if !validAction(r.Action) {
 			errs = append(errs, fmt.Errorf("%s: unknown action %q (allow, deny, require_approval)", where, r.Action))
@@ -190,29 +237,79 @@ func (p *Policy) validate() error {
 	return errors.Join(errs...)
 }
 
+// validateDefault checks default_rule: gate settings and a deny reason only.
+// Matching and the action belong to the rules and to default; set here they
+// would be silently ignored.
+func (r *Rule) validateDefault(where string) error {
+	var errs []error
+	if r.Name != "" {
+		errs = append(errs, fmt.Errorf("%s: name cannot be set (calls gated by the default report rule %q)", where, defaultRuleName))
+	}
+	if len(r.Tools) > 0 || len(r.Agents) > 0 {
+		errs = append(errs, fmt.Errorf("%s: tools and agents cannot be set (default_rule applies to calls no rule matches)", where))
+	}
+	if r.Action != "" {
+		errs = append(errs, fmt.Errorf("%s: action cannot be set (use the top-level default)", where))
+	}
+	if err := r.validateGate(where); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// checkGlob rejects globs that cannot mean what their author intended: '*'
+// and '?' are the only wildcards, so brackets, braces and backslashes would
+// match only themselves.
+func checkGlob(g string) error {
+	switch {
+	case g == "":
+		return errors.New("empty glob")
+	case !utf8.ValidString(g):
+		return fmt.Errorf("invalid glob %q: not valid UTF-8", g)
+	case strings.TrimSpace(g) != g:
+		return fmt.Errorf("invalid glob %q: leading or trailing space", g)
+	case strings.ContainsAny(g, `[]{}\`):
+		return fmt.Errorf("invalid glob %q: only * and ? are wildcards; [ ] { } and \\ are not supported", g)
+	}
+	return nil
+}
+
 func (r *Rule) validateGate(where string) error {
 	var errs []error
 	switch r.Risk {
 	case "", contracts.RiskLow, contracts.RiskMedium, contracts.RiskHigh, contracts.RiskCritical:
 	default:
-		errs = append(errs, fmt.Errorf("%s: unknown risk %q", where, r.Risk))
+		errs = append(errs, fmt.Errorf("%s: unknown risk %q (low, medium, high, critical)", where, r.Risk))
 	}
 	switch r.OnTimeout {
 	case "", contracts.OnTimeoutReject, contracts.OnTimeoutApprove:
 	default:
-		errs = append(errs, fmt.Errorf("%s: on_timeout must be reject or approve", where))
+		errs = append(errs, fmt.Errorf("%s: on_timeout %q: must be reject or approve", where, r.OnTimeout))
 	}
-	if r.Quorum < 0 || (len(r.Approvers) > 0 && r.Quorum > len(r.Approvers)) {
-		errs = append(errs, fmt.Errorf("%s: quorum %d cannot be met by %d approvers", where, r.Quorum, len(r.Approvers)))
+	seen := make(map[string]bool, len(r.Approvers))
+	for j, a := range r.Approvers {
+		switch {
+		case a == "":
+			errs = append(errs, fmt.Errorf("%s: approvers[%d] is empty", where, j))
+		case seen[a]:
+			errs = append(errs, fmt.Errorf("%s: approvers[%d]: %q is listed twice", where, j, a))
+		}
+		seen[a] = true
+	}
+	switch {
+	case r.Quorum < 0:
+		errs = append(errs, fmt.Errorf("%s: quorum %d must not be negative", where, r.Quorum))
+	case len(r.Approvers) > 0 && r.Quorum > len(seen):
+		errs = append(errs, fmt.Errorf("%s: quorum %d cannot be met by %d distinct approvers", where, r.Quorum, len(seen)))
 	}
 	if r.Timeout < 0 {
-		errs = append(errs, fmt.Errorf("%s: timeout must be positive", where))
+		errs = append(errs, fmt.Errorf("%s: timeout %s must be positive", where, time.Duration(r.Timeout)))
 	}
 	for _, d := range r.AllowedDecisions {
 		switch d {
 		case contracts.DecisionApprove, contracts.DecisionReject, contracts.DecisionEdit, contracts.DecisionRespond:
 		default:
-			errs = append(errs, fmt.Errorf("%s: unknown decision %q", where, d))
+			errs = append(errs, fmt.Errorf("%s: unknown decision %q in allowed_decisions (approve, reject, edit, respond)", where, d))
 		}
 	}
 	return errors.Join(errs...)
@@ -229,7 +326,7 @@ func (p *Policy) Evaluate(agent, tool string) Decision {
 	}
 	d := p.DefaultRule.decision(p.Version)
 	d.Action = p.Default
-	d.Rule = "default"
+	d.Rule = defaultRuleName
 	if d.Action == ActionDeny && d.Reason == "" {
 		d.Reason = "No policy rule allows this tool."
 	}
@@ -277,29 +374,61 @@ func matchAny(globs []string, s string) bool {
 }
 
 // Match reports whether name matches glob, where '*' matches any run of
-// characters (dots and slashes included) and '?' any one character.
+// characters (dots and slashes included) and '?' any one character (one
+// UTF-8 encoded rune, not one byte).
 func Match(glob, name string) bool {
-	// Iterative wildcard matching with backtracking to the last '*'.
+	// Iterative wildcard matching with backtracking to the last '*'. Every
+	// step advances by whole runes, so positions stay on rune boundaries.
 	gi, ni := 0, 0
 	star, mark := -1, 0
 	for ni < len(name) {
-		switch {
-		case gi < len(glob) && (glob[gi] == '?' || glob[gi] == name[ni]):
-			gi++
-			ni++
-		case gi < len(glob) && glob[gi] == '*':
-			star, mark = gi, ni
-			gi++
-		case star >= 0:
-			gi = star + 1
-			mark++
-			ni = mark
-		default:
+		if gi < len(glob) {
+			switch c := glob[gi]; {
+			case c == '*':
+				if gi+1 == len(glob) {
+					return true // a trailing '*' takes the rest
+				}
+				star, mark = gi, ni
+				gi++
+				continue
+			case c == '?':
+				gi++
+				ni += runeLen(name, ni)
+				continue
+			case c == name[ni]:
+				gi++
+				ni++
+				continue
+			}
+		}
+		if star < 0 {
 			return false
 		}
+		// Let the last '*' take one more rune and retry after it. When an
+		// ASCII literal follows the '*', skip straight to its next
+		// occurrence (an ASCII byte is never inside a multi-byte rune).
+		mark += runeLen(name, mark)
+		if c := glob[star+1]; c != '*' && c != '?' && c < utf8.RuneSelf {
+			for mark < len(name) && name[mark] != c {
+				mark++
+			}
+			if mark == len(name) {
+				return false
+			}
+		}
+		gi, ni = star+1, mark
 	}
 	for gi < len(glob) && glob[gi] == '*' {
 		gi++
 	}
 	return gi == len(glob)
+}
+
+// runeLen is the byte length of the rune at s[i:].
+func runeLen(s string, i int) int {
+	if s[i] < utf8.RuneSelf {
+		return 1
+	}
+	_, n := utf8.DecodeRuneInString(s[i:])
+	return n
 }

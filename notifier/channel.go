@@ -1,0 +1,123 @@
+package notifier
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	"github.com/countersign/countersign/contracts"
+)
+
+// Channel names of the built-in channels. A channel's name is one NATS
+// subject token (see ValidChannelName); it appears in request snapshots
+// (channels[]) and in receipt subjects.
+const (
+	ChannelSlack   = "slack"
+	ChannelEmail   = "email"
+	ChannelWebhook = "webhook"
+	ChannelInbox   = "inbox"
+)
+
+// Kinds of notification. A kind is part of the idempotency key: two
+// notifications of different kinds to the same target are both delivered.
+const (
+	// KindRequested shows a pending request to a target.
+	KindRequested = "requested"
+	// KindDecided updates what a target was shown with the outcome.
+	KindDecided = "decided"
+)
+
+// KindReminder is the kind of the n-th reminder (counting from 1) of a
+// pending request, so that each reminder is delivered once.
+func KindReminder(n int) string { return "reminder." + strconv.Itoa(n) }
+
+// ErrPermanent marks a delivery error that a retry cannot fix (an unknown
+// address, a rejected payload). Channels wrap it (fmt.Errorf("%w: ...",
+// ErrPermanent)); the notifier then records a failed receipt instead of
+// retrying. Any other error is taken as transient and retried.
+var ErrPermanent = errors.New("notifier: permanent delivery failure")
+
+// Channel delivers notifications through one medium. Implementations must be
+// safe for concurrent use and must tolerate being called twice with the same
+// Notification (see the package documentation): they pass
+// Notification.IdempotencyKey to the receiving side.
+type Channel interface {
+	// Name is the channel's name, a single subject token such as "slack".
+	Name() string
+	// Notify shows a pending request (KindRequested or a KindReminder) to
+	// n.Target. The Receipt's Ref identifies what was delivered so that
+	// Update can find it later.
+	Notify(ctx context.Context, n Notification) (Receipt, error)
+	// Update tells n.Target the request is decided (KindDecided; n.Record
+	// holds the terminal record). n.Ref is the Ref of the receipt of the
+	// delivered request, or empty when none is known, in which case the
+	// channel sends the outcome as a new message.
+	Update(ctx context.Context, n Notification) (Receipt, error)
+}
+
+// Target is where one notification goes on one channel.
+type Target struct {
+	// Channel is the channel's name.
+	Channel string `json:"channel"`
+	// Address is the channel-specific destination: a Slack user or
+	// conversation id, an email address, the configured name of a webhook
+	// endpoint (never its URL, which may hold a secret), an inbox user id.
+	Address string `json:"address"`
+	// Approver is the approver this target reaches, empty for a shared
+	// destination such as a Slack channel or a webhook endpoint.
+	Approver string `json:"approver,omitempty"`
+}
+
+// Notification is one thing to deliver to one target.
+type Notification struct {
+	Kind   string
+	Target Target
+	// Request is the approval's snapshot: everything a channel renders
+	// (summary, tool call or question, risk, expiry, allowed decisions).
+	Request contracts.ApprovalRequested
+	// Record is the terminal record for KindDecided, nil otherwise.
+	Record *contracts.Record
+	// Ref is, for KindDecided, the Ref of the request's receipt on this
+	// target; empty otherwise.
+	Ref string
+}
+
+// Requested returns the notification that shows req to t.
+func Requested(req contracts.ApprovalRequested, t Target) Notification {
+	return Notification{Kind: KindRequested, Target: t, Request: req}
+}
+
+// Reminder returns the n-th reminder (from 1) of req to t.
+func Reminder(req contracts.ApprovalRequested, t Target, n int) Notification {
+	return Notification{Kind: KindReminder(n), Target: t, Request: req}
+}
+
+// Decided returns the update that tells t the outcome of rec. ref is the Ref
+// of the receipt with which the request was delivered to t, or empty.
+func Decided(rec contracts.Record, t Target, ref string) Notification {
+	return Notification{Kind: KindDecided, Target: t, Request: rec.Request, Record: &rec, Ref: ref}
+}
+
+// EventID is the approval the notification is about.
+func (n Notification) EventID() string { return n.Request.EventID }
+
+// IdempotencyKey identifies this notification for de-duplication by the
+// receiving side; see IdempotencyKey.
+func (n Notification) IdempotencyKey() string {
+	return IdempotencyKey(n.Request.EventID, n.Target.Channel, n.Target.Address, n.Kind)
+}
+
+// ValidChannelName reports whether name can be a channel's name: 1 to 32
+// characters of [a-z0-9_-], so that it is one subject token.
+func ValidChannelName(name string) bool {
+	if name == "" || len(name) > 32 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
