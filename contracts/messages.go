@@ -78,6 +78,9 @@ type Run struct {
 	RequestedBy string `json:"requested_by,omitempty"`
 	Owner       string `json:"owner,omitempty"`
 	Tenant      string `json:"tenant,omitempty"`
+	// Labels are free-form attributes of the run (env, team, ...) that
+	// policy rules match on. An extension of the contract's run object.
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // ToolCall is one call an agent proposes. Arguments is a JSON object;

@@ -99,6 +99,24 @@ func ApprovalsBucketConfig(cfg ProvisionConfig) jetstream.KeyValueConfig {
 	}
 }
 
+// PolicyBucketConfig returns the configuration of the hitl_policy bucket: the
+// fleet's live policy under one key, with its recent versions kept as history
+// for audit. Policies never expire.
+func PolicyBucketConfig(cfg ProvisionConfig) jetstream.KeyValueConfig {
+	cfg.setDefaults()
+	storage := jetstream.FileStorage
+	if cfg.Memory {
+		storage = jetstream.MemoryStorage
+	}
+	return jetstream.KeyValueConfig{
+		Bucket:      contracts.BucketPolicy,
+		Description: "Countersign live policy; written through the API (policy apply)",
+		History:     64,
+		Storage:     storage,
+		Replicas:    cfg.Replicas,
+	}
+}
+
 // Provision creates or updates every stream and bucket of the contract. It is
 // idempotent and safe to run from several processes at once.
 func Provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig) error {
@@ -113,6 +131,9 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig)
 	}
 	if _, err := js.CreateOrUpdateKeyValue(ctx, ApprovalsBucketConfig(cfg)); err != nil {
 		return fmt.Errorf("events: provision bucket %s: %w", contracts.BucketApprovals, err)
+	}
+	if _, err := js.CreateOrUpdateKeyValue(ctx, PolicyBucketConfig(cfg)); err != nil {
+		return fmt.Errorf("events: provision bucket %s: %w", contracts.BucketPolicy, err)
 	}
 	return nil
 }

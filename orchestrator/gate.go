@@ -283,7 +283,7 @@ func (g *Gate) Submit(ctx context.Context, run contracts.Run, calls []ToolCall) 
 		if err != nil {
 			return nil, fmt.Errorf("orchestrator: tool_calls[%d]: %w", i, err)
 		}
-		d := pol.Evaluate(run.Agent, c.Name)
+		d := pol.Evaluate(policy.Input{Run: run, Tool: c.Name, Arguments: args})
 		v := Verdict{ToolCallID: c.ID, Rule: d.Rule}
 		switch d.Action {
 		case policy.ActionAllow:
@@ -361,10 +361,10 @@ func (g *Gate) request(run contracts.Run, c ToolCall, args json.RawMessage, sha 
 		ToolCall: &contracts.ToolCall{ID: c.ID, Name: c.Name, Arguments: args, ArgumentsSHA256: sha},
 		Risk:     d.Risk,
 		Summary:  Summary(d.Summary, run, c.Name, args),
-		Policy:   contracts.PolicyRef{Rule: d.Rule, Version: d.Version},
+		Policy:   contracts.PolicyRef{Rule: d.Rule, Version: d.Version, Error: d.Error},
 		Quorum: contracts.Quorum{
 			Required: d.Quorum, Approvers: nonNil(d.Approvers), Veto: d.Veto,
-			AllowSelfApproval: d.AllowSelfApproval, Order: contracts.OrderAny,
+			AllowSelfApproval: d.AllowSelfApproval, Order: orderOf(d.Order),
 		},
 		Escalation:       []contracts.EscalationTier{},
 		Reminders:        []string{},
@@ -375,6 +375,27 @@ func (g *Gate) request(run contracts.Run, c ToolCall, args json.RawMessage, sha 
 		CreatedAt:        now,
 	}
 }
+
+func orderOf(o string) string {
+	if o == contracts.OrderSequence {
+		return contracts.OrderSequence
+	}
+	return contracts.OrderAny
+}
+
+// Explain says how the policy in force decides one call: the decision and,
+// rule by rule, why it matched or not. It publishes nothing.
+func (g *Gate) Explain(run contracts.Run, call ToolCall) (policy.Decision, []policy.Step, error) {
+	args, _, err := canonicalArgs(call.Arguments)
+	if err != nil {
+		return policy.Decision{}, nil, err
+	}
+	d, steps := g.cfg.Policy.Current().Explain(policy.Input{Run: run, Tool: call.Name, Arguments: args})
+	return d, steps, nil
+}
+
+// Policy is the policy in force.
+func (g *Gate) Policy() *policy.Policy { return g.cfg.Policy.Current() }
 
 func nonNil(s []string) []string {
 	if s == nil {

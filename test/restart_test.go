@@ -13,6 +13,7 @@ type reviewAnswer struct {
 		Verdict    string `json:"verdict"`
 		EventID    string `json:"event_id"`
 		Reason     string `json:"reason"`
+		Rule       string `json:"rule"`
 	} `json:"results"`
 }
 

@@ -358,11 +358,8 @@ func TestNotifierConsumesRequestsAndEvents(t *testing.T) {
 
 func TestAPIReadsEventsAndWritesPolicy(t *testing.T) {
 	e := newEnv(t)
-	admin := e.connect(t, embedded.RoleAdmin)
 	ctx := testContext(t, opTimeout)
-	if _, err := admin.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: contracts.BucketPolicy}); err != nil {
-		t.Fatal(err)
-	}
+	// Provisioning created the policy bucket.
 	arb := e.connect(t, embedded.RoleArbiter)
 	for _, id := range []string{"ev-1", "ev-2"} {
 		if _, err := arb.js.Publish(ctx, contracts.ChangedSubject(id), []byte(id)); err != nil {

@@ -293,13 +293,19 @@ func decide(rec *contracts.Record, status string, v contracts.Vote, now time.Tim
 		DecidedAt: now,
 	}
 	if status == contracts.StatusApproved {
-		out.Arguments = currentArgs(*rec)
-		out.ArgumentsSHA256 = currentArgsSHA(*rec)
-		if rec.Request.ToolCall != nil && out.ArgumentsSHA256 != rec.Request.ToolCall.ArgumentsSHA256 {
-			out.Diff = Diff(rec.Request.ToolCall.Arguments, out.Arguments)
-		}
+		approvedArguments(out, *rec)
 	}
 	rec.Outcome = out
+}
+
+// approvedArguments sets the arguments an approved outcome binds: those under
+// review, their hash, and their diff from the requested ones if they differ.
+func approvedArguments(out *contracts.Outcome, rec contracts.Record) {
+	out.Arguments = currentArgs(rec)
+	out.ArgumentsSHA256 = currentArgsSHA(rec)
+	if rec.Request.ToolCall != nil && out.ArgumentsSHA256 != rec.Request.ToolCall.ArgumentsSHA256 {
+		out.Diff = Diff(rec.Request.ToolCall.Arguments, out.Arguments)
+	}
 }
 
 func refused(rec contracts.Record, v contracts.Vote, reason string, now time.Time) Result {
@@ -371,11 +377,12 @@ func Expire(rec contracts.Record, now time.Time) Result {
 	next := clone(rec)
 	next.UpdatedAt = now
 	out := &contracts.Outcome{DecidedBy: []string{contracts.DecidedByTimeout}, DecidedAt: now, Reason: "timeout"}
-	if rec.Request.OnTimeout == contracts.OnTimeoutApprove {
+	// Time approves only a tool call whose rule says so: a human_input
+	// request has nothing to approve, so it expires.
+	if rec.Request.OnTimeout == contracts.OnTimeoutApprove && rec.Request.Kind != contracts.KindHumanInput {
 		next.Status = contracts.StatusApproved
 		out.Decision = contracts.DecisionApprove
-		out.Arguments = currentArgs(next)
-		out.ArgumentsSHA256 = currentArgsSHA(next)
+		approvedArguments(out, next)
 	} else {
 		next.Status = contracts.StatusExpired
 		out.Decision = contracts.DecisionReject

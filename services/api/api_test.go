@@ -67,7 +67,13 @@ func setup(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gate, err := orchestrator.NewGate(ctx, orchestrator.Config{JS: srv.JetStream(), Policy: orchestrator.StaticPolicy{P: p}})
+	// The test policy serves until a test applies another through the API.
+	policies, err := orchestrator.OpenPolicyStore(ctx, orchestrator.PolicyStoreConfig{JS: srv.JetStream(), Fallback: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = policies.Close() })
+	gate, err := orchestrator.NewGate(ctx, orchestrator.Config{JS: srv.JetStream(), Policy: policies})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +97,7 @@ func setup(t *testing.T) *env {
 		add(fmt.Sprintf("approver-%d", i), fmt.Sprintf("approver-%d", i), api.RoleApprover)
 	}
 	reg := prometheus.NewRegistry()
-	s, err := api.New(ctx, api.Config{JS: srv.JetStream(), Gate: gate, Tokens: tokens, Registerer: reg, Gatherer: reg})
+	s, err := api.New(ctx, api.Config{JS: srv.JetStream(), Gate: gate, Policies: policies, Tokens: tokens, Registerer: reg, Gatherer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

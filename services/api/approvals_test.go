@@ -290,6 +290,7 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 		"/v1/approvals/{event_id}/claim":  {"post"},
 		"/v1/approvals/{event_id}/events": {"get"},
 		"/v1/events":                      {"get"},
+		"/v1/policy":                      {"get", "post"},
 		"/healthz":                        {"get"},
 		"/readyz":                         {"get"},
 		"/metrics":                        {"get"},

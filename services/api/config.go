@@ -48,6 +48,9 @@ type Config struct {
 	// long polls, votes and commands wait on the one watch of the bucket that
 	// also feeds its listing index. It is accepted so wiring can pass it.
 	Waiter *orchestrator.Waiter
+	// Policies is the live policy store; GET and POST /v1/policy use it.
+	// Without it the API shows the gate's policy and cannot apply one.
+	Policies *orchestrator.PolicyStore
 	// Tokens accepted on /v1. With none, every /v1 request is refused.
 	Tokens []Token
 	// Logger defaults to discarding.

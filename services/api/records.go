@@ -33,6 +33,22 @@ func eventIDParam(r *http.Request) (string, *apiError) {
 	return id, nil
 }
 
+// parseFlag reads a boolean query parameter: absent, "0", "false" are off;
+// "", "1", "true" are on.
+func parseFlag(r *http.Request, name string) (bool, *apiError) {
+	q := r.URL.Query()
+	if !q.Has(name) {
+		return false, nil
+	}
+	switch q.Get(name) {
+	case "", "1", "true":
+		return true, nil
+	case "0", "false":
+		return false, nil
+	}
+	return false, fieldError(http.StatusBadRequest, CodeInvalidParameter, name, "%s must be 1, true, 0 or false", name)
+}
+
 // parseWait reads ?wait= as a Go duration ("30s") or a number of seconds.
 // Longer waits are cut to MaxWait.
 func parseWait(r *http.Request) (time.Duration, *apiError) {

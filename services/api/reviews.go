@@ -11,12 +11,14 @@ import (
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/orchestrator"
+	"github.com/countersign/countersign/orchestrator/policy"
 )
 
 // Limits of a review request.
 const (
 	maxToolCalls = 256
 	maxIDLength  = 256
+	maxLabels    = 64
 )
 
 // recordVisibleWait is how long a review waits for the arbiter to create
@@ -36,6 +38,8 @@ type reviewRun struct {
 	RequestedBy string `json:"requested_by"`
 	Owner       string `json:"owner"`
 	Tenant      string `json:"tenant"`
+	// Labels the policy can match on (env, team, ...).
+	Labels map[string]string `json:"labels"`
 }
 
 type reviewToolCall struct {
@@ -51,6 +55,17 @@ type reviewResult struct {
 	Reason     string          `json:"reason,omitempty"`
 	Rule       string          `json:"rule,omitempty"`
 	Arguments  json.RawMessage `json:"arguments,omitempty"`
+	// Explain (with ?explain=1) says how the policy in force decides the
+	// call, rule by rule.
+	Explain *explanation `json:"explain,omitempty"`
+}
+
+type explanation struct {
+	Action  string        `json:"action"`
+	Rule    string        `json:"rule"`
+	Version string        `json:"version"`
+	Error   string        `json:"error,omitempty"`
+	Steps   []policy.Step `json:"steps"`
 }
 
 type reviewAnswer struct {
@@ -60,6 +75,11 @@ type reviewAnswer struct {
 // postReviews answers POST /v1/reviews[?wait=30s].
 func (s *Server) postReviews(w http.ResponseWriter, r *http.Request) {
 	wait, aerr := parseWait(r)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	explain, aerr := parseFlag(r, "explain")
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -77,6 +97,7 @@ func (s *Server) postReviews(w http.ResponseWriter, r *http.Request) {
 	run := contracts.Run{
 		ID: req.Run.ID, ThreadID: req.Run.ThreadID, Agent: req.Run.Agent,
 		RequestedBy: req.Run.RequestedBy, Owner: req.Run.Owner, Tenant: req.Run.Tenant,
+		Labels: req.Run.Labels,
 	}
 	// requested_by names the person the agent acts for, which only the agent
 	// runtime knows; the calling token authenticates the agent service, not
@@ -107,6 +128,12 @@ func (s *Server) postReviews(w http.ResponseWriter, r *http.Request) {
 		ans.Results[i] = reviewResult{
 			ToolCallID: v.ToolCallID, Verdict: v.Verdict, EventID: v.EventID, Reason: v.Reason, Rule: v.Rule, Arguments: v.Arguments,
 		}
+		if explain {
+			d, steps, err := s.cfg.Gate.Explain(run, calls[i])
+			if err == nil {
+				ans.Results[i].Explain = &explanation{Action: d.Action, Rule: d.Rule, Version: d.Version, Error: d.Error, Steps: steps}
+			}
+		}
 	}
 	writeJSON(w, http.StatusOK, ans)
 }
@@ -127,6 +154,14 @@ func validateReview(req *reviewRequest) ([]string, *apiError) {
 	} {
 		if len(v) > maxIDLength {
 			return nil, bad(field, "%s is longer than %d bytes", field, maxIDLength)
+		}
+	}
+	if len(req.Run.Labels) > maxLabels {
+		return nil, bad("run.labels", "run.labels has more than %d labels", maxLabels)
+	}
+	for k, v := range req.Run.Labels {
+		if k == "" || len(k) > maxIDLength || len(v) > maxIDLength {
+			return nil, bad("run.labels", "run.labels keys must be 1 to %d bytes and values at most %d", maxIDLength, maxIDLength)
 		}
 	}
 	if len(req.ToolCalls) == 0 {

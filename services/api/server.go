@@ -91,6 +91,8 @@ func (s *Server) routes() {
 	mux.HandleFunc("POST /v1/approvals/{event_id}/claim", s.authed(s.postClaim, RoleAgent))
 	mux.HandleFunc("GET /v1/approvals/{event_id}/events", s.authed(s.getTimeline))
 	mux.HandleFunc("GET /v1/events", s.authed(s.getEvents))
+	mux.HandleFunc("GET /v1/policy", s.authed(s.getPolicy))
+	mux.HandleFunc("POST /v1/policy", s.authed(s.postPolicy, RoleAdmin))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))

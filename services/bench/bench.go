@@ -16,10 +16,12 @@ const (
 	SyncBoth   = "both"   // both, reported side by side
 )
 
-// Defaults.
+// Defaults. With them `countersign bench` (both modes, three repetitions,
+// 100,000 pending waits) takes about three minutes on two cores.
 const (
-	DefaultDuration    = 5 * time.Second
+	DefaultDuration    = 3 * time.Second
 	DefaultConcurrency = 64
+	DefaultCount       = 3
 	// DefaultPending is the number of waits the CLI holds in the
 	// pending-capacity mode unless told otherwise.
 	DefaultPending = 100_000
@@ -32,14 +34,19 @@ type Config struct {
 	Dir string
 	// Sync is "always", "lazy" or "both" (default both).
 	Sync string
-	// Duration of each timed measurement (default 5 s).
+	// Duration of each timed measurement (default 3 s).
 	Duration time.Duration
+	// Count is the number of repetitions of every mode, each against a
+	// fresh server; the report gives the median of each figure (default 3).
+	// The repetitions of the modes alternate, so noise from elsewhere on
+	// the machine falls on both.
+	Count int
 	// Concurrency is the number of concurrent agents in the throughput
 	// mode (default 64).
 	Concurrency int
 	// Pending is the number of concurrent waits in the pending-capacity
-	// mode; 0 skips it. The mode runs with lazy sync, or with fsync when
-	// Sync is "always".
+	// mode; 0 skips it. It runs once, after the repetitions, against a
+	// fresh server with lazy sync, or with fsync when Sync is "always".
 	Pending int
 	// ArbiterConcurrency is the number of messages each arbiter consume
 	// loop handles at once (0: the arbiter's default).
@@ -59,6 +66,9 @@ func (c *Config) setDefaults() {
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
 	}
+	if c.Count == 0 {
+		c.Count = DefaultCount
+	}
 	if c.Out == nil {
 		c.Out = io.Discard
 	}
@@ -73,6 +83,9 @@ func (c *Config) validate() error {
 	}
 	if c.Duration < 0 {
 		errs = append(errs, errors.New("bench: Config.Duration must be positive"))
+	}
+	if c.Count < 1 {
+		errs = append(errs, errors.New("bench: Config.Count must be at least 1"))
 	}
 	if c.Concurrency < 1 {
 		errs = append(errs, errors.New("bench: Config.Concurrency must be at least 1"))
@@ -105,9 +118,10 @@ func (c *Config) pendingMode() string {
 	return SyncLazy
 }
 
-// Run measures every configured mode and returns the report. It prints to
-// cfg.Out as it goes. If ctx ends or a measurement fails, it returns what it
-// has measured so far with the error.
+// Run measures every configured mode Count times and returns the report,
+// with the median of each figure. It prints to cfg.Out as it goes. If ctx
+// ends or a measurement fails, it returns what it has measured so far with
+// the error.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
@@ -117,7 +131,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep := &Report{
 		Machine: machineInfo(),
 		Settings: Settings{
-			Sync: cfg.Sync, DurationSeconds: cfg.Duration.Seconds(), Concurrency: cfg.Concurrency,
+			Sync: cfg.Sync, DurationSeconds: cfg.Duration.Seconds(), Count: cfg.Count, Concurrency: cfg.Concurrency,
 			ArbiterConcurrency: cfg.ArbiterConcurrency,
 			Pending:            cfg.Pending, RawPayloadBytes: rawPayloadBytes, ArgumentsBytes: len(benchArguments),
 		},
@@ -142,39 +156,54 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	pr.policy(rep.Policy)
 
 	finish := func(err error) (*Report, error) {
+		rep.Modes = medians(rep.Runs)
+		for i := range rep.Modes {
+			if rep.Pending != nil && rep.Modes[i].Sync == rep.Pending.Sync {
+				rep.Modes[i].Pending = rep.Pending
+			}
+		}
 		rep.Checks = checks(rep)
 		rep.ElapsedSeconds = time.Since(started).Seconds()
 		pr.summary(rep)
 		return rep, err
 	}
-	for _, mode := range cfg.modes() {
+	for i := range cfg.Count {
+		for _, mode := range cfg.modes() {
+			if err := ctx.Err(); err != nil {
+				return finish(err)
+			}
+			mr, err := runMode(ctx, mode, root, cfg, i+1, pr)
+			if mr != nil {
+				rep.Runs = append(rep.Runs, *mr)
+			}
+			if err != nil {
+				return finish(fmt.Errorf("bench: sync %s, repetition %d: %w", mode, i+1, err))
+			}
+		}
+	}
+	if cfg.Pending > 0 {
 		if err := ctx.Err(); err != nil {
 			return finish(err)
 		}
-		pending := 0
-		if mode == cfg.pendingMode() {
-			pending = cfg.Pending
-		}
-		mr, err := runMode(ctx, mode, root, cfg, pending, pr)
-		if mr != nil {
-			rep.Modes = append(rep.Modes, *mr)
-		}
+		pe, err := runPending(ctx, cfg.pendingMode(), root, cfg, pr)
+		rep.Pending = pe
 		if err != nil {
-			return finish(fmt.Errorf("bench: sync %s: %w", mode, err))
+			return finish(fmt.Errorf("bench: pending capacity, sync %s: %w", cfg.pendingMode(), err))
 		}
 	}
 	return finish(nil)
 }
 
-// runMode starts a server in mode and measures everything against it.
-func runMode(ctx context.Context, mode, root string, cfg Config, pending int, pr *printer) (*ModeReport, error) {
-	pr.mode(mode)
+// runMode starts a server in mode and measures the raw baseline, full
+// cycles and decision latency against it.
+func runMode(ctx context.Context, mode, root string, cfg Config, rep int, pr *printer) (*ModeReport, error) {
+	pr.mode(mode, rep, cfg.Count)
 	st, err := startStack(ctx, mode, root, cfg.ArbiterConcurrency)
 	if err != nil {
 		return nil, err
 	}
 	defer st.close()
-	mr := &ModeReport{Sync: mode}
+	mr := &ModeReport{Sync: mode, Repetition: rep}
 
 	raw, err := measureRaw(ctx, st, cfg.Duration, pr)
 	if raw != nil {
@@ -184,7 +213,7 @@ func runMode(ctx context.Context, mode, root string, cfg Config, pending int, pr
 		return mr, fmt.Errorf("raw baseline: %w", err)
 	}
 
-	cy, err := measureCycles(ctx, st, cfg.Duration, cfg.Concurrency, mr.Raw.FloorCyclesPerSec)
+	cy, err := measureCycles(ctx, st, cfg.Duration, cfg.Concurrency, mr.Raw)
 	if cy != nil {
 		mr.Cycles = *cy
 		pr.cycles(mode, cy)
@@ -201,16 +230,23 @@ func runMode(ctx context.Context, mode, root string, cfg Config, pending int, pr
 	if err != nil {
 		return mr, fmt.Errorf("decision latency: %w", err)
 	}
-
-	if pending > 0 {
-		pe, err := measurePending(ctx, st, pending, pr)
-		if pe != nil {
-			mr.Pending = pe
-			pr.pending(pe)
-		}
-		if err != nil {
-			return mr, fmt.Errorf("pending capacity: %w", err)
-		}
-	}
 	return mr, nil
+}
+
+// runPending starts a server in mode and measures pending capacity on it.
+func runPending(ctx context.Context, mode, root string, cfg Config, pr *printer) (*PendingReport, error) {
+	pr.pendingMode(mode, cfg.Pending)
+	st, err := startStack(ctx, mode, root, cfg.ArbiterConcurrency)
+	if err != nil {
+		return nil, err
+	}
+	defer st.close()
+	pe, err := measurePending(ctx, st, cfg.Pending, pr)
+	switch {
+	case err != nil && pe != nil:
+		pe.Failed = err.Error()
+	case err == nil:
+		pr.pending(pe)
+	}
+	return pe, err
 }

@@ -19,14 +19,20 @@ func TestRunSmoke(t *testing.T) {
 	defer cancel()
 	var out bytes.Buffer
 	rep, err := bench.Run(ctx, bench.Config{
-		Dir: t.TempDir(), Sync: bench.SyncLazy, Duration: 300 * time.Millisecond,
-		Concurrency: 8, Pending: 200, Out: &out,
+		Dir: t.TempDir(), Sync: bench.SyncLazy, Duration: time.Second,
+		Count: 2, Concurrency: 8, Pending: 200, Out: &out,
 	})
 	if err != nil {
 		t.Fatalf("Run: %v\n%s", err, out.String())
 	}
-	if len(rep.Modes) != 1 || rep.Modes[0].Sync != bench.SyncLazy {
+	if len(rep.Modes) != 1 || rep.Modes[0].Sync != bench.SyncLazy || rep.Modes[0].Repetitions != 2 {
 		t.Fatalf("modes: %+v", rep.Modes)
+	}
+	if len(rep.Runs) != 2 || rep.Runs[0].Repetition != 1 || rep.Runs[1].Repetition != 2 {
+		t.Fatalf("runs: %+v", rep.Runs)
+	}
+	if rep.Pending == nil || rep.Pending != rep.Modes[0].Pending {
+		t.Fatalf("pending figures not attached to their mode: %+v", rep.Pending)
 	}
 	m := rep.Modes[0]
 	positive := map[string]float64{
@@ -38,6 +44,7 @@ func TestRunSmoke(t *testing.T) {
 		"KV put→watch p50":        m.Raw.KVPutWatch.P50,
 		"cycles/s":                m.Cycles.PerSec,
 		"cycles ÷ floor":          m.Cycles.FloorRatio,
+		"cycles ÷ sync publish":   m.Cycles.SyncPublishRatio,
 		"decision latency p50":    m.Latency.Latency.P50,
 		"decision latency p99":    m.Latency.Latency.P99,
 		"latency ratio to KV p50": m.Latency.RatioToKVPutWatch,
@@ -64,7 +71,7 @@ func TestRunSmoke(t *testing.T) {
 	if len(rep.Checks) == 0 {
 		t.Error("no checks")
 	}
-	for _, want := range []string{"full cycles", "decision → resumed", "waiter memory", "summary"} {
+	for _, want := range []string{"full cycles", "decision → resumed", "waiter memory", "summary: median of 2", "repetition 2 of 2"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}
@@ -83,8 +90,10 @@ func TestRunSmoke(t *testing.T) {
 }
 
 func TestConfigIsValidated(t *testing.T) {
-	_, err := bench.Run(context.Background(), bench.Config{Sync: "sometimes", Concurrency: -1})
-	if err == nil || !strings.Contains(err.Error(), "Config.Sync") || !strings.Contains(err.Error(), "Config.Concurrency") {
-		t.Fatalf("err = %v, want errors naming Config.Sync and Config.Concurrency", err)
+	_, err := bench.Run(context.Background(), bench.Config{Sync: "sometimes", Concurrency: -1, Count: -1})
+	for _, field := range []string{"Config.Sync", "Config.Concurrency", "Config.Count"} {
+		if err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("err = %v, want an error naming %s", err, field)
+		}
 	}
 }

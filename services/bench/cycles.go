@@ -31,6 +31,9 @@ type CycleReport struct {
 	PerSec     float64 `json:"per_sec"`
 	// FloorRatio is PerSec divided by the raw floor (target ≥ 0.5).
 	FloorRatio float64 `json:"floor_ratio"`
+	// SyncPublishRatio is PerSec divided by the raw sync publish rate of
+	// the same server.
+	SyncPublishRatio float64 `json:"sync_publish_ratio"`
 	// Latency of one whole cycle as an agent sees it under this load.
 	Latency Dist `json:"cycle_latency"`
 	// VoteErrors counts the bot's votes that could not be published.
@@ -68,7 +71,7 @@ func (l *errorLog) firstText() string {
 	return l.first.Error()
 }
 
-func measureCycles(ctx context.Context, st *stack, d time.Duration, agents int, floor float64) (*CycleReport, error) {
+func measureCycles(ctx context.Context, st *stack, d time.Duration, agents int, raw RawReport) (*CycleReport, error) {
 	b, err := startBot(ctx, st, true)
 	if err != nil {
 		return nil, err
@@ -112,7 +115,8 @@ func measureCycles(ctx context.Context, st *stack, d time.Duration, agents int, 
 		Seconds: d.Seconds(), VoteErrors: st.voteErrs.Load() - voteErrs0,
 	}
 	rep.PerSec = float64(rep.Completed) / d.Seconds()
-	rep.FloorRatio = ratio(rep.PerSec, floor)
+	rep.FloorRatio = ratio(rep.PerSec, raw.FloorCyclesPerSec)
+	rep.SyncPublishRatio = ratio(rep.PerSec, raw.SyncPublishPerSec)
 	rep.Latency = summarize(samples)
 	if err := ctx.Err(); err != nil {
 		return rep, err

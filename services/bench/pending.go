@@ -55,6 +55,9 @@ type PendingReport struct {
 	Woken        int     `json:"woken"`
 	Allowed      int     `json:"allowed"`
 	FirstError   string  `json:"first_error,omitempty"`
+	// Failed holds the error that stopped the measurement, if one did;
+	// the other figures are then incomplete.
+	Failed string `json:"failed,omitempty"`
 }
 
 // heapAfterGC is the live heap after full collections.
@@ -143,10 +146,14 @@ func measurePending(ctx context.Context, st *stack, n int, pr *printer) (*Pendin
 
 	// 1. Every request published and its record created, before any wait
 	// exists, so the waits' memory is measured apart from the records'.
+	// Every call gets the same far deadline: without one, JetStream calls
+	// time out after 5 s, which a starved shared machine can exceed.
+	sctx, cancelSubmit := context.WithTimeout(ctx, slow)
+	defer cancelSubmit()
 	created0 := st.metric("countersign_requests_created_total")
 	start := time.Now()
-	if err := parallel(ctx, n, func(i int) error {
-		_, err := st.gate.Submit(ctx, newRun(prefix, i), benchCalls)
+	if err := parallel(sctx, n, func(i int) error {
+		_, err := st.gate.Submit(sctx, newRun(prefix, i), benchCalls)
 		return err
 	}); err != nil {
 		return rep, fmt.Errorf("submit: %w", err)
@@ -168,8 +175,8 @@ func measurePending(ctx context.Context, st *stack, n int, pr *printer) (*Pendin
 	if err != nil {
 		return rep, err
 	}
-	if err := parallel(ctx, n, func(i int) error {
-		_, err := akv.Get(ctx, ids[i])
+	if err := parallel(sctx, n, func(i int) error {
+		_, err := akv.Get(sctx, ids[i])
 		return err
 	}); err != nil {
 		return rep, fmt.Errorf("read records: %w", err)
@@ -197,7 +204,9 @@ func measurePending(ctx context.Context, st *stack, n int, pr *printer) (*Pendin
 			close(allWoken)
 		}
 	}
-	wctx, cancelWaits := context.WithCancel(ctx)
+	// The waits' context also bounds their reads; it ends long after
+	// every wait should have been woken.
+	wctx, cancelWaits := context.WithTimeout(ctx, 3*slow)
 	defer cancelWaits()
 	heap1 := heapAfterGC()
 	g1 := runtime.NumGoroutine()

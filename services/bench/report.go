@@ -21,7 +21,15 @@ type Report struct {
 	StartedAt      time.Time    `json:"started_at"`
 	ElapsedSeconds float64      `json:"elapsed_seconds"`
 	Policy         PolicyReport `json:"policy"`
-	Modes          []ModeReport `json:"modes"`
+	// Modes holds, per sync mode, the median over the repetitions of
+	// every figure (a ratio is the median of the ratios measured within
+	// each repetition, against the baseline of the same server).
+	Modes []ModeReport `json:"modes"`
+	// Runs holds every repetition of every mode, in the order measured.
+	Runs []ModeReport `json:"runs"`
+	// Pending is the pending-capacity measurement, run once (also
+	// attached to its mode in Modes).
+	Pending *PendingReport `json:"pending,omitempty"`
 	// Checks compares the figures with the budgets of DESIGN §9.
 	Checks []Check `json:"checks"`
 }
@@ -40,6 +48,7 @@ type Machine struct {
 type Settings struct {
 	Sync            string  `json:"sync"`
 	DurationSeconds float64 `json:"duration_seconds"`
+	Count           int     `json:"count"`
 	Concurrency     int     `json:"concurrency"`
 	// ArbiterConcurrency is 0 when the arbiter ran with its default.
 	ArbiterConcurrency int `json:"arbiter_concurrency"`
@@ -48,13 +57,18 @@ type Settings struct {
 	ArgumentsBytes     int `json:"arguments_bytes"`
 }
 
-// ModeReport holds the figures of one sync mode.
+// ModeReport holds the figures of one sync mode: of one repetition (in
+// Report.Runs) or the medians over all of them (in Report.Modes).
 type ModeReport struct {
-	Sync    string         `json:"sync"`
-	Raw     RawReport      `json:"raw"`
-	Cycles  CycleReport    `json:"cycles"`
-	Latency LatencyReport  `json:"decision_latency"`
-	Pending *PendingReport `json:"pending,omitempty"`
+	Sync string `json:"sync"`
+	// Repetition is the repetition's number, from 1 (0 for medians).
+	Repetition int `json:"repetition,omitempty"`
+	// Repetitions is how many repetitions the medians are taken over.
+	Repetitions int            `json:"repetitions,omitempty"`
+	Raw         RawReport      `json:"raw"`
+	Cycles      CycleReport    `json:"cycles"`
+	Latency     LatencyReport  `json:"decision_latency"`
+	Pending     *PendingReport `json:"pending,omitempty"`
 }
 
 // Check is one figure against its budget.
@@ -127,7 +141,7 @@ func latencyTargets(mode string) (p50, p99 float64) {
 
 func checks(r *Report) []Check {
 	out := []Check{{
-		Name: "policy evaluation, 100 rules", Value: r.Policy.NsPerCall / 1000, Unit: "µs",
+		Name: fmt.Sprintf("policy evaluation, %d rules", r.Policy.Rules), Value: r.Policy.NsPerCall / 1000, Unit: "µs",
 		Target: "≤ 5 µs", Pass: r.Policy.NsPerCall > 0 && r.Policy.NsPerCall <= targetPolicyNs,
 	}}
 	for _, m := range r.Modes {
@@ -140,7 +154,10 @@ func checks(r *Report) []Check {
 			Check{Mode: m.Sync, Name: "decision → resumed p99", Value: m.Latency.Latency.P99, Unit: "ms",
 				Target: fmt.Sprintf("≤ %g ms", p99), Pass: m.Latency.Latency.N > 0 && m.Latency.Latency.P99 <= p99},
 		)
-		if pe := m.Pending; pe != nil {
+		if pe := m.Pending; pe != nil && pe.Failed != "" {
+			out = append(out, Check{Mode: m.Sync, Name: fmt.Sprintf("pending capacity, %d waits", pe.Waits), Unit: "(failed)",
+				Target: "completes", Pass: false})
+		} else if pe != nil {
 			out = append(out,
 				Check{Mode: m.Sync, Name: fmt.Sprintf("waiter memory, %d waits", pe.Waits), Value: pe.WaiterBytesPerWait, Unit: "B/wait",
 					Target: fmt.Sprintf("< %d B", targetBytesPerWait), Pass: pe.WaiterPending >= pe.Waits && pe.WaiterBytesPerWait < targetBytesPerWait},
@@ -215,21 +232,37 @@ func (p *printer) header(r *Report) {
 	if s.ArbiterConcurrency > 0 {
 		arb = fmt.Sprint(s.ArbiterConcurrency)
 	}
-	p.f("sync %s, %gs per measurement, %d agents, arbiter concurrency %s, pending %s;\n"+
-		"embedded server, TCP loopback, one connection per role\n\n", s.Sync, s.DurationSeconds, s.Concurrency, arb, pending)
+	reps := fmt.Sprintf("%d repetitions", s.Count)
+	if s.Count == 1 {
+		reps = "1 repetition"
+	}
+	p.f("sync %s, %s of %gs per measurement, %d agents, arbiter concurrency %s, pending %s;\n"+
+		"embedded server on disk, TCP loopback, one connection per role, all in this process\n\n",
+		s.Sync, reps, s.DurationSeconds, s.Concurrency, arb, pending)
 }
 
 func (p *printer) policy(r PolicyReport) {
-	p.f("%-34s %10.2f µs/call      target ≤ 5 µs        %s\n", fmt.Sprintf("policy evaluation (%d rules)", r.Rules),
-		r.NsPerCall/1000, verdict(r.NsPerCall <= targetPolicyNs))
+	clock := "wall"
+	if r.CPUTime {
+		clock = fmt.Sprintf("CPU; wall %.2f µs", r.WallNsPerCall/1000)
+	}
+	p.f("%-34s %10.2f µs/call      target ≤ 5 µs        %s  (%s)\n", fmt.Sprintf("policy, %d rules, %d conditions", r.Rules, r.Conditions),
+		r.NsPerCall/1000, verdict(r.NsPerCall <= targetPolicyNs), clock)
 }
 
-func (p *printer) mode(mode string) {
-	desc := "fsync on every write"
+func modeDesc(mode string) string {
 	if mode == SyncLazy {
-		desc = "JetStream default flush, every 2 min"
+		return "JetStream default flush, every 2 min"
 	}
-	p.f("\n== sync %s (%s) ==\n", mode, desc)
+	return "fsync on every write"
+}
+
+func (p *printer) mode(mode string, rep, count int) {
+	p.f("\n== sync %s (%s), repetition %d of %d ==\n", mode, modeDesc(mode), rep, count)
+}
+
+func (p *printer) pendingMode(mode string, n int) {
+	p.f("\n== pending capacity: %s waits, sync %s (%s) ==\n", num(float64(n)), mode, modeDesc(mode))
 }
 
 func (p *printer) syncPublish(r *RawReport) {
@@ -273,36 +306,54 @@ func (p *printer) pending(r *PendingReport) {
 		r.DecideSeconds, num(float64(r.Woken)), num(float64(r.Allowed)))
 }
 
-// summary prints the modes side by side, then every check.
+// summary prints the medians of the modes side by side, with the range
+// over the repetitions, then every check.
 func (p *printer) summary(r *Report) {
-	if len(r.Modes) == 0 {
-		return
-	}
-	p.f("\n%-34s", "summary")
-	for _, m := range r.Modes {
-		p.f(" %16s", m.Sync)
-	}
-	p.f("\n")
-	row := func(name string, val func(m ModeReport) string) {
-		p.f("%-34s", name)
+	if len(r.Modes) > 0 {
+		p.f("\n%-30s", fmt.Sprintf("summary: median of %d", r.Settings.Count))
 		for _, m := range r.Modes {
-			p.f(" %16s", val(m))
+			p.f(" %26s", m.Sync+" (min–max)")
 		}
 		p.f("\n")
+		row := func(name string, format func(float64) string, val func(m ModeReport) float64) {
+			p.f("%-30s", name)
+			for _, m := range r.Modes {
+				lo, hi := math.Inf(1), math.Inf(-1)
+				for _, run := range r.Runs {
+					if run.Sync == m.Sync {
+						lo, hi = min(lo, val(run)), max(hi, val(run))
+					}
+				}
+				cell := format(val(m))
+				if lo < hi {
+					cell += " (" + format(lo) + "–" + format(hi) + ")"
+				}
+				p.f(" %26s", cell)
+			}
+			p.f("\n")
+		}
+		f1 := func(v float64) string { return fmt.Sprintf("%.1f", v) }
+		f2 := func(v float64) string { return fmt.Sprintf("%.2f", v) }
+		f3 := func(v float64) string { return fmt.Sprintf("%.3f", v) }
+		row("raw sync publish /s", num, func(m ModeReport) float64 { return m.Raw.SyncPublishPerSec })
+		row("raw sync publish p50 ms", f3, func(m ModeReport) float64 { return m.Raw.SyncPublish.P50 })
+		row("raw async publish /s", num, func(m ModeReport) float64 { return m.Raw.AsyncPublishPerSec })
+		row("floor cycles/s (async ÷ 6)", num, func(m ModeReport) float64 { return m.Raw.FloorCyclesPerSec })
+		row("raw KV put→watch p50 ms", f3, func(m ModeReport) float64 { return m.Raw.KVPutWatch.P50 })
+		row("raw KV put→watch p99 ms", f3, func(m ModeReport) float64 { return m.Raw.KVPutWatch.P99 })
+		row("full cycles/s", num, func(m ModeReport) float64 { return m.Cycles.PerSec })
+		row("  ÷ floor", f2, func(m ModeReport) float64 { return m.Cycles.FloorRatio })
+		row("  ÷ raw sync publish /s", f3, func(m ModeReport) float64 { return m.Cycles.SyncPublishRatio })
+		row("  cycle p50 ms under load", f1, func(m ModeReport) float64 { return m.Cycles.Latency.P50 })
+		row("decision → resumed p50 ms", f3, func(m ModeReport) float64 { return m.Latency.Latency.P50 })
+		row("decision → resumed p99 ms", f3, func(m ModeReport) float64 { return m.Latency.Latency.P99 })
+		row("  p50 ÷ KV put→watch p50", f1, func(m ModeReport) float64 { return m.Latency.RatioToKVPutWatch })
 	}
-	row("raw sync publish /s", func(m ModeReport) string { return num(m.Raw.SyncPublishPerSec) })
-	row("raw sync publish p50 ms", func(m ModeReport) string { return fmt.Sprintf("%.3f", m.Raw.SyncPublish.P50) })
-	row("raw async publish /s", func(m ModeReport) string { return num(m.Raw.AsyncPublishPerSec) })
-	row("floor cycles/s (async ÷ 6)", func(m ModeReport) string { return num(m.Raw.FloorCyclesPerSec) })
-	row("raw KV put→watch p50 ms", func(m ModeReport) string { return fmt.Sprintf("%.3f", m.Raw.KVPutWatch.P50) })
-	row("full cycles/s", func(m ModeReport) string { return num(m.Cycles.PerSec) })
-	row("cycles ÷ floor", func(m ModeReport) string { return fmt.Sprintf("%.2f", m.Cycles.FloorRatio) })
-	row("decision → resumed p50 ms", func(m ModeReport) string { return fmt.Sprintf("%.3f", m.Latency.Latency.P50) })
-	row("decision → resumed p99 ms", func(m ModeReport) string { return fmt.Sprintf("%.3f", m.Latency.Latency.P99) })
-	row("  ÷ KV put→watch p50", func(m ModeReport) string { return fmt.Sprintf("%.1f", m.Latency.RatioToKVPutWatch) })
-	p.f("\n%-6s %-34s %-8s %14s  %-22s\n", "", "check", "mode", "measured", "target")
-	for _, c := range r.Checks {
-		p.f("%-6s %-34s %-8s %14s  %-22s\n", verdict(c.Pass), c.Name, c.Mode, strings.TrimSpace(value(c.Value)+" "+c.Unit), c.Target)
+	if len(r.Checks) > 0 {
+		p.f("\n%-6s %-34s %-8s %14s  %-22s\n", "", "check", "mode", "measured", "target")
+		for _, c := range r.Checks {
+			p.f("%-6s %-34s %-8s %14s  %-22s\n", verdict(c.Pass), c.Name, c.Mode, strings.TrimSpace(value(c.Value)+" "+c.Unit), c.Target)
+		}
 	}
 	p.f("\nelapsed %.0f s\n", r.ElapsedSeconds)
 }

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/countersign/countersign/orchestrator/policy"
 )
 
 // client talks to the HTTP API for the CLI commands.
@@ -28,12 +30,17 @@ type apiError struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Field   string `json:"field,omitempty"`
+	// Problems lists every problem of a refused policy.
+	Problems []policy.Problem `json:"problems,omitempty"`
 }
 
 func (e *apiError) Error() string {
 	s := fmt.Sprintf("%s: %s", e.Code, e.Message)
 	if e.Field != "" {
 		s += " (field " + e.Field + ")"
+	}
+	for _, p := range e.Problems {
+		s += "\n  " + p.String()
 	}
 	return s
 }
@@ -79,13 +86,23 @@ func firstNonEmpty(vals ...string) string {
 // do sends a JSON request and decodes a JSON response into out. Non-2xx
 // answers become *apiError.
 func (c *client) do(ctx context.Context, method, path string, body, out any) (int, error) {
-	var rd io.Reader
+	var raw []byte
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return 0, err
 		}
-		rd = bytes.NewReader(b)
+		raw = b
+	}
+	return c.send(ctx, method, path, "application/json", raw, out)
+}
+
+// send sends body (none when nil) with the given content type and decodes a
+// JSON response into out. Non-2xx answers become *apiError.
+func (c *client) send(ctx context.Context, method, path, contentType string, body []byte, out any) (int, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.url+path, rd)
 	if err != nil {
@@ -93,7 +110,7 @@ func (c *client) do(ctx context.Context, method, path string, body, out any) (in
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", contentType)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

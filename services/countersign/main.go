@@ -20,6 +20,10 @@ Usage:
   countersign approvals approve ID [--comment TEXT]
   countersign approvals reject ID --reason TEXT
   countersign approvals cancel ID [--reason TEXT]
+  countersign policy lint FILE...            check syntax, CEL types, unreachable rules, unknown groups
+  countersign policy test FILE CASES [-v]   run a table of tool calls against a policy
+  countersign policy apply FILE [--dry-run] validate and make it the fleet's live policy
+  countersign policy show [--source]        the live policy
   countersign demo [--count N] [--no-wait]  a simulated agent proposing tool calls
   countersign bench [flags]                 measure cycles/s, latency and pending capacity
   countersign token new [--subject ID] [--roles agent,approver]
@@ -37,11 +41,12 @@ func main() {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
 		}
-		fmt.Fprintln(os.Stderr, "countersign:", err)
 		var ee exitError
 		if errors.As(err, &ee) {
+			// The command already said what went wrong.
 			os.Exit(int(ee))
 		}
+		fmt.Fprintln(os.Stderr, "countersign:", err)
 		os.Exit(1)
 	}
 }
@@ -61,6 +66,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return cmdServe(args[1:])
 	case "approvals":
 		return cmdApprovals(args[1:], stdout)
+	case "policy":
+		return cmdPolicy(args[1:], stdout)
 	case "demo":
 		return cmdDemo(args[1:], stdout)
 	case "bench":

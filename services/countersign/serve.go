@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/orchestrator"
@@ -119,12 +120,17 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 		return fmt.Errorf("serve: data directory: %w", err)
 	}
 	pol := policy.Default()
+	var polSource []byte
 	if cfg.Policy != "" {
-		p, err := policy.Load(cfg.Policy)
+		src, err := os.ReadFile(cfg.Policy)
 		if err != nil {
-			return err
+			return fmt.Errorf("serve: policy: %w", err)
 		}
-		pol = p
+		p, err := policy.Parse(src)
+		if err != nil {
+			return fmt.Errorf("serve: policy %s: %w", cfg.Policy, err)
+		}
+		pol, polSource = p, src
 	}
 	cs, err := connect(cfg, log)
 	if err != nil {
@@ -190,8 +196,20 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 			return err
 		}
 		defer waiter.Close()
+		if polSource != nil {
+			if err := seedPolicy(pctx, js, polSource, cfg.Policy, log); err != nil {
+				return err
+			}
+		}
+		policies, err := orchestrator.OpenPolicyStore(pctx, orchestrator.PolicyStoreConfig{
+			JS: js, Fallback: pol, Logger: log.With("role", "orchestrator"),
+		})
+		if err != nil {
+			return err
+		}
+		defer policies.Close()
 		gate, err := orchestrator.NewGate(pctx, orchestrator.Config{
-			JS: js, Policy: orchestrator.StaticPolicy{P: pol}, Waiter: waiter,
+			JS: js, Policy: policies, Waiter: waiter,
 			Logger: log.With("role", "orchestrator"), Retention: cfg.retention,
 		})
 		if err != nil {
@@ -199,7 +217,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 		}
 		nc := cs.api
 		srv, err := api.New(pctx, api.Config{
-			JS: js, Gate: gate, Waiter: waiter, Tokens: tokens, Logger: log.With("role", "api"),
+			JS: js, Gate: gate, Waiter: waiter, Policies: policies, Tokens: tokens, Logger: log.With("role", "api"),
 			Registerer: reg, Gatherer: reg,
 			Ready: func(context.Context) error {
 				if !nc.IsConnected() {
@@ -246,7 +264,11 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 		} else if len(cfg.Tokens) == 0 {
 			fmt.Fprintf(out, "  Dev token:      in %s\n", filepath.Join(cfg.Data, fileDevToken))
 		}
-		fmt.Fprintf(out, "  Policy:         %s (version %s)\n", policyName(cfg.Policy), pol.Version)
+		if doc, _, ok := policies.Live(); ok {
+			fmt.Fprintf(out, "  Policy:         version %s, live (applied by %s; change it with 'countersign policy apply FILE')\n", doc.Version, doc.AppliedBy)
+		} else {
+			fmt.Fprintf(out, "  Policy:         %s (version %s)\n", policyName(cfg.Policy), pol.Version())
+		}
 	} else {
 		fmt.Fprintf(out, "Countersign is running roles %s.\n", strings.Join(cfg.Roles, ","))
 	}
@@ -435,4 +457,37 @@ func writeJSON(path string, v any, mode os.FileMode) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return os.Rename(tmp, path)
+}
+
+// seedPolicy makes the policy file given to serve the fleet's live policy
+// when none is stored yet. Once one is stored, the stored one wins (it may
+// have been applied by another replica or by 'countersign policy apply'); a
+// file that differs from it is reported, not applied, so a replica started
+// with an old file cannot roll the fleet back.
+func seedPolicy(ctx context.Context, js jetstream.JetStream, source []byte, file string, log *slog.Logger) error {
+	kv, err := js.KeyValue(ctx, contracts.BucketPolicy)
+	if err != nil {
+		return fmt.Errorf("serve: open the policy bucket: %w", err)
+	}
+	e, err := kv.Get(ctx, orchestrator.PolicyKey)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		res, err := orchestrator.ApplyPolicy(ctx, js, source, "serve:"+file, time.Now())
+		if errors.Is(err, orchestrator.ErrPolicyConflict) {
+			return nil // another replica seeded it at the same moment
+		}
+		if err != nil {
+			return fmt.Errorf("serve: store the policy %s: %w", file, err)
+		}
+		log.Info("policy stored as the fleet's live policy", "file", file, "version", res.Document.Version)
+		return nil
+	case err != nil:
+		return fmt.Errorf("serve: read the live policy: %w", err)
+	}
+	var live orchestrator.PolicyDocument
+	if json.Unmarshal(e.Value(), &live) == nil && live.Source != string(source) {
+		log.Warn("the live policy differs from the file given to serve; the live one stays in force (use 'countersign policy apply FILE' to change it)",
+			"file", file, "live_version", live.Version, "applied_by", live.AppliedBy)
+	}
+	return nil
 }

@@ -1,0 +1,314 @@
+package policy
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/countersign/countersign/contracts"
+)
+
+// rule is a compiled rule.
+type rule struct {
+	name                   string
+	line                   int
+	tools, agents, tenants []glob
+	labels                 []label // sorted by key
+	cond                   *condition
+	// decision is what the rule decides when it matches.
+	decision Decision
+	// failClosed is what it decides when its condition errors.
+	failClosed Decision
+}
+
+type label struct{ key, value string }
+
+// compile reads and compiles a policy, collecting every problem (errors and
+// warnings). The policy is meaningful only when no problem is an error.
+func compile(data []byte) (*Policy, problems) {
+	var ps problems
+	root := readDocument(data, &ps, "write at least `default: require_approval`")
+	if root == nil {
+		return nil, ps
+	}
+	fs := readPolicy(root, &ps)
+
+	p := &Policy{source: slices.Clone(data), sum: sha256.Sum256(data), def: fs.def, version: fs.version}
+	if p.version == "" {
+		p.version = "sha-" + hex.EncodeToString(p.sum[:])[:12]
+	}
+
+	resolveApprovers(&fs.defaultRule, fs.groups, &ps)
+	for _, risk := range []string{contracts.RiskLow, contracts.RiskMedium, contracts.RiskHigh, contracts.RiskCritical} {
+		if g := fs.riskDefault[risk]; g != nil {
+			resolveApprovers(g, fs.groups, &ps)
+			checkQuorum(settingsFor("", g), g.where, g.quorumNode, SeverityError, &ps)
+		}
+	}
+
+	// Calls no rule matches.
+	dRisk := cmp.Or(fs.defaultRule.risk, contracts.RiskMedium)
+	ds := settingsFor(dRisk, &fs.defaultRule, fs.riskDefault[dRisk])
+	if fs.def == ActionRequireApproval {
+		checkQuorum(ds, "default_rule", posOf(fs.defaultRule.quorumNode, fs.defaultRule.node), SeverityError, &ps)
+	}
+	checkOrder(ds, "default_rule", fs.defaultRule.node, &ps)
+	p.dflt = ds.decision(fs.def, defaultRuleName, p.version, 0)
+	if fs.def == ActionAllow {
+		ps.add(fs.defNode.Line, fs.defNode.Column, SeverityWarning,
+			"default: allow runs every tool no rule names without approval, new tools included; require_approval fails closed")
+	}
+
+	// What a rule that does not gate decides when its condition errors:
+	// default_rule's settings, at least high risk.
+	fRisk := dRisk
+	if riskRank(fRisk) < riskRank(contracts.RiskHigh) {
+		fRisk = contracts.RiskHigh
+	}
+	fallback := settingsFor(fRisk, &fs.defaultRule, fs.riskDefault[fRisk])
+
+	lines := strings.Split(string(data), "\n")
+	for _, rs := range fs.rules {
+		resolveApprovers(&rs.gateSpec, fs.groups, &ps)
+		r := rule{
+			name: rs.name, line: rs.line,
+			tools: compileGlobs(rs.tools), agents: compileGlobs(rs.agents), tenants: compileGlobs(rs.tenants),
+		}
+		for k, v := range rs.labels {
+			r.labels = append(r.labels, label{k, v})
+		}
+		slices.SortFunc(r.labels, func(a, b label) int { return strings.Compare(a.key, b.key) })
+		if strings.TrimSpace(rs.when) != "" && rs.whenNode != nil {
+			cond, issues := compileCondition(rs.when)
+			for _, is := range issues {
+				line, col := conditionPos(rs.whenNode, lines, is.line, is.col)
+				ps.add(line, col, SeverityError, "%s: when: %s", rs.where, is.msg)
+			}
+			r.cond = cond
+		}
+		risk := cmp.Or(rs.risk, fs.defaultRule.risk, contracts.RiskMedium)
+		s := settingsFor(risk, &rs.gateSpec, fs.riskDefault[risk], &fs.defaultRule)
+		s.reason = rs.reason
+		r.decision = s.decision(rs.action, rs.name, p.version, rs.line)
+		if rs.action == ActionRequireApproval {
+			checkQuorum(s, rs.where, posOf(rs.quorumNode, rs.node), SeverityError, &ps)
+			checkOrder(s, rs.where, rs.node, &ps)
+			r.failClosed = r.decision
+		} else {
+			ignoredSettings(rs, &ps)
+			r.failClosed = fallback.decision(ActionRequireApproval, rs.name, p.version, rs.line)
+			if r.cond != nil {
+				checkQuorum(fallback, rs.where+" (gated when its condition errors, with default_rule's settings)",
+					posOf(rs.node, nil), SeverityWarning, &ps)
+			}
+		}
+		r.failClosed.Reason = ""
+		p.rules = append(p.rules, r)
+	}
+	shadowWarnings(fs.rules, &ps)
+	return p, ps
+}
+
+// settings are the gate settings of a decision after precedence.
+type settings struct {
+	risk       string
+	approvers  []string
+	unresolved bool
+	quorum     int
+	quorumFrom string
+	veto, self bool
+	order      string
+	channels   []string
+	timeout    time.Duration
+	onTimeout  string
+	allowed    []string
+	summary    string
+	reason     string
+}
+
+// settingsFor merges gate settings: for each one, the first layer that sets
+// it wins, then the built-in safe default. Nil layers are skipped.
+func settingsFor(risk string, layers ...*gateSpec) settings {
+	s := settings{
+		risk: cmp.Or(risk, contracts.RiskMedium), quorum: 1, veto: true, order: contracts.OrderAny,
+		timeout: DefaultTimeout, onTimeout: contracts.OnTimeoutReject,
+		allowed: []string{contracts.DecisionApprove, contracts.DecisionReject},
+	}
+	var approvers, quorum, veto, self, order, channels, timeout, onTimeout, allowed, summary bool
+	for _, g := range layers {
+		if g == nil {
+			continue
+		}
+		if !approvers && len(g.approvers) > 0 {
+			approvers = true
+			s.approvers, s.unresolved = g.resolved, g.unresolved
+		}
+		if !quorum && g.quorumNode != nil {
+			quorum = true
+			s.quorum, s.quorumFrom = g.quorum, g.where
+		}
+		if !veto && g.veto != nil {
+			veto, s.veto = true, *g.veto
+		}
+		if !self && g.selfApproval != nil {
+			self, s.self = true, *g.selfApproval
+		}
+		if !order && g.order != "" {
+			order, s.order = true, g.order
+		}
+		if !channels && len(g.channels) > 0 {
+			channels, s.channels = true, g.channels
+		}
+		if !timeout && g.timeout > 0 {
+			timeout, s.timeout = true, g.timeout
+		}
+		if !onTimeout && g.onTimeout != "" {
+			onTimeout, s.onTimeout = true, g.onTimeout
+		}
+		if !allowed && len(g.allowed) > 0 {
+			allowed, s.allowed = true, g.allowed
+		}
+		if !summary && g.summary != "" {
+			summary, s.summary = true, g.summary
+		}
+	}
+	if len(layers) > 0 && layers[0] != nil {
+		s.reason = layers[0].reason
+	}
+	return s
+}
+
+func (s settings) decision(action, rule, version string, line int) Decision {
+	d := Decision{
+		Action: action, Rule: rule, Version: version, Line: line, Reason: s.reason,
+		Risk: s.risk, Approvers: slices.Clone(s.approvers), Quorum: s.quorum, Veto: s.veto,
+		AllowSelfApproval: s.self, Order: s.order, Timeout: s.timeout, OnTimeout: s.onTimeout,
+		AllowedDecisions: slices.Clone(s.allowed), Channels: slices.Clone(s.channels), Summary: s.summary,
+	}
+	switch {
+	case action != ActionDeny:
+		d.Reason = ""
+	case d.Reason == "" && rule == defaultRuleName:
+		d.Reason = "No policy rule allows this tool."
+	case d.Reason == "":
+		d.Reason = fmt.Sprintf("Policy rule %q denies this tool.", rule)
+	}
+	return d
+}
+
+// resolveApprovers replaces "group:NAME" entries by the group's members,
+// keeping the order and dropping repeats. A group the policy does not define
+// stays as written (nobody's id, so it can only fail closed) and is warned
+// about.
+func resolveApprovers(g *gateSpec, groups map[string][]string, ps *problems) {
+	if len(g.approvers) == 0 {
+		return
+	}
+	seen := map[string]bool{}
+	add := func(id string) {
+		if !seen[id] {
+			seen[id] = true
+			g.resolved = append(g.resolved, id)
+		}
+	}
+	for i, a := range g.approvers {
+		name, isGroup := strings.CutPrefix(a, groupPrefix)
+		if !isGroup {
+			add(a)
+			continue
+		}
+		members, ok := groups[name]
+		if !ok {
+			n := g.approverNodes[i]
+			ps.add(n.Line, n.Column, SeverityWarning, "%s: approvers: unknown approver group %q (define it under groups:); until it is, nobody can approve as it", g.where, name)
+			g.unresolved = true
+			add(a)
+			continue
+		}
+		for _, m := range members {
+			add(m)
+		}
+	}
+}
+
+// checkQuorum refuses a quorum that the listed approvers cannot meet.
+func checkQuorum(s settings, where string, at *yaml.Node, sev string, ps *problems) {
+	if len(s.approvers) == 0 || s.unresolved || s.quorum <= len(s.approvers) {
+		return
+	}
+	from := ""
+	if s.quorumFrom != "" && !strings.HasPrefix(where, s.quorumFrom) {
+		from = " (from " + s.quorumFrom + ")"
+	}
+	line, col := 0, 0
+	if at != nil {
+		line, col = at.Line, at.Column
+	}
+	ps.add(line, col, sev, "%s: quorum %d%s cannot be met by %d distinct approvers (%s)",
+		where, s.quorum, from, len(s.approvers), strings.Join(s.approvers, ", "))
+}
+
+// checkOrder warns about sequence order without approvers to order.
+func checkOrder(s settings, where string, at *yaml.Node, ps *problems) {
+	if s.order == contracts.OrderSequence && len(s.approvers) == 0 && at != nil {
+		ps.add(at.Line, at.Column, SeverityWarning, "%s: order: sequence needs approvers to put in order", where)
+	}
+}
+
+// ignoredSettings warns about gate settings on a rule that does not gate.
+func ignoredSettings(rs *ruleSpec, ps *problems) {
+	for _, f := range rs.set {
+		if f.name() == "reason" && rs.action == ActionDeny {
+			continue
+		}
+		ps.add(f.key.Line, f.key.Column, SeverityWarning, "%s: %s has no effect on a rule whose action is %s", rs.where, f.name(), rs.action)
+	}
+}
+
+// posOf returns the first non-nil node.
+func posOf(nodes ...*yaml.Node) *yaml.Node {
+	for _, n := range nodes {
+		if n != nil {
+			return n
+		}
+	}
+	return nil
+}
+
+// conditionPos maps a position within a condition (line from 1, column
+// from 0) to the file. Block scalars start on the line after the key; quoted
+// ones one column after the quote. Escapes and folded lines can shift the
+// column; the line stays right.
+func conditionPos(n *yaml.Node, lines []string, line, col int) (int, int) {
+	if line < 1 {
+		return n.Line, n.Column
+	}
+	switch n.Style {
+	case yaml.LiteralStyle, yaml.FoldedStyle:
+		// The block's indentation is its first non-empty line's.
+		indent := 0
+		for i := n.Line; i < len(lines); i++ {
+			if l := lines[i]; strings.TrimSpace(l) != "" {
+				indent = len(l) - len(strings.TrimLeft(l, " "))
+				break
+			}
+		}
+		return n.Line + line, indent + 1 + col
+	case yaml.DoubleQuotedStyle, yaml.SingleQuotedStyle:
+		if line == 1 {
+			return n.Line, n.Column + 1 + col
+		}
+		return n.Line + line - 1, 0
+	default:
+		if line == 1 {
+			return n.Line, n.Column + col
+		}
+		return n.Line + line - 1, 0
+	}
+}

@@ -1,0 +1,38 @@
+// Package policy decides, per tool call, whether it is allowed, denied, or
+// must wait for a human, and with which gate settings.
+//
+// A policy is a YAML file of ordered rules. A rule matches on the tool, the
+// agent and the tenant (globs: '*' any run of characters, '?' one), on run
+// labels (all must be equal), and on an optional condition in CEL over the
+// call's arguments and run (`args.amount > 100 && run.tenant == "prod"`).
+// The first rule that matches decides: allow, deny (with a reason for the
+// model) or require_approval (with risk, approvers, quorum, channels,
+// timeout, ...). Calls no rule matches get the policy's default, which is
+// require_approval unless the file says otherwise: unknown tools fail
+// closed.
+//
+// What the package guarantees:
+//
+//   - Parse refuses a file with any problem — YAML syntax, an unknown field,
+//     an unknown action, a duplicate rule name, a condition that does not
+//     compile or type-check — and lists every problem with its line and
+//     column, so a bad policy never replaces a good one.
+//   - Every condition is compiled once, when the policy is parsed. A call
+//     decodes its arguments at most once, and only the conditions of rules
+//     whose globs match run.
+//   - A condition that fails while it runs (a missing argument, a wrong
+//     type, the cost limit) never allows and is never skipped: the call
+//     gates, and Decision.Error says why.
+//   - A Policy is immutable and safe for concurrent use; decisions share no
+//     memory with it.
+//
+// Gate settings are resolved per rule in this order: the rule's own value,
+// then risk_defaults for the rule's risk, then default_rule, then the
+// built-in safe defaults (medium risk, quorum 1, veto, 24h timeout, reject
+// on timeout, approve or reject). Approver groups named as "group:NAME" are
+// resolved to their members when the policy is parsed.
+//
+// Lint reports what Parse refuses plus warnings (unreachable rules, unknown
+// approver groups, settings without effect); ParseCases and RunCases run a
+// table of calls against a policy, for CI of policy repositories.
+package policy

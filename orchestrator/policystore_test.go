@@ -1,0 +1,247 @@
+package orchestrator_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/orchestrator"
+	"github.com/countersign/countersign/orchestrator/policy"
+)
+
+const policyV1 = `
+version: "p1"
+default: require_approval
+rules:
+  - name: small-payments
+    tools: ["payments.*"]
+    when: 'args.amount <= 100'
+    action: allow
+  - name: payments
+    tools: ["payments.*"]
+    action: require_approval
+    risk: high
+`
+
+const policyV2 = `
+version: "p2"
+default: require_approval
+rules:
+  - name: no-payments
+    tools: ["payments.*"]
+    action: deny
+    reason: "Payments are frozen."
+`
+
+// openStore opens a policy store whose switches are reported on the returned channel.
+func openStore(t *testing.T, e *env) (*orchestrator.PolicyStore, <-chan orchestrator.PolicyDocument) {
+	t.Helper()
+	changes := make(chan orchestrator.PolicyDocument, 16)
+	s, err := orchestrator.OpenPolicyStore(context.Background(), orchestrator.PolicyStoreConfig{
+		JS: e.srv.JetStream(), OnChange: func(d orchestrator.PolicyDocument) { changes <- d },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s, changes
+}
+
+func nextChange(t *testing.T, ch <-chan orchestrator.PolicyDocument, version string) {
+	t.Helper()
+	select {
+	case d := <-ch:
+		if d.Version != version {
+			t.Fatalf("switched to version %q, want %q", d.Version, version)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no switch to version %q", version)
+	}
+}
+
+func apply(t *testing.T, e *env, src string) orchestrator.ApplyResult {
+	t.Helper()
+	res, err := orchestrator.ApplyPolicy(context.Background(), e.js, []byte(src), "admin", time.Now())
+	if err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	return res
+}
+
+func TestPolicyStoreServesFallbackUntilApplied(t *testing.T) {
+	e := setup(t)
+	s, _ := openStore(t, e)
+	if _, _, ok := s.Live(); ok {
+		t.Fatal("a live policy before any was applied")
+	}
+	if got := s.Current().Evaluate(policy.Input{Run: contracts.Run{Agent: "a"}, Tool: "anything"}); got.Action != policy.ActionRequireApproval {
+		t.Fatalf("fallback decides %s, want require_approval (fail closed)", got.Action)
+	}
+}
+
+func TestApplySwitchesEveryStore(t *testing.T) {
+	e := setup(t)
+	a, achanges := openStore(t, e)
+	b, bchanges := openStore(t, e)
+
+	res := apply(t, e, policyV1)
+	if !res.Changed || res.Document.Version != "p1" || res.Document.AppliedBy != "admin" || res.Revision == 0 {
+		t.Fatalf("apply = %+v", res)
+	}
+	nextChange(t, achanges, "p1")
+	nextChange(t, bchanges, "p1")
+	in := policy.Input{Run: contracts.Run{Agent: "billing"}, Tool: "payments.send", Arguments: json.RawMessage(`{"amount":50}`)}
+	for _, s := range []*orchestrator.PolicyStore{a, b} {
+		if d := s.Current().Evaluate(in); d.Action != policy.ActionAllow || d.Rule != "small-payments" || d.Version != "p1" {
+			t.Fatalf("p1 decides %+v, want allow by small-payments", d)
+		}
+	}
+
+	apply(t, e, policyV2)
+	nextChange(t, achanges, "p2")
+	nextChange(t, bchanges, "p2")
+	for _, s := range []*orchestrator.PolicyStore{a, b} {
+		if d := s.Current().Evaluate(in); d.Action != policy.ActionDeny || d.Version != "p2" {
+			t.Fatalf("p2 decides %+v, want deny", d)
+		}
+		if doc, _, ok := s.Live(); !ok || doc.Version != "p2" || doc.Source != policyV2 {
+			t.Fatalf("live = %+v %v", doc, ok)
+		}
+	}
+
+	// A store opened later starts on the live policy.
+	c, _ := openStore(t, e)
+	if got := c.Current().Version(); got != "p2" {
+		t.Fatalf("new store serves %q, want p2", got)
+	}
+}
+
+func TestApplyIsIdempotentAndVersionsAreImmutable(t *testing.T) {
+	e := setup(t)
+	first := apply(t, e, policyV1)
+	again := apply(t, e, policyV1)
+	if again.Changed || again.Revision != first.Revision {
+		t.Fatalf("re-applying the same content: %+v, want unchanged at revision %d", again, first.Revision)
+	}
+	edited := policyV1 + "\n  - name: extra\n    tools: [\"x\"]\n    action: allow\n"
+	_, err := orchestrator.ApplyPolicy(context.Background(), e.js, []byte(edited), "admin", time.Now())
+	if !errors.Is(err, orchestrator.ErrPolicyVersionExists) {
+		t.Fatalf("other content under the live version: err %v, want ErrPolicyVersionExists", err)
+	}
+}
+
+func TestApplyRefusesAnInvalidPolicy(t *testing.T) {
+	e := setup(t)
+	apply(t, e, policyV1)
+	_, err := orchestrator.ApplyPolicy(context.Background(), e.js, []byte("version: bad\nrules:\n  - name: x\n    tools: [\"*\"]\n    action: maybe\n"), "admin", time.Now())
+	var perrs *policy.Errors
+	if !errors.As(err, &perrs) || len(perrs.Problems) == 0 {
+		t.Fatalf("err = %v, want *policy.Errors", err)
+	}
+	s, _ := openStore(t, e)
+	if got := s.Current().Version(); got != "p1" {
+		t.Fatalf("live version %q after a refused apply, want p1", got)
+	}
+}
+
+func TestStoreKeepsThePolicyInForceWhenTheStoredOneIsBroken(t *testing.T) {
+	e := setup(t)
+	s, changes := openStore(t, e)
+	apply(t, e, policyV1)
+	nextChange(t, changes, "p1")
+	// Someone with write access bypasses validation.
+	kv, err := e.js.KeyValue(context.Background(), contracts.BucketPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken, _ := json.Marshal(orchestrator.PolicyDocument{Spec: orchestrator.SpecPolicyDocument, Version: "broken", Source: "rules: [oops"})
+	if _, err := kv.Put(context.Background(), orchestrator.PolicyKey, broken); err != nil {
+		t.Fatal(err)
+	}
+	// Then a good one: the store must skip the broken one and take this.
+	apply(t, e, policyV2)
+	nextChange(t, changes, "p2")
+	if got := s.Current().Version(); got != "p2" {
+		t.Fatalf("serving %q, want p2", got)
+	}
+}
+
+func TestPendingRequestKeepsItsRuleWhenThePolicyChanges(t *testing.T) {
+	e := setup(t)
+	s, changes := openStore(t, e)
+	gate, err := orchestrator.NewGate(context.Background(), orchestrator.Config{JS: e.js, Policy: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gate.Close() })
+	apply(t, e, policyV1)
+	nextChange(t, changes, "p1")
+
+	run := contracts.Run{ID: "run-keep", Agent: "billing"}
+	call := orchestrator.ToolCall{ID: "c1", Name: "payments.send", Arguments: json.RawMessage(`{"amount":500}`)}
+	v, err := gate.Submit(context.Background(), run, []orchestrator.ToolCall{call})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v[0].Verdict != orchestrator.VerdictPending || v[0].Rule != "payments" {
+		t.Fatalf("under p1: %+v, want pending by payments", v[0])
+	}
+	rec := e.waitRecord(t, v[0].EventID, func(*contracts.Record) bool { return true })
+	if rec.Request.Policy.Rule != "payments" || rec.Request.Policy.Version != "p1" || rec.Request.Risk != contracts.RiskHigh {
+		t.Fatalf("request policy = %+v risk %s, want payments@p1 high", rec.Request.Policy, rec.Request.Risk)
+	}
+
+	apply(t, e, policyV2)
+	nextChange(t, changes, "p2")
+	// The policy decides first: under p2 the call is denied, even on a
+	// re-review; the approval created under p1 keeps its p1 snapshot.
+	v, err = gate.Submit(context.Background(), run, []orchestrator.ToolCall{call})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v[0].Verdict != orchestrator.VerdictDenied || v[0].Rule != "no-payments" {
+		t.Fatalf("re-review under p2: %+v, want denied by no-payments", v[0])
+	}
+	e.vote(t, rec.Request.EventID, "alice", contracts.DecisionApprove, "")
+	done := e.waitRecord(t, rec.Request.EventID, func(r *contracts.Record) bool { return r.Status != contracts.StatusPending })
+	if done.Status != contracts.StatusApproved || done.Request.Policy.Version != "p1" || done.Request.Policy.Rule != "payments" ||
+		done.Request.Risk != contracts.RiskHigh {
+		t.Fatalf("decided %s under %+v risk %s, want approved with the p1 snapshot", done.Status, done.Request.Policy, done.Request.Risk)
+	}
+	// A new call is decided by p2.
+	v, err = gate.Submit(context.Background(), contracts.Run{ID: "run-new", Agent: "billing"}, []orchestrator.ToolCall{call})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v[0].Verdict != orchestrator.VerdictDenied || v[0].Reason != "Payments are frozen." {
+		t.Fatalf("new call under p2: %+v, want denied", v[0])
+	}
+}
+
+func TestConditionErrorGatesAndIsRecorded(t *testing.T) {
+	e := setup(t)
+	s, changes := openStore(t, e)
+	gate, err := orchestrator.NewGate(context.Background(), orchestrator.Config{JS: e.js, Policy: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gate.Close() })
+	apply(t, e, policyV1)
+	nextChange(t, changes, "p1")
+	// No amount: the allow rule's condition cannot be evaluated; the call must gate.
+	v, err := gate.Submit(context.Background(), contracts.Run{ID: "run-err", Agent: "billing"},
+		[]orchestrator.ToolCall{{ID: "c", Name: "payments.send", Arguments: json.RawMessage(`{"to":"acme"}`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v[0].Verdict != orchestrator.VerdictPending {
+		t.Fatalf("verdict %+v, want pending: a failing condition must never allow", v[0])
+	}
+	rec := e.waitRecord(t, v[0].EventID, func(*contracts.Record) bool { return true })
+	if rec.Request.Policy.Error == "" {
+		t.Fatalf("request policy = %+v, want the condition error recorded", rec.Request.Policy)
+	}
+}

@@ -1,0 +1,166 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/countersign/countersign/orchestrator"
+	"github.com/countersign/countersign/orchestrator/policy"
+)
+
+// Error codes of the policy routes.
+const (
+	CodeInvalidPolicy  = "invalid_policy"
+	CodeVersionExists  = "version_exists"
+	CodePolicyConflict = "policy_conflict"
+	CodeNoLivePolicy   = "no_live_policy"
+)
+
+// policyAnswer is the body of GET /v1/policy and of a successful POST.
+type policyAnswer struct {
+	Version   string    `json:"version"`
+	SHA256    string    `json:"sha256,omitempty"`
+	AppliedBy string    `json:"applied_by,omitempty"`
+	AppliedAt time.Time `json:"applied_at,omitzero"`
+	Revision  uint64    `json:"revision,omitempty"`
+	// Live is false while no policy was applied: the process serves the
+	// policy it was started with.
+	Live   bool   `json:"live"`
+	Source string `json:"source,omitempty"`
+	// Changed (POST only) is false when the same content was already live.
+	Changed  *bool            `json:"changed,omitempty"`
+	Warnings []policy.Problem `json:"warnings,omitempty"`
+}
+
+// policyError is an error answer that lists every problem of a policy.
+type policyError struct {
+	apiError
+	Problems []policy.Problem `json:"problems"`
+}
+
+// getPolicy answers GET /v1/policy[?source=1].
+func (s *Server) getPolicy(w http.ResponseWriter, r *http.Request) {
+	withSource, aerr := parseFlag(r, "source")
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	if s.cfg.Policies == nil {
+		writeJSON(w, http.StatusOK, policyAnswer{Version: s.cfg.Gate.Policy().Version()})
+		return
+	}
+	doc, rev, ok := s.cfg.Policies.Live()
+	if !ok {
+		writeJSON(w, http.StatusOK, policyAnswer{Version: s.cfg.Policies.Current().Version()})
+		return
+	}
+	ans := policyAnswer{
+		Version: doc.Version, SHA256: doc.SHA256, AppliedBy: doc.AppliedBy, AppliedAt: doc.AppliedAt,
+		Revision: rev, Live: true,
+	}
+	if withSource {
+		ans.Source = doc.Source
+	}
+	writeJSON(w, http.StatusOK, ans)
+}
+
+// postPolicy answers POST /v1/policy[?dry_run=1]: the body is the policy's
+// YAML source. It is validated, then stored as the fleet's live policy.
+func (s *Server) postPolicy(w http.ResponseWriter, r *http.Request) {
+	dryRun, aerr := parseFlag(r, "dry_run")
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	source, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			writeError(w, errorf(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "the policy exceeds %d bytes", MaxBodyBytes))
+			return
+		}
+		writeError(w, errorf(http.StatusBadRequest, CodeInvalidPolicy, "the request body could not be read"))
+		return
+	}
+	if len(strings.TrimSpace(string(source))) == 0 {
+		writeError(w, errorf(http.StatusBadRequest, CodeInvalidPolicy, "the request body is empty; send the policy's YAML source"))
+		return
+	}
+	var errs, warnings []policy.Problem
+	for _, p := range policy.Lint(source) {
+		if p.Severity == "error" {
+			errs = append(errs, p)
+		} else {
+			warnings = append(warnings, p)
+		}
+	}
+	if len(errs) > 0 {
+		writeJSON(w, http.StatusBadRequest, struct {
+			Error policyError `json:"error"`
+		}{policyError{
+			apiError: apiError{Code: CodeInvalidPolicy, Message: problemSummary(errs)},
+			Problems: errs,
+		}})
+		return
+	}
+	if dryRun {
+		p, err := policy.Parse(source)
+		if err != nil {
+			writeError(w, errorf(http.StatusBadRequest, CodeInvalidPolicy, "%s", err.Error()))
+			return
+		}
+		changed := false
+		writeJSON(w, http.StatusOK, policyAnswer{Version: p.Version(), Changed: &changed, Warnings: warnings})
+		return
+	}
+	if s.cfg.Policies == nil {
+		writeError(w, errorf(http.StatusServiceUnavailable, CodeUnavailable, "this server does not store policies"))
+		return
+	}
+	p := principalFrom(r.Context())
+	res, err := orchestrator.ApplyPolicy(r.Context(), s.cfg.JS, source, p.subject, s.cfg.Now())
+	var perrs *policy.Errors
+	switch {
+	case errors.As(err, &perrs):
+		writeJSON(w, http.StatusBadRequest, struct {
+			Error policyError `json:"error"`
+		}{policyError{apiError: apiError{Code: CodeInvalidPolicy, Message: problemSummary(perrs.Problems)}, Problems: perrs.Problems}})
+		return
+	case errors.Is(err, orchestrator.ErrPolicyVersionExists):
+		writeError(w, errorf(http.StatusConflict, CodeVersionExists,
+			"version %q is live with other content; give the changed policy a new version", res.Document.Version))
+		return
+	case errors.Is(err, orchestrator.ErrPolicyConflict):
+		writeError(w, errorf(http.StatusConflict, CodePolicyConflict, "the live policy changed while applying; try again"))
+		return
+	case err != nil:
+		writeError(w, s.backendError("apply policy", err))
+		return
+	}
+	// Answer once this server decides with the new policy, so a review sent
+	// after the answer is decided by it. Other processes switch within
+	// moments; their requests record the version that decided them.
+	wctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	if err := s.cfg.Policies.WaitRevision(wctx, res.Revision); err != nil {
+		s.log.Warn("the applied policy is not in force here yet", "version", res.Document.Version, "err", err)
+	}
+	cancel()
+	s.log.Info("policy applied", "version", res.Document.Version, "by", p.subject, "changed", res.Changed)
+	changed := res.Changed
+	writeJSON(w, http.StatusOK, policyAnswer{
+		Version: res.Document.Version, SHA256: res.Document.SHA256, AppliedBy: res.Document.AppliedBy,
+		AppliedAt: res.Document.AppliedAt, Revision: res.Revision, Live: true, Changed: &changed, Warnings: warnings,
+	})
+}
+
+func problemSummary(ps []policy.Problem) string {
+	if len(ps) == 1 {
+		return "the policy has 1 problem: " + ps[0].String()
+	}
+	return "the policy has " + strconv.Itoa(len(ps)) + " problems; the first: " + ps[0].String()
+}

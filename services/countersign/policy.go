@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/countersign/countersign/orchestrator/policy"
+)
+
+// policyInfo is the API's answer on /v1/policy.
+type policyInfo struct {
+	Version   string           `json:"version"`
+	SHA256    string           `json:"sha256"`
+	AppliedBy string           `json:"applied_by"`
+	AppliedAt time.Time        `json:"applied_at"`
+	Revision  uint64           `json:"revision"`
+	Live      bool             `json:"live"`
+	Source    string           `json:"source"`
+	Changed   *bool            `json:"changed"`
+	Warnings  []policy.Problem `json:"warnings"`
+}
+
+func cmdPolicy(args []string, out io.Writer) error {
+	if len(args) == 0 {
+		return errors.New("policy: want lint, test, apply or show")
+	}
+	sub, args := args[0], args[1:]
+	fs := flag.NewFlagSet("policy "+sub, flag.ContinueOnError)
+	switch sub {
+	case "lint":
+		strict := fs.Bool("strict", false, "fail on warnings too")
+		if err := fs.Parse(reorderFlags(fs, args)); err != nil {
+			return err
+		}
+		if fs.NArg() == 0 {
+			return errors.New("policy lint: want one or more policy files")
+		}
+		return policyLint(out, fs.Args(), *strict)
+	case "test":
+		verbose := fs.Bool("v", false, "explain every case, rule by rule")
+		if err := fs.Parse(reorderFlags(fs, args)); err != nil {
+			return err
+		}
+		if fs.NArg() != 2 {
+			return errors.New("policy test: want a policy file and a cases file")
+		}
+		return policyTest(out, fs.Arg(0), fs.Arg(1), *verbose)
+	case "apply":
+		newClient := clientFlags(fs)
+		dryRun := fs.Bool("dry-run", false, "validate on the server without applying")
+		if err := fs.Parse(reorderFlags(fs, args)); err != nil {
+			return err
+		}
+		if fs.NArg() != 1 {
+			return errors.New("policy apply: want one policy file")
+		}
+		source, err := os.ReadFile(fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		// Refuse locally what the server would refuse, with the file name.
+		if errs := problemsOf(policy.Lint(source), "error"); len(errs) > 0 {
+			printProblems(out, fs.Arg(0), errs)
+			return exitError(1)
+		}
+		c, err := newClient()
+		if err != nil {
+			return err
+		}
+		path := "/v1/policy"
+		if *dryRun {
+			path += "?" + url.Values{"dry_run": {"1"}}.Encode()
+		}
+		var ans policyInfo
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := c.send(ctx, "POST", path, "application/yaml", source, &ans); err != nil {
+			return err
+		}
+		printProblems(out, fs.Arg(0), ans.Warnings)
+		switch {
+		case *dryRun:
+			fmt.Fprintf(out, "Policy version %s is valid; nothing was applied.\n", ans.Version)
+		case ans.Changed != nil && !*ans.Changed:
+			fmt.Fprintf(out, "Policy version %s is already live; nothing changed.\n", ans.Version)
+		default:
+			fmt.Fprintf(out, "Applied policy version %s (revision %d). Every orchestrator switches to it now; pending approvals keep their rules.\n",
+				ans.Version, ans.Revision)
+		}
+		return nil
+	case "show":
+		newClient := clientFlags(fs)
+		source := fs.Bool("source", false, "print the policy's YAML source")
+		jsonOut := fs.Bool("json", false, "print the API's JSON")
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		c, err := newClient()
+		if err != nil {
+			return err
+		}
+		path := "/v1/policy"
+		if *source || *jsonOut {
+			path += "?source=1"
+		}
+		var ans policyInfo
+		if _, err := c.do(context.Background(), "GET", path, nil, &ans); err != nil {
+			return err
+		}
+		if *jsonOut {
+			return printJSON(out, ans)
+		}
+		if *source {
+			_, err := io.WriteString(out, ans.Source)
+			return err
+		}
+		if !ans.Live {
+			fmt.Fprintf(out, "Version:    %s (the policy the server started with; none applied yet)\n", ans.Version)
+			return nil
+		}
+		fmt.Fprintf(out, "Version:    %s\nApplied:    %s by %s\nRevision:   %d\nSHA-256:    %s\n",
+			ans.Version, ans.AppliedAt.Local().Format(time.RFC3339), ans.AppliedBy, ans.Revision, ans.SHA256)
+		return nil
+	}
+	return fmt.Errorf("policy: unknown command %q (want lint, test, apply or show)", sub)
+}
+
+func policyLint(out io.Writer, files []string, strict bool) error {
+	failed := false
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		problems := policy.Lint(data)
+		printProblems(out, f, problems)
+		errs := problemsOf(problems, "error")
+		if len(errs) > 0 || strict && len(problems) > 0 {
+			failed = true
+			continue
+		}
+		p, err := policy.Parse(data)
+		if err != nil {
+			fmt.Fprintf(out, "%s: %v\n", f, err)
+			failed = true
+			continue
+		}
+		fmt.Fprintf(out, "%s: ok (version %s, %d warning(s))\n", f, p.Version(), len(problems))
+	}
+	if failed {
+		return exitError(1)
+	}
+	return nil
+}
+
+func policyTest(out io.Writer, policyFile, casesFile string, verbose bool) error {
+	p, err := policy.Load(policyFile)
+	if err != nil {
+		var perrs *policy.Errors
+		if errors.As(err, &perrs) {
+			printProblems(out, policyFile, perrs.Problems)
+			return exitError(1)
+		}
+		return err
+	}
+	data, err := os.ReadFile(casesFile)
+	if err != nil {
+		return err
+	}
+	cases, err := policy.ParseCases(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", casesFile, err)
+	}
+	passed := 0
+	for _, r := range policy.RunCases(p, cases) {
+		name := r.Case.Name
+		if name == "" {
+			name = fmt.Sprintf("%s:%d", casesFile, r.Case.Line)
+		}
+		if r.Pass {
+			passed++
+			fmt.Fprintf(out, "PASS  %s → %s (rule %s)\n", name, r.Got.Action, r.Got.Rule)
+		} else {
+			fmt.Fprintf(out, "FAIL  %s (%s:%d): %s\n", name, casesFile, r.Case.Line, r.Diff)
+		}
+		if r.Got.Error != "" {
+			fmt.Fprintf(out, "      condition error (the call gates): %s\n", r.Got.Error)
+		}
+		if verbose || !r.Pass {
+			for _, s := range r.Steps {
+				mark := "  "
+				if s.Matched {
+					mark = "→ "
+				}
+				fmt.Fprintf(out, "      %s%s (line %d): %s\n", mark, s.Rule, s.Line, s.Why)
+			}
+		}
+	}
+	fmt.Fprintf(out, "%d of %d case(s) passed against policy version %s\n", passed, len(cases), p.Version())
+	if passed != len(cases) {
+		return exitError(1)
+	}
+	return nil
+}
+
+func problemsOf(ps []policy.Problem, severity string) []policy.Problem {
+	var out []policy.Problem
+	for _, p := range ps {
+		if p.Severity == severity {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func printProblems(out io.Writer, file string, ps []policy.Problem) {
+	for _, p := range ps {
+		sev := p.Severity
+		if sev == "" {
+			sev = "error"
+		}
+		loc := p.String()
+		// Problem.String starts with "LINE:COL: " or "LINE: ".
+		fmt.Fprintf(out, "%s:%s\n", file, strings.Replace(loc, ": ", ": "+sev+": ", 1))
+	}
+}
+
+// reorderFlags moves flags before positional arguments, so
+// "policy test a.yaml b.yaml -v" works as well as "-v a.yaml b.yaml". A flag
+// of fs that takes a value keeps the argument after it.
+func reorderFlags(fs *flag.FlagSet, args []string) []string {
+	var flags, pos []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			pos = append(pos, args[i+1:]...)
+			break
+		}
+		if !strings.HasPrefix(a, "-") || a == "-" {
+			pos = append(pos, a)
+			continue
+		}
+		flags = append(flags, a)
+		name := strings.TrimLeft(a, "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		if f := fs.Lookup(name); f != nil && i+1 < len(args) {
+			if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !bf.IsBoolFlag() {
+				i++
+				flags = append(flags, args[i])
+			}
+		}
+	}
+	return append(flags, pos...)
+}
