@@ -12,7 +12,7 @@ import (
 // TestExamples loads every example policy, lints it (no errors and no
 // warnings: the examples are what people copy) and runs its cases.
 func TestExamples(t *testing.T) {
-	files, err := filepath.Glob("../../examples/policies/*.yaml")
+	files, err := filepath.Glob("../../deploy/policies/*.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestExamples(t *testing.T) {
 	}
 	for _, want := range []string{"payments", "email", "database", "filesystem"} {
 		if !seen[want] {
-			t.Errorf("examples/policies/%s.yaml is missing", want)
+			t.Errorf("deploy/policies/%s.yaml is missing", want)
 		}
 	}
 }

@@ -55,7 +55,7 @@ func FuzzParse(f *testing.F) {
 	if data, err := os.ReadFile("../../deploy/policy.yaml"); err == nil {
 		f.Add(data, "agent", "payments.send", `{"amount": 5}`)
 	}
-	examples, _ := filepath.Glob("../../examples/policies/*.yaml")
+	examples, _ := filepath.Glob("../../deploy/policies/*.yaml")
 	for _, e := range examples {
 		if data, err := os.ReadFile(e); err == nil && !strings.HasSuffix(e, ".cases.yaml") {
 			f.Add(data, "billing-bot", "payments.send", `{"amount": 250, "currency": "EUR"}`)
@@ -119,7 +119,7 @@ func FuzzParse(f *testing.F) {
 
 // FuzzParseCases checks that no input makes ParseCases panic.
 func FuzzParseCases(f *testing.F) {
-	examples, _ := filepath.Glob("../../examples/policies/*.cases.yaml")
+	examples, _ := filepath.Glob("../../deploy/policies/*.cases.yaml")
 	for _, e := range examples {
 		if data, err := os.ReadFile(e); err == nil {
 			f.Add(data)
