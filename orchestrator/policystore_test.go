@@ -86,6 +86,25 @@ func TestApplySwitchesEveryStore(t *testing.T) {
 	e := setup(t)
 	a, achanges := openStore(t, e)
 	b, bchanges := openStore(t, e)
+	// Two orchestrators, each with its own store, connection and gate.
+	gates := make([]*orchestrator.Gate, 2)
+	for i, s := range []*orchestrator.PolicyStore{a, b} {
+		g, err := orchestrator.NewGate(context.Background(), orchestrator.Config{JS: e.srv.JetStream(), Policy: s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = g.Close() })
+		gates[i] = g
+	}
+	submit := func(g *orchestrator.Gate, runID string) orchestrator.Verdict {
+		t.Helper()
+		v, err := g.Submit(context.Background(), contracts.Run{ID: runID, Agent: "billing"},
+			[]orchestrator.ToolCall{{ID: "c", Name: "payments.send", Arguments: json.RawMessage(`{"amount":50}`)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v[0]
+	}
 
 	res := apply(t, e, policyV1)
 	if !res.Changed || res.Document.Version != "p1" || res.Document.AppliedBy != "admin" || res.Revision == 0 {
@@ -94,18 +113,24 @@ func TestApplySwitchesEveryStore(t *testing.T) {
 	nextChange(t, achanges, "p1")
 	nextChange(t, bchanges, "p1")
 	in := policy.Input{Run: contracts.Run{Agent: "billing"}, Tool: "payments.send", Arguments: json.RawMessage(`{"amount":50}`)}
-	for _, s := range []*orchestrator.PolicyStore{a, b} {
+	for i, s := range []*orchestrator.PolicyStore{a, b} {
 		if d := s.Current().Evaluate(in); d.Action != policy.ActionAllow || d.Rule != "small-payments" || d.Version != "p1" {
 			t.Fatalf("p1 decides %+v, want allow by small-payments", d)
+		}
+		if v := submit(gates[i], "run-p1"); v.Verdict != orchestrator.VerdictAllowed || v.Rule != "small-payments" {
+			t.Fatalf("orchestrator %d under p1: %+v, want allowed", i, v)
 		}
 	}
 
 	apply(t, e, policyV2)
 	nextChange(t, achanges, "p2")
 	nextChange(t, bchanges, "p2")
-	for _, s := range []*orchestrator.PolicyStore{a, b} {
+	for i, s := range []*orchestrator.PolicyStore{a, b} {
 		if d := s.Current().Evaluate(in); d.Action != policy.ActionDeny || d.Version != "p2" {
 			t.Fatalf("p2 decides %+v, want deny", d)
+		}
+		if v := submit(gates[i], "run-p2"); v.Verdict != orchestrator.VerdictDenied || v.Rule != "no-payments" {
+			t.Fatalf("orchestrator %d under p2: %+v, want denied", i, v)
 		}
 		if doc, _, ok := s.Live(); !ok || doc.Version != "p2" || doc.Source != policyV2 {
 			t.Fatalf("live = %+v %v", doc, ok)
