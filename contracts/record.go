@@ -40,11 +40,14 @@ const DecidedByTimeout = "timeout"
 
 // RefusedVote is a vote the arbiter did not count, with the reason.
 type RefusedVote struct {
-	VoteID   string    `json:"vote_id"`
-	Approver Approver  `json:"approver"`
-	Decision string    `json:"decision,omitempty"`
-	Reason   string    `json:"reason"`
-	At       time.Time `json:"at"`
+	VoteID   string   `json:"vote_id"`
+	Approver Approver `json:"approver"`
+	Decision string   `json:"decision,omitempty"`
+	Reason   string   `json:"reason"`
+	// Detail says more for people, e.g. where an edit fails the tool's
+	// schema: "arguments/amount: maximum: got 5000, want 1000".
+	Detail string    `json:"detail,omitempty"`
+	At     time.Time `json:"at"`
 }
 
 // Outcome is the terminal decision of a record.
@@ -54,9 +57,12 @@ type Outcome struct {
 	ArgumentsSHA256 string          `json:"arguments_sha256,omitempty"`
 	Diff            json.RawMessage `json:"diff,omitempty"`
 	Comment         string          `json:"comment,omitempty"`
-	DecidedBy       []string        `json:"decided_by"`
-	DecidedAt       time.Time       `json:"decided_at"`
-	Reason          string          `json:"reason,omitempty"`
+	// Action is a human_input answer's action: accept, decline or cancel
+	// (MCP elicitation). Arguments then holds the accepted content.
+	Action    string    `json:"action,omitempty"`
+	DecidedBy []string  `json:"decided_by"`
+	DecidedAt time.Time `json:"decided_at"`
+	Reason    string    `json:"reason,omitempty"`
 }
 
 // Claim marks an approval as used: the tool is about to run, once.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events"
+	"github.com/countersign/countersign/orchestrator/directory"
 	"github.com/countersign/countersign/orchestrator/policy"
 )
 
@@ -41,6 +43,9 @@ var (
 	ErrAlreadyExecuted = errors.New("already_executed: this approval was already claimed")
 	// ErrNotApproved: a permit was claimed for a record that is not approved for these arguments.
 	ErrNotApproved = errors.New("not_approved: no approval for these arguments")
+	// ErrInvalidSchema: a tool's or a question's JSON Schema is not a usable
+	// schema (not an object, does not compile, or refers to other documents).
+	ErrInvalidSchema = errors.New("invalid_schema: not a usable JSON Schema")
 )
 
 // EventNamespace is the UUIDv5 namespace of derived event ids.
@@ -61,6 +66,9 @@ type ToolCall struct {
 	ID        string          `json:"id"`
 	Name      string          `json:"name"`
 	Arguments json.RawMessage `json:"arguments"`
+	// Schema is the tool's JSON Schema for its arguments (optional). It goes
+	// into the request as tool_schema; a human's edit must satisfy it.
+	Schema json.RawMessage `json:"schema,omitempty"`
 }
 
 // Verdict is the answer for one tool call.
@@ -101,6 +109,10 @@ type Config struct {
 	Now    func() time.Time
 	// Retention caps request timeouts (default 30 days).
 	Retention time.Duration
+	// Directory resolves "group:NAME" approvers that the policy does not
+	// define to the group's members when a request is created (optional).
+	// Groups neither knows stay as written: nobody can approve as them.
+	Directory directory.Source
 }
 
 // Gate reviews tool calls against the policy and waits for humans.
@@ -283,6 +295,9 @@ func (g *Gate) Submit(ctx context.Context, run contracts.Run, calls []ToolCall) 
 		if err != nil {
 			return nil, fmt.Errorf("orchestrator: tool_calls[%d]: %w", i, err)
 		}
+		if err := checkSchema(c.Schema); err != nil {
+			return nil, fmt.Errorf("orchestrator: tool_calls[%d].schema: %w", i, err)
+		}
 		d := pol.Evaluate(policy.Input{Run: run, Tool: c.Name, Arguments: args})
 		v := Verdict{ToolCallID: c.ID, Rule: d.Rule}
 		switch d.Action {
@@ -354,16 +369,17 @@ func (g *Gate) request(run contracts.Run, c ToolCall, args json.RawMessage, sha 
 	now := g.cfg.Now().UTC()
 	timeout := min(d.Timeout, g.cfg.Retention)
 	return contracts.ApprovalRequested{
-		Spec:     contracts.SpecApprovalRequested,
-		EventID:  eventID,
-		Kind:     contracts.KindToolApproval,
-		Run:      run,
-		ToolCall: &contracts.ToolCall{ID: c.ID, Name: c.Name, Arguments: args, ArgumentsSHA256: sha},
-		Risk:     d.Risk,
-		Summary:  Summary(d.Summary, run, c.Name, args),
-		Policy:   contracts.PolicyRef{Rule: d.Rule, Version: d.Version, Error: d.Error},
+		Spec:       contracts.SpecApprovalRequested,
+		EventID:    eventID,
+		Kind:       contracts.KindToolApproval,
+		Run:        run,
+		ToolCall:   &contracts.ToolCall{ID: c.ID, Name: c.Name, Arguments: args, ArgumentsSHA256: sha},
+		ToolSchema: compactJSON(c.Schema),
+		Risk:       d.Risk,
+		Summary:    Summary(d.Summary, run, c.Name, args),
+		Policy:     contracts.PolicyRef{Rule: d.Rule, Version: d.Version, Error: d.Error},
 		Quorum: contracts.Quorum{
-			Required: d.Quorum, Approvers: nonNil(d.Approvers), Veto: d.Veto,
+			Required: d.Quorum, Approvers: g.approvers(d.Approvers, d.Quorum, eventID), Veto: d.Veto,
 			AllowSelfApproval: d.AllowSelfApproval, Order: orderOf(d.Order),
 		},
 		Escalation:       []contracts.EscalationTier{},
@@ -374,6 +390,31 @@ func (g *Gate) request(run contracts.Run, c ToolCall, args json.RawMessage, sha 
 		OnTimeout:        d.OnTimeout,
 		CreatedAt:        now,
 	}
+}
+
+// approvers freezes an approver list for a request snapshot: "group:NAME"
+// entries the policy left (groups it does not define) become the members
+// the directory lists now. A group nobody resolves stays as written, which
+// is nobody's id, so the request fails closed; that is logged, as is a
+// quorum the resolved approvers cannot meet.
+func (g *Gate) approvers(list []string, quorum int, eventID string) []string {
+	if !slices.ContainsFunc(list, func(a string) bool { return strings.HasPrefix(a, directory.GroupPrefix) }) {
+		return nonNil(list)
+	}
+	var dir *directory.Directory
+	if g.cfg.Directory != nil {
+		dir = g.cfg.Directory.Current()
+	}
+	ids, unknown := dir.ResolveApprovers(list)
+	if len(unknown) > 0 {
+		g.cfg.Logger.Warn("approver groups that neither the policy nor the directory lists members of; nobody can approve as them",
+			"event_id", eventID, "groups", strings.Join(unknown, ","), "directory", dir != nil)
+	}
+	if people := len(ids) - len(unknown); quorum > people {
+		g.cfg.Logger.Warn("the request's quorum cannot be met by its approvers; it can only be rejected, cancelled or expire",
+			"event_id", eventID, "quorum", quorum, "approvers", people)
+	}
+	return ids
 }
 
 func orderOf(o string) string {

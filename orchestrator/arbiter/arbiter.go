@@ -190,9 +190,18 @@ func ValidateRequest(req *contracts.ApprovalRequested) error {
 	case contracts.KindHumanInput:
 		if req.Question == nil || req.Question.Text == "" {
 			errs = append(errs, errors.New("question.text is required"))
+		} else if len(req.Question.Schema) > 0 {
+			if err := CompileSchema(req.Question.Schema); err != nil {
+				errs = append(errs, fmt.Errorf("question.schema: %w", err))
+			}
 		}
 	default:
 		errs = append(errs, fmt.Errorf("unknown kind %q", req.Kind))
+	}
+	if len(req.ToolSchema) > 0 {
+		if err := CompileSchema(req.ToolSchema); err != nil {
+			errs = append(errs, fmt.Errorf("tool_schema: %w", err))
+		}
 	}
 	if req.ExpiresAt.IsZero() {
 		errs = append(errs, errors.New("expires_at is required"))

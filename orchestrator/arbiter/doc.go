@@ -9,4 +9,9 @@
 // arbiter replicas may share the durable consumers: compare-and-set makes the
 // first valid terminal transition win, so a record never has two outcomes,
 // and a message handled twice changes nothing the second time.
+//
+// An edit's arguments must satisfy the request's tool_schema and an accepted
+// answer's content its question.schema (JSON Schema, compiled without
+// fetching anything); a vote that fails is refused as invalid_arguments with
+// the failing value's JSON pointer in the refused vote's detail.
 package arbiter

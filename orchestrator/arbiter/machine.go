@@ -66,7 +66,7 @@ func ApplyVote(rec contracts.Record, v contracts.Vote, now time.Time) Result {
 		}
 	}
 	if reason := refuse(rec, v); reason != "" {
-		return refused(rec, v, reason, now)
+		return refused(rec, v, reason, refusalDetail(rec, v, reason), now)
 	}
 	next := clone(rec)
 	next.UpdatedAt = now
@@ -86,6 +86,7 @@ func ApplyVote(rec contracts.Record, v contracts.Vote, now time.Time) Result {
 		decide(&next, contracts.StatusAnswered, v, now, nil)
 		if v.Answer != nil {
 			next.Outcome.Arguments = v.Answer.Content
+			next.Outcome.Action = v.Answer.Action
 		}
 	case contracts.DecisionApprove, contracts.DecisionEdit:
 		next.Votes = append(next.Votes, v)
@@ -138,6 +139,9 @@ func refuse(rec contracts.Record, v contracts.Vote) string {
 		if v.Answer == nil || !validAnswerAction(v.Answer.Action) {
 			return contracts.ReasonInvalidArguments
 		}
+	}
+	if CheckVoteContent(&req, &v) != nil {
+		return contracts.ReasonInvalidArguments
 	}
 	return ""
 }
@@ -308,11 +312,11 @@ func approvedArguments(out *contracts.Outcome, rec contracts.Record) {
 	}
 }
 
-func refused(rec contracts.Record, v contracts.Vote, reason string, now time.Time) Result {
+func refused(rec contracts.Record, v contracts.Vote, reason, detail string, now time.Time) Result {
 	next := clone(rec)
 	next.UpdatedAt = now
 	next.RefusedVotes = append(next.RefusedVotes, contracts.RefusedVote{
-		VoteID: v.VoteID, Approver: v.Approver, Decision: v.Decision, Reason: reason, At: now,
+		VoteID: v.VoteID, Approver: v.Approver, Decision: v.Decision, Reason: reason, Detail: detail, At: now,
 	})
 	if n := len(next.RefusedVotes) - contracts.MaxRefusedVotes; n > 0 {
 		next.RefusedVotes = slices.Clone(next.RefusedVotes[n:])

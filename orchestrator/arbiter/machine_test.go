@@ -247,7 +247,17 @@ func wantRefused(reason string, v contracts.Vote, now time.Time) func(*testing.T
 		}
 		rec := res.Record
 		want := contracts.RefusedVote{VoteID: v.VoteID, Approver: v.Approver, Decision: v.Decision, Reason: reason, At: now}
-		if n := len(rec.RefusedVotes); n != len(in.RefusedVotes)+1 || !reflect.DeepEqual(rec.RefusedVotes[n-1], want) {
+		n := len(rec.RefusedVotes)
+		if n != len(in.RefusedVotes)+1 {
+			t.Fatalf("refused votes = %+v, want %+v appended", rec.RefusedVotes, want)
+		}
+		// invalid_arguments says what is invalid; other reasons need no detail.
+		got := rec.RefusedVotes[n-1]
+		if (got.Detail != "") != (reason == contracts.ReasonInvalidArguments) {
+			t.Errorf("refused vote detail %q for reason %s", got.Detail, reason)
+		}
+		got.Detail = ""
+		if !reflect.DeepEqual(got, want) {
 			t.Errorf("refused votes = %+v, want %+v appended", rec.RefusedVotes, want)
 		}
 		if rec.Status != in.Status || !reflect.DeepEqual(rec.Votes, in.Votes) || !reflect.DeepEqual(rec.Outcome, in.Outcome) {

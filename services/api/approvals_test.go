@@ -282,6 +282,8 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 	}
 	routes := map[string][]string{
 		"/v1/reviews":                     {"post"},
+		"/v1/questions":                   {"post"},
+		"/v1/tools/request_human_input":   {"get"},
 		"/v1/approvals":                   {"get"},
 		"/v1/approvals/{event_id}":        {"get"},
 		"/v1/approvals/{event_id}/votes":  {"post"},

@@ -51,7 +51,9 @@ func principalFrom(ctx context.Context) *principal {
 }
 
 // authenticate finds the token presented in the Authorization header. Every
-// configured hash is compared, in constant time, whatever matches first.
+// configured hash, and every hash of the directory, is compared in constant
+// time, whatever matches first. A directory token's principal is its user:
+// the subject is the user's id.
 func (s *Server) authenticate(r *http.Request) *principal {
 	h := r.Header.Get("Authorization")
 	scheme, token, ok := strings.Cut(h, " ")
@@ -68,6 +70,15 @@ func (s *Server) authenticate(r *http.Request) *principal {
 		if subtle.ConstantTimeCompare(sum[:], s.tokens[i].hash) == 1 && found == nil {
 			found = &s.tokens[i].p
 		}
+	}
+	if s.cfg.Directory == nil {
+		return found
+	}
+	// Searched even when a configured token matched, so that the time taken
+	// does not tell which kind of token was presented.
+	u, tok, ok := s.cfg.Directory.Current().Authenticate(token)
+	if ok && found == nil {
+		found = &principal{name: tok.Name, subject: u.ID, roles: tok.Roles}
 	}
 	return found
 }

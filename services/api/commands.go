@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"net/http"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -28,19 +27,7 @@ type claimBody struct {
 // mayManage reports whether the caller may cancel or extend rec: an admin,
 // or an approver the record lists (any approver when its list is open).
 func mayManage(p *principal, rec *contracts.Record) bool {
-	if p.has(RoleAdmin) {
-		return true
-	}
-	q := rec.Request.Quorum
-	if len(q.Approvers) == 0 || slices.Contains(q.Approvers, p.subject) {
-		return true
-	}
-	for i, tier := range rec.Request.Escalation {
-		if i < rec.EscalationLevel && slices.Contains(tier.Approvers, p.subject) {
-			return true
-		}
-	}
-	return false
+	return p.has(RoleAdmin) || listedApprover(rec, p.subject)
 }
 
 // sendCommand publishes cmd (Nats-Msg-Id = command id) and waits for the

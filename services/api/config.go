@@ -16,13 +16,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/countersign/countersign/orchestrator"
+	"github.com/countersign/countersign/orchestrator/directory"
 )
 
-// Roles a token can hold. An admin may do everything.
+// Roles a token can hold, the same in the config and in the directory. An
+// admin may do everything.
 const (
-	RoleAgent    = "agent"
-	RoleApprover = "approver"
-	RoleAdmin    = "admin"
+	RoleAgent    = directory.RoleAgent
+	RoleApprover = directory.RoleApprover
+	RoleAdmin    = directory.RoleAdmin
 )
 
 // Token is one accepted bearer token. Only the hash of the token is kept.
@@ -51,8 +53,14 @@ type Config struct {
 	// Policies is the live policy store; GET and POST /v1/policy use it.
 	// Without it the API shows the gate's policy and cannot apply one.
 	Policies *orchestrator.PolicyStore
-	// Tokens accepted on /v1. With none, every /v1 request is refused.
+	// Tokens accepted on /v1, besides the Directory's. With neither, every
+	// /v1 request is refused.
 	Tokens []Token
+	// Directory (optional) holds approvers and their tokens; it may change
+	// at any time (a directory.Watcher). A directory token authenticates its
+	// user: votes are cast under the user's id. A token hash found both here
+	// and in Tokens authenticates as the Tokens entry.
+	Directory directory.Source
 	// Logger defaults to discarding.
 	Logger *slog.Logger
 	// Registerer receives the API's metrics and Gatherer is served on

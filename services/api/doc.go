@@ -7,9 +7,11 @@
 // approval's timeline or follow every change as Server-Sent Events.
 //
 // Guarantees:
-//   - Identity comes from the bearer token only. Tokens are configured as
-//     SHA-256 hashes, compared in constant time, and never logged. A vote
-//     body that names an approver is refused.
+//   - Identity comes from the bearer token only. Tokens are configured
+//     (Config.Tokens, or users' tokens in the approver directory) as SHA-256
+//     hashes, compared in constant time, and never logged. A vote is cast in
+//     the name of the token's subject, or of the directory user who owns the
+//     token; a vote body that names an approver is refused.
 //   - The API never writes an approval record. Votes and commands are
 //     published to JetStream with their id as Nats-Msg-Id (so a retried
 //     request is stored once) and the arbiter decides; the API waits a few

@@ -19,6 +19,7 @@ const (
 	CodeInvalidField       = "invalid_field"
 	CodeInvalidParameter   = "invalid_parameter"
 	CodeInvalidArguments   = "invalid_arguments"
+	CodeInvalidSchema      = "invalid_schema"
 	CodeInvalidEventID     = "invalid_event_id"
 	CodeApproverNotAllowed = "approver_not_allowed"
 	CodeArgumentsChanged   = "arguments_changed"

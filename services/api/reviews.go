@@ -11,6 +11,7 @@ import (
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/orchestrator"
+	"github.com/countersign/countersign/orchestrator/arbiter"
 	"github.com/countersign/countersign/orchestrator/policy"
 )
 
@@ -46,6 +47,9 @@ type reviewToolCall struct {
 	ID        string          `json:"id"`
 	Name      string          `json:"name"`
 	Arguments json.RawMessage `json:"arguments"`
+	// ToolSchema is the JSON Schema of the tool's arguments (optional);
+	// a human's edit must satisfy it.
+	ToolSchema json.RawMessage `json:"tool_schema"`
 }
 
 type reviewResult struct {
@@ -94,17 +98,13 @@ func (s *Server) postReviews(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr)
 		return
 	}
-	run := contracts.Run{
-		ID: req.Run.ID, ThreadID: req.Run.ThreadID, Agent: req.Run.Agent,
-		RequestedBy: req.Run.RequestedBy, Owner: req.Run.Owner, Tenant: req.Run.Tenant,
-		Labels: req.Run.Labels,
-	}
+	run := req.Run.contractRun()
 	// requested_by names the person the agent acts for, which only the agent
 	// runtime knows; the calling token authenticates the agent service, not
 	// that person, so it is not substituted for a missing requested_by.
 	calls := make([]orchestrator.ToolCall, len(req.ToolCalls))
 	for i, c := range req.ToolCalls {
-		calls[i] = orchestrator.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments}
+		calls[i] = orchestrator.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments, Schema: c.ToolSchema}
 	}
 	// Publishing is the durable step: it is finished even if the client goes away.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
@@ -114,6 +114,9 @@ func (s *Server) postReviews(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, orchestrator.ErrArgumentsChanged):
 		writeError(w, errorf(http.StatusConflict, CodeArgumentsChanged,
 			"%s", strings.TrimPrefix(err.Error(), "orchestrator: ")))
+		return
+	case errors.Is(err, orchestrator.ErrInvalidSchema):
+		writeError(w, errorf(http.StatusBadRequest, CodeInvalidSchema, "%s", strings.TrimPrefix(err.Error(), "orchestrator: ")))
 		return
 	case errors.Is(err, orchestrator.ErrInvalidArguments):
 		writeError(w, errorf(http.StatusBadRequest, CodeInvalidArguments, "%s", strings.TrimPrefix(err.Error(), "orchestrator: ")))
@@ -145,24 +148,8 @@ func validateReview(req *reviewRequest) ([]string, *apiError) {
 	bad := func(field, format string, args ...any) *apiError {
 		return fieldError(http.StatusBadRequest, CodeInvalidField, field, format, args...)
 	}
-	if strings.TrimSpace(req.Run.Agent) == "" {
-		return nil, bad("run.agent", "run.agent is required")
-	}
-	for field, v := range map[string]string{
-		"run.id": req.Run.ID, "run.thread_id": req.Run.ThreadID, "run.agent": req.Run.Agent,
-		"run.requested_by": req.Run.RequestedBy, "run.owner": req.Run.Owner, "run.tenant": req.Run.Tenant,
-	} {
-		if len(v) > maxIDLength {
-			return nil, bad(field, "%s is longer than %d bytes", field, maxIDLength)
-		}
-	}
-	if len(req.Run.Labels) > maxLabels {
-		return nil, bad("run.labels", "run.labels has more than %d labels", maxLabels)
-	}
-	for k, v := range req.Run.Labels {
-		if k == "" || len(k) > maxIDLength || len(v) > maxIDLength {
-			return nil, bad("run.labels", "run.labels keys must be 1 to %d bytes and values at most %d", maxIDLength, maxIDLength)
-		}
+	if aerr := validateRun(&req.Run); aerr != nil {
+		return nil, aerr
 	}
 	if len(req.ToolCalls) == 0 {
 		return nil, bad("tool_calls", "tool_calls must list at least one call")
@@ -198,8 +185,46 @@ func validateReview(req *reviewRequest) ([]string, *apiError) {
 			return nil, fieldError(http.StatusBadRequest, CodeInvalidArguments, at+".arguments", "%s.arguments: %v", at, err)
 		}
 		hashes[i] = sha
+		if aerr := checkSchemaField(c.ToolSchema, at+".tool_schema"); aerr != nil {
+			return nil, aerr
+		}
 	}
 	return hashes, nil
+}
+
+// validateRun checks the run of a review or question.
+func validateRun(run *reviewRun) *apiError {
+	bad := func(field, format string, args ...any) *apiError {
+		return fieldError(http.StatusBadRequest, CodeInvalidField, field, format, args...)
+	}
+	if strings.TrimSpace(run.Agent) == "" {
+		return bad("run.agent", "run.agent is required")
+	}
+	for field, v := range map[string]string{
+		"run.id": run.ID, "run.thread_id": run.ThreadID, "run.agent": run.Agent,
+		"run.requested_by": run.RequestedBy, "run.owner": run.Owner, "run.tenant": run.Tenant,
+	} {
+		if len(v) > maxIDLength {
+			return bad(field, "%s is longer than %d bytes", field, maxIDLength)
+		}
+	}
+	if len(run.Labels) > maxLabels {
+		return bad("run.labels", "run.labels has more than %d labels", maxLabels)
+	}
+	for k, v := range run.Labels {
+		if k == "" || len(k) > maxIDLength || len(v) > maxIDLength {
+			return bad("run.labels", "run.labels keys must be 1 to %d bytes and values at most %d", maxIDLength, maxIDLength)
+		}
+	}
+	return nil
+}
+
+// contractRun is the contract's run of a validated request body.
+func (r reviewRun) contractRun() contracts.Run {
+	return contracts.Run{
+		ID: r.ID, ThreadID: r.ThreadID, Agent: r.Agent, RequestedBy: r.RequestedBy, Owner: r.Owner,
+		Tenant: r.Tenant, Labels: r.Labels,
+	}
 }
 
 // awaitVerdicts waits on the pending verdicts: until every record exists
@@ -293,4 +318,20 @@ func verdictFor(rec *contracts.Record, toolCallID, sha string) orchestrator.Verd
 		v.Verdict, v.Reason = orchestrator.VerdictDenied, "Unknown approval status "+rec.Status+"; failing closed."
 	}
 	return v
+}
+
+// checkSchemaField checks an optional JSON Schema in a request body: it
+// must be an object that compiles without fetching anything.
+func checkSchemaField(raw json.RawMessage, field string) *apiError {
+	trimmed := strings.TrimSpace(string(raw))
+	if trimmed == "" || trimmed == "null" {
+		return nil
+	}
+	if trimmed[0] != '{' {
+		return fieldError(http.StatusBadRequest, CodeInvalidSchema, field, "%s must be a JSON Schema object", field)
+	}
+	if err := arbiter.CompileSchema(raw); err != nil {
+		return fieldError(http.StatusBadRequest, CodeInvalidSchema, field, "%s: %v", field, err)
+	}
+	return nil
 }

@@ -83,6 +83,8 @@ func (s *Server) routes() {
 	mux := http.NewServeMux()
 	// Reads are open to every token; writes need a role (admin has all).
 	mux.HandleFunc("POST /v1/reviews", s.authed(s.postReviews, RoleAgent))
+	mux.HandleFunc("POST /v1/questions", s.authed(s.postQuestions, RoleAgent))
+	mux.HandleFunc("GET /v1/tools/request_human_input", s.getRequestHumanInputTool)
 	mux.HandleFunc("GET /v1/approvals", s.authed(s.listApprovals))
 	mux.HandleFunc("GET /v1/approvals/{event_id}", s.authed(s.getApproval))
 	mux.HandleFunc("POST /v1/approvals/{event_id}/votes", s.authed(s.postVote, RoleApprover))

@@ -1,16 +1,19 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events"
+	"github.com/countersign/countersign/orchestrator/arbiter"
 )
 
 // arbiterWait is how long a vote or command waits for the arbiter's answer
@@ -68,6 +71,8 @@ func refusalStatus(reason string) int {
 		return http.StatusConflict
 	case contracts.ReasonUnknownEvent:
 		return http.StatusNotFound
+	case contracts.ReasonInvalidArguments:
+		return http.StatusBadRequest
 	default:
 		return http.StatusUnprocessableEntity
 	}
@@ -122,7 +127,8 @@ func (s *Server) postVote(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	if _, _, aerr := s.getRecord(ctx, id); aerr != nil {
+	current, _, aerr := s.getRecord(ctx, id)
+	if aerr != nil {
 		if aerr.Code == CodeUnknownEvent {
 			s.m.votes.WithLabelValues(contracts.ReasonUnknownEvent).Inc()
 		}
@@ -144,10 +150,21 @@ func (s *Server) postVote(w http.ResponseWriter, r *http.Request) {
 	if body.Answer != nil {
 		vote.Answer = &contracts.Answer{Action: body.Answer.Action, Content: body.Answer.Content}
 	}
+	// The arbiter decides, but an approver's edit or answer that fails the
+	// request's schema is answered here at once, with the failing value's
+	// pointer. Anyone else's vote goes to the arbiter, which refuses and
+	// counts it as not_an_approver.
+	if !current.Terminal() && listedApprover(current, p.subject) {
+		if e := arbiter.CheckVoteContent(&current.Request, &vote); e != nil {
+			s.m.votes.WithLabelValues(contracts.ReasonInvalidArguments).Inc()
+			writeError(w, schemaRefusal(e.Field, e.Message))
+			return
+		}
+	}
 	// reason is the arbiter's refusal, "" when the vote counted. A vote id
 	// already used by someone else's vote is refused as a duplicate: the
 	// arbiter ignores the second vote with that id.
-	var reason string
+	var reason, detail string
 	match := func(rec *contracts.Record) bool {
 		for _, v := range rec.Votes {
 			if v.VoteID == vote.VoteID {
@@ -159,7 +176,7 @@ func (s *Server) postVote(w http.ResponseWriter, r *http.Request) {
 		}
 		for _, rv := range rec.RefusedVotes {
 			if rv.VoteID == vote.VoteID {
-				reason = rv.Reason
+				reason, detail = rv.Reason, rv.Detail
 				if rv.Approver.ID != vote.Approver.ID {
 					reason = contracts.ReasonDuplicateVote
 				}
@@ -182,6 +199,10 @@ func (s *Server) postVote(w http.ResponseWriter, r *http.Request) {
 	case !done:
 		s.m.votes.WithLabelValues("in_flight").Inc()
 		writeJSON(w, http.StatusAccepted, inFlightAnswer{Status: "in_flight", VoteID: vote.VoteID})
+	case reason == contracts.ReasonInvalidArguments && detail != "":
+		s.m.votes.WithLabelValues(reason).Inc()
+		field, msg, _ := strings.Cut(detail, ": ")
+		writeError(w, schemaRefusal(field, msg))
 	case reason != "":
 		s.m.votes.WithLabelValues(reason).Inc()
 		writeError(w, refusal(reason))
@@ -207,7 +228,57 @@ func validateVote(b *voteBody) *apiError {
 	case len(b.Comment) > 16<<10:
 		return bad("comment", "comment must be at most 16 KiB")
 	}
+	switch b.Decision {
+	case contracts.DecisionEdit:
+		if args := strings.TrimSpace(string(b.Arguments)); args == "" || args[0] != '{' {
+			return fieldError(http.StatusBadRequest, CodeInvalidArguments, "arguments", "an edit must carry the new arguments as a JSON object")
+		}
+		if _, err := contracts.ArgumentsSHA256(b.Arguments); err != nil {
+			return fieldError(http.StatusBadRequest, CodeInvalidArguments, "arguments", "arguments: %v", err)
+		}
+	case contracts.DecisionRespond:
+		if strings.TrimSpace(b.Comment) == "" {
+			return bad("comment", "respond needs a comment: the text returned to the agent as the tool result")
+		}
+	case contracts.DecisionAnswer:
+		switch {
+		case b.Answer == nil:
+			return bad("answer", "an answer needs answer: {action: accept|decline|cancel, content}")
+		case b.Answer.Action != "accept" && b.Answer.Action != "decline" && b.Answer.Action != "cancel":
+			return bad("answer.action", "answer.action must be accept, decline or cancel")
+		case b.Answer.Action != "accept" && len(bytes.TrimSpace(b.Answer.Content)) > 0 && string(bytes.TrimSpace(b.Answer.Content)) != "null":
+			return bad("answer.content", "only an accepted answer carries content")
+		}
+	}
+	if len(b.Arguments) > 0 && b.Decision != contracts.DecisionEdit {
+		return bad("arguments", "only an edit carries arguments")
+	}
+	if b.Answer != nil && b.Decision != contracts.DecisionAnswer {
+		return bad("answer", "only an answer vote carries an answer")
+	}
 	return nil
+}
+
+// listedApprover reports whether id may vote on rec: an open approver
+// list, the list, or an escalation tier already reached.
+func listedApprover(rec *contracts.Record, id string) bool {
+	q := rec.Request.Quorum
+	if len(q.Approvers) == 0 || slices.Contains(q.Approvers, id) {
+		return true
+	}
+	for i, tier := range rec.Request.Escalation {
+		if i < rec.EscalationLevel && slices.Contains(tier.Approvers, id) {
+			return true
+		}
+	}
+	return false
+}
+
+// schemaRefusal is the answer to an edit or answer that fails the request's
+// JSON Schema: field is the JSON pointer of the failing value, such as
+// arguments/amount.
+func schemaRefusal(field, msg string) *apiError {
+	return fieldError(http.StatusBadRequest, CodeInvalidArguments, field, "%s: %s", field, msg)
 }
 
 // publishAndWatch registers a watch on the record, publishes, and waits up

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,11 +9,14 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/orchestrator/arbiter"
 )
 
 type recordAnswer struct {
@@ -27,12 +31,15 @@ type listAnswer struct {
 
 func cmdApprovals(args []string, out io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("approvals: want ls, show, approve, reject or cancel")
+		return errors.New("approvals: want " + approvalsSubcommands)
 	}
 	sub, args := args[0], args[1:]
 	fs := flag.NewFlagSet("approvals "+sub, flag.ContinueOnError)
 	newClient := clientFlags(fs)
-	jsonOut := fs.Bool("json", false, "print the API's JSON")
+	jsonOut := new(bool)
+	if sub != "edit" && sub != "answer" { // there --json is the input
+		jsonOut = fs.Bool("json", false, "print the API's JSON")
+	}
 	ctx := context.Background()
 	switch sub {
 	case "ls", "list":
@@ -133,23 +140,136 @@ func cmdApprovals(args []string, out io.Writer) error {
 				text = *reason
 			}
 		}
-		body := map[string]any{"decision": decision, "via": contracts.ViaCLI}
+		body := map[string]any{"decision": decision}
 		if text != "" {
 			body["comment"] = text
 		}
+		_, err = castVote(ctx, c, out, id, body, *jsonOut)
+		return err
+	case "edit":
+		argsFile := fs.String("args", "", "file with the new arguments (a JSON object; - reads stdin)")
+		argsJSON := fs.String("json", "", "the new arguments as a JSON object")
+		comment := fs.String("comment", "", "comment kept with the vote")
+		if err := fs.Parse(reorder(args)); err != nil {
+			return err
+		}
+		id, err := oneID(fs)
+		if err != nil {
+			return err
+		}
+		edited, err := jsonInput(*argsFile, *argsJSON, "--args FILE or --json '{...}'")
+		if err != nil {
+			return err
+		}
+		c, err := newClient()
+		if err != nil {
+			return err
+		}
+		// What the approver edits: the arguments under review now. The
+		// vote carries their hash, so an edit of stale arguments is refused.
+		var before recordAnswer
+		if _, err := c.do(ctx, "GET", "/v1/approvals/"+url.PathEscape(id), nil, &before); err != nil {
+			return err
+		}
+		underReview := argumentsUnderReview(&before.Record)
+		body := map[string]any{"decision": contracts.DecisionEdit, "arguments": edited}
+		if sha, err := contracts.ArgumentsSHA256(underReview); err == nil && underReview != nil {
+			body["arguments_sha256"] = sha
+		}
+		if *comment != "" {
+			body["comment"] = *comment
+		}
+		ans, err := castVote(ctx, c, out, id, body, false)
+		if err != nil || ans == nil {
+			return err
+		}
+		fmt.Fprintln(out, "Changes (RFC 6902, from the arguments under review):")
+		printDiff(out, arbiter.Diff(underReview, edited))
+		return nil
+	case "respond":
+		if err := fs.Parse(reorder(args)); err != nil {
+			return err
+		}
+		if fs.NArg() != 2 || strings.TrimSpace(fs.Arg(1)) == "" {
+			return errors.New(`want an approval id and the text for the agent: approvals respond ID "text"`)
+		}
+		c, err := newClient()
+		if err != nil {
+			return err
+		}
+		_, err = castVote(ctx, c, out, fs.Arg(0), map[string]any{"decision": contracts.DecisionRespond, "comment": fs.Arg(1)}, *jsonOut)
+		return err
+	case "answer":
+		content := fs.String("json", "", "the answer as JSON (it must satisfy the question's schema)")
+		text := fs.String("text", "", `a free-text answer, sent as {"text": TEXT}`)
+		decline := fs.Bool("decline", false, "decline to answer")
+		cancel := fs.Bool("cancel", false, "dismiss the question without answering")
+		comment := fs.String("comment", "", "comment kept with the vote")
+		if err := fs.Parse(reorder(args)); err != nil {
+			return err
+		}
+		id, err := oneID(fs)
+		if err != nil {
+			return err
+		}
+		answer := map[string]any{}
+		switch given := countTrue(*content != "", *text != "", *decline, *cancel); {
+		case given != 1:
+			return errors.New("answer: give exactly one of --json '{...}', --text TEXT, --decline or --cancel")
+		case *decline:
+			answer["action"] = "decline"
+		case *cancel:
+			answer["action"] = "cancel"
+		case *text != "":
+			answer["action"], answer["content"] = "accept", map[string]string{"text": *text}
+		default:
+			raw, err := jsonInput("", *content, "--json")
+			if err != nil {
+				return err
+			}
+			answer["action"], answer["content"] = "accept", raw
+		}
+		c, err := newClient()
+		if err != nil {
+			return err
+		}
+		body := map[string]any{"decision": contracts.DecisionAnswer, "answer": answer}
+		if *comment != "" {
+			body["comment"] = *comment
+		}
+		_, err = castVote(ctx, c, out, id, body, false)
+		return err
+	case "extend":
+		if err := fs.Parse(reorder(args)); err != nil {
+			return err
+		}
+		if fs.NArg() != 2 {
+			return errors.New("want an approval id and a duration or time: approvals extend ID 2h (or 2030-01-02T15:04:05Z)")
+		}
+		id, when := fs.Arg(0), fs.Arg(1)
+		body := map[string]any{"by": when}
+		if _, err := time.Parse(time.RFC3339, when); err == nil {
+			body = map[string]any{"until": when}
+		} else if d, err := time.ParseDuration(when); err != nil || d <= 0 {
+			return fmt.Errorf("extend: %q is neither a positive duration (2h, 30m) nor an RFC 3339 time", when)
+		}
+		c, err := newClient()
+		if err != nil {
+			return err
+		}
 		var ans recordAnswer
-		status, err := c.do(ctx, "POST", "/v1/approvals/"+url.PathEscape(id)+"/votes", body, &ans)
+		status, err := c.do(ctx, "POST", "/v1/approvals/"+url.PathEscape(id)+"/extend", body, &ans)
 		if err != nil {
 			return err
 		}
 		if status == 202 {
-			fmt.Fprintf(out, "Vote sent; the arbiter has not counted it yet. Check with: countersign approvals show %s\n", id)
+			fmt.Fprintf(out, "Extension sent; the arbiter has not applied it yet. Check with: countersign approvals show %s\n", id)
 			return nil
 		}
 		if *jsonOut {
 			return printJSON(out, ans)
 		}
-		fmt.Fprintf(out, "Vote counted: %s %s. Status is now %s.\n", decision, id, ans.Record.Status)
+		fmt.Fprintf(out, "Extended %s: it now expires at %s.\n", id, ans.Record.ExpiresAt.Format(time.RFC3339))
 		return nil
 	case "cancel":
 		reason := fs.String("reason", "", "why the request is cancelled")
@@ -171,16 +291,116 @@ func cmdApprovals(args []string, out io.Writer) error {
 		fmt.Fprintf(out, "Cancelled %s.\n", id)
 		return nil
 	}
-	return fmt.Errorf("approvals: unknown subcommand %q (ls, show, approve, reject, cancel)", sub)
+	return fmt.Errorf("approvals: unknown subcommand %q (%s)", sub, approvalsSubcommands)
 }
 
-// reorder moves a leading positional ID behind the flags, so both
-// "approve ID --comment x" and "approve --comment x ID" work.
-func reorder(args []string) []string {
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		return append(args[1:len(args):len(args)], args[0])
+const approvalsSubcommands = "ls, show, approve, reject, edit, respond, answer, extend or cancel"
+
+// castVote sends a vote as the CLI's token and says what came of it. It
+// returns the record after the vote, or nil when the arbiter has not
+// counted it yet.
+func castVote(ctx context.Context, c *client, out io.Writer, id string, body map[string]any, jsonOut bool) (*recordAnswer, error) {
+	body["via"] = contracts.ViaCLI
+	var ans recordAnswer
+	status, err := c.do(ctx, "POST", "/v1/approvals/"+url.PathEscape(id)+"/votes", body, &ans)
+	if err != nil {
+		return nil, err
 	}
-	return args
+	if status == 202 {
+		fmt.Fprintf(out, "Vote sent; the arbiter has not counted it yet. Check with: countersign approvals show %s\n", id)
+		return nil, nil
+	}
+	if jsonOut {
+		return &ans, printJSON(out, ans)
+	}
+	fmt.Fprintf(out, "Vote counted: %s %s. Status is now %s.\n", body["decision"], id, ans.Record.Status)
+	return &ans, nil
+}
+
+// jsonInput reads a JSON value from a file (- for stdin) or an inline
+// string; exactly one must be given.
+func jsonInput(file, inline, what string) (json.RawMessage, error) {
+	var data []byte
+	switch {
+	case (file == "") == (inline == ""):
+		return nil, errors.New("give exactly one of " + what)
+	case file == "-":
+		b, err := io.ReadAll(io.LimitReader(os.Stdin, 1<<20))
+		if err != nil {
+			return nil, err
+		}
+		data = b
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, err
+		}
+		data = b
+	default:
+		data = []byte(inline)
+	}
+	if !json.Valid(data) {
+		return nil, errors.New("the input is not valid JSON")
+	}
+	return json.RawMessage(bytes.TrimSpace(data)), nil
+}
+
+func countTrue(bs ...bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
+}
+
+// argumentsUnderReview is what an approver edits: the newest counted
+// edit's arguments, else the requested ones.
+func argumentsUnderReview(rec *contracts.Record) json.RawMessage {
+	for i := len(rec.Votes) - 1; i >= 0; i-- {
+		if rec.Votes[i].Decision == contracts.DecisionEdit {
+			return rec.Votes[i].Arguments
+		}
+	}
+	if rec.Request.ToolCall != nil {
+		return rec.Request.ToolCall.Arguments
+	}
+	return nil
+}
+
+// printDiff prints an RFC 6902 patch one operation a line.
+func printDiff(out io.Writer, patch json.RawMessage) {
+	var ops []struct {
+		Op    string          `json:"op"`
+		Path  string          `json:"path"`
+		Value json.RawMessage `json:"value"`
+	}
+	if json.Unmarshal(patch, &ops) != nil || len(ops) == 0 {
+		fmt.Fprintln(out, "  (none)")
+		return
+	}
+	for _, op := range ops {
+		if op.Op == "remove" {
+			fmt.Fprintf(out, "  %-7s %s\n", op.Op, op.Path)
+			continue
+		}
+		fmt.Fprintf(out, "  %-7s %s = %s\n", op.Op, op.Path, op.Value)
+	}
+}
+
+// reorder moves the leading positional arguments (the ID, and a text or
+// duration after it) behind the flags, so both "approve ID --comment x" and
+// "approve --comment x ID" work.
+func reorder(args []string) []string {
+	n := 0
+	for n < len(args) && !strings.HasPrefix(args[n], "-") {
+		n++
+	}
+	if n == 0 || n == len(args) {
+		return args
+	}
+	return append(slices.Clone(args[n:]), args[:n]...)
 }
 
 func oneID(fs *flag.FlagSet) (string, error) {
@@ -213,6 +433,18 @@ func printRecord(out io.Writer, rec *contracts.Record, rev uint64) {
 	if r.ToolCall != nil {
 		fmt.Fprintf(out, "  Tool:      %s\n", r.ToolCall.Name)
 		fmt.Fprintf(out, "  Arguments: %s\n", string(r.ToolCall.Arguments))
+		if len(r.ToolSchema) > 0 {
+			fmt.Fprintf(out, "  Schema:    %s\n", truncateText(string(r.ToolSchema), 200))
+		}
+	}
+	if q := r.Question; q != nil {
+		fmt.Fprintf(out, "  Question:  %s\n", q.Text)
+		if len(q.Schema) > 0 {
+			fmt.Fprintf(out, "  Answer schema: %s\n", truncateText(string(q.Schema), 200))
+		}
+	}
+	if len(r.AllowedDecisions) > 0 {
+		fmt.Fprintf(out, "  Decisions: %s\n", strings.Join(r.AllowedDecisions, ", "))
 	}
 	fmt.Fprintf(out, "  Risk:      %s   rule %s (policy %s)\n", r.Risk, r.Policy.Rule, r.Policy.Version)
 	approvers := "any approver"
@@ -229,9 +461,16 @@ func printRecord(out io.Writer, rec *contracts.Record, rev uint64) {
 	fmt.Fprintf(out, "  Created:   %s   expires %s\n", r.CreatedAt.Format(time.RFC3339), rec.ExpiresAt.Format(time.RFC3339))
 	for _, v := range rec.Votes {
 		fmt.Fprintf(out, "  Vote:      %s by %s via %s %s\n", v.Decision, v.Approver.ID, v.Approver.Via, v.Comment)
+		if v.Decision == contracts.DecisionEdit {
+			fmt.Fprintf(out, "             arguments %s\n", v.Arguments)
+		}
 	}
 	for _, v := range rec.RefusedVotes {
-		fmt.Fprintf(out, "  Refused:   %s by %s: %s\n", v.Decision, v.Approver.ID, v.Reason)
+		fmt.Fprintf(out, "  Refused:   %s by %s: %s", v.Decision, v.Approver.ID, v.Reason)
+		if v.Detail != "" {
+			fmt.Fprintf(out, " (%s)", v.Detail)
+		}
+		fmt.Fprintln(out)
 	}
 	if o := rec.Outcome; o != nil {
 		fmt.Fprintf(out, "  Outcome:   %s by %s at %s", o.Decision, strings.Join(o.DecidedBy, ", "), o.DecidedAt.Format(time.RFC3339))
@@ -239,6 +478,14 @@ func printRecord(out io.Writer, rec *contracts.Record, rev uint64) {
 			fmt.Fprintf(out, " — %s", o.Comment)
 		}
 		fmt.Fprintln(out)
+		switch {
+		case o.Action != "":
+			fmt.Fprintf(out, "  Answer:    %s %s\n", o.Action, o.Arguments)
+		case len(o.Diff) > 0:
+			fmt.Fprintf(out, "  Approved:  %s\n", o.Arguments)
+			fmt.Fprintln(out, "  Changes:")
+			printDiff(out, o.Diff)
+		}
 	}
 	if rec.Claim != nil {
 		fmt.Fprintf(out, "  Executed:  claimed at %s\n", rec.Claim.At.Format(time.RFC3339))

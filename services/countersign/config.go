@@ -25,11 +25,14 @@ const (
 var allRoles = []string{roleArbiter, roleAPI}
 
 // fileConfig is countersign.yaml. Flags override it; environment variables
-// COUNTERSIGN_ADDR, COUNTERSIGN_DATA and COUNTERSIGN_NATS_URL override both.
+// COUNTERSIGN_ADDR, COUNTERSIGN_DATA, COUNTERSIGN_NATS_URL and
+// COUNTERSIGN_DIRECTORY override both.
 type fileConfig struct {
-	Addr      string      `yaml:"addr"`
-	Data      string      `yaml:"data"`
-	Policy    string      `yaml:"policy"`
+	Addr   string `yaml:"addr"`
+	Data   string `yaml:"data"`
+	Policy string `yaml:"policy"`
+	// Directory is the approver directory file (optional), reloaded live.
+	Directory string      `yaml:"directory"`
 	Roles     []string    `yaml:"roles"`
 	Retention string      `yaml:"retention"`
 	NATS      natsConfig  `yaml:"nats"`
@@ -81,8 +84,10 @@ func loadConfig(path string) (fileConfig, error) {
 		return cfg, fmt.Errorf("config %s: %w", path, err)
 	}
 	// Relative paths in the file are relative to the file.
-	if cfg.Policy != "" && !filepath.IsAbs(cfg.Policy) && !strings.HasPrefix(cfg.Policy, "./") {
-		cfg.Policy = filepath.Join(filepath.Dir(path), cfg.Policy)
+	for _, p := range []*string{&cfg.Policy, &cfg.Directory} {
+		if *p != "" && !filepath.IsAbs(*p) && !strings.HasPrefix(*p, "./") {
+			*p = filepath.Join(filepath.Dir(path), *p)
+		}
 	}
 	return cfg, nil
 }

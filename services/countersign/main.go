@@ -18,9 +18,13 @@ Usage:
   countersign approvals ls [--status S] [--agent A] [--run R] [--limit N]
   countersign approvals show ID [--wait 30s]
   countersign approvals approve ID [--comment TEXT]
-  countersign approvals reject ID --reason TEXT
+  countersign approvals reject ID --reason TEXT  the reason goes back to the agent
+  countersign approvals edit ID --args FILE | --json '{...}'  approve with new arguments (shows the diff)
+  countersign approvals respond ID "TEXT"    no execution; TEXT is the agent's tool result
+  countersign approvals answer ID --json '{...}' | --text TEXT | --decline | --cancel
+  countersign approvals extend ID 2h         move the deadline (or give an RFC 3339 time)
   countersign approvals cancel ID [--reason TEXT]
-  countersign policy lint FILE...            check syntax, CEL types, unreachable rules, unknown groups
+  countersign policy lint [--directory F] FILE...  check syntax, CEL types, unreachable rules, unknown groups
   countersign policy test FILE CASES [-v]   run a table of tool calls against a policy
   countersign policy apply FILE [--dry-run] validate and make it the fleet's live policy
   countersign policy show [--source]        the live policy

@@ -8,9 +8,12 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"regexp"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/countersign/countersign/orchestrator/directory"
 	"github.com/countersign/countersign/orchestrator/policy"
 )
 
@@ -36,13 +39,23 @@ func cmdPolicy(args []string, out io.Writer) error {
 	switch sub {
 	case "lint":
 		strict := fs.Bool("strict", false, "fail on warnings too")
+		dirFile := fs.String("directory", "", "approver directory file: groups it lists members of are not unknown")
 		if err := fs.Parse(reorderFlags(fs, args)); err != nil {
 			return err
 		}
 		if fs.NArg() == 0 {
 			return errors.New("policy lint: want one or more policy files")
 		}
-		return policyLint(out, fs.Args(), *strict)
+		var dir *directory.Directory
+		if *dirFile != "" {
+			d, err := directory.Load(*dirFile)
+			if err != nil {
+				fmt.Fprintln(out, err)
+				return exitError(1)
+			}
+			dir = d
+		}
+		return policyLint(out, fs.Args(), *strict, dir)
 	case "test":
 		verbose := fs.Bool("v", false, "explain every case, rule by rule")
 		if err := fs.Parse(reorderFlags(fs, args)); err != nil {
@@ -132,7 +145,11 @@ func cmdPolicy(args []string, out io.Writer) error {
 	return fmt.Errorf("policy: unknown command %q (want lint, test, apply or show)", sub)
 }
 
-func policyLint(out io.Writer, files []string, strict bool) error {
+// policyLint lints each file. With a directory, the warnings about
+// approver groups the policy does not define are dropped for the groups the
+// directory lists members of: the orchestrator resolves those from the
+// directory when it creates a request.
+func policyLint(out io.Writer, files []string, strict bool, dir *directory.Directory) error {
 	failed := false
 	for _, f := range files {
 		data, err := os.ReadFile(f)
@@ -140,6 +157,17 @@ func policyLint(out io.Writer, files []string, strict bool) error {
 			return err
 		}
 		problems := policy.Lint(data)
+		if dir != nil {
+			problems = slices.DeleteFunc(problems, func(p policy.Problem) bool {
+				m := unknownGroupRe.FindStringSubmatch(p.Message)
+				return p.Severity == policy.SeverityWarning && m != nil && len(dir.Members(m[1])) > 0
+			})
+			for i, p := range problems {
+				if p.Severity == policy.SeverityWarning && unknownGroupRe.MatchString(p.Message) {
+					problems[i].Message = strings.Replace(p.Message, "(define it under groups:)", "(define it under groups: or give it members in the directory)", 1)
+				}
+			}
+		}
 		printProblems(out, f, problems)
 		errs := problemsOf(problems, "error")
 		if len(errs) > 0 || strict && len(problems) > 0 {
@@ -209,6 +237,10 @@ func policyTest(out io.Writer, policyFile, casesFile string, verbose bool) error
 	}
 	return nil
 }
+
+// unknownGroupRe finds the group in policy.Lint's warning about an approver
+// group the policy does not define.
+var unknownGroupRe = regexp.MustCompile(`unknown approver group "([^"]+)"`)
 
 func problemsOf(ps []policy.Problem, severity string) []policy.Problem {
 	var out []policy.Problem

@@ -28,6 +28,7 @@ import (
 	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/orchestrator"
 	"github.com/countersign/countersign/orchestrator/arbiter"
+	"github.com/countersign/countersign/orchestrator/directory"
 	"github.com/countersign/countersign/orchestrator/policy"
 	"github.com/countersign/countersign/services/api"
 )
@@ -58,6 +59,7 @@ func cmdServe(args []string) error {
 	natsListen := fs.String("nats-listen", "", `embedded NATS client address (default 127.0.0.1:4222; "off" for none)`)
 	syncMode := fs.String("sync", "", "embedded JetStream sync: always (fsync every write, default) or lazy")
 	policyPath := fs.String("policy", "", "policy file (YAML); default: every tool call requires approval")
+	directoryPath := fs.String("directory", "", "approver directory file (YAML): users, groups, token hashes; reloaded when it changes and on SIGHUP")
 	roles := fs.String("roles", "", "comma-separated roles to run: arbiter,api (default all)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
@@ -82,6 +84,7 @@ func cmdServe(args []string) error {
 	override(&cfg.NATS.Listen, *natsListen, "")
 	override(&cfg.NATS.Sync, *syncMode, "")
 	override(&cfg.Policy, *policyPath, "")
+	override(&cfg.Directory, *directoryPath, "COUNTERSIGN_DIRECTORY")
 	if *roles != "" {
 		cfg.Roles = strings.Split(*roles, ",")
 	}
@@ -208,8 +211,20 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 			return err
 		}
 		defer policies.Close()
+		var dir directory.Source // stays a nil interface without a directory
+		var dirWatch *directory.Watcher
+		if cfg.Directory != "" {
+			dirWatch, err = directory.Watch(runCtx, directory.WatchConfig{
+				Path: cfg.Directory, Signals: []os.Signal{syscall.SIGHUP}, Logger: log.With("role", "directory"),
+			})
+			if err != nil {
+				return fmt.Errorf("serve: %w", err)
+			}
+			defer dirWatch.Close()
+			dir = dirWatch
+		}
 		gate, err := orchestrator.NewGate(pctx, orchestrator.Config{
-			JS: js, Policy: policies, Waiter: waiter,
+			JS: js, Policy: policies, Waiter: waiter, Directory: dir,
 			Logger: log.With("role", "orchestrator"), Retention: cfg.retention,
 		})
 		if err != nil {
@@ -217,7 +232,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 		}
 		nc := cs.api
 		srv, err := api.New(pctx, api.Config{
-			JS: js, Gate: gate, Waiter: waiter, Policies: policies, Tokens: tokens, Logger: log.With("role", "api"),
+			JS: js, Gate: gate, Waiter: waiter, Policies: policies, Tokens: tokens, Directory: dir, Logger: log.With("role", "api"),
 			Registerer: reg, Gatherer: reg,
 			Ready: func(context.Context) error {
 				if !nc.IsConnected() {
@@ -263,6 +278,10 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 			fmt.Fprintf(out, "                  (shown once; kept in %s, mode 0600, for the CLI on this machine)\n", filepath.Join(cfg.Data, fileDevToken))
 		} else if len(cfg.Tokens) == 0 {
 			fmt.Fprintf(out, "  Dev token:      in %s\n", filepath.Join(cfg.Data, fileDevToken))
+		}
+		if dirWatch != nil {
+			d := dirWatch.Current()
+			fmt.Fprintf(out, "  Directory:      %s (%d users, %d groups; reloaded when it changes and on SIGHUP)\n", cfg.Directory, d.Len(), len(d.Groups()))
 		}
 		if doc, _, ok := policies.Live(); ok {
 			fmt.Fprintf(out, "  Policy:         version %s, live (applied by %s; change it with 'countersign policy apply FILE')\n", doc.Version, doc.AppliedBy)

@@ -32,8 +32,10 @@ func cmdToken(args []string, out io.Writer) error {
 		*name = *subject
 	}
 	fmt.Fprintf(out, "Token (shown once; give it to %s):\n  %s\n\n", *subject, token)
+	roleList := strings.Join(strings.Split(*roles, ","), ", ")
 	fmt.Fprintf(out, "Add to the tokens of countersign.yaml (only the hash is stored):\n")
-	fmt.Fprintf(out, "  - name: %s\n    subject: %s\n    sha256: %s\n    roles: [%s]\n", *name, *subject, hash,
-		strings.Join(strings.Split(*roles, ","), ", "))
+	fmt.Fprintf(out, "  - name: %s\n    subject: %s\n    sha256: %s\n    roles: [%s]\n\n", *name, *subject, hash, roleList)
+	fmt.Fprintf(out, "or to the tokens of user %s in the approver directory (serve --directory FILE):\n", *subject)
+	fmt.Fprintf(out, "      - name: %s\n        sha256: %s\n        roles: [%s]\n", *name, hash, roleList)
 	return nil
 }

@@ -1,0 +1,277 @@
+package directory
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"net/mail"
+	"slices"
+	"strings"
+)
+
+// Roles a token can hold. An admin may do everything.
+const (
+	RoleAgent    = "agent"
+	RoleApprover = "approver"
+	RoleAdmin    = "admin"
+)
+
+// Roles lists every role a token can hold.
+var Roles = []string{RoleAgent, RoleApprover, RoleAdmin}
+
+// GroupPrefix marks an approver entry that names a group: "group:finance".
+const GroupPrefix = "group:"
+
+// User is one person (or service) in the directory.
+type User struct {
+	// ID is the approver id: what votes, records and policies name.
+	ID   string
+	Name string
+	// Email is as written in the file; ByEmail matches it case-insensitively.
+	Email       string
+	SlackUserID string
+	// Groups the user belongs to, in file order.
+	Groups []string
+	// Tokens are the user's API tokens (hashes only).
+	Tokens []Token
+}
+
+// Token is one bearer token of a user. Only its hash is kept.
+type Token struct {
+	// Name identifies the token in logs; it defaults to the user id.
+	Name string
+	// SHA256 is the lowercase hex SHA-256 of the bearer token.
+	SHA256 string
+	// Roles held by the token: agent, approver, admin.
+	Roles []string
+}
+
+// Group is a named set of users.
+type Group struct {
+	Name        string
+	Description string
+	// Members are user ids, in file order.
+	Members []string
+}
+
+// Source gives the directory in force; it may change at any time.
+type Source interface {
+	Current() *Directory
+}
+
+// Static is a Source that never changes.
+type Static struct{ D *Directory }
+
+// Current returns the directory.
+func (s Static) Current() *Directory { return s.D }
+
+// Directory is a parsed directory. It is immutable and safe for concurrent
+// use; every method also works on a nil *Directory, which is empty.
+type Directory struct {
+	sum     [sha256.Size]byte
+	users   []User
+	byID    map[string]int
+	bySlack map[string]int
+	byEmail map[string]int
+	groups  map[string]*Group
+	names   []string // group names, sorted
+	tokens  []tokenEntry
+}
+
+type tokenEntry struct {
+	hash       [sha256.Size]byte
+	user, have int // indexes into users and users[user].Tokens
+}
+
+// SHA256 is the hex SHA-256 of the file the directory was parsed from.
+func (d *Directory) SHA256() string {
+	if d == nil {
+		return ""
+	}
+	return hex.EncodeToString(d.sum[:])
+}
+
+// Len is the number of users.
+func (d *Directory) Len() int {
+	if d == nil {
+		return 0
+	}
+	return len(d.users)
+}
+
+// Users returns every user, in file order.
+func (d *Directory) Users() []User {
+	if d == nil {
+		return nil
+	}
+	out := make([]User, len(d.users))
+	for i := range d.users {
+		out[i] = cloneUser(&d.users[i])
+	}
+	return out
+}
+
+// User returns the user with the id.
+func (d *Directory) User(id string) (User, bool) {
+	if d == nil {
+		return User{}, false
+	}
+	return d.lookup(d.byID, id)
+}
+
+// BySlackID returns the user whose Slack user id is id.
+func (d *Directory) BySlackID(id string) (User, bool) {
+	if d == nil || id == "" {
+		return User{}, false
+	}
+	return d.lookup(d.bySlack, id)
+}
+
+// ByEmail returns the user with the email address, compared
+// case-insensitively. addr may be a bare address or a full one
+// ("Alice <alice@example.com>").
+func (d *Directory) ByEmail(addr string) (User, bool) {
+	if d == nil {
+		return User{}, false
+	}
+	key := emailKey(addr)
+	if key == "" {
+		return User{}, false
+	}
+	return d.lookup(d.byEmail, key)
+}
+
+func (d *Directory) lookup(m map[string]int, key string) (User, bool) {
+	i, ok := m[key]
+	if !ok {
+		return User{}, false
+	}
+	return cloneUser(&d.users[i]), true
+}
+
+// HasGroup reports whether the directory knows the group (name with or
+// without the "group:" prefix), members or not.
+func (d *Directory) HasGroup(name string) bool {
+	if d == nil {
+		return false
+	}
+	_, ok := d.groups[strings.TrimPrefix(name, GroupPrefix)]
+	return ok
+}
+
+// Members returns the ids of the group's members in file order (name with
+// or without the "group:" prefix), or nil for an unknown group.
+func (d *Directory) Members(group string) []string {
+	if d == nil {
+		return nil
+	}
+	g, ok := d.groups[strings.TrimPrefix(group, GroupPrefix)]
+	if !ok {
+		return nil
+	}
+	return slices.Clone(g.Members)
+}
+
+// Groups returns every group, sorted by name: those declared under groups:
+// and those only named by users.
+func (d *Directory) Groups() []Group {
+	if d == nil {
+		return nil
+	}
+	out := make([]Group, 0, len(d.names))
+	for _, n := range d.names {
+		g := *d.groups[n]
+		g.Members = slices.Clone(g.Members)
+		out = append(out, g)
+	}
+	return out
+}
+
+// ResolveApprovers expands an approver list: each "group:NAME" entry is
+// replaced by the group's members; user ids are kept as they are (they may
+// authenticate other ways than the directory). Order is kept and repeats
+// are dropped.
+//
+// A group the directory does not know, or that has no members, stays in ids
+// as written — nobody's id, so a request with it fails closed instead of
+// being open to everyone — and is listed in unknown.
+func (d *Directory) ResolveApprovers(entries []string) (ids []string, unknown []string) {
+	ids = make([]string, 0, len(entries))
+	seen := make(map[string]bool, len(entries))
+	add := func(id string) {
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	for _, e := range entries {
+		name, isGroup := strings.CutPrefix(e, GroupPrefix)
+		if !isGroup {
+			add(e)
+			continue
+		}
+		var members []string
+		if d != nil {
+			if g, ok := d.groups[name]; ok {
+				members = g.Members
+			}
+		}
+		if len(members) == 0 {
+			if !slices.Contains(unknown, e) {
+				unknown = append(unknown, e)
+			}
+			add(e)
+			continue
+		}
+		for _, m := range members {
+			add(m)
+		}
+	}
+	return ids, unknown
+}
+
+// Authenticate finds the user and token of a bearer token. The token is
+// hashed and compared with every stored hash in constant time, whether or
+// not one matched earlier, so the time taken does not tell which token (or
+// whether any) matched.
+func (d *Directory) Authenticate(bearer string) (User, Token, bool) {
+	if d == nil || bearer == "" {
+		return User{}, Token{}, false
+	}
+	sum := sha256.Sum256([]byte(bearer))
+	found := -1
+	for i := range d.tokens {
+		eq := subtle.ConstantTimeCompare(sum[:], d.tokens[i].hash[:])
+		// found = i on the first match, unchanged otherwise, without a branch on eq.
+		first := eq & subtle.ConstantTimeEq(int32(found), -1)
+		found = subtle.ConstantTimeSelect(first, i, found)
+	}
+	if found < 0 {
+		return User{}, Token{}, false
+	}
+	e := d.tokens[found]
+	u := &d.users[e.user]
+	t := u.Tokens[e.have]
+	t.Roles = slices.Clone(t.Roles)
+	return cloneUser(u), t, true
+}
+
+func cloneUser(u *User) User {
+	c := *u
+	c.Groups = slices.Clone(u.Groups)
+	c.Tokens = make([]Token, len(u.Tokens))
+	for i, t := range u.Tokens {
+		t.Roles = slices.Clone(t.Roles)
+		c.Tokens[i] = t
+	}
+	return c
+}
+
+// emailKey is the lookup key of an address: the bare address, lower-cased.
+func emailKey(addr string) string {
+	addr = strings.TrimSpace(addr)
+	if a, err := mail.ParseAddress(addr); err == nil {
+		addr = a.Address
+	}
+	return strings.ToLower(addr)
+}

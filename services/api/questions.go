@@ -1,0 +1,153 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/countersign/countersign/orchestrator"
+)
+
+// maxQuestionText bounds a question's text.
+const maxQuestionText = 16 << 10
+
+type questionRequest struct {
+	Run reviewRun `json:"run"`
+	// ID names the question within the run (use the id of the
+	// request_human_input tool call): asking again re-attaches.
+	ID       string       `json:"id"`
+	Question questionBody `json:"question"`
+}
+
+type questionBody struct {
+	Text   string          `json:"text"`
+	Schema json.RawMessage `json:"schema"`
+}
+
+// questionAnswer is the state of a question: pending, or how it ended.
+type questionAnswer struct {
+	EventID string      `json:"event_id,omitempty"`
+	Status  string      `json:"status"`
+	Answer  *answerPart `json:"answer,omitempty"`
+	// Reason says why there is no answer, in words for the model.
+	Reason string `json:"reason,omitempty"`
+	Rule   string `json:"rule,omitempty"`
+}
+
+type answerPart struct {
+	Action     string          `json:"action"`
+	Content    json.RawMessage `json:"content,omitempty"`
+	AnsweredBy string          `json:"answered_by,omitempty"`
+}
+
+func newQuestionAnswer(a orchestrator.Answer) questionAnswer {
+	out := questionAnswer{EventID: a.EventID, Status: a.Status, Reason: a.Reason, Rule: a.Rule}
+	if a.Status == orchestrator.VerdictAnswered {
+		out.Answer = &answerPart{Action: a.Action, Content: a.Content, AnsweredBy: a.AnsweredBy}
+	}
+	return out
+}
+
+// postQuestions answers POST /v1/questions[?wait=30s]: an agent asks a
+// human (hitl.human.input.requested.<agent>).
+func (s *Server) postQuestions(w http.ResponseWriter, r *http.Request) {
+	wait, aerr := parseWait(r)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	var req questionRequest
+	if aerr := decodeBody(w, r, &req, false); aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	if aerr := validateQuestion(&req); aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	q := orchestrator.Question{ID: req.ID, Text: req.Question.Text, Schema: req.Question.Schema}
+	// Publishing is the durable step: it is finished even if the client goes away.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
+	a, err := s.cfg.Gate.SubmitQuestion(sctx, req.Run.contractRun(), q)
+	cancel()
+	switch {
+	case errors.Is(err, orchestrator.ErrArgumentsChanged):
+		writeError(w, fieldError(http.StatusConflict, CodeArgumentsChanged, "id",
+			"the run and question id were already used for another question"))
+		return
+	case errors.Is(err, orchestrator.ErrInvalidSchema):
+		writeError(w, fieldError(http.StatusBadRequest, CodeInvalidSchema, "question.schema", "%s", strings.TrimPrefix(err.Error(), "orchestrator: ")))
+		return
+	case err != nil:
+		writeError(w, s.backendError("submit question", err))
+		return
+	}
+	if a.Status == orchestrator.VerdictPending {
+		a = s.awaitAnswer(r.Context(), a, wait)
+	}
+	writeJSON(w, http.StatusOK, newQuestionAnswer(a))
+}
+
+func validateQuestion(req *questionRequest) *apiError {
+	bad := func(field, format string, args ...any) *apiError {
+		return fieldError(http.StatusBadRequest, CodeInvalidField, field, format, args...)
+	}
+	if aerr := validateRun(&req.Run); aerr != nil {
+		return aerr
+	}
+	if len(req.ID) > maxIDLength {
+		return bad("id", "id is longer than %d bytes", maxIDLength)
+	}
+	if strings.TrimSpace(req.Question.Text) == "" {
+		return bad("question.text", "question.text is required")
+	}
+	if len(req.Question.Text) > maxQuestionText {
+		return bad("question.text", "question.text must be at most 16 KiB")
+	}
+	return checkSchemaField(req.Question.Schema, "question.schema")
+}
+
+// awaitAnswer waits until the question's record exists (briefly) or, with
+// a wait, until it is answered or the wait elapses.
+func (s *Server) awaitAnswer(ctx context.Context, a orchestrator.Answer, wait time.Duration) orchestrator.Answer {
+	terminalOnly := wait > 0
+	if !terminalOnly {
+		wait = recordVisibleWait
+	}
+	wake := make(chan struct{}, 1)
+	watch, stop, err := s.index.watch(ctx, a.EventID, wake)
+	if err != nil {
+		s.log.Warn("waiting on a question failed; reporting it pending", "event_id", a.EventID, "err", err)
+		return a
+	}
+	defer stop()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		st, ok := watch.state()
+		switch {
+		case ok && st.rec.Terminal():
+			return orchestrator.AnswerFor(st.rec)
+		case ok && !terminalOnly:
+			return a
+		}
+		select {
+		case <-wake:
+		case <-timer.C:
+			return a
+		case <-ctx.Done():
+			return a
+		case <-s.done:
+			return a
+		}
+	}
+}
+
+// getRequestHumanInputTool answers GET /v1/tools/request_human_input with
+// the ready-made tool definition an agent registers with its model.
+func (s *Server) getRequestHumanInputTool(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, orchestrator.RequestHumanInputTool)
+}

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/events/eventstest"
+	"github.com/countersign/countersign/orchestrator"
+	"github.com/countersign/countersign/orchestrator/arbiter"
+	"github.com/countersign/countersign/orchestrator/policy"
+	"github.com/countersign/countersign/services/api"
+)
+
+const cliPolicy = `
+version: "cli-1"
+default: require_approval
+rules:
+  - name: questions
+    tools: ["request_human_input"]
+    action: require_approval
+    approvers: [alice]
+  - name: refunds
+    tools: ["stripe.refund"]
+    action: require_approval
+    approvers: [alice]
+    allowed_decisions: [approve, reject, edit, respond]
+`
+
+// cliStack is a real arbiter, gate and API on an embedded NATS server, and
+// the flags that point the CLI at it as alice.
+type cliStack struct {
+	gate  *orchestrator.Gate
+	flags []string
+}
+
+func newCLIStack(t *testing.T) *cliStack {
+	t.Helper()
+	srv := eventstest.NewServer(t)
+	js := srv.JetStream()
+	srv.Provision(js)
+	ctx, cancel := context.WithCancel(context.Background())
+	arb, err := arbiter.New(ctx, arbiter.Config{JS: js})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = arb.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	p, err := policy.Parse([]byte(cliPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate, err := orchestrator.NewGate(ctx, orchestrator.Config{JS: js, Policy: orchestrator.StaticPolicy{P: p}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gate.Close() })
+	tok, hash, err := api.NewToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	s, err := api.New(ctx, api.Config{JS: js, Gate: gate, Registerer: reg, Gatherer: reg,
+		Tokens: []api.Token{{Name: "alice", Subject: "alice", SHA256: hash, Roles: []string{api.RoleApprover}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	return &cliStack{gate: gate, flags: []string{"--url", hs.URL, "--token", tok}}
+}
+
+// cli runs the countersign command with args and the stack's flags.
+func (c *cliStack) cli(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err := run(append(args, c.flags...), &out, &errOut)
+	return out.String() + errOut.String(), err
+}
+
+func (c *cliStack) submit(t *testing.T, call orchestrator.ToolCall) string {
+	t.Helper()
+	v, err := c.gate.Submit(context.Background(), contracts.Run{ID: "run-cli", Agent: "billing-bot"}, []orchestrator.ToolCall{call})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.waitRecord(t, v[0].EventID)
+	return v[0].EventID
+}
+
+// waitRecord waits until the arbiter created the record of id.
+func (c *cliStack) waitRecord(t *testing.T, id string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ready := make(chan struct{})
+	stop, err := c.gate.Waiter().Watch(ctx, id, func(*contracts.Record, uint64) bool { close(ready); return true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	select {
+	case <-ready:
+	case <-ctx.Done():
+		t.Fatalf("record %s never appeared", id)
+	}
+}
+
+func TestCLIEditShowsTheDiff(t *testing.T) {
+	c := newCLIStack(t)
+	id := c.submit(t, orchestrator.ToolCall{ID: "r1", Name: "stripe.refund",
+		Arguments: json.RawMessage(`{"amount":100,"currency":"eur","reason":"duplicate"}`),
+		Schema:    json.RawMessage(`{"type":"object","properties":{"amount":{"type":"number","maximum":1000}}}`)})
+
+	out, err := c.cli(t, "approvals", "edit", id, "--json", `{"amount":5000,"currency":"eur"}`)
+	if err == nil || !strings.Contains(err.Error(), "invalid_arguments") || !strings.Contains(err.Error(), "arguments/amount") {
+		t.Fatalf("an edit over the schema's maximum: %v\n%s", err, out)
+	}
+
+	file := filepath.Join(t.TempDir(), "args.json")
+	if err := os.WriteFile(file, []byte(`{"amount": 80, "currency": "eur"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err = c.cli(t, "approvals", "edit", id, "--args", file, "--comment", "partial refund")
+	if err != nil {
+		t.Fatalf("edit: %v\n%s", err, out)
+	}
+	for _, want := range []string{"Status is now approved", "replace /amount = 80", "remove  /reason"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("edit output lacks %q:\n%s", want, out)
+		}
+	}
+	out, err = c.cli(t, "approvals", "show", id)
+	if err != nil || !strings.Contains(out, "Changes:") || !strings.Contains(out, `"amount":80`) {
+		t.Errorf("show after the edit: %v\n%s", err, out)
+	}
+}
+
+func TestCLIRespondAnswerExtend(t *testing.T) {
+	c := newCLIStack(t)
+	id := c.submit(t, orchestrator.ToolCall{ID: "r2", Name: "stripe.refund", Arguments: json.RawMessage(`{"amount":1}`)})
+
+	out, err := c.cli(t, "approvals", "extend", id, "2h")
+	if err != nil || !strings.Contains(out, "now expires at") {
+		t.Fatalf("extend: %v\n%s", err, out)
+	}
+	if _, err := c.cli(t, "approvals", "extend", id, "soon"); err == nil {
+		t.Fatal("extend by an invalid duration was accepted")
+	}
+	out, err = c.cli(t, "approvals", "respond", id, "Use a voucher instead.")
+	if err != nil || !strings.Contains(out, "Status is now responded") {
+		t.Fatalf("respond: %v\n%s", err, out)
+	}
+	if _, err := c.cli(t, "approvals", "respond", id); err == nil {
+		t.Fatal("respond without text was accepted")
+	}
+
+	run := contracts.Run{ID: "run-cli", Agent: "billing-bot"}
+	q, err := c.gate.SubmitQuestion(context.Background(), run, orchestrator.Question{ID: "q1", Text: "Which cost centre?",
+		Schema: json.RawMessage(`{"type":"object","required":["cc"],"properties":{"cc":{"type":"string","pattern":"^CC-[0-9]+$"}}}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.waitRecord(t, q.EventID)
+	if out, err := c.cli(t, "approvals", "answer", q.EventID, "--json", `{"cc":"nope"}`); err == nil || !strings.Contains(err.Error(), "answer/content/cc") {
+		t.Fatalf("an answer that fails the schema: %v\n%s", err, out)
+	}
+	if _, err := c.cli(t, "approvals", "answer", q.EventID, "--decline", "--json", `{}`); err == nil {
+		t.Fatal("--decline with --json was accepted")
+	}
+	out, err = c.cli(t, "approvals", "answer", q.EventID, "--json", `{"cc":"CC-200"}`)
+	if err != nil || !strings.Contains(out, "Status is now answered") {
+		t.Fatalf("answer: %v\n%s", err, out)
+	}
+	a, err := c.gate.Ask(context.Background(), run, orchestrator.Question{ID: "q1", Text: "Which cost centre?"})
+	if err != nil || a.Action != orchestrator.ActionAccept || string(a.Content) != `{"cc":"CC-200"}` {
+		t.Fatalf("the agent's answer: %+v, %v", a, err)
+	}
+
+	q2, err := c.gate.SubmitQuestion(context.Background(), run, orchestrator.Question{ID: "q2", Text: "Go ahead?"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.waitRecord(t, q2.EventID)
+	out, err = c.cli(t, "approvals", "answer", q2.EventID, "--cancel")
+	if err != nil || !strings.Contains(out, "Status is now answered") {
+		t.Fatalf("answer --cancel: %v\n%s", err, out)
+	}
+}
