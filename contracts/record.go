@@ -29,6 +29,9 @@ const (
 	ReasonMalformed          = "malformed"
 	ReasonAlreadyClaimed     = "already_claimed"
 	ReasonNotApproved        = "not_approved"
+	// ReasonOutOfOrder refuses an approval in an ordered chain (quorum
+	// order "sequence") from an approver whose turn has not come.
+	ReasonOutOfOrder = "out_of_order"
 )
 
 // MaxRefusedVotes is how many refused votes a record keeps; older ones are

@@ -130,6 +130,11 @@ func refuse(rec contracts.Record, v contracts.Vote) string {
 			return contracts.ReasonDuplicateVote
 		}
 	}
+	if approving && req.Quorum.Order == contracts.OrderSequence {
+		if next := nextInSequence(rec); next != "" && next != v.Approver.ID {
+			return contracts.ReasonOutOfOrder
+		}
+	}
 	switch v.Decision {
 	case contracts.DecisionEdit:
 		if !isJSONObject(v.Arguments) || editedSHA(v) == "" {
@@ -258,6 +263,49 @@ func argsUnderReviewAt(rec contracts.Record, voteID, base string) string {
 	return cur
 }
 
+// chain is the ordered approver list of a request: its approvers, then each
+// escalation tier already reached, without repeats.
+func chain(rec contracts.Record) []string {
+	out := slices.Clone(rec.Request.Quorum.Approvers)
+	for i, tier := range rec.Request.Escalation {
+		if i >= rec.EscalationLevel {
+			break
+		}
+		for _, id := range tier.Approvers {
+			if !slices.Contains(out, id) {
+				out = append(out, id)
+			}
+		}
+	}
+	return out
+}
+
+// canApprove reports whether id may still cast a counting approval: not
+// yet voted, and not the requester or owner unless the request allows it.
+func canApprove(rec contracts.Record, id string, voted map[string]bool) bool {
+	if voted[id] {
+		return false
+	}
+	q, run := rec.Request.Quorum, rec.Request.Run
+	return q.AllowSelfApproval || (id != run.RequestedBy && id != run.Owner)
+}
+
+// nextInSequence is, for an ordered chain, the approver whose approval is
+// due next: the first in chain order who can still approve. "" when the
+// chain is open (no approver list) or nobody is left.
+func nextInSequence(rec contracts.Record) string {
+	voted := map[string]bool{}
+	for _, v := range rec.Votes {
+		voted[v.Approver.ID] = true
+	}
+	for _, id := range chain(rec) {
+		if canApprove(rec, id, voted) {
+			return id
+		}
+	}
+	return ""
+}
+
 // approvalStillPossible reports whether enough approvers who have not voted
 // remain to reach the quorum. With an open approver list it always is.
 func approvalStillPossible(rec contracts.Record) bool {
@@ -278,7 +326,7 @@ func approvalStillPossible(rec contracts.Record) bool {
 	have := len(approvalsFor(rec, currentArgsSHA(rec)))
 	remaining := 0
 	for _, id := range pool {
-		if !voted[id] {
+		if canApprove(rec, id, voted) {
 			remaining++
 		}
 	}

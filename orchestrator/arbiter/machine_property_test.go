@@ -969,7 +969,7 @@ func modelSupport(t testing.TB, rec contracts.Record, reqSHA string) map[string]
 }
 
 // modelApprovalPossible is a generous bound: every listed or escalation
-// approver who has not voted yet could still approve.
+// approver who has not voted yet, and may approve at all, could still approve.
 func modelApprovalPossible(rec contracts.Record, support []string, need int) bool {
 	q := rec.Request.Quorum
 	if len(q.Approvers) == 0 {
@@ -986,6 +986,11 @@ func modelApprovalPossible(rec contracts.Record, support []string, need int) boo
 	}
 	for _, v := range rec.Votes {
 		delete(pool, v.Approver.ID)
+	}
+	if !q.AllowSelfApproval {
+		// The requester and owner can never cast a counting approval.
+		delete(pool, rec.Request.Run.RequestedBy)
+		delete(pool, rec.Request.Run.Owner)
 	}
 	return len(support)+len(pool) >= need
 }

@@ -171,6 +171,9 @@ func TestForgedIdentityIsRefusedAndCounted(t *testing.T) {
 		wantError(t, http.StatusBadRequest, api.CodeApproverNotAllowed, "approver")
 	e.vote(t, "carol", id, map[string]any{"decision": "approve", "approver": "alice"}).
 		wantError(t, http.StatusBadRequest, api.CodeApproverNotAllowed, "approver")
+	if got := e.metric(t, `countersign_api_votes_total{result="approver_not_allowed"}`); got != "2" {
+		t.Fatalf("forged-body votes counted: %q, want 2", got)
+	}
 
 	// An unknown token, and a token hash presented as the token, authenticate nobody.
 	e.vote(t, "cs_not-a-token", id, map[string]any{"decision": "approve"}).wantError(t, http.StatusUnauthorized, api.CodeUnauthenticated, "")

@@ -66,6 +66,8 @@ func refusalStatus(reason string) int {
 	switch reason {
 	case contracts.ReasonNotAnApprover, contracts.ReasonSelfApproval, contracts.ReasonDecisionNotAllowed:
 		return http.StatusForbidden
+	case contracts.ReasonOutOfOrder:
+		return http.StatusConflict
 	case contracts.ReasonClosed, contracts.ReasonDuplicateVote, contracts.ReasonStaleArguments,
 		contracts.ReasonAlreadyClaimed, contracts.ReasonNotApproved:
 		return http.StatusConflict
@@ -90,6 +92,7 @@ var refusalMessages = map[string]string{
 	contracts.ReasonAlreadyClaimed:     "this approval was already claimed; the call must not run again",
 	contracts.ReasonNotApproved:        "this approval is not approved",
 	contracts.ReasonUnknownEvent:       "no such approval",
+	contracts.ReasonOutOfOrder:         "approvals of this request go in order, and it is not your turn yet",
 }
 
 func refusal(reason string) *apiError {
@@ -118,6 +121,8 @@ func (s *Server) postVote(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(body.Approver) > 0 {
+		// A forged identity attempt: refused and counted.
+		s.m.votes.WithLabelValues(CodeApproverNotAllowed).Inc()
 		writeError(w, fieldError(http.StatusBadRequest, CodeApproverNotAllowed, "approver",
 			"a vote cannot name its approver; it is cast in the name of the token's subject"))
 		return
