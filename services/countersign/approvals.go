@@ -451,9 +451,14 @@ func printRecord(out io.Writer, rec *contracts.Record, rev uint64) {
 	if len(r.Quorum.Approvers) > 0 {
 		approvers = strings.Join(r.Quorum.Approvers, ", ")
 	}
+	// Approvals count for the arguments under review: an edit restarts the
+	// count with the editor's own approval.
 	approved := 0
 	for _, v := range rec.Votes {
-		if v.Decision == contracts.DecisionApprove || v.Decision == contracts.DecisionEdit {
+		switch v.Decision {
+		case contracts.DecisionEdit:
+			approved = 1
+		case contracts.DecisionApprove:
 			approved++
 		}
 	}
