@@ -95,12 +95,7 @@ func (s *Server) postCancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := principalFrom(r.Context())
-	if !mayManage(p, rec) {
-		writeError(w, refusal(contracts.ReasonNotAnApprover))
-		return
-	}
-	if rec.Terminal() {
-		writeError(w, refusal(contracts.ReasonClosed))
+	if !s.manageable(w, p, rec) {
 		return
 	}
 	cmd := s.newCommand(id, contracts.CommandCancel, p)
@@ -154,12 +149,7 @@ func (s *Server) postExtend(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := principalFrom(r.Context())
-	if !mayManage(p, rec) {
-		writeError(w, refusal(contracts.ReasonNotAnApprover))
-		return
-	}
-	if rec.Terminal() {
-		writeError(w, refusal(contracts.ReasonClosed))
+	if !s.manageable(w, p, rec) {
 		return
 	}
 	if until.Equal(rec.ExpiresAt) {
@@ -222,4 +212,18 @@ func (s *Server) postClaim(w http.ResponseWriter, r *http.Request) {
 		}
 		return false, nil
 	})
+}
+
+// manageable answers the refusal and returns false unless p may cancel or
+// extend rec and rec is still pending.
+func (s *Server) manageable(w http.ResponseWriter, p *principal, rec *contracts.Record) bool {
+	if !mayManage(p, rec) {
+		writeError(w, refusal(contracts.ReasonNotAnApprover))
+		return false
+	}
+	if rec.Terminal() {
+		writeError(w, refusal(contracts.ReasonClosed))
+		return false
+	}
+	return true
 }

@@ -94,14 +94,7 @@ func cmdApprovals(args []string, out io.Writer) error {
 		return tw.Flush()
 	case "show":
 		wait := fs.Duration("wait", 0, "wait up to this long (max 60s) for a decision")
-		if err := fs.Parse(reorder(args)); err != nil {
-			return err
-		}
-		id, err := oneID(fs)
-		if err != nil {
-			return err
-		}
-		c, err := newClient()
+		id, c, err := parseOne(fs, args, newClient)
 		if err != nil {
 			return err
 		}
@@ -121,14 +114,7 @@ func cmdApprovals(args []string, out io.Writer) error {
 	case "approve", "reject":
 		comment := fs.String("comment", "", "comment kept with the vote")
 		reason := fs.String("reason", "", "reason, returned to the agent (reject)")
-		if err := fs.Parse(reorder(args)); err != nil {
-			return err
-		}
-		id, err := oneID(fs)
-		if err != nil {
-			return err
-		}
-		c, err := newClient()
+		id, c, err := parseOne(fs, args, newClient)
 		if err != nil {
 			return err
 		}
@@ -273,14 +259,7 @@ func cmdApprovals(args []string, out io.Writer) error {
 		return nil
 	case "cancel":
 		reason := fs.String("reason", "", "why the request is cancelled")
-		if err := fs.Parse(reorder(args)); err != nil {
-			return err
-		}
-		id, err := oneID(fs)
-		if err != nil {
-			return err
-		}
-		c, err := newClient()
+		id, c, err := parseOne(fs, args, newClient)
 		if err != nil {
 			return err
 		}
@@ -401,6 +380,23 @@ func reorder(args []string) []string {
 		return args
 	}
 	return append(slices.Clone(args[n:]), args[:n]...)
+}
+
+// parseOne parses the flags of a command on one approval and returns its
+// id and an API client.
+func parseOne(fs *flag.FlagSet, args []string, newClient func() (*client, error)) (string, *client, error) {
+	if err := fs.Parse(reorder(args)); err != nil {
+		return "", nil, err
+	}
+	id, err := oneID(fs)
+	if err != nil {
+		return "", nil, err
+	}
+	c, err := newClient()
+	if err != nil {
+		return "", nil, err
+	}
+	return id, c, nil
 }
 
 func oneID(fs *flag.FlagSet) (string, error) {
