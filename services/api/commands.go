@@ -79,7 +79,7 @@ func (s *Server) commandTarget(w http.ResponseWriter, r *http.Request, body any)
 		writeError(w, aerr)
 		return "", nil, 0
 	}
-	rec, rev, aerr := s.getRecord(r.Context(), id)
+	rec, rev, aerr := s.getRecordSoon(r.Context(), id, unknownEventWait)
 	if aerr != nil {
 		writeError(w, aerr)
 		return "", nil, 0

@@ -87,6 +87,37 @@ func (s *Server) getRecord(ctx context.Context, id string) (*contracts.Record, u
 	return &rec, e.Revision(), nil
 }
 
+// getRecordSoon is getRecord for a record that may be about to exist: a
+// vote or command sent right after its review can overtake the arbiter
+// creating the record. It waits up to d for the record before answering
+// unknown_event.
+func (s *Server) getRecordSoon(ctx context.Context, id string, d time.Duration) (*contracts.Record, uint64, *apiError) {
+	rec, rev, aerr := s.getRecord(ctx, id)
+	if aerr == nil || aerr.Code != CodeUnknownEvent {
+		return rec, rev, aerr
+	}
+	wake := make(chan struct{}, 1)
+	w, stop, err := s.index.watch(ctx, id, wake)
+	if err != nil {
+		return nil, 0, s.backendError("watch record", err)
+	}
+	defer stop()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		if st, ok := w.state(); ok {
+			return st.rec, st.rev, nil
+		}
+		select {
+		case <-wake:
+		case <-timer.C:
+			return nil, 0, aerr
+		case <-ctx.Done():
+			return nil, 0, aerr
+		}
+	}
+}
+
 // backendError maps a NATS failure to 503 when NATS is unreachable or slow,
 // else to 500.
 func (s *Server) backendError(what string, err error) *apiError {

@@ -132,7 +132,7 @@ func (s *Server) postVote(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	current, _, aerr := s.getRecord(ctx, id)
+	current, _, aerr := s.getRecordSoon(ctx, id, unknownEventWait)
 	if aerr != nil {
 		if aerr.Code == CodeUnknownEvent {
 			s.m.votes.WithLabelValues(contracts.ReasonUnknownEvent).Inc()
@@ -216,6 +216,10 @@ func (s *Server) postVote(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, recordAnswer{Record: rec, Revision: rev})
 	}
 }
+
+// unknownEventWait is how long a vote waits for a record that does not
+// exist yet before it is answered unknown_event.
+const unknownEventWait = 2 * time.Second
 
 func validateVote(b *voteBody) *apiError {
 	bad := func(field, format string, args ...any) *apiError {
