@@ -22,6 +22,12 @@ const (
 	SubjectChangedPrefix        = "hitl.approval.changed."
 	SubjectNotifyPrefix         = "hitl.notify."
 	SubjectDeadLetterPrefix     = "hitl.deadletter."
+	SubjectTimerPrefix          = "hitl.timer."
+	SubjectTimerSchedulePrefix  = "hitl.timer.schedule."
+	SubjectTimerFirePrefix      = "hitl.timer.fire."
+
+	// TimerExpire is the timer kind that expires a pending approval.
+	TimerExpire = "expire"
 )
 
 // AgentToken turns an agent name into the token used in subjects: lower case,
@@ -62,6 +68,17 @@ func DecidedSubject(eventID string) string { return SubjectDecidedPrefix + event
 
 // ChangedSubject is where the arbiter announces non-terminal changes of a record.
 func ChangedSubject(eventID string) string { return SubjectChangedPrefix + eventID }
+
+// TimerScheduleSubject holds the one schedule of timer kind for an approval;
+// publishing a new schedule there replaces the previous one.
+func TimerScheduleSubject(eventID, kind string) string {
+	return SubjectTimerSchedulePrefix + eventID + "." + kind
+}
+
+// TimerFireSubject is where the server publishes a timer when it fires.
+func TimerFireSubject(eventID, kind string) string {
+	return SubjectTimerFirePrefix + eventID + "." + kind
+}
 
 // DeadLetterSubject is where a consumer of stream copies a message it cannot process.
 func DeadLetterSubject(stream string) string { return SubjectDeadLetterPrefix + stream }

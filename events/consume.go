@@ -77,7 +77,8 @@ type ConsumerConfig struct {
 	// delivery up to MaxBackoff (defaults 250 ms and 30 s).
 	Backoff, MaxBackoff time.Duration
 	Logger              *slog.Logger
-	// OnDeadLetter is called after a message was dead-lettered (for metrics).
+	// OnDeadLetter is called once a message's dead-letter copy is stored, just
+	// before the message is terminated (for metrics).
 	OnDeadLetter func(stream, reason string)
 }
 
@@ -254,11 +255,12 @@ func (l *loop) deadLetter(ctx context.Context, m jetstream.Msg, reason string) {
 		return
 	}
 	l.cfg.Logger.Warn("message dead-lettered", "subject", m.Subject(), "stream", l.cfg.Stream, "reason", reason)
-	if err := m.TermWithReason(truncate(reason, 200)); err != nil {
-		l.cfg.Logger.Debug("term", "subject", m.Subject(), "err", err)
-	}
+	// Reported before the Term, so whoever sees the Term sees the count.
 	if l.cfg.OnDeadLetter != nil {
 		l.cfg.OnDeadLetter(l.cfg.Stream, reasonCode(reason))
+	}
+	if err := m.TermWithReason(truncate(reason, 200)); err != nil {
+		l.cfg.Logger.Debug("term", "subject", m.Subject(), "err", err)
 	}
 }
 

@@ -168,11 +168,28 @@ func consumerInfo(t *testing.T, js jetstream.JetStream, stream, durable string) 
 	return info
 }
 
+// settledInfo returns the consumer's info once ok holds, or the last one
+// read after a few seconds. An ack seen on the wire may not be applied by
+// the server yet when the test reads the consumer; nothing signals that.
+func settledInfo(t *testing.T, js jetstream.JetStream, stream, durable string, ok func(*jetstream.ConsumerInfo) bool) *jetstream.ConsumerInfo {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		info := consumerInfo(t, js, stream, durable)
+		if ok(info) || time.Now().After(deadline) {
+			return info
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // assertSettled checks with the server that every delivered message of the
 // consumer was settled and none was ever redelivered.
 func assertSettled(t *testing.T, js jetstream.JetStream, stream, durable string, delivered uint64) {
 	t.Helper()
-	info := consumerInfo(t, js, stream, durable)
+	info := settledInfo(t, js, stream, durable, func(i *jetstream.ConsumerInfo) bool {
+		return i.NumAckPending == 0 && i.NumPending == 0 && i.Delivered.Consumer == delivered
+	})
 	if info.NumAckPending != 0 || info.NumPending != 0 {
 		t.Errorf("consumer has %d unacknowledged and %d undelivered messages, want none", info.NumAckPending, info.NumPending)
 	}
@@ -268,7 +285,9 @@ func TestConsumeRetryRedeliversAfterDelay(t *testing.T) {
 	if a := recv(t, acks, "the ack"); a.streamSeq != seq || a.delivered != 2 || a.body != "+ACK" {
 		t.Fatalf("second settlement = %+v, want +ACK of the second delivery", a)
 	}
-	info := consumerInfo(t, e.js, contracts.StreamRequests, durable)
+	info := settledInfo(t, e.js, contracts.StreamRequests, durable, func(i *jetstream.ConsumerInfo) bool {
+		return i.NumAckPending == 0 && i.AckFloor.Stream == seq && i.Delivered.Consumer == 2
+	})
 	if info.NumAckPending != 0 || info.AckFloor.Stream != seq || info.Delivered.Consumer != 2 {
 		t.Errorf("consumer after the retry: ack pending %d, ack floor %d, deliveries %d; want 0, %d, 2",
 			info.NumAckPending, info.AckFloor.Stream, info.Delivered.Consumer, seq)
@@ -417,17 +436,11 @@ func TestConsumeGivesUpAtMaxDeliver(t *testing.T) {
 	if a := recv(t, acks, "the next ack"); a.streamSeq != next || a.body != "+ACK" {
 		t.Fatalf("settlement = %+v, want +ACK of seq %d", a, next)
 	}
-	// The ack seen on the wire may not be applied yet: wait for the server.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		info := consumerInfo(t, e.js, contracts.StreamRequests, durable)
-		if info.NumAckPending == 0 && info.Delivered.Consumer == 4 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("consumer: ack pending %d, deliveries %d; want 0 and 4", info.NumAckPending, info.Delivered.Consumer)
-		}
-		time.Sleep(10 * time.Millisecond)
+	info := settledInfo(t, e.js, contracts.StreamRequests, durable, func(i *jetstream.ConsumerInfo) bool {
+		return i.NumAckPending == 0 && i.Delivered.Consumer == 4
+	})
+	if info.NumAckPending != 0 || info.Delivered.Consumer != 4 {
+		t.Errorf("consumer: ack pending %d, deliveries %d; want 0 and 4", info.NumAckPending, info.Delivered.Consumer)
 	}
 }
 

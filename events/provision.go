@@ -70,6 +70,9 @@ func StreamConfigs(cfg ProvisionConfig) []jetstream.StreamConfig {
 			Discard:     jetstream.DiscardOld,
 		}
 	}
+	timers := base(contracts.StreamTimers, "Countersign durable timers (JetStream message schedules)",
+		contracts.SubjectTimerPrefix+">")
+	timers.AllowMsgSchedules = true
 	return []jetstream.StreamConfig{
 		base(contracts.StreamRequests, "Countersign approval and human input requests",
 			contracts.SubjectToolRequestedPrefix+">", contracts.SubjectInputRequestedPrefix+">"),
@@ -77,6 +80,7 @@ func StreamConfigs(cfg ProvisionConfig) []jetstream.StreamConfig {
 			contracts.SubjectResolvedPrefix+">", contracts.SubjectCommandPrefix+">"),
 		base(contracts.StreamEvents, "Countersign outcomes, changes and notification receipts",
 			contracts.SubjectDecidedPrefix+">", contracts.SubjectChangedPrefix+">", contracts.SubjectNotifyPrefix+">"),
+		timers,
 		base(contracts.StreamDeadLetter, "Countersign messages no consumer could process",
 			contracts.SubjectDeadLetterPrefix+">"),
 	}

@@ -337,3 +337,45 @@ func TestWaiterSurvivesServerRestart(t *testing.T) {
 		t.Fatal("the waiting run was not woken after a server restart")
 	}
 }
+
+func TestReviewExpiresWithMessageForModel(t *testing.T) {
+	srv := eventstest.NewServer(t)
+	js := srv.JetStream()
+	srv.Provision(js)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	arb, err := arbiter.New(ctx, arbiter.Config{JS: srv.JetStream()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = arb.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	p, err := policy.Parse([]byte(`
+version: "t1"
+default: require_approval
+rules:
+  - name: payments
+    tools: ["payments.*"]
+    action: require_approval
+    timeout: 1s
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate, err := orchestrator.NewGate(ctx, orchestrator.Config{JS: srv.JetStream(), Policy: orchestrator.StaticPolicy{P: p}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gate.Close() })
+	call := orchestrator.ToolCall{ID: "pay-expire", Name: "payments.send", Arguments: json.RawMessage(`{"amount":1}`)}
+	rctx, rcancel := context.WithTimeout(ctx, 15*time.Second)
+	defer rcancel()
+	v, err := gate.Review(rctx, run, []orchestrator.ToolCall{call})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v[0].Verdict != orchestrator.VerdictExpired || v[0].Reason == "" || v[0].Permit != nil {
+		t.Fatalf("verdict %+v, want expired with a reason and no permit", v[0])
+	}
+}

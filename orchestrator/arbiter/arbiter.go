@@ -21,6 +21,7 @@ import (
 const (
 	DurableRequests    = "arbiter-requests"
 	DurableResolutions = "arbiter-resolutions"
+	DurableTimers      = "arbiter-timers"
 )
 
 // Config wires an Arbiter.
@@ -132,12 +133,13 @@ func New(ctx context.Context, cfg Config) (*Arbiter, error) {
 	return &Arbiter{cfg: cfg, kv: kv, m: newMetrics(cfg.Registerer)}, nil
 }
 
-// Run consumes until ctx ends. If one consume loop fails, the other is
-// stopped too and Run returns the error once both have ended.
+// Run consumes until ctx ends. If one consume loop fails, the others are
+// stopped too and Run returns the error once all have ended.
 func (a *Arbiter) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errc := make(chan error, 2)
+	const loops = 3
+	errc := make(chan error, loops)
 	go func() {
 		errc <- events.Consume(ctx, a.cfg.JS, events.ConsumerConfig{
 			Stream:  contracts.StreamRequests,
@@ -160,9 +162,22 @@ func (a *Arbiter) Run(ctx context.Context) error {
 			OnDeadLetter: a.cfg.OnDeadLetter,
 		}, a.handleResolution)
 	}()
-	err := <-errc
+	go func() {
+		errc <- events.Consume(ctx, a.cfg.JS, events.ConsumerConfig{
+			Stream:         contracts.StreamTimers,
+			Durable:        DurableTimers,
+			FilterSubjects: []string{contracts.SubjectTimerFirePrefix + ">"},
+			Concurrency:    a.cfg.Concurrency,
+			Logger:         a.cfg.Logger,
+			OnDeadLetter:   a.cfg.OnDeadLetter,
+		}, a.handleTimer)
+	}()
+	errs := []error{<-errc}
 	cancel()
-	return errors.Join(err, <-errc)
+	for range loops - 1 {
+		errs = append(errs, <-errc)
+	}
+	return errors.Join(errs...)
 }
 
 // ValidateRequest checks a request the way the arbiter does before it
@@ -226,13 +241,28 @@ func (a *Arbiter) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 		return events.Poison(err)
 	}
 	if _, err := a.kv.Create(ctx, req.EventID, data); err != nil {
-		if errors.Is(err, jetstream.ErrKeyExists) {
-			return nil // a re-published request: the record stands
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return err
 		}
-		return err
+		// A re-published or redelivered request: the record stands, but its
+		// expiry may not have been scheduled if the first attempt failed
+		// after the create. Scheduling again replaces the same schedule.
+		entry, err := a.kv.Get(ctx, req.EventID)
+		if err != nil {
+			return err
+		}
+		var cur contracts.Record
+		if err := json.Unmarshal(entry.Value(), &cur); err != nil {
+			return events.Poison(fmt.Errorf("record %s is unreadable: %w", req.EventID, err))
+		}
+		if cur.Status != contracts.StatusPending {
+			return nil
+		}
+		return a.scheduleExpiry(ctx, cur)
 	}
 	a.m.created.Inc()
-	return nil
+	// An error here redelivers the request, which schedules again.
+	return a.scheduleExpiry(ctx, rec)
 }
 
 func (a *Arbiter) handleResolution(ctx context.Context, msg jetstream.Msg) error {
@@ -288,6 +318,12 @@ func (a *Arbiter) handleResolution(ctx context.Context, msg jetstream.Msg) error
 					return &contracts.Changed{Change: contracts.ChangeExtended, By: c.By}
 				}
 				return nil // a cancel always decides
+			},
+			after: func(ctx context.Context, rec contracts.Record) error {
+				if c.Command != contracts.CommandExtend || rec.Status != contracts.StatusPending {
+					return nil
+				}
+				return a.scheduleExpiry(ctx, rec) // replaces the old deadline's timer
 			},
 			refused: func(reason string) *contracts.Changed {
 				return &contracts.Changed{Change: commandRefusedChange(c.Command), By: c.By, Reason: reason}
@@ -365,6 +401,13 @@ type op struct {
 	counted func() *contracts.Changed
 	// refused is the change announced when apply refused with reason.
 	refused func(reason string) *contracts.Changed
+	// after, when set, runs once the record was changed without being
+	// decided, and again when the operation comes back as a duplicate on a
+	// record that is still open, so a step lost to a crash is redone.
+	after func(ctx context.Context, rec contracts.Record) error
+	// missing, when set, handles a record that does not exist instead of
+	// retrying the message as an unknown event.
+	missing func() error
 }
 
 // apply runs o on the current record and writes the result with
@@ -373,6 +416,9 @@ func (a *Arbiter) apply(ctx context.Context, msg jetstream.Msg, o op) error {
 	for attempt := 0; ; attempt++ {
 		entry, err := a.kv.Get(ctx, o.eventID)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			if o.missing != nil {
+				return o.missing()
+			}
 			return a.unknownEvent(msg)
 		}
 		if err != nil {
@@ -388,6 +434,9 @@ func (a *Arbiter) apply(ctx context.Context, msg jetstream.Msg, o op) error {
 				// The outcome may not have been announced if a replica died
 				// between its write and its publish.
 				return a.reannounce(ctx, rec, entry.Revision())
+			}
+			if o.after != nil {
+				return o.after(ctx, rec)
 			}
 			return nil
 		}
@@ -427,7 +476,12 @@ func (a *Arbiter) apply(ctx context.Context, msg jetstream.Msg, o op) error {
 		}
 		if ch := o.counted(); ch != nil {
 			ch.Status = res.Record.Status
-			return a.publishChanged(ctx, o.eventID, ch, rev, msg)
+			if err := a.publishChanged(ctx, o.eventID, ch, rev, msg); err != nil {
+				return err
+			}
+		}
+		if o.after != nil {
+			return o.after(ctx, res.Record)
 		}
 		return nil
 	}
