@@ -185,6 +185,23 @@ func (b *bus) messages(stream, subject string) []jetstream.Msg {
 	}
 }
 
+// waitMessage blocks until subject of stream holds a message and returns
+// the first one: the server answers the pull as soon as one is stored.
+func (b *bus) waitMessage(stream, subject string) jetstream.Msg {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), busWait)
+	defer cancel()
+	cons, err := b.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	m, err := cons.Next(jetstream.FetchMaxWait(busWait))
+	if err != nil {
+		b.t.Fatalf("no message on %s: %v", subject, err)
+	}
+	return m
+}
+
 func (b *bus) decidedEvents(id string) []contracts.Decided {
 	b.t.Helper()
 	var out []contracts.Decided
@@ -257,8 +274,14 @@ type ackLog struct {
 
 func sniffAcks(t *testing.T, nc *nats.Conn) *ackLog {
 	t.Helper()
+	return sniffAcksOf(t, nc, contracts.StreamResolutions, arbiter.DurableResolutions)
+}
+
+// sniffAcksOf records the acknowledgements of any durable consumer.
+func sniffAcksOf(t *testing.T, nc *nats.Conn, stream, durable string) *ackLog {
+	t.Helper()
 	l := &ackLog{changed: make(chan struct{})}
-	_, err := nc.Subscribe("$JS.ACK."+contracts.StreamResolutions+"."+arbiter.DurableResolutions+".>", func(m *nats.Msg) {
+	_, err := nc.Subscribe("$JS.ACK."+stream+"."+durable+".>", func(m *nats.Msg) {
 		ev, ok := parseAck(m)
 		if !ok {
 			t.Errorf("unexpected ack subject %q", m.Subject)

@@ -1,7 +1,6 @@
 package arbiter_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -33,16 +32,11 @@ func timerBus(t *testing.T) *bus {
 
 func terminal(r *contracts.Record) bool { return r.Status != contracts.StatusPending }
 
-// waitDecided waits until id has at least one decided event and returns them all.
+// waitDecided waits until id has a decided event and returns them all.
 func (b *bus) waitDecided(id string) []contracts.Decided {
 	b.t.Helper()
-	deadline := time.Now().Add(busWait)
-	for {
-		if d := b.decidedEvents(id); len(d) > 0 || time.Now().After(deadline) {
-			return d
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	b.waitMessage(contracts.StreamEvents, contracts.DecidedSubject(id))
+	return b.decidedEvents(id)
 }
 
 func assertTimedOut(t *testing.T, rec contracts.Record, status string) {
@@ -86,6 +80,7 @@ func TestTimerOnTimeoutApprove(t *testing.T) {
 func TestTimerAfterDecisionDoesNothing(t *testing.T) {
 	t.Parallel()
 	b := timerBus(t)
+	acks := sniffAcksOf(t, b.srv.Connect(), contracts.StreamTimers, arbiter.DurableTimers)
 	req := timedRequest(t, time.Second)
 	b.create(req)
 	b.vote(contracts.Vote{
@@ -98,42 +93,13 @@ func TestTimerAfterDecisionDoesNothing(t *testing.T) {
 	}
 	_, rev := b.record(req.EventID)
 
-	// Wait for the fire and for the arbiter to have handled it.
-	ctx, cancel := context.WithTimeout(context.Background(), busWait)
-	defer cancel()
-	fire := contracts.TimerFireSubject(req.EventID, contracts.TimerExpire)
-	var seq uint64
-	for seq == 0 {
-		if ctx.Err() != nil {
-			t.Fatal("the expiry timer never fired")
-		}
-		if m := b.messages(contracts.StreamTimers, fire); len(m) > 0 {
-			md, err := m[0].Metadata()
-			if err != nil {
-				t.Fatal(err)
-			}
-			seq = md.Sequence.Stream
-		} else {
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	cons, err := b.js.Consumer(ctx, contracts.StreamTimers, arbiter.DurableTimers)
+	// Wait for the fire, then for the arbiter's acknowledgement of it: the
+	// arbiter acknowledges only once it has handled the message.
+	md, err := b.waitMessage(contracts.StreamTimers, contracts.TimerFireSubject(req.EventID, contracts.TimerExpire)).Metadata()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		info, err := cons.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if info.AckFloor.Stream >= seq {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal("the arbiter never acknowledged the fire")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	acks.wait(t, md.Sequence.Stream, "+ACK")
 	rec, rev2 := b.record(req.EventID)
 	if rev2 != rev || rec.Status != contracts.StatusRejected {
 		t.Fatalf("record changed after the fire: status %s revision %d, want rejected at %d", rec.Status, rev2, rev)
@@ -170,21 +136,13 @@ func TestTimerExtendMovesExpiry(t *testing.T) {
 func TestTimerSurvivesServerRestart(t *testing.T) {
 	t.Parallel()
 	b := timerBus(t)
-	req := timedRequest(t, 2*time.Second)
+	req := timedRequest(t, 5*time.Second)
 	b.create(req)
 	// The schedule is stored before the record is acknowledged.
-	ctx, cancel := context.WithTimeout(context.Background(), busWait)
-	defer cancel()
-	sched := contracts.TimerScheduleSubject(req.EventID, contracts.TimerExpire)
-	for len(b.messages(contracts.StreamTimers, sched)) == 0 {
-		if ctx.Err() != nil {
-			t.Fatal("the expiry was never scheduled")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	b.waitMessage(contracts.StreamTimers, contracts.TimerScheduleSubject(req.EventID, contracts.TimerExpire))
 	b.srv.Restart()
 	if time.Now().After(req.ExpiresAt) {
-		t.Skip("the restart outlasted the deadline; nothing left to test")
+		t.Fatalf("the restart took until after the deadline %s; the test shows nothing", req.ExpiresAt)
 	}
 	rec := b.waitRecord(req.EventID, terminal)
 	assertTimedOut(t, rec, contracts.StatusExpired)

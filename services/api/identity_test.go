@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/countersign/countersign/contracts"
@@ -155,15 +157,11 @@ func TestForgedIdentityIsRefusedAndCounted(t *testing.T) {
 	if got := e.metric(t, `countersign_api_votes_total{result="not_an_approver"}`); got != "1" {
 		t.Fatalf("not_an_approver votes counted by the API: %q, want 1", got)
 	}
-	// The arbiter counts after its write, which the API may answer first.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		got := e.metric(t, `countersign_refused_votes_total{reason="not_an_approver"}`)
-		if got == "1" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not_an_approver votes counted by the arbiter: %q, want 1", got)
-		}
+	// The arbiter counts a refusal before it announces it: wait for the
+	// vote_refused change event, then read the counter.
+	waitChange(t, e, id, contracts.ChangeVoteRefused)
+	if got := e.metric(t, `countersign_refused_votes_total{reason="not_an_approver"}`); got != "1" {
+		t.Fatalf("not_an_approver votes counted by the arbiter: %q, want 1", got)
 	}
 
 	// Carol claims to be alice in the body: refused before it reaches the bus.
@@ -199,5 +197,32 @@ func TestDirectoryReloadRevokesAndGrants(t *testing.T) {
 	use("alice", "bob", "carol", "dana")
 	if ans := e.approve(t, "bob", id); ans.Record.Status != contracts.StatusApproved {
 		t.Fatalf("status %s", ans.Record.Status)
+	}
+}
+
+// waitChange blocks until a hitl.approval.changed event of kind change is
+// stored for id; an ordered consumer's pull is answered as soon as one is.
+func waitChange(t *testing.T, e *env, id, change string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cons, err := e.js.OrderedConsumer(ctx, contracts.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{contracts.ChangedSubject(id)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+		if err != nil {
+			t.Fatalf("no %s change for %s: %v", change, id, err)
+		}
+		var ch contracts.Changed
+		if err := json.Unmarshal(m.Data(), &ch); err != nil {
+			t.Fatal(err)
+		}
+		if ch.Change == change {
+			return
+		}
 	}
 }
