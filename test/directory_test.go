@@ -142,6 +142,8 @@ func TestServeDirectory(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
+	// The reload happens inside the other process, which gives no signal a
+	// test can wait on; her token starting to work is the observable effect.
 	deadline := time.Now().Add(20 * time.Second)
 	for p.callAs(erin.token, "GET", "/v1/approvals/"+id, nil, nil) != 200 {
 		if time.Now().After(deadline) {
