@@ -58,6 +58,13 @@ const (
 	CommandClaim  = "claim"
 )
 
+// Actions of a human_input answer (MCP elicitation).
+const (
+	AnswerAccept  = "accept"
+	AnswerDecline = "decline"
+	AnswerCancel  = "cancel"
+)
+
 // What happens when a request expires undecided.
 const (
 	OnTimeoutReject  = "reject"

@@ -1,0 +1,185 @@
+package notifier
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/countersign/countersign/contracts"
+)
+
+// FormatJSON indents a JSON value for people and cuts it to at most max bytes
+// (at a character boundary, never inside a multi-byte rune), ending a cut
+// text with a line saying how much was left out. Invalid JSON is shown as
+// it is, cut the same way. max <= 0 means no limit.
+func FormatJSON(raw json.RawMessage, max int) string {
+	var b bytes.Buffer
+	s := string(raw)
+	if json.Indent(&b, raw, "", "  ") == nil {
+		s = b.String()
+	}
+	return Truncate(s, max)
+}
+
+// Truncate cuts s to at most max bytes at a rune boundary; a cut text ends
+// with "… (N more bytes)" (counted in the max). max <= 0 means no limit.
+func Truncate(s string, max int) string {
+	if max <= 0 || len(s) <= max {
+		return s
+	}
+	for reserve := 24; reserve <= max; reserve += 8 {
+		cut := max - reserve
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		tail := fmt.Sprintf("\n… (%d more bytes)", len(s)-cut)
+		if cut+len(tail) <= max {
+			return s[:cut] + tail
+		}
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}
+
+// Title is a one-line heading for a request: "Approval needed: <tool>" or
+// "Input needed from a person".
+func Title(req *contracts.ApprovalRequested) string {
+	if req.Kind == contracts.KindHumanInput {
+		return "Input needed by " + req.Run.Agent
+	}
+	if req.ToolCall != nil {
+		return "Approval needed: " + req.ToolCall.Name
+	}
+	return "Approval needed"
+}
+
+// Approvals counts the distinct approvers whose approve (or edit) votes
+// count towards the quorum in rec.
+func Approvals(rec *contracts.Record) int {
+	seen := map[string]bool{}
+	for _, v := range rec.Votes {
+		if v.Decision == contracts.DecisionApprove || v.Decision == contracts.DecisionEdit {
+			seen[v.Approver.ID] = true
+		}
+	}
+	return len(seen)
+}
+
+// Progress is the quorum progress of a pending record: "1 of 2 approvals".
+// With no record yet it reads "0 of k approvals".
+func Progress(req *contracts.ApprovalRequested, rec *contracts.Record) string {
+	k := req.Quorum.Required
+	if k < 1 {
+		k = 1
+	}
+	n := 0
+	if rec != nil {
+		n = Approvals(rec)
+	}
+	if k == 1 {
+		return fmt.Sprintf("%d of 1 approval", n)
+	}
+	return fmt.Sprintf("%d of %d approvals", n, k)
+}
+
+// OutcomeLine says how a terminal record was decided, for people:
+// "Approved by bob via email, 2 of 2", "Rejected by carol via slack: too
+// large", "Expired (no decision before the deadline)".
+func OutcomeLine(rec *contracts.Record) string {
+	o := rec.Outcome
+	who := func() string {
+		if o == nil || len(o.DecidedBy) == 0 {
+			return ""
+		}
+		parts := make([]string, 0, len(o.DecidedBy))
+		for _, id := range o.DecidedBy {
+			via := ""
+			for _, v := range rec.Votes {
+				if v.Approver.ID == id {
+					via = v.Approver.Via
+				}
+			}
+			if via != "" {
+				parts = append(parts, id+" via "+via)
+			} else {
+				parts = append(parts, id)
+			}
+		}
+		return " by " + strings.Join(parts, ", ")
+	}
+	var s string
+	switch rec.Status {
+	case contracts.StatusApproved:
+		if o != nil && len(o.DecidedBy) == 1 && o.DecidedBy[0] == contracts.DecidedByTimeout {
+			return "Approved when the deadline passed (the rule approves on timeout)"
+		}
+		s = "Approved" + who()
+		if o != nil && o.Decision == contracts.DecisionEdit {
+			s = "Approved with edited arguments" + who()
+		}
+		k := max(rec.Request.Quorum.Required, 1)
+		s += fmt.Sprintf(", %d of %d", min(Approvals(rec), k), k)
+	case contracts.StatusRejected:
+		s = "Rejected" + who()
+	case contracts.StatusResponded:
+		s = "Answered with feedback" + who()
+	case contracts.StatusAnswered:
+		s = "Answered" + who()
+		if o != nil && o.Action != "" && o.Action != contracts.AnswerAccept {
+			s += " (" + o.Action + ")"
+		}
+	case contracts.StatusExpired:
+		s = "Expired (no decision before the deadline)"
+	case contracts.StatusCancelled:
+		s = "Cancelled" + who()
+	default:
+		return "Pending, " + Progress(&rec.Request, rec)
+	}
+	if o != nil && o.Comment != "" && rec.Status != contracts.StatusExpired {
+		s += ": " + o.Comment
+	}
+	return s
+}
+
+// RefusalText explains a refusal reason code to the person whose vote it was.
+func RefusalText(reason string) string {
+	switch reason {
+	case contracts.ReasonNotAnApprover:
+		return "you are not one of the approvers of this request"
+	case contracts.ReasonSelfApproval:
+		return "you requested this call (or own the run), and this rule does not allow approving your own request"
+	case contracts.ReasonDuplicateVote:
+		return "you have already voted on this request"
+	case contracts.ReasonClosed:
+		return "the request was already decided"
+	case contracts.ReasonStaleArguments:
+		return "the arguments changed since you saw them; look at the request again"
+	case contracts.ReasonInvalidArguments:
+		return "the arguments do not match the tool's schema"
+	case contracts.ReasonDecisionNotAllowed:
+		return "this decision is not allowed for this request"
+	case contracts.ReasonUnknownEvent:
+		return "the request does not exist (or has been removed)"
+	case contracts.ReasonOutOfOrder:
+		return "the approvers of this request vote in order, and it is not your turn yet"
+	case "":
+		return ""
+	default:
+		return "refused (" + reason + ")"
+	}
+}
+
+// ApprovalURL is the web inbox page of an approval under base (the public
+// URL of the Countersign HTTP server), or "" when base is empty.
+func ApprovalURL(base, eventID string) string {
+	if base == "" {
+		return ""
+	}
+	return strings.TrimRight(base, "/") + "/approvals/" + url.PathEscape(eventID)
+}

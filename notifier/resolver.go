@@ -1,0 +1,71 @@
+package notifier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/countersign/countersign/contracts"
+)
+
+// ErrUnknownEvent is returned by a Resolver for an approval it does not know.
+var ErrUnknownEvent = errors.New("notifier: unknown approval")
+
+// Resolver is what the interactive channels (Slack buttons and modals, email
+// confirmation pages) use to read an approval and cast a vote. The HTTP API
+// implements it over the bus; channels never publish votes themselves.
+type Resolver interface {
+	// Record returns the current record of an approval, or ErrUnknownEvent.
+	Record(ctx context.Context, eventID string) (*contracts.Record, error)
+	// Vote publishes v (its Approver set from a verified identity: a Slack
+	// signature and the directory, or a signed email link) and waits a few
+	// seconds for the arbiter's answer. A vote with a VoteID that was
+	// already counted or refused returns that earlier answer.
+	Vote(ctx context.Context, v contracts.Vote) (VoteResult, error)
+}
+
+// VoteResult is what the arbiter made of a vote.
+type VoteResult struct {
+	// Counted is true when the vote counted (the record may now be terminal).
+	Counted bool
+	// Refused is the refusal reason code (contracts.Reason*) when it did not.
+	Refused string
+	// Detail says more about a refusal, e.g. the schema error of an edit:
+	// "arguments/amount: maximum: got 5000, want 1000".
+	Detail string
+	// InFlight is true when the arbiter had not answered within the wait;
+	// the vote is stored and will be applied.
+	InFlight bool
+	// Record is the record after the vote, when answered.
+	Record *contracts.Record
+}
+
+// retryAfterError asks for the next attempt no sooner than After.
+type retryAfterError struct {
+	after time.Duration
+	err   error
+}
+
+func (e *retryAfterError) Error() string {
+	return fmt.Sprintf("%v (retry after %s)", e.err, e.after)
+}
+func (e *retryAfterError) Unwrap() error { return e.err }
+
+// RetryAfter marks err as transient and asks the notifier to wait at least d
+// before the next attempt (a 429 or 503 with Retry-After).
+func RetryAfter(d time.Duration, err error) error {
+	if d < 0 {
+		d = 0
+	}
+	return &retryAfterError{after: d, err: err}
+}
+
+// RetryAfterOf returns the delay asked for by RetryAfter anywhere in err's chain.
+func RetryAfterOf(err error) (time.Duration, bool) {
+	var r *retryAfterError
+	if errors.As(err, &r) {
+		return r.after, true
+	}
+	return 0, false
+}
