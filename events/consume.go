@@ -53,6 +53,13 @@ func IsPoison(err error) bool {
 	return errors.As(err, &p)
 }
 
+// ErrDetached, returned by a Handler, says the handler handed the message
+// to work that outlives the call (a slow delivery, say) and that this work
+// will acknowledge, nak or terminate it. The loop does nothing more with the
+// message and takes the next one; the consumer's MaxAckPending bounds how
+// many detached messages are outstanding.
+var ErrDetached = errors.New("events: message detached from the consume loop")
+
 // Handler processes one message. nil acks it; an error made by Retry naks it
 // with a delay; one made by Poison dead-letters and terminates it; any other
 // error naks it with a growing delay until MaxDeliver, then dead-letters it.
@@ -73,6 +80,10 @@ type ConsumerConfig struct {
 	AckWait time.Duration
 	// Concurrency is how many messages are handled at once (default 1).
 	Concurrency int
+	// MaxAckPending bounds the messages given out and not yet acknowledged
+	// (default the larger of 1000 and 4 × Concurrency); with detached
+	// handlers it bounds the work outstanding.
+	MaxAckPending int
 	// Backoff is the first Nak delay for plain errors; it doubles per
 	// delivery up to MaxBackoff (defaults 250 ms and 30 s).
 	Backoff, MaxBackoff time.Duration
@@ -91,6 +102,9 @@ func (c *ConsumerConfig) setDefaults() {
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 1
+	}
+	if c.MaxAckPending == 0 {
+		c.MaxAckPending = max(1000, c.Concurrency*4)
 	}
 	if c.Backoff == 0 {
 		c.Backoff = 250 * time.Millisecond
@@ -133,7 +147,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, cfg ConsumerConfig, h 
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		AckWait:        cfg.AckWait,
 		MaxDeliver:     -1,
-		MaxAckPending:  max(1000, cfg.Concurrency*4),
+		MaxAckPending:  cfg.MaxAckPending,
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 		FilterSubjects: cfg.FilterSubjects,
 	}
@@ -179,6 +193,9 @@ func (l *loop) handle(ctx context.Context, m jetstream.Msg) {
 		delivered = md.NumDelivered
 	}
 	err := l.safeHandle(ctx, m)
+	if errors.Is(err, ErrDetached) {
+		return
+	}
 	if err == nil {
 		if aerr := m.Ack(); aerr != nil {
 			log.Debug("ack", "subject", m.Subject(), "err", aerr)

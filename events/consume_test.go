@@ -249,6 +249,40 @@ func TestConsumeAcksOnNil(t *testing.T) {
 	}
 }
 
+func TestConsumeDetachedMessagesAreSettledByTheHandlersWork(t *testing.T) {
+	e := newEnv(t)
+	const durable = "test-detached"
+	acks := e.watchAcks(t, contracts.StreamRequests, durable)
+	held := make(chan jetstream.Msg, 16)
+	e.consume(t, e.js, events.ConsumerConfig{Stream: contracts.StreamRequests, Durable: durable},
+		func(_ context.Context, m jetstream.Msg) error {
+			held <- m
+			return events.ErrDetached
+		})
+	first := e.publish(t, "billing", []byte(`{"n":1}`), nil)
+	m1 := recv(t, held, "the first message")
+	// With Concurrency 1 the loop takes the next message while the first
+	// is still held: detaching freed the slot, and nothing settled it.
+	second := e.publish(t, "billing", []byte(`{"n":2}`), nil)
+	m2 := recv(t, held, "the second message while the first is held")
+	if deliveryOf(t, m2).seq != second {
+		t.Fatalf("second message has seq %d, want %d", deliveryOf(t, m2).seq, second)
+	}
+	if err := m2.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	if a := recv(t, acks, "the second ack"); a.streamSeq != second || a.body != "+ACK" {
+		t.Fatalf("first settlement = %+v, want the work's +ACK of seq %d (the loop must not settle a detached message)", a, second)
+	}
+	if err := m1.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	if a := recv(t, acks, "the first ack"); a.streamSeq != first || a.body != "+ACK" {
+		t.Fatalf("settlement = %+v, want +ACK of seq %d", a, first)
+	}
+	assertSettled(t, e.js, contracts.StreamRequests, durable, 2)
+}
+
 func TestConsumeRetryRedeliversAfterDelay(t *testing.T) {
 	e := newEnv(t)
 	const (

@@ -166,9 +166,44 @@ func (s *Server) postVote(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	// reason is the arbiter's refusal, "" when the vote counted. A vote id
-	// already used by someone else's vote is refused as a duplicate: the
-	// arbiter ignores the second vote with that id.
+	res, err := s.castVote(ctx, vote)
+	if err != nil {
+		s.m.votes.WithLabelValues("error").Inc()
+		writeError(w, s.backendError("publish vote", err))
+		return
+	}
+	rec, rev, done, reason, detail := res.rec, res.rev, res.done, res.reason, res.detail
+	s.log.Info("vote", "event_id", id, "vote_id", vote.VoteID, "approver", p.subject, "decision", vote.Decision, "token_name", p.name)
+	switch {
+	case !done:
+		s.m.votes.WithLabelValues("in_flight").Inc()
+		writeJSON(w, http.StatusAccepted, inFlightAnswer{Status: "in_flight", VoteID: vote.VoteID})
+	case reason == contracts.ReasonInvalidArguments && detail != "":
+		s.m.votes.WithLabelValues(reason).Inc()
+		field, msg, _ := strings.Cut(detail, ": ")
+		writeError(w, schemaRefusal(field, msg))
+	case reason != "":
+		s.m.votes.WithLabelValues(reason).Inc()
+		writeError(w, refusal(reason))
+	default:
+		s.m.votes.WithLabelValues("counted").Inc()
+		writeJSON(w, http.StatusOK, recordAnswer{Record: rec, Revision: rev})
+	}
+}
+
+// voteResult is what the arbiter made of a vote: done is false when it had
+// not answered within arbiterWait; reason is its refusal, "" when counted.
+type voteResult struct {
+	rec            *contracts.Record
+	rev            uint64
+	done           bool
+	reason, detail string
+}
+
+// castVote publishes vote and waits for the arbiter's answer. A vote id
+// already used by someone else's vote is refused as a duplicate: the
+// arbiter ignores the second vote with that id.
+func (s *Server) castVote(ctx context.Context, vote contracts.Vote) (voteResult, error) {
 	var reason, detail string
 	match := func(rec *contracts.Record) bool {
 		for _, v := range rec.Votes {
@@ -190,31 +225,14 @@ func (s *Server) postVote(w http.ResponseWriter, r *http.Request) {
 		}
 		return false
 	}
-	rec, rev, done, err := s.publishAndWatch(ctx, id, func(pctx context.Context) error {
-		_, err := events.Publish(pctx, s.cfg.JS, contracts.ResolvedSubject(id), vote, vote.VoteID, nil)
+	rec, rev, done, err := s.publishAndWatch(ctx, vote.EventID, func(pctx context.Context) error {
+		_, err := events.Publish(pctx, s.cfg.JS, contracts.ResolvedSubject(vote.EventID), vote, vote.VoteID, nil)
 		return err
 	}, match)
 	if err != nil {
-		s.m.votes.WithLabelValues("error").Inc()
-		writeError(w, s.backendError("publish vote", err))
-		return
+		return voteResult{}, err
 	}
-	s.log.Info("vote", "event_id", id, "vote_id", vote.VoteID, "approver", p.subject, "decision", vote.Decision, "token_name", p.name)
-	switch {
-	case !done:
-		s.m.votes.WithLabelValues("in_flight").Inc()
-		writeJSON(w, http.StatusAccepted, inFlightAnswer{Status: "in_flight", VoteID: vote.VoteID})
-	case reason == contracts.ReasonInvalidArguments && detail != "":
-		s.m.votes.WithLabelValues(reason).Inc()
-		field, msg, _ := strings.Cut(detail, ": ")
-		writeError(w, schemaRefusal(field, msg))
-	case reason != "":
-		s.m.votes.WithLabelValues(reason).Inc()
-		writeError(w, refusal(reason))
-	default:
-		s.m.votes.WithLabelValues("counted").Inc()
-		writeJSON(w, http.StatusOK, recordAnswer{Record: rec, Revision: rev})
-	}
+	return voteResult{rec: rec, rev: rev, done: done, reason: reason, detail: detail}, nil
 }
 
 // unknownEventWait is how long a vote waits for a record that does not

@@ -1,0 +1,712 @@
+package dispatch_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/events"
+	"github.com/countersign/countersign/events/eventstest"
+	"github.com/countersign/countersign/notifier"
+	"github.com/countersign/countersign/notifier/dispatch"
+	"github.com/countersign/countersign/orchestrator/arbiter"
+)
+
+const wait = 20 * time.Second
+
+// people is a small directory.
+type people map[string]dispatch.Person
+
+func (p people) Person(id string) (dispatch.Person, bool) { v, ok := p[id]; return v, ok }
+func (p people) BySlackID(s string) (dispatch.Person, bool) {
+	for _, v := range p {
+		if v.SlackUserID == s {
+			return v, true
+		}
+	}
+	return dispatch.Person{}, false
+}
+func (p people) ByEmail(a string) (dispatch.Person, bool) {
+	for _, v := range p {
+		if v.Email == a {
+			return v, true
+		}
+	}
+	return dispatch.Person{}, false
+}
+func (p people) Members(g string) ([]string, bool) {
+	if g == "finance" {
+		return []string{"alice", "bob"}, true
+	}
+	return nil, false
+}
+
+var directory = people{
+	"alice": {ID: "alice", Email: "alice@example.com", SlackUserID: "U0ALICE001"},
+	"bob":   {ID: "bob", Email: "bob@example.com", SlackUserID: "U0BOB00001"},
+	"carol": {ID: "carol", Email: "carol@example.com"},
+}
+
+// call is one Notify or Update a test channel received.
+type call struct {
+	Update bool
+	N      notifier.Notification
+}
+
+// channel is a test channel: behave decides each call's result; every call
+// is recorded and announced on calls.
+type channel struct {
+	name   string
+	behave func(ctx context.Context, c call, attempt int) (string, error)
+	mu     sync.Mutex
+	log    []call
+	calls  chan call
+}
+
+func newChannel(name string, behave func(ctx context.Context, c call, attempt int) (string, error)) *channel {
+	if behave == nil {
+		behave = func(_ context.Context, c call, _ int) (string, error) {
+			return "ref-" + c.N.Target.Address, nil
+		}
+	}
+	return &channel{name: name, behave: behave, calls: make(chan call, 1000)}
+}
+
+func (c *channel) Name() string { return c.name }
+
+func (c *channel) do(ctx context.Context, cl call) (notifier.Receipt, error) {
+	c.mu.Lock()
+	attempt := 1
+	for _, old := range c.log {
+		if old.Update == cl.Update && old.N.IdempotencyKey() == cl.N.IdempotencyKey() {
+			attempt++
+		}
+	}
+	c.log = append(c.log, cl)
+	c.mu.Unlock()
+	c.calls <- cl
+	ref, err := c.behave(ctx, cl, attempt)
+	if err != nil {
+		return notifier.Receipt{}, err
+	}
+	return notifier.Receipt{Ref: ref}, nil
+}
+
+func (c *channel) Notify(ctx context.Context, n notifier.Notification) (notifier.Receipt, error) {
+	return c.do(ctx, call{N: n})
+}
+
+func (c *channel) Update(ctx context.Context, n notifier.Notification) (notifier.Receipt, error) {
+	return c.do(ctx, call{Update: true, N: n})
+}
+
+// count returns how many calls reached address (Notify or Update).
+func (c *channel) count(address string, update bool) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, cl := range c.log {
+		if cl.N.Target.Address == address && cl.Update == update {
+			n++
+		}
+	}
+	return n
+}
+
+type env struct {
+	t   *testing.T
+	srv *eventstest.Server
+	js  jetstream.JetStream
+
+	mu       sync.Mutex
+	receipts []notifier.Receipt
+	taken    []bool
+	more     chan struct{} // closed and replaced when a receipt arrives
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	srv := eventstest.NewServer(t)
+	js := srv.JetStream()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := events.Provision(ctx, js, events.ProvisionConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, srv: srv, js: js, more: make(chan struct{})}
+	nc := srv.Connect()
+	t.Cleanup(nc.Close)
+	sub, err := nc.Subscribe(contracts.SubjectNotifyPrefix+">", func(m *nats.Msg) {
+		var r notifier.Receipt
+		if err := json.Unmarshal(m.Data, &r); err != nil {
+			t.Errorf("receipt: %v", err)
+			return
+		}
+		e.mu.Lock()
+		e.receipts = append(e.receipts, r)
+		e.taken = append(e.taken, false)
+		close(e.more)
+		e.more = make(chan struct{})
+		e.mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	arb, err := arbiter.New(ctx, arbiter.Config{JS: srv.JetStream()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, acancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- arb.Run(actx) }()
+	t.Cleanup(func() {
+		acancel()
+		if err := <-done; err != nil {
+			t.Errorf("arbiter: %v", err)
+		}
+	})
+	return e
+}
+
+// start runs a dispatcher until the returned stop is called (or the test ends).
+func (e *env) start(cfg dispatch.Config) (stop func()) {
+	e.t.Helper()
+	cfg.JS = e.srv.JetStream()
+	if cfg.People == nil {
+		cfg.People = directory
+	}
+	if cfg.Retry.Initial == 0 {
+		cfg.Retry.Initial = time.Millisecond
+	}
+	if cfg.AckWait == 0 {
+		cfg.AckWait = 2 * time.Second
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d, err := dispatch.New(ctx, cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				e.t.Errorf("dispatcher: %v", err)
+			}
+		})
+	}
+	e.t.Cleanup(stop)
+	return stop
+}
+
+func request(channels ...string) contracts.ApprovalRequested {
+	args := json.RawMessage(`{"amount":120,"currency":"EUR"}`)
+	sum, err := contracts.ArgumentsSHA256(args)
+	if err != nil {
+		panic(err)
+	}
+	now := time.Now().UTC()
+	return contracts.ApprovalRequested{
+		Spec: contracts.SpecApprovalRequested, EventID: uuid.NewString(), Kind: contracts.KindToolApproval,
+		Run:      contracts.Run{ID: "run-1", Agent: "billing", RequestedBy: "erin"},
+		ToolCall: &contracts.ToolCall{ID: "c1", Name: "stripe.refund", Arguments: args, ArgumentsSHA256: sum},
+		Risk:     contracts.RiskHigh, Summary: "refund 120 EUR",
+		Policy: contracts.PolicyRef{Rule: "refunds", Version: "v1"},
+		Quorum: contracts.Quorum{Required: 1, Approvers: []string{"alice", "bob"}, Veto: true, Order: contracts.OrderAny},
+		Escalation: []contracts.EscalationTier{}, Reminders: []string{},
+		AllowedDecisions: []string{contracts.DecisionApprove, contracts.DecisionReject},
+		Channels:         channels,
+		ExpiresAt:        now.Add(time.Hour), OnTimeout: contracts.OnTimeoutReject, CreatedAt: now,
+	}
+}
+
+func (e *env) publish(req contracts.ApprovalRequested) {
+	e.t.Helper()
+	if _, err := events.Publish(context.Background(), e.js, contracts.ToolRequestedSubject(req.Run.Agent), req, req.EventID, nil); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) vote(id, approver, decision string) {
+	e.t.Helper()
+	v := contracts.Vote{Spec: contracts.SpecVote, VoteID: uuid.NewString(), EventID: id, Decision: decision,
+		Approver: contracts.Approver{ID: approver, Via: contracts.ViaAPI}, DecidedAt: time.Now().UTC()}
+	if _, err := events.Publish(context.Background(), e.js, contracts.ResolvedSubject(id), v, v.VoteID, nil); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// receipt waits for a receipt that matches and was not returned before.
+func (e *env) receipt(what string, match func(notifier.Receipt) bool) notifier.Receipt {
+	e.t.Helper()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		e.mu.Lock()
+		for i, r := range e.receipts {
+			if !e.taken[i] && match(r) {
+				e.taken[i] = true
+				e.mu.Unlock()
+				return r
+			}
+		}
+		more := e.more
+		e.mu.Unlock()
+		select {
+		case <-more:
+		case <-timer.C:
+			e.t.Fatalf("no receipt: %s", what)
+		}
+	}
+}
+
+// receiptsFor collects n receipts of event id (any order).
+func (e *env) receiptsFor(id string, n int) map[string]notifier.Receipt {
+	e.t.Helper()
+	out := map[string]notifier.Receipt{}
+	for len(out) < n {
+		r := e.receipt(fmt.Sprintf("%d receipts of %s, have %d", n, id, len(out)), func(r notifier.Receipt) bool { return r.EventID == id })
+		out[r.Channel+" "+r.Target+" "+r.Kind] = r
+	}
+	return out
+}
+
+func (e *env) waitDecided(id string) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	kv, err := e.js.KeyValue(ctx, contracts.BucketApprovals)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	w, err := kv.Watch(ctx, id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case en := <-w.Updates():
+			if en == nil {
+				continue
+			}
+			var rec contracts.Record
+			if err := json.Unmarshal(en.Value(), &rec); err != nil {
+				e.t.Fatal(err)
+			}
+			if rec.Terminal() {
+				return
+			}
+		case <-ctx.Done():
+			e.t.Fatalf("record %s never decided", id)
+		}
+	}
+}
+
+func TestTargetsResolveEveryRouteKind(t *testing.T) {
+	req := request()
+	routes := []string{"inbox", "slack", "slack:#payments", "slack:@carol", "slack:@U0BOB00001", "email:group:finance",
+		"email:ops@example.com", "email:carol", "webhook:audit", "webhook", "email:group:nosuch", "sms:1", "email"}
+	got, problems := dispatch.Targets(&req, routes, directory, []string{"audit", "siem"})
+	want := []notifier.Target{
+		{Channel: "slack", Address: "U0ALICE001", Approver: "alice"},
+		{Channel: "slack", Address: "U0BOB00001", Approver: "bob"},
+		{Channel: "slack", Address: "#payments"},
+		{Channel: "email", Address: "alice@example.com", Approver: "alice"},
+		{Channel: "email", Address: "bob@example.com", Approver: "bob"},
+		{Channel: "email", Address: "ops@example.com"},
+		{Channel: "email", Address: "carol@example.com", Approver: "carol"},
+		{Channel: "webhook", Address: "audit"},
+		{Channel: "webhook", Address: "siem"},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("targets:\n got %v\nwant %v", got, want)
+	}
+	var reasons []string
+	for _, p := range problems {
+		reasons = append(reasons, p.Route+": "+p.Reason)
+	}
+	wantProblems := []string{
+		"slack:@carol: carol has no Slack user id in the directory",
+		`email:group:nosuch: no group "nosuch" in the directory`,
+		`sms:1: channel "sms:1": unknown channel "sms" (slack, email, webhook, inbox)`,
+	}
+	if fmt.Sprint(reasons) != fmt.Sprint(wantProblems) {
+		t.Errorf("problems:\n got %q\nwant %q", reasons, wantProblems)
+	}
+	anyone := request()
+	anyone.Quorum.Approvers = nil
+	if _, p := dispatch.Targets(&anyone, []string{"email"}, directory, nil); len(p) != 1 {
+		t.Errorf("bare email without approvers: problems %v, want one", p)
+	}
+}
+
+func TestRetryPolicyWaitsGrowToTheCap(t *testing.T) {
+	p := dispatch.RetryPolicy{Initial: time.Second, Multiplier: 4, Max: 30 * time.Second}
+	for n, want := range map[int]time.Duration{1: time.Second, 2: 4 * time.Second, 3: 16 * time.Second, 4: 30 * time.Second, 9: 30 * time.Second} {
+		if got := p.Wait(n); got != want {
+			t.Errorf("Wait(%d) = %s, want %s", n, got, want)
+		}
+	}
+}
+
+func TestDeliversToEveryTargetOnceWithReceipts(t *testing.T) {
+	e := newEnv(t)
+	slack, email, hook := newChannel("slack", nil), newChannel("email", nil), newChannel("webhook", nil)
+	e.start(dispatch.Config{Channels: []notifier.Channel{slack, email, hook}, Endpoints: []string{"audit"}})
+	req := request("slack:#payments", "email", "webhook:audit", "inbox")
+	e.publish(req)
+	got := e.receiptsFor(req.EventID, 4)
+	for _, k := range []string{"slack #payments requested", "email alice@example.com requested", "email bob@example.com requested", "webhook audit requested"} {
+		r, ok := got[k]
+		if !ok {
+			t.Fatalf("no receipt %q in %v", k, got)
+		}
+		if r.Status != notifier.ReceiptDelivered || r.Ref != "ref-"+r.Target || r.Spec != contracts.SpecNotifyReceipt {
+			t.Errorf("receipt %q = %+v", k, r)
+		}
+	}
+	if r := got["email alice@example.com requested"]; r.Approver != "alice" {
+		t.Errorf("email receipt approver = %q, want alice", r.Approver)
+	}
+	// The stored receipts are what the next delivery consults.
+	stored, err := dispatch.Receipts(context.Background(), e.js, req.EventID)
+	if err != nil || len(stored) != 4 {
+		t.Fatalf("stored receipts: %d, %v", len(stored), err)
+	}
+	if slack.count("#payments", false) != 1 || email.count("alice@example.com", false) != 1 || hook.count("audit", false) != 1 {
+		t.Errorf("calls: slack %d, email %d, webhook %d; want one each", slack.count("#payments", false), email.count("alice@example.com", false), hook.count("audit", false))
+	}
+}
+
+func TestOutcomeUpdatesEveryTargetThatShowedTheRequest(t *testing.T) {
+	e := newEnv(t)
+	slack, email := newChannel("slack", nil), newChannel("email", nil)
+	e.start(dispatch.Config{Channels: []notifier.Channel{slack, email}})
+	req := request("slack:#payments", "email:alice")
+	e.publish(req)
+	e.receiptsFor(req.EventID, 2)
+	e.vote(req.EventID, "bob", contracts.DecisionApprove)
+	got := e.receiptsFor(req.EventID, 2)
+	for _, k := range []string{"slack #payments decided", "email alice@example.com decided"} {
+		if r, ok := got[k]; !ok || r.Status != notifier.ReceiptDelivered {
+			t.Fatalf("no delivered %q receipt in %v", k, got)
+		}
+	}
+	for _, c := range []*channel{slack, email} {
+		c.mu.Lock()
+		for _, cl := range c.log {
+			if !cl.Update {
+				continue
+			}
+			if cl.N.Kind != notifier.KindDecided || cl.N.Record == nil || cl.N.Record.Status != contracts.StatusApproved {
+				t.Errorf("%s update: kind %q record %+v", c.name, cl.N.Kind, cl.N.Record)
+			}
+			if cl.N.Ref != "ref-"+cl.N.Target.Address {
+				t.Errorf("%s update to %s has ref %q, want the request's receipt ref", c.name, cl.N.Target.Address, cl.N.Ref)
+			}
+			if line := notifier.OutcomeLine(cl.N.Record); line != "Approved by bob via api, 1 of 1" {
+				t.Errorf("outcome line %q", line)
+			}
+		}
+		c.mu.Unlock()
+	}
+}
+
+func TestRestartedNotifierDoesNotPostTwiceWhereAReceiptExists(t *testing.T) {
+	e := newEnv(t)
+	release := make(chan struct{})
+	// First life: Slack delivers, email hangs until the process is killed.
+	slack1 := newChannel("slack", nil)
+	email1 := newChannel("email", func(ctx context.Context, _ call, _ int) (string, error) {
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-release:
+			return "", errors.New("released")
+		}
+	})
+	stop := e.start(dispatch.Config{Channels: []notifier.Channel{slack1, email1}})
+	req := request("slack:#payments", "email:alice")
+	e.publish(req)
+	e.receipt("slack delivered", func(r notifier.Receipt) bool { return r.EventID == req.EventID && r.Channel == "slack" })
+	<-email1.calls // the email delivery is under way
+	stop()         // killed mid-delivery
+	defer close(release)
+
+	slack2, email2 := newChannel("slack", nil), newChannel("email", nil)
+	e.start(dispatch.Config{Channels: []notifier.Channel{slack2, email2}})
+	r := e.receipt("email delivered after restart", func(r notifier.Receipt) bool { return r.EventID == req.EventID && r.Channel == "email" })
+	if r.Status != notifier.ReceiptDelivered {
+		t.Fatalf("email receipt %+v", r)
+	}
+	if n := slack2.count("#payments", false); n != 0 {
+		t.Errorf("the restarted notifier posted to Slack again (%d times) although a receipt existed", n)
+	}
+	if n := slack1.count("#payments", false) + slack2.count("#payments", false); n != 1 {
+		t.Errorf("Slack posts in all: %d, want 1", n)
+	}
+}
+
+func TestChannelThatIsDownDoesNotDelayOthers(t *testing.T) {
+	e := newEnv(t)
+	down := make(chan struct{})
+	defer close(down)
+	slack := newChannel("slack", func(ctx context.Context, _ call, _ int) (string, error) {
+		select { // hangs like a dead endpoint, until the test ends
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-down:
+			return "", errors.New("down")
+		}
+	})
+	email := newChannel("email", nil)
+	e.start(dispatch.Config{Channels: []notifier.Channel{slack, email}, Concurrency: 4})
+	first := request("slack:#payments", "email:alice")
+	e.publish(first)
+	<-slack.calls
+	e.receipt("email of the first request while Slack hangs", func(r notifier.Receipt) bool {
+		return r.EventID == first.EventID && r.Channel == "email"
+	})
+	// Later requests are not held up behind the hanging one either.
+	for i := 0; i < 5; i++ {
+		req := request("slack:#payments", "email:bob")
+		e.publish(req)
+		e.receipt("email of a later request", func(r notifier.Receipt) bool { return r.EventID == req.EventID && r.Channel == "email" })
+	}
+}
+
+func TestTransientFailuresAreRetriedUntilDelivered(t *testing.T) {
+	e := newEnv(t)
+	reg := prometheus.NewRegistry()
+	hook := newChannel("webhook", func(_ context.Context, _ call, attempt int) (string, error) {
+		if attempt <= 2 {
+			return "", errors.New("503 from receiver")
+		}
+		return "whid", nil
+	})
+	e.start(dispatch.Config{Channels: []notifier.Channel{hook}, Registerer: reg})
+	req := request("webhook:audit")
+	e.publish(req)
+	r := e.receipt("delivered", func(r notifier.Receipt) bool { return r.EventID == req.EventID })
+	if r.Status != notifier.ReceiptDelivered || r.Ref != "whid" {
+		t.Fatalf("receipt %+v", r)
+	}
+	if n := hook.count("audit", false); n != 3 {
+		t.Errorf("attempts %d, want 3", n)
+	}
+	if got := counter(t, reg, "countersign_notification_attempts_total", map[string]string{"channel": "webhook", "result": "transient"}); got != 2 {
+		t.Errorf("transient attempts metric = %v, want 2", got)
+	}
+	if got := counter(t, reg, "countersign_notifications_total", map[string]string{"channel": "webhook", "kind": "requested", "result": "delivered"}); got != 1 {
+		t.Errorf("delivered metric = %v, want 1", got)
+	}
+}
+
+func TestRetryAfterIsHonoured(t *testing.T) {
+	e := newEnv(t)
+	var first time.Time
+	var gap time.Duration
+	hook := newChannel("webhook", func(_ context.Context, _ call, attempt int) (string, error) {
+		if attempt == 1 {
+			first = time.Now()
+			return "", notifier.RetryAfter(300*time.Millisecond, errors.New("429"))
+		}
+		gap = time.Since(first)
+		return "ok", nil
+	})
+	e.start(dispatch.Config{Channels: []notifier.Channel{hook}})
+	req := request("webhook:audit")
+	e.publish(req)
+	e.receipt("delivered", func(r notifier.Receipt) bool { return r.EventID == req.EventID })
+	// A lower bound, which no machine's slowness can break: the second
+	// attempt came no sooner than the receiver asked.
+	if gap < 300*time.Millisecond {
+		t.Errorf("second attempt %s after the first, before the 300ms Retry-After", gap)
+	}
+}
+
+func deadLetters(t *testing.T, js jetstream.JetStream, stream string) []dispatch.DeadLetter {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	cons, err := js.OrderedConsumer(ctx, contracts.StreamDeadLetter, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{contracts.DeadLetterSubject(stream)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []dispatch.DeadLetter
+	for i := uint64(0); i < info.NumPending; i++ {
+		m, err := cons.Next(jetstream.FetchMaxWait(wait))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var dl dispatch.DeadLetter
+		if err := json.Unmarshal(m.Data(), &dl); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, dl)
+	}
+	return out
+}
+
+func TestPermanentFailureGivesFailedReceiptAndDeadLetter(t *testing.T) {
+	e := newEnv(t)
+	slack := newChannel("slack", func(context.Context, call, int) (string, error) {
+		return "", fmt.Errorf("%w: channel_not_found", notifier.ErrPermanent)
+	})
+	e.start(dispatch.Config{Channels: []notifier.Channel{slack}})
+	req := request("slack:#gone")
+	e.publish(req)
+	r := e.receipt("failed", func(r notifier.Receipt) bool { return r.EventID == req.EventID })
+	if r.Status != notifier.ReceiptFailed || !r.Permanent || r.Error == "" {
+		t.Fatalf("receipt %+v", r)
+	}
+	if n := slack.count("#gone", false); n != 1 {
+		t.Errorf("a permanent failure was tried %d times, want 1", n)
+	}
+	dls := deadLetters(t, e.js, contracts.StreamRequests)
+	if len(dls) != 1 || dls[0].Receipt.IdempotencyKey != r.IdempotencyKey || dls[0].Attempts != 1 {
+		t.Fatalf("dead letters %+v", dls)
+	}
+}
+
+func TestRetriesRunOutIntoAFailedReceipt(t *testing.T) {
+	e := newEnv(t)
+	hook := newChannel("webhook", func(context.Context, call, int) (string, error) { return "", errors.New("connection refused") })
+	e.start(dispatch.Config{Channels: []notifier.Channel{hook}, Retry: dispatch.RetryPolicy{Attempts: 3}})
+	req := request("webhook:audit")
+	e.publish(req)
+	r := e.receipt("failed", func(r notifier.Receipt) bool { return r.EventID == req.EventID })
+	if r.Status != notifier.ReceiptFailed || r.Permanent {
+		t.Fatalf("receipt %+v", r)
+	}
+	if n := hook.count("audit", false); n != 3 {
+		t.Errorf("attempts %d, want 3", n)
+	}
+	if dls := deadLetters(t, e.js, contracts.StreamRequests); len(dls) != 1 || dls[0].Attempts != 3 {
+		t.Fatalf("dead letters %+v", dls)
+	}
+}
+
+func TestUnroutableAndUnconfiguredAreRecorded(t *testing.T) {
+	e := newEnv(t)
+	e.start(dispatch.Config{Channels: []notifier.Channel{newChannel("email", nil)}})
+	req := request("email:group:nosuch", "slack:#ops", "email:alice")
+	e.publish(req)
+	got := e.receiptsFor(req.EventID, 3)
+	if r := got["email email:group:nosuch requested"]; r.Status != notifier.ReceiptFailed || !r.Permanent {
+		t.Errorf("unroutable: %+v (all %v)", r, got)
+	}
+	if r := got["slack #ops requested"]; r.Status != notifier.ReceiptFailed || r.Error == "" {
+		t.Errorf("unconfigured: %+v", r)
+	}
+	if r := got["email alice@example.com requested"]; r.Status != notifier.ReceiptDelivered {
+		t.Errorf("configured: %+v", r)
+	}
+}
+
+func TestTwoReplicasDeliverEachTargetOnce(t *testing.T) {
+	e := newEnv(t)
+	a, b := newChannel("email", nil), newChannel("email", nil)
+	e.start(dispatch.Config{Channels: []notifier.Channel{a}})
+	e.start(dispatch.Config{Channels: []notifier.Channel{b}})
+	var ids []string
+	for i := 0; i < 20; i++ {
+		req := request("email:alice")
+		ids = append(ids, req.EventID)
+		e.publish(req)
+	}
+	for _, id := range ids {
+		e.receiptsFor(id, 1)
+	}
+	if n := a.count("alice@example.com", false) + b.count("alice@example.com", false); n != 20 {
+		t.Errorf("deliveries %d, want 20 (one per request)", n)
+	}
+}
+
+func TestRequestDecidedBeforeDeliveryIsNotShown(t *testing.T) {
+	e := newEnv(t)
+	req := request("email:alice")
+	e.publish(req)
+	e.waitDecided(func() string { e.vote(req.EventID, "alice", contracts.DecisionApprove); return req.EventID }())
+	email := newChannel("email", nil)
+	reqAcks := acked(t, e.srv, contracts.StreamRequests, dispatch.DurableRequests)
+	decAcks := acked(t, e.srv, contracts.StreamEvents, dispatch.DurableDecided)
+	e.start(dispatch.Config{Channels: []notifier.Channel{email}, DecidedWait: time.Millisecond})
+	// The request and the outcome were both handled and acknowledged.
+	for _, ch := range []<-chan struct{}{reqAcks, decAcks} {
+		select {
+		case <-ch:
+		case <-time.After(wait):
+			t.Fatal("the request or its outcome was never acknowledged")
+		}
+	}
+	if n := len(email.log); n != 0 {
+		t.Errorf("%d calls for a request decided before delivery", n)
+	}
+}
+
+// acked subscribes to the acknowledgements of a durable and returns a
+// channel that gets one value per positive ack, seen on the wire.
+func acked(t *testing.T, srv *eventstest.Server, stream, durable string) <-chan struct{} {
+	t.Helper()
+	nc := srv.Connect()
+	t.Cleanup(nc.Close)
+	ch := make(chan struct{}, 100)
+	if _, err := nc.Subscribe("$JS.ACK."+stream+"."+durable+".>", func(m *nats.Msg) {
+		if len(m.Data) == 0 || string(m.Data) == "+ACK" {
+			ch <- struct{}{}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
+// counter reads one counter of reg by its labels.
+func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+					continue metric
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}

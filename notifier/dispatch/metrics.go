@@ -1,0 +1,60 @@
+package dispatch
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	notifications *prometheus.CounterVec
+	attempts      *prometheus.CounterVec
+	seconds       *prometheus.HistogramVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		notifications: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "countersign_notifications_total",
+			Help: "Notifications by channel, kind (requested, reminder, decided) and result (delivered, failed, already_delivered, obsolete, unconfigured, unroutable).",
+		}, []string{"channel", "kind", "result"}),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "countersign_notification_attempts_total",
+			Help: "Delivery attempts by channel and result (ok, transient, permanent).",
+		}, []string{"channel", "result"}),
+		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "countersign_notification_attempt_seconds",
+			Help:    "Duration of one delivery attempt by channel.",
+			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"channel"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	var err error
+	if m.notifications, err = register(reg, m.notifications); err != nil {
+		return nil, err
+	}
+	if m.attempts, err = register(reg, m.attempts); err != nil {
+		return nil, err
+	}
+	if m.seconds, err = register(reg, m.seconds); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// register registers c, or returns the collector already registered under
+// its name (two dispatchers in one process share their metrics).
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing, nil
+			}
+		}
+		return c, err
+	}
+	return c, nil
+}
