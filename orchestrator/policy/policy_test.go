@@ -575,7 +575,7 @@ rules:
     action: require_approval
     risk: critical
     timeout: 30m
-    channels: [pager]
+    channels: ["webhook:pager"]
   - name: critical-inherits
     tools: [b]
     action: require_approval
@@ -593,7 +593,7 @@ rules:
 		want policy.Decision
 	}{
 		{"a", policy.Decision{Risk: "critical", Timeout: 30 * time.Minute, Quorum: 2, Veto: false, AllowSelfApproval: true,
-			Order: "sequence", Approvers: []string{"cfo", "ceo", "bea", "ben"}, Channels: []string{"pager"}, OnTimeout: "reject",
+			Order: "sequence", Approvers: []string{"cfo", "ceo", "bea", "ben"}, Channels: []string{"webhook:pager"}, OnTimeout: "reject",
 			AllowedDecisions: []string{"approve", "reject"}}},
 		{"b", policy.Decision{Risk: "critical", Timeout: 2 * time.Hour, Quorum: 2, Veto: false, AllowSelfApproval: true,
 			Order: "sequence", Approvers: []string{"cfo", "ceo", "bea", "ben"}, Channels: []string{"slack", "email"}, OnTimeout: "reject",
@@ -726,6 +726,9 @@ func TestParseErrors(t *testing.T) {
 		{"unknown on_timeout", rule("    on_timeout: escalate\n"), 5, []string{"on_timeout", `"escalate"`}},
 		{"unknown order", rule("    order: random\n"), 5, []string{`order "random"`}},
 		{"unknown decision", rule("    allowed_decisions: [approve, maybe]\n"), 5, []string{`unknown decision "maybe"`}},
+		{"unknown channel", rule("    channels: [slack, \"sms:+15551234\"]\n"), 5, []string{`channel "sms:+15551234": unknown channel "sms"`}},
+		{"bad Slack channel", rule("    channels: [\"slack:#Payments\"]\n"), 5, []string{`Slack channel names are lower case`}},
+		{"empty group", rule("    channels: [\"email:group:\"]\n"), 5, []string{`group name ""`}},
 		{"quorum too big", rule("    approvers: [a]\n    quorum: 2\n"), 6, []string{"quorum 2 cannot be met by 1"}},
 		{"quorum of duplicates", rule("    approvers: [a, a]\n    quorum: 2\n"), 5, []string{`"a" is listed twice`}},
 		{"zero quorum", rule("    quorum: 0\n"), 5, []string{"quorum 0 must be at least 1"}},

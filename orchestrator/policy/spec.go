@@ -9,6 +9,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/notifier"
 )
 
 // This file reads a policy file into specs: what the file says, checked
@@ -344,7 +345,14 @@ func readGateField(f field, g *gateSpec, ps *problems, allowed []string) bool {
 			g.order = ""
 		}
 	case "channels":
-		g.channels, _ = ps.strList(v, what)
+		list, nodes := ps.strList(v, what)
+		for j, c := range list {
+			if _, err := notifier.ParseRoute(c); err != nil {
+				ps.add(nodes[j].Line, nodes[j].Column, SeverityError, "%s: %v", g.where, err)
+				continue
+			}
+			g.channels = append(g.channels, c)
+		}
 	case "timeout":
 		g.timeout, _ = ps.duration(v, what)
 	case "on_timeout":
