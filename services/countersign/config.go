@@ -18,11 +18,12 @@ import (
 
 // Roles a serve process can run.
 const (
-	roleArbiter = "arbiter"
-	roleAPI     = "api"
+	roleArbiter  = "arbiter"
+	roleAPI      = "api"
+	roleNotifier = "notifier"
 )
 
-var allRoles = []string{roleArbiter, roleAPI}
+var allRoles = []string{roleArbiter, roleAPI, roleNotifier}
 
 // fileConfig is countersign.yaml. Flags override it; environment variables
 // COUNTERSIGN_ADDR, COUNTERSIGN_DATA, COUNTERSIGN_NATS_URL and
@@ -37,6 +38,11 @@ type fileConfig struct {
 	Retention string      `yaml:"retention"`
 	NATS      natsConfig  `yaml:"nats"`
 	Tokens    []api.Token `yaml:"tokens"`
+	// PublicURL is where approvers reach this server (links in Slack and
+	// email); default http://<addr>.
+	PublicURL string `yaml:"public_url"`
+	// Notify configures the notification channels.
+	Notify notifyConfig `yaml:"notify"`
 }
 
 type natsConfig struct {
@@ -102,7 +108,7 @@ func (c *serveConfig) validate() error {
 	}
 	for _, r := range c.Roles {
 		if !slices.Contains(allRoles, r) {
-			errs = append(errs, fmt.Errorf("config: roles: unknown role %q (arbiter, api)", r))
+			errs = append(errs, fmt.Errorf("config: roles: unknown role %q (arbiter, api, notifier)", r))
 		}
 	}
 	if len(c.Roles) == 0 {
@@ -118,6 +124,9 @@ func (c *serveConfig) validate() error {
 		errs = append(errs, fmt.Errorf("config: retention must be a duration of at least 1h, got %q", c.Retention))
 	}
 	c.retention = d
+	if c.PublicURL != "" && !strings.HasPrefix(c.PublicURL, "http://") && !strings.HasPrefix(c.PublicURL, "https://") {
+		errs = append(errs, fmt.Errorf("config: public_url must be an http or https URL, got %q", c.PublicURL))
+	}
 	for i, t := range c.Tokens {
 		if len(t.SHA256) != 64 || t.Subject == "" || len(t.Roles) == 0 {
 			errs = append(errs, fmt.Errorf("config: tokens[%d]: sha256 (64 hex), subject and roles are required", i))

@@ -26,6 +26,9 @@ import (
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/events/embedded"
+	"github.com/countersign/countersign/notifier/dispatch"
+	"github.com/countersign/countersign/notifier/email"
+	"github.com/countersign/countersign/notifier/slack"
 	"github.com/countersign/countersign/orchestrator"
 	"github.com/countersign/countersign/orchestrator/arbiter"
 	"github.com/countersign/countersign/orchestrator/directory"
@@ -60,7 +63,8 @@ func cmdServe(args []string) error {
 	syncMode := fs.String("sync", "", "embedded JetStream sync: always (fsync every write, default) or lazy")
 	policyPath := fs.String("policy", "", "policy file (YAML); default: every tool call requires approval")
 	directoryPath := fs.String("directory", "", "approver directory file (YAML): users, groups, token hashes; reloaded when it changes and on SIGHUP")
-	roles := fs.String("roles", "", "comma-separated roles to run: arbiter,api (default all)")
+	roles := fs.String("roles", "", "comma-separated roles to run: arbiter,api,notifier (default all)")
+	publicURL := fs.String("public-url", "", "URL approvers reach this server at, for links in Slack and email (default http://ADDR)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -85,6 +89,7 @@ func cmdServe(args []string) error {
 	override(&cfg.NATS.Sync, *syncMode, "")
 	override(&cfg.Policy, *policyPath, "")
 	override(&cfg.Directory, *directoryPath, "COUNTERSIGN_DIRECTORY")
+	override(&cfg.PublicURL, *publicURL, "COUNTERSIGN_PUBLIC_URL")
 	if *roles != "" {
 		cfg.Roles = strings.Split(*roles, ",")
 	}
@@ -103,10 +108,10 @@ func cmdServe(args []string) error {
 
 // conns are the NATS connections of the roles this process runs.
 type conns struct {
-	admin, arbiter, api *nats.Conn
-	all                 []*nats.Conn
-	natsURL             string
-	srv                 *embedded.Server
+	admin, arbiter, api, notifier *nats.Conn
+	all                           []*nats.Conn
+	natsURL                       string
+	srv                           *embedded.Server
 }
 
 func (c *conns) close() {
@@ -164,6 +169,66 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 	defer func() { cancelRun(); wg.Wait() }()
 	errc := make(chan error, 4)
 
+	var dir directory.Source // stays a nil interface without a directory
+	var dirWatch *directory.Watcher
+	if cfg.Directory != "" && (cfg.has(roleAPI) || cfg.has(roleNotifier)) {
+		dirWatch, err = directory.Watch(runCtx, directory.WatchConfig{
+			Path: cfg.Directory, Signals: []os.Signal{syscall.SIGHUP}, Logger: log.With("role", "directory"),
+		})
+		if err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+		defer dirWatch.Close()
+		dir = dirWatch
+	}
+	var ln net.Listener
+	url := ""
+	if cfg.has(roleAPI) {
+		if ln, err = net.Listen("tcp", cfg.Addr); err != nil {
+			return fmt.Errorf("serve: listen %s: %w", cfg.Addr, err)
+		}
+		defer ln.Close()
+		url = "http://" + ln.Addr().String()
+	}
+	publicURL := cfg.PublicURL
+	if publicURL == "" {
+		publicURL = url
+		if publicURL == "" {
+			publicURL = "http://" + cfg.Addr
+		}
+	}
+	publicURL = strings.TrimRight(publicURL, "/")
+	parts, err := buildChannels(cfg, publicURL, log)
+	if err != nil {
+		return err
+	}
+	who := people{src: dir}
+
+	if cfg.has(roleNotifier) {
+		js, err := jetstream.New(cs.notifier)
+		if err != nil {
+			return err
+		}
+		retry, err := cfg.Notify.Retry.policy()
+		if err != nil {
+			return err
+		}
+		d, err := dispatch.New(pctx, dispatch.Config{
+			JS: js, Channels: parts.channels, People: who, Endpoints: parts.endpoints, Retry: retry,
+			Logger: log.With("role", "notifier"), Registerer: reg, OnDeadLetter: onDeadLetter,
+		})
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := d.Run(runCtx); err != nil {
+				errc <- fmt.Errorf("notifier: %w", err)
+			}
+		}()
+	}
+
 	if cfg.has(roleArbiter) {
 		js, err := jetstream.New(cs.arbiter)
 		if err != nil {
@@ -211,18 +276,6 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 			return err
 		}
 		defer policies.Close()
-		var dir directory.Source // stays a nil interface without a directory
-		var dirWatch *directory.Watcher
-		if cfg.Directory != "" {
-			dirWatch, err = directory.Watch(runCtx, directory.WatchConfig{
-				Path: cfg.Directory, Signals: []os.Signal{syscall.SIGHUP}, Logger: log.With("role", "directory"),
-			})
-			if err != nil {
-				return fmt.Errorf("serve: %w", err)
-			}
-			defer dirWatch.Close()
-			dir = dirWatch
-		}
 		gate, err := orchestrator.NewGate(pctx, orchestrator.Config{
 			JS: js, Policy: policies, Waiter: waiter, Directory: dir,
 			Logger: log.With("role", "orchestrator"), Retention: cfg.retention,
@@ -245,12 +298,25 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 			return err
 		}
 		defer srv.Close()
-		ln, err := net.Listen("tcp", cfg.Addr)
-		if err != nil {
-			return fmt.Errorf("serve: listen %s: %w", cfg.Addr, err)
+		var slackH, emailH http.Handler
+		if parts.slackCfg != nil {
+			sc := *parts.slackCfg
+			sc.Resolver, sc.Users = srv.Resolver(), who.slackUsers
+			h, err := slack.NewInteractions(sc)
+			if err != nil {
+				return fmt.Errorf("serve: slack interactions: %w", err)
+			}
+			defer h.Wait()
+			slackH = h
 		}
-		url := "http://" + ln.Addr().String()
-		hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		if parts.links != nil {
+			h, err := email.NewPages(email.PagesConfig{Links: parts.links, Resolver: srv.Resolver(), Logger: log.With("channel", "email")})
+			if err != nil {
+				return fmt.Errorf("serve: email pages: %w", err)
+			}
+			emailH = h
+		}
+		hs := &http.Server{Handler: channelRoutes(srv.Handler(), slackH, emailH), ReadHeaderTimeout: 10 * time.Second}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -282,6 +348,13 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 		if dirWatch != nil {
 			d := dirWatch.Current()
 			fmt.Fprintf(out, "  Directory:      %s (%d users, %d groups; reloaded when it changes and on SIGHUP)\n", cfg.Directory, d.Len(), len(d.Groups()))
+		}
+		if cfg.has(roleNotifier) {
+			if len(parts.summary) == 0 {
+				fmt.Fprintf(out, "  Notifications:  none configured (add notify: to the config; see README)\n")
+			} else {
+				fmt.Fprintf(out, "  Notifications:  %s (links to %s)\n", strings.Join(parts.summary, "; "), publicURL)
+			}
 		}
 		if doc, _, ok := policies.Live(); ok {
 			fmt.Fprintf(out, "  Policy:         version %s, live (applied by %s; change it with 'countersign policy apply FILE')\n", doc.Version, doc.AppliedBy)
@@ -335,7 +408,7 @@ func connect(cfg serveConfig, log *slog.Logger) (*conns, error) {
 		if err != nil {
 			return nil, fmt.Errorf("serve: connect %s: %w", cfg.NATS.URL, err)
 		}
-		cs.admin, cs.arbiter, cs.api = nc, nc, nc
+		cs.admin, cs.arbiter, cs.api, cs.notifier = nc, nc, nc, nc
 		cs.all = []*nats.Conn{nc}
 		return cs, nil
 	}
@@ -383,7 +456,7 @@ func connect(cfg serveConfig, log *slog.Logger) (*conns, error) {
 	for _, x := range []struct {
 		dst  **nats.Conn
 		role embedded.Role
-	}{{&cs.admin, embedded.RoleAdmin}, {&cs.arbiter, embedded.RoleArbiter}, {&cs.api, embedded.RoleAPI}} {
+	}{{&cs.admin, embedded.RoleAdmin}, {&cs.arbiter, embedded.RoleArbiter}, {&cs.api, embedded.RoleAPI}, {&cs.notifier, embedded.RoleNotifier}} {
 		nc, err := srv.Connect(user(x.role), append(opts, nats.Name("countersign-"+string(x.role)))...)
 		if err != nil {
 			cs.close()

@@ -1,0 +1,229 @@
+package slack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	slackgo "github.com/slack-go/slack"
+
+	"github.com/countersign/countersign/notifier"
+)
+
+// DefaultHTTPTimeout bounds one Web API call when Config.HTTPClient is nil.
+const DefaultHTTPTimeout = 10 * time.Second
+
+// Config wires a Channel.
+type Config struct {
+	// BotToken is the bot's OAuth token (xoxb-…), with the chat:write
+	// scope. Required. It is never logged nor put in an error.
+	BotToken string
+	// APIURL is the base of the Web API (default DefaultAPIURL); tests
+	// point it at slacktest.
+	APIURL string
+	// PublicURL is the base URL of the Countersign web inbox; when set,
+	// messages carry an "Open in Countersign" link.
+	PublicURL string
+	// HTTPClient makes the calls (default: a client with
+	// DefaultHTTPTimeout).
+	HTTPClient *http.Client
+	// Now is the clock (default time.Now); it dates receipts.
+	Now func() time.Time
+	// Logger defaults to discarding.
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.APIURL == "" {
+		c.APIURL = DefaultAPIURL
+	}
+	c.APIURL = apiBase(c.APIURL)
+	if c.HTTPClient == nil {
+		c.HTTPClient = &http.Client{Timeout: DefaultHTTPTimeout}
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.BotToken == "" {
+		errs = append(errs, errors.New("slack: Config.BotToken: required"))
+	}
+	if !validAPIURL(c.APIURL) {
+		errs = append(errs, errors.New("slack: Config.APIURL: want an absolute http or https URL"))
+	}
+	if c.PublicURL != "" && !validAPIURL(c.PublicURL) {
+		errs = append(errs, errors.New("slack: Config.PublicURL: want an absolute http or https URL"))
+	}
+	return errors.Join(errs...)
+}
+
+// Channel delivers notifications as Slack messages; see the package
+// documentation. It is safe for concurrent use.
+type Channel struct {
+	api       *apiClient
+	publicURL string
+	now       func() time.Time
+	log       *slog.Logger
+	sent      *sentCache
+}
+
+var _ notifier.Channel = (*Channel)(nil)
+
+// New returns a Channel for cfg.
+func New(cfg Config) (*Channel, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Channel{
+		api:       &apiClient{base: cfg.APIURL, token: cfg.BotToken, http: cfg.HTTPClient, now: cfg.Now},
+		publicURL: cfg.PublicURL,
+		now:       cfg.Now,
+		log:       cfg.Logger,
+		sent:      newSentCache(sentCacheSize),
+	}, nil
+}
+
+// Name is notifier.ChannelSlack.
+func (c *Channel) Name() string { return notifier.ChannelSlack }
+
+// Notify posts the pending request n.Request to n.Target.Address: a
+// conversation id (C…, G…, D…), a user id (U…, W…) for a direct message, or
+// "#name". The receipt's Ref is "<conversation id>/<message ts>".
+//
+// A notification already delivered by this Channel (same idempotency key)
+// is not posted again: its first receipt's Ref is returned. On failure
+// Notify returns the failed receipt and an error wrapping
+// notifier.ErrPermanent when a retry cannot help (bad token, unknown
+// channel, a message Slack refuses), carrying notifier.RetryAfter when
+// rate-limited, and transient otherwise.
+func (c *Channel) Notify(ctx context.Context, n notifier.Notification) (notifier.Receipt, error) {
+	if n.Kind != notifier.KindRequested && !strings.HasPrefix(n.Kind, "reminder.") {
+		return c.fail(n, fmt.Errorf("%w: slack: Notify cannot deliver kind %q", notifier.ErrPermanent, n.Kind))
+	}
+	if n.Target.Address == "" {
+		return c.fail(n, fmt.Errorf("%w: slack: no destination", notifier.ErrPermanent))
+	}
+	msg := RequestMessage(&n.Request, nil, RenderOptions{
+		PublicURL: c.publicURL,
+		Reminder:  n.Kind != notifier.KindRequested,
+	})
+	return c.deliver(ctx, n, func() (string, error) { return c.post(ctx, n.Target.Address, msg) })
+}
+
+// Update shows the outcome n.Record. With n.Ref "<conversation id>/<ts>" it
+// replaces that message (chat.update), removing its buttons; without a
+// usable Ref, or when the message is gone, it posts the outcome as a new
+// message to n.Target.Address. The receipt's Ref is the message's
+// "<conversation id>/<ts>". Errors are as for Notify.
+func (c *Channel) Update(ctx context.Context, n notifier.Notification) (notifier.Receipt, error) {
+	if n.Kind != notifier.KindDecided {
+		return c.fail(n, fmt.Errorf("%w: slack: Update cannot deliver kind %q", notifier.ErrPermanent, n.Kind))
+	}
+	if n.Record == nil {
+		return c.fail(n, fmt.Errorf("%w: slack: Update needs the record", notifier.ErrPermanent))
+	}
+	msg := OutcomeMessage(n.Record, RenderOptions{PublicURL: c.publicURL})
+	return c.deliver(ctx, n, func() (string, error) {
+		if channel, ts, ok := ParseRef(n.Ref); ok {
+			ref, err := c.update(ctx, channel, ts, msg)
+			var apiErr *APIError
+			if !errors.As(err, &apiErr) || (apiErr.Code != "message_not_found" && apiErr.Code != "cant_update_message" && apiErr.Code != "edit_window_closed") {
+				return ref, err
+			}
+			c.log.Info("slack message cannot be updated; posting the outcome", attrEvent, n.EventID(), attrError, apiErr.Code)
+		} else if n.Ref != "" {
+			c.log.Warn("slack ref is not <channel>/<ts>; posting the outcome", attrEvent, n.EventID())
+		}
+		if n.Target.Address == "" {
+			return "", fmt.Errorf("%w: slack: no destination", notifier.ErrPermanent)
+		}
+		return c.post(ctx, n.Target.Address, msg)
+	})
+}
+
+// deliver runs send once per idempotency key and makes the receipt.
+func (c *Channel) deliver(ctx context.Context, n notifier.Notification, send func() (string, error)) (notifier.Receipt, error) {
+	ref, err := c.sent.do(ctx, n.IdempotencyKey(), send)
+	if err != nil {
+		return c.fail(n, err)
+	}
+	return notifier.NewReceipt(n, ref, nil, c.now()), nil
+}
+
+func (c *Channel) fail(n notifier.Notification, err error) (notifier.Receipt, error) {
+	return notifier.NewReceipt(n, "", err, c.now()), err
+}
+
+// post sends msg to channel with chat.postMessage and returns its Ref.
+func (c *Channel) post(ctx context.Context, channel string, msg Message) (string, error) {
+	return postMessage(ctx, c.api, channel, msg)
+}
+
+func (c *Channel) update(ctx context.Context, channel, ts string, msg Message) (string, error) {
+	return updateMessage(ctx, c.api, channel, ts, msg)
+}
+
+// postMessageArgs are the arguments of chat.postMessage.
+type postMessageArgs struct {
+	Channel     string          `json:"channel"`
+	Text        string          `json:"text"`
+	Blocks      []slackgo.Block `json:"blocks"`
+	UnfurlLinks bool            `json:"unfurl_links"`
+	UnfurlMedia bool            `json:"unfurl_media"`
+}
+
+// updateArgs are the arguments of chat.update.
+type updateArgs struct {
+	Channel string          `json:"channel"`
+	TS      string          `json:"ts"`
+	Text    string          `json:"text"`
+	Blocks  []slackgo.Block `json:"blocks"`
+}
+
+func postMessage(ctx context.Context, api *apiClient, channel string, msg Message) (string, error) {
+	r, err := api.call(ctx, "chat.postMessage", postMessageArgs{Channel: channel, Text: msg.Text, Blocks: msg.Blocks})
+	if err != nil {
+		return "", err
+	}
+	return refOf(r, "chat.postMessage")
+}
+
+func updateMessage(ctx context.Context, api *apiClient, channel, ts string, msg Message) (string, error) {
+	r, err := api.call(ctx, "chat.update", updateArgs{Channel: channel, TS: ts, Text: msg.Text, Blocks: msg.Blocks})
+	if err != nil {
+		return "", err
+	}
+	return refOf(r, "chat.update")
+}
+
+func refOf(r *reply, method string) (string, error) {
+	if r.Channel == "" || r.TS == "" {
+		// Slack delivered the message but the reply does not say where;
+		// retrying would post it twice.
+		return "", fmt.Errorf("%w: slack: %s: the reply has no channel or ts", notifier.ErrPermanent, method)
+	}
+	return Ref(r.Channel, r.TS), nil
+}
+
+// Ref is the receipt ref of the message ts in conversation channel.
+func Ref(channel, ts string) string { return channel + "/" + ts }
+
+// ParseRef splits a receipt ref "<conversation id>/<ts>".
+func ParseRef(ref string) (channel, ts string, ok bool) {
+	channel, ts, ok = strings.Cut(ref, "/")
+	if !ok || channel == "" || ts == "" || strings.Contains(ts, "/") {
+		return "", "", false
+	}
+	return channel, ts, true
+}
