@@ -19,9 +19,49 @@ func FormatJSON(raw json.RawMessage, max int) string {
 	var b bytes.Buffer
 	s := string(raw)
 	if json.Indent(&b, raw, "", "  ") == nil {
-		s = b.String()
+		s = unescapeHTML(b.String())
 	}
 	return Truncate(s, max)
+}
+
+// unescapeHTML turns the \u003c, \u003e and \u0026 escapes that Go's JSON
+// encoder writes for <, > and & back into the characters, for people to
+// read; a backslash that is itself escaped is left alone. Whoever renders
+// the text escapes it for its medium.
+func unescapeHTML(s string) string {
+	if !strings.Contains(s, `\u00`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '\\' {
+			b.WriteByte(s[i])
+			continue
+		}
+		if i+1 < len(s) && s[i+1] == '\\' {
+			b.WriteString(`\\`)
+			i++
+			continue
+		}
+		if i+6 <= len(s) {
+			switch s[i : i+6] {
+			case `\u003c`:
+				b.WriteByte('<')
+				i += 5
+				continue
+			case `\u003e`:
+				b.WriteByte('>')
+				i += 5
+				continue
+			case `\u0026`:
+				b.WriteByte('&')
+				i += 5
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // Truncate cuts s to at most max bytes at a rune boundary; a cut text ends

@@ -37,6 +37,9 @@ func TestFormatJSONIndentsAndCuts(t *testing.T) {
 	if got != "{\n  \"a\": 1,\n  \"b\": [\n    true\n  ]\n}" {
 		t.Errorf("FormatJSON = %q", got)
 	}
+	if got := notifier.FormatJSON(json.RawMessage(`{"to":"\u003cb\u003eacme\u0026co","p":"C:\\u003c"}`), 0); got != "{\n  \"to\": \"<b>acme&co\",\n  \"p\": \"C:\\\\u003c\"\n}" {
+		t.Errorf("HTML escapes not undone (or an escaped backslash touched): %q", got)
+	}
 	if got := notifier.FormatJSON(json.RawMessage(`not json`), 0); got != "not json" {
 		t.Errorf("invalid JSON changed: %q", got)
 	}
