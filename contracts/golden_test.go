@@ -39,6 +39,7 @@ var schemaSpecs = map[string]struct {
 	"decided":               {contracts.SpecDecided, reflect.TypeFor[contracts.Decided]()},
 	"changed":               {contracts.SpecChanged, reflect.TypeFor[contracts.Changed]()},
 	"record":                {contracts.SpecRecord, reflect.TypeFor[contracts.Record]()},
+	"notify.receipt":        {contracts.SpecNotifyReceipt, reflect.TypeFor[contracts.NotifyReceipt]()},
 }
 
 // goldens maps every golden file to the schema it is an instance of.
@@ -51,6 +52,7 @@ var goldens = map[string]string{
 	"decided.json":               "decided",
 	"changed.json":               "changed",
 	"record.approved.json":       "record",
+	"notify.receipt.json":        "notify.receipt",
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -193,3 +193,34 @@ type Command struct {
 	ClaimID   string    `json:"claim_id,omitempty"`
 	IssuedAt  time.Time `json:"issued_at,omitzero"`
 }
+
+// Receipt statuses.
+const (
+	ReceiptDelivered = "delivered"
+	ReceiptFailed    = "failed"
+)
+
+// NotifyReceipt is published on hitl.notify.<channel>.<event_id> after each
+// notification: delivered, or failed for good. It joins the approval's
+// timeline and keeps a redelivered request from being posted twice.
+type NotifyReceipt struct {
+	Spec    string `json:"spec"`
+	EventID string `json:"event_id"`
+	Channel string `json:"channel"`
+	// Kind is requested, reminder.<n>, escalation.<n> or decided.
+	Kind string `json:"kind"`
+	// Target is the channel's address: a Slack conversation or user id, an
+	// email address, a webhook endpoint's name.
+	Target   string `json:"target"`
+	Approver string `json:"approver,omitempty"`
+	// IdempotencyKey is the notification's de-duplication key.
+	IdempotencyKey string `json:"idempotency_key"`
+	Status         string `json:"status"`
+	// Ref is the channel's id of what it delivered (a Slack message, an
+	// email Message-ID, a webhook-id), used to update it later.
+	Ref string `json:"ref,omitempty"`
+	// Error says why delivery failed; Permanent says a retry cannot help.
+	Error     string    `json:"error,omitempty"`
+	Permanent bool      `json:"permanent,omitempty"`
+	At        time.Time `json:"at"`
+}

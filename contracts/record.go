@@ -123,6 +123,12 @@ const (
 	// is announced, like a refused vote or claim.
 	ChangeCancelRefused = "cancel_refused"
 	ChangeExtendRefused = "extend_refused"
+	// ChangeReminded announces that reminder Step of a pending request is
+	// due: the notifier re-notifies the approvers who have not voted.
+	ChangeReminded = "reminded"
+	// ChangeEscalated announces that the request reached escalation level
+	// Step: that tier's approvers may now decide and are told.
+	ChangeEscalated = "escalated"
 )
 
 // Changed is published on hitl.approval.changed.<event_id> for every change of
@@ -138,6 +144,9 @@ type Changed struct {
 	Approver *Approver `json:"approver,omitempty"`
 	By       string    `json:"by,omitempty"`
 	Reason   string    `json:"reason,omitempty"`
+	// Step is the reminder's number (reminded) or the escalation level
+	// reached (escalated), from 1.
+	Step     int       `json:"step,omitempty"`
 	Revision uint64    `json:"revision"`
 	At       time.Time `json:"at"`
 }

@@ -28,6 +28,10 @@ const (
 
 	// TimerExpire is the timer kind that expires a pending approval.
 	TimerExpire = "expire"
+	// TimerRemindPrefix and TimerEscalatePrefix start the timer kinds of
+	// the n-th reminder and escalation tier: "remind-1", "escalate-2".
+	TimerRemindPrefix   = "remind-"
+	TimerEscalatePrefix = "escalate-"
 )
 
 // AgentToken turns an agent name into the token used in subjects: lower case,

@@ -80,6 +80,9 @@ type Notification struct {
 	// Ref is, for KindDecided, the Ref of the request's receipt on this
 	// target; empty otherwise.
 	Ref string
+	// Event is, for KindDecided, the outcome as announced on the bus (with
+	// the record's revision), when the notifier has it.
+	Event *contracts.Decided
 }
 
 // Requested returns the notification that shows req to t.

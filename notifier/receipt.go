@@ -9,30 +9,14 @@ import (
 
 // Receipt statuses.
 const (
-	ReceiptDelivered = "delivered"
-	ReceiptFailed    = "failed"
+	ReceiptDelivered = contracts.ReceiptDelivered
+	ReceiptFailed    = contracts.ReceiptFailed
 )
 
 // Receipt records one delivery attempt's result. The notifier publishes it on
 // ReceiptSubject(channel, event_id) in HITL_EVENTS, where it joins the
-// approval's timeline. Readers accept unknown fields.
-type Receipt struct {
-	Spec           string `json:"spec"`
-	EventID        string `json:"event_id"`
-	Channel        string `json:"channel"`
-	Kind           string `json:"kind"`
-	Target         string `json:"target"`
-	Approver       string `json:"approver,omitempty"`
-	IdempotencyKey string `json:"idempotency_key"`
-	Status         string `json:"status"`
-	// Ref is the channel's id of what it delivered (a Slack message
-	// timestamp, an email Message-ID, a webhook-id), used by a later Update.
-	Ref string `json:"ref,omitempty"`
-	// Error says why delivery failed; Permanent says a retry cannot help.
-	Error     string    `json:"error,omitempty"`
-	Permanent bool      `json:"permanent,omitempty"`
-	At        time.Time `json:"at"`
-}
+// approval's timeline. It is the contract's receipt message.
+type Receipt = contracts.NotifyReceipt
 
 // NewReceipt returns the receipt of delivering n at time at: delivered with
 // ref when err is nil, else failed with err's message.

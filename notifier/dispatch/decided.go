@@ -41,7 +41,9 @@ func (d *Dispatcher) handleDecided(ctx context.Context, msg jetstream.Msg) error
 	for _, r := range have.shown() {
 		t := notifier.Target{Channel: r.Channel, Address: r.Target, Approver: r.Approver}
 		shownAt[t.Channel+"\x00"+t.Address] = true
-		notes = append(notes, notifier.Decided(*rec, t, r.Ref))
+		n := notifier.Decided(*rec, t, r.Ref)
+		n.Event = &ev
+		notes = append(notes, n)
 	}
 	// Deliveries of the request may still be in flight (the decision came
 	// fast): wait for their receipts a while before giving up on them.

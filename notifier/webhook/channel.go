@@ -118,15 +118,19 @@ func (c *Channel) Update(ctx context.Context, n notifier.Notification) (notifier
 	if n.Record == nil || !n.Record.Terminal() {
 		return c.fail(n, fmt.Errorf("%w: webhook: Update needs a terminal record", notifier.ErrPermanent))
 	}
-	body, err := json.Marshal(decided(n.Record))
+	ev := decided(n.Record)
+	if n.Event != nil && n.Event.EventID == ev.EventID {
+		ev = *n.Event // as announced, with the record's revision
+	}
+	body, err := json.Marshal(ev)
 	if err != nil {
 		return c.fail(n, fmt.Errorf("%w: webhook: encoding the outcome: %v", notifier.ErrPermanent, err))
 	}
 	return c.deliver(ctx, n, body)
 }
 
-// decided is the event announcing rec's outcome. The record's KV revision is
-// not known here, so Revision is 0.
+// decided is the event announcing rec's outcome, for when the announced
+// event is not at hand; the record's KV revision is then unknown (0).
 func decided(rec *contracts.Record) contracts.Decided {
 	d := contracts.Decided{
 		Spec:      contracts.SpecDecided,

@@ -91,6 +91,8 @@ type metrics struct {
 	refused  *prometheus.CounterVec
 	conflict prometheus.Counter
 	latency  prometheus.Histogram
+	// reminders and escalations count announced reminders and tiers reached.
+	reminders, escalations prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) metrics {
@@ -112,9 +114,15 @@ func newMetrics(reg prometheus.Registerer) metrics {
 			Help:    "Time from a request's creation to its terminal outcome.",
 			Buckets: []float64{0.001, 0.01, 0.1, 1, 10, 60, 300, 1800, 3600, 4 * 3600, 24 * 3600},
 		}),
+		reminders: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "countersign_reminders_total", Help: "Reminders announced for pending approvals.",
+		}),
+		escalations: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "countersign_escalations_total", Help: "Escalation tiers reached by pending approvals.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.created, m.decided, m.refused, m.conflict, m.latency)
+		reg.MustRegister(m.created, m.decided, m.refused, m.conflict, m.latency, m.reminders, m.escalations)
 	}
 	return m
 }
@@ -221,6 +229,19 @@ func ValidateRequest(req *contracts.ApprovalRequested) error {
 	if req.ExpiresAt.IsZero() {
 		errs = append(errs, errors.New("expires_at is required"))
 	}
+	for i, s := range req.Reminders {
+		if d, err := time.ParseDuration(s); err != nil || d <= 0 {
+			errs = append(errs, fmt.Errorf("reminders[%d]: %q is not a positive duration", i, s))
+		}
+	}
+	for i, tier := range req.Escalation {
+		if d, err := time.ParseDuration(tier.After); err != nil || d <= 0 {
+			errs = append(errs, fmt.Errorf("escalation[%d].after: %q is not a positive duration", i, tier.After))
+		}
+		if len(tier.Approvers) == 0 {
+			errs = append(errs, fmt.Errorf("escalation[%d].approvers: at least one approver is required", i))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -258,11 +279,17 @@ func (a *Arbiter) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 		if cur.Status != contracts.StatusPending {
 			return nil
 		}
-		return a.scheduleExpiry(ctx, cur)
+		if err := a.scheduleExpiry(ctx, cur); err != nil {
+			return err
+		}
+		return a.scheduleTimers(ctx, cur)
 	}
 	a.m.created.Inc()
 	// An error here redelivers the request, which schedules again.
-	return a.scheduleExpiry(ctx, rec)
+	if err := a.scheduleExpiry(ctx, rec); err != nil {
+		return err
+	}
+	return a.scheduleTimers(ctx, rec)
 }
 
 func (a *Arbiter) handleResolution(ctx context.Context, msg jetstream.Msg) error {

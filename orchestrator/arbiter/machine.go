@@ -442,3 +442,16 @@ func Expire(rec contracts.Record, now time.Time) Result {
 	next.Outcome = out
 	return Result{Record: next, Changed: true, Decided: true}
 }
+
+// Escalate raises rec to escalation level (counting tiers from 1) at now,
+// which lets that tier's approvers, and every earlier tier's, decide. It
+// changes nothing for a decided record or one already at or above level.
+func Escalate(rec contracts.Record, level int, now time.Time) Result {
+	if rec.Status != contracts.StatusPending || level <= rec.EscalationLevel || level > len(rec.Request.Escalation) {
+		return Result{Duplicate: true}
+	}
+	next := clone(rec)
+	next.EscalationLevel = level
+	next.UpdatedAt = now
+	return Result{Record: next, Changed: true}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -53,6 +54,57 @@ func (a *Arbiter) scheduleExpiry(ctx context.Context, rec contracts.Record) erro
 	return nil
 }
 
+// timerPoint is one reminder or escalation tier of a request, due at At.
+type timerPoint struct {
+	Kind string
+	Step int
+	At   time.Time
+}
+
+// timerPoints lists the reminders and escalation tiers of req that fall
+// before its deadline (later ones could never fire), from the snapshot.
+func timerPoints(req *contracts.ApprovalRequested, expiresAt time.Time) []timerPoint {
+	var out []timerPoint
+	for i, s := range req.Reminders {
+		if d, err := time.ParseDuration(s); err == nil && d > 0 {
+			if at := req.CreatedAt.Add(d); at.Before(expiresAt) {
+				out = append(out, timerPoint{Kind: contracts.TimerRemindPrefix + strconv.Itoa(i+1), Step: i + 1, At: at})
+			}
+		}
+	}
+	for i, tier := range req.Escalation {
+		if d, err := time.ParseDuration(tier.After); err == nil && d > 0 {
+			if at := req.CreatedAt.Add(d); at.Before(expiresAt) {
+				out = append(out, timerPoint{Kind: contracts.TimerEscalatePrefix + strconv.Itoa(i+1), Step: i + 1, At: at})
+			}
+		}
+	}
+	return out
+}
+
+// scheduleTimers schedules the reminders and escalation tiers of a new
+// record still to come after now. A request redelivered later schedules
+// only what is still ahead, so a reminder is not fired twice.
+func (a *Arbiter) scheduleTimers(ctx context.Context, rec contracts.Record) error {
+	id := rec.Request.EventID
+	now := a.cfg.Now()
+	for _, p := range timerPoints(&rec.Request, rec.ExpiresAt) {
+		if !p.At.After(now) {
+			continue
+		}
+		data, err := json.Marshal(timer{EventID: id, Kind: p.Kind, At: p.At})
+		if err != nil {
+			return err
+		}
+		if _, err := a.cfg.JS.Publish(ctx, contracts.TimerScheduleSubject(id, p.Kind), data,
+			jetstream.WithScheduleAt(scheduleAt(p.At)),
+			jetstream.WithScheduleTarget(contracts.TimerFireSubject(id, p.Kind))); err != nil {
+			return fmt.Errorf("schedule %s of %s: %w", p.Kind, id, err)
+		}
+	}
+	return nil
+}
+
 // handleTimer applies a fired timer. Expire is pure and idempotent: a fire
 // for a record that is already decided, or whose deadline was extended past
 // now, changes nothing.
@@ -62,7 +114,16 @@ func (a *Arbiter) handleTimer(ctx context.Context, msg jetstream.Msg) error {
 	if !ok || !contracts.ValidEventID(id) {
 		return events.Poison(fmt.Errorf("unexpected timer subject %s", msg.Subject()))
 	}
-	if kind != contracts.TimerExpire {
+	var step int
+	switch {
+	case kind == contracts.TimerExpire:
+	case strings.HasPrefix(kind, contracts.TimerRemindPrefix), strings.HasPrefix(kind, contracts.TimerEscalatePrefix):
+		_, n, _ := strings.Cut(kind, "-")
+		var err error
+		if step, err = strconv.Atoi(n); err != nil || step < 1 {
+			return events.Poison(fmt.Errorf("bad timer kind %q", kind))
+		}
+	default:
 		return events.Poison(fmt.Errorf("unknown timer kind %q", kind))
 	}
 	var t timer
@@ -71,6 +132,12 @@ func (a *Arbiter) handleTimer(ctx context.Context, msg jetstream.Msg) error {
 	}
 	if t.EventID != id || t.Kind != kind {
 		return events.Poison(errors.New("timer body does not match its subject"))
+	}
+	switch {
+	case strings.HasPrefix(kind, contracts.TimerRemindPrefix):
+		return a.remind(ctx, msg, id, step, t)
+	case strings.HasPrefix(kind, contracts.TimerEscalatePrefix):
+		return a.escalate(ctx, msg, id, step, t)
 	}
 	var early time.Duration
 	err := a.apply(ctx, msg, op{
@@ -93,6 +160,62 @@ func (a *Arbiter) handleTimer(ctx context.Context, msg jetstream.Msg) error {
 	})
 	if err == nil && early > 0 {
 		return events.Retry(max(early, 10*time.Millisecond), errors.New("timer fired before its deadline"))
+	}
+	return err
+}
+
+// remind announces reminder step of a pending request (the notifier does
+// the re-notifying). The record does not change; the announcement is
+// de-duplicated by the fired timer's message, so a redelivered fire
+// announces once.
+func (a *Arbiter) remind(ctx context.Context, msg jetstream.Msg, id string, step int, t timer) error {
+	entry, err := a.kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil // aged out
+	}
+	if err != nil {
+		return err
+	}
+	var rec contracts.Record
+	if err := json.Unmarshal(entry.Value(), &rec); err != nil {
+		return events.Poison(fmt.Errorf("record %s is unreadable: %w", id, err))
+	}
+	if rec.Status != contracts.StatusPending {
+		return nil // decided: a reminder does nothing
+	}
+	if now := a.cfg.Now(); now.Before(t.At) {
+		return events.Retry(max(t.At.Sub(now), 10*time.Millisecond), errors.New("reminder fired before it was due"))
+	}
+	a.m.reminders.Inc()
+	return a.publishChanged(ctx, id, &contracts.Changed{Change: contracts.ChangeReminded, Status: rec.Status, Step: step}, entry.Revision(), msg)
+}
+
+// escalate raises a pending request to escalation level step with
+// compare-and-set, so that of any number of fires and replicas one wins,
+// and announces it.
+func (a *Arbiter) escalate(ctx context.Context, msg jetstream.Msg, id string, step int, t timer) error {
+	var early time.Duration
+	err := a.apply(ctx, msg, op{
+		eventID: id,
+		apply: func(rec contracts.Record) Result {
+			early = 0
+			if now := a.cfg.Now(); now.Before(t.At) && rec.Status == contracts.StatusPending {
+				early = t.At.Sub(now)
+				return Result{Duplicate: true}
+			}
+			return Escalate(rec, step, a.cfg.Now())
+		},
+		counted: func() *contracts.Changed {
+			a.m.escalations.Inc()
+			return &contracts.Changed{Change: contracts.ChangeEscalated, Step: step}
+		},
+		refused: func(reason string) *contracts.Changed {
+			return &contracts.Changed{Change: contracts.ChangeEscalated, Reason: reason} // Escalate never refuses
+		},
+		missing: func() error { return nil },
+	})
+	if err == nil && early > 0 {
+		return events.Retry(max(early, 10*time.Millisecond), errors.New("escalation fired before it was due"))
 	}
 	return err
 }

@@ -1,10 +1,13 @@
 package arbiter_test
 
 import (
+	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events"
@@ -148,5 +151,153 @@ func TestTimerSurvivesServerRestart(t *testing.T) {
 	assertTimedOut(t, rec, contracts.StatusExpired)
 	if d := b.waitDecided(req.EventID); len(d) != 1 {
 		t.Fatalf("%d decided events, want 1", len(d))
+	}
+}
+
+// ladder gives a request reminders and escalation tiers (after its creation).
+func ladder(reminders []string, tiers ...contracts.EscalationTier) func(*contracts.ApprovalRequested) {
+	return func(r *contracts.ApprovalRequested) {
+		r.Reminders = reminders
+		r.Escalation = tiers
+	}
+}
+
+// changes waits until the approval has n changed events of kind and returns them.
+func (b *bus) changes(id, kind string, n int) []contracts.Changed {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), busWait)
+	defer cancel()
+	cons, err := b.js.OrderedConsumer(ctx, contracts.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{contracts.ChangedSubject(id)}})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	var out []contracts.Changed
+	for len(out) < n {
+		m, err := cons.Next(jetstream.FetchMaxWait(busWait))
+		if err != nil {
+			b.t.Fatalf("%d of %d %s changes of %s: %v", len(out), n, kind, id, err)
+		}
+		var c contracts.Changed
+		if err := json.Unmarshal(m.Data(), &c); err != nil {
+			b.t.Fatal(err)
+		}
+		if c.Change == kind {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func TestTimerRemindersAreAnnouncedOnceEach(t *testing.T) {
+	t.Parallel()
+	b := newBus(t, events.ProvisionConfig{})
+	// Two replicas: each fire is handled by one of them.
+	b.startArbiter(arbiter.Config{Now: time.Now})
+	b.startArbiter(arbiter.Config{Now: time.Now})
+	acks := sniffAcksOf(t, b.srv.Connect(), contracts.StreamTimers, arbiter.DurableTimers)
+	req := timedRequest(t, 4*time.Second, ladder([]string{"1s", "2s", "10s"}))
+	b.create(req)
+	got := b.changes(req.EventID, contracts.ChangeReminded, 2)
+	for i, c := range got {
+		if c.Step != i+1 || c.Status != contracts.StatusPending {
+			t.Errorf("reminder %d: %+v", i+1, c)
+		}
+		if at := req.CreatedAt.Add(time.Duration(i+1) * time.Second); c.At.Before(at) {
+			t.Errorf("reminder %d announced at %s, before it was due at %s", i+1, c.At, at)
+		}
+	}
+	// The third reminder falls after the deadline: never scheduled.
+	if msgs := b.messages(contracts.StreamTimers, contracts.TimerScheduleSubject(req.EventID, "remind-3")); len(msgs) != 0 {
+		t.Errorf("a reminder after the deadline was scheduled")
+	}
+	// Once the second fire is acknowledged, nothing else was announced.
+	md, err := b.waitMessage(contracts.StreamTimers, contracts.TimerFireSubject(req.EventID, "remind-2")).Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	acks.wait(t, md.Sequence.Stream, "+ACK")
+	n := 0
+	for _, c := range b.changedEvents(req.EventID) {
+		if c.Change == contracts.ChangeReminded {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d reminded events, want exactly 2 with two replicas", n)
+	}
+}
+
+func TestTimerEscalationAddsApproversAndADecisionStopsTheLadder(t *testing.T) {
+	t.Parallel()
+	b := timerBus(t)
+	acks := sniffAcksOf(t, b.srv.Connect(), contracts.StreamTimers, arbiter.DurableTimers)
+	req := timedRequest(t, 6*time.Second, ladder([]string{"3s"},
+		contracts.EscalationTier{After: "1s", Approvers: []string{"mgr"}, Channels: []string{"email"}},
+		contracts.EscalationTier{After: "3s", Approvers: []string{"cfo"}}))
+	b.create(req)
+	// Before the tier, the manager is not an approver.
+	early := contracts.Vote{Spec: contracts.SpecVote, VoteID: uuid.NewString(), EventID: req.EventID, Decision: contracts.DecisionApprove,
+		Approver: contracts.Approver{ID: "mgr", Via: contracts.ViaNATS}, DecidedAt: time.Now().UTC()}
+	b.vote(early)
+	rec := b.waitRecord(req.EventID, func(r *contracts.Record) bool { return len(r.RefusedVotes) == 1 })
+	if rec.RefusedVotes[0].Reason != contracts.ReasonNotAnApprover || rec.EscalationLevel != 0 {
+		t.Fatalf("early vote of the tier's approver: %+v, level %d", rec.RefusedVotes, rec.EscalationLevel)
+	}
+	c := b.changes(req.EventID, contracts.ChangeEscalated, 1)[0]
+	if c.Step != 1 {
+		t.Fatalf("escalated %+v, want step 1", c)
+	}
+	rec = b.waitRecord(req.EventID, func(r *contracts.Record) bool { return r.EscalationLevel == 1 })
+	// Now the manager may approve, and that decides.
+	late := early
+	late.VoteID = uuid.NewString()
+	b.vote(late)
+	rec = b.waitRecord(req.EventID, terminal)
+	if rec.Status != contracts.StatusApproved || rec.Outcome.DecidedBy[0] != "mgr" {
+		t.Fatalf("after the tier: %s by %v", rec.Status, rec.Outcome.DecidedBy)
+	}
+	_, rev := b.record(req.EventID)
+	// The second tier and the reminder fire after the decision and change
+	// nothing, announce nothing.
+	for _, kind := range []string{"escalate-2", "remind-1"} {
+		md, err := b.waitMessage(contracts.StreamTimers, contracts.TimerFireSubject(req.EventID, kind)).Metadata()
+		if err != nil {
+			t.Fatal(err)
+		}
+		acks.wait(t, md.Sequence.Stream, "+ACK")
+	}
+	after, rev2 := b.record(req.EventID)
+	if rev2 != rev || after.EscalationLevel != 1 {
+		t.Fatalf("a timer after the decision changed the record: level %d, revision %d → %d", after.EscalationLevel, rev, rev2)
+	}
+	for _, c := range b.changedEvents(req.EventID) {
+		if c.Change == contracts.ChangeReminded || (c.Change == contracts.ChangeEscalated && c.Step != 1) {
+			t.Errorf("announced after the decision: %+v", c)
+		}
+	}
+}
+
+func TestEscalateIsMonotonic(t *testing.T) {
+	rec := arbiter.NewRecord(request(t, ladder(nil,
+		contracts.EscalationTier{After: "1h", Approvers: []string{"a"}},
+		contracts.EscalationTier{After: "2h", Approvers: []string{"b"}})), t0)
+	now := t0.Add(3 * time.Hour)
+	r := arbiter.Escalate(rec, 2, now)
+	if !r.Changed || r.Record.EscalationLevel != 2 {
+		t.Fatalf("escalate to 2: %+v", r)
+	}
+	for _, level := range []int{1, 2, 3} {
+		if res := arbiter.Escalate(r.Record, level, now); res.Changed || !res.Duplicate {
+			t.Errorf("escalate a level-2 record to %d: %+v, want no change", level, res)
+		}
+	}
+	decided := r.Record
+	decided.Status = contracts.StatusRejected
+	if res := arbiter.Escalate(rec, 1, now); !res.Changed {
+		t.Fatal("a pending record must escalate")
+	}
+	if res := arbiter.Escalate(decided, 3, now); res.Changed {
+		t.Error("a decided record escalated")
 	}
 }
