@@ -27,6 +27,10 @@ const (
 	KindDecided = "decided"
 )
 
+// KindEscalation is the kind of the notification that tells the approvers
+// added by escalation tier n (counting from 1) about a pending request.
+func KindEscalation(n int) string { return "escalation." + strconv.Itoa(n) }
+
 // KindReminder is the kind of the n-th reminder (counting from 1) of a
 // pending request, so that each reminder is delivered once.
 func KindReminder(n int) string { return "reminder." + strconv.Itoa(n) }
@@ -75,10 +79,12 @@ type Notification struct {
 	// Request is the approval's snapshot: everything a channel renders
 	// (summary, tool call or question, risk, expiry, allowed decisions).
 	Request contracts.ApprovalRequested
-	// Record is the terminal record for KindDecided, nil otherwise.
+	// Record is the terminal record for KindDecided, the pending record for
+	// a reminder (for its progress), nil otherwise.
 	Record *contracts.Record
 	// Ref is, for KindDecided, the Ref of the request's receipt on this
-	// target; empty otherwise.
+	// target; for a reminder, the Ref of the message it reminds of (a
+	// channel may thread the reminder under it); empty otherwise.
 	Ref string
 	// Event is, for KindDecided, the outcome as announced on the bus (with
 	// the record's revision), when the notifier has it.

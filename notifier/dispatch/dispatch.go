@@ -24,6 +24,7 @@ import (
 const (
 	DurableRequests = "notifier"
 	DurableDecided  = "notifier-decided"
+	DurableChanges  = "notifier-changes"
 )
 
 // RetryPolicy says how often and how far apart a notification is tried.
@@ -167,7 +168,7 @@ func New(ctx context.Context, cfg Config) (*Dispatcher, error) {
 // Run consumes requests and outcomes until ctx ends.
 func (d *Dispatcher) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	run := func(cc events.ConsumerConfig, h events.Handler) {
 		defer wg.Done()
 		cc.Concurrency, cc.AckWait, cc.Logger, cc.OnDeadLetter = d.cfg.Concurrency, d.cfg.AckWait, d.log, d.cfg.OnDeadLetter
@@ -176,7 +177,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			errc <- err
 		}
 	}
-	wg.Add(2)
+	wg.Add(3)
 	go run(events.ConsumerConfig{
 		Stream: contracts.StreamRequests, Durable: DurableRequests,
 		FilterSubjects: []string{contracts.SubjectToolRequestedPrefix + ">", contracts.SubjectInputRequestedPrefix + ">"},
@@ -187,6 +188,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		// An outcome waits for in-flight deliveries with Retry; give it room.
 		MaxDeliver: 1000,
 	}, d.handleDecided)
+	go run(events.ConsumerConfig{
+		Stream: contracts.StreamEvents, Durable: DurableChanges,
+		FilterSubjects: []string{contracts.SubjectChangedPrefix + ">"},
+	}, d.handleChange)
 	wg.Wait()
 	d.work.Wait() // detached deliveries end with ctx and hand their messages back
 	close(errc)

@@ -710,3 +710,88 @@ func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[str
 	}
 	return 0
 }
+
+// startArbiter runs one more arbiter replica until the test ends.
+func (e *env) startArbiter() {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	arb, err := arbiter.New(ctx, arbiter.Config{JS: e.srv.JetStream()})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- arb.Run(ctx) }()
+	e.t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			e.t.Errorf("arbiter: %v", err)
+		}
+	})
+}
+
+func TestRemindersAndEscalationReachTheRightPeopleOnceWithTwoReplicas(t *testing.T) {
+	e := newEnv(t)
+	e.startArbiter() // two arbiters
+	a, b := newChannel("email", nil), newChannel("email", nil)
+	e.start(dispatch.Config{Channels: []notifier.Channel{a}})
+	e.start(dispatch.Config{Channels: []notifier.Channel{b}})
+	req := request("email")
+	req.Quorum.Required = 2
+	req.Reminders = []string{"1s", "2s"}
+	req.Escalation = []contracts.EscalationTier{{After: "1s", Approvers: []string{"carol"}, Channels: []string{"email"}}}
+	req.ExpiresAt = time.Now().Add(30 * time.Second)
+	e.publish(req)
+	e.receiptsFor(req.EventID, 2) // alice and bob were asked
+	e.vote(req.EventID, "alice", contracts.DecisionApprove)
+
+	// Each reminder reaches bob, who has not voted, and carol once her tier
+	// is reached; alice, who voted, is left alone.
+	esc := e.receipt("carol's escalation", func(r notifier.Receipt) bool {
+		return r.EventID == req.EventID && r.Kind == notifier.KindEscalation(1)
+	})
+	if esc.Target != "carol@example.com" || esc.Approver != "carol" || esc.Status != notifier.ReceiptDelivered {
+		t.Fatalf("escalation receipt %+v", esc)
+	}
+	r2 := map[string]bool{}
+	for len(r2) < 2 {
+		r := e.receipt("second reminder", func(r notifier.Receipt) bool { return r.EventID == req.EventID && r.Kind == notifier.KindReminder(2) })
+		r2[r.Target] = true
+	}
+	if !r2["bob@example.com"] || !r2["carol@example.com"] {
+		t.Errorf("second reminder went to %v, want bob and carol", r2)
+	}
+	// Decide, and let every target that was shown the request hear of it.
+	e.vote(req.EventID, "carol", contracts.DecisionApprove)
+	e.receiptsFor(req.EventID, 3) // decided: alice, bob, carol
+
+	count := func(addr, kind string) int {
+		n := 0
+		for _, c := range []*channel{a, b} {
+			c.mu.Lock()
+			for _, cl := range c.log {
+				if cl.N.Target.Address == addr && cl.N.Kind == kind {
+					n++
+				}
+			}
+			c.mu.Unlock()
+		}
+		return n
+	}
+	for _, c := range []struct {
+		addr, kind string
+		want       int
+	}{
+		{"bob@example.com", notifier.KindReminder(1), 1},
+		{"bob@example.com", notifier.KindReminder(2), 1},
+		{"alice@example.com", notifier.KindReminder(1), 0},
+		{"alice@example.com", notifier.KindReminder(2), 0},
+		{"carol@example.com", notifier.KindEscalation(1), 1},
+		{"carol@example.com", notifier.KindReminder(2), 1},
+		{"carol@example.com", notifier.KindDecided, 1},
+		{"bob@example.com", notifier.KindDecided, 1},
+	} {
+		if got := count(c.addr, c.kind); got != c.want {
+			t.Errorf("%s %s: %d deliveries, want %d", c.addr, c.kind, got, c.want)
+		}
+	}
+}

@@ -46,6 +46,12 @@ type Problem struct {
 // without duplicates, in route order. endpoints are the configured webhook
 // endpoint names, for the bare "webhook" route.
 func Targets(req *contracts.ApprovalRequested, routes []string, people People, endpoints []string) ([]notifier.Target, []Problem) {
+	return TargetsFor(req.Quorum.Approvers, routes, people, endpoints)
+}
+
+// TargetsFor is Targets for the approvers given, which the bare "slack" and
+// "email" routes reach (an escalation tier's approvers, say).
+func TargetsFor(approvers []string, routes []string, people People, endpoints []string) ([]notifier.Target, []Problem) {
 	if people == nil {
 		people = noPeople{}
 	}
@@ -95,10 +101,10 @@ func Targets(req *contracts.ApprovalRequested, routes []string, people People, e
 		switch r.Kind {
 		case notifier.RouteNone:
 		case notifier.RouteApprovers:
-			if len(req.Quorum.Approvers) == 0 {
+			if len(approvers) == 0 {
 				miss("the request names no approvers (anyone may approve); route to a channel, group or address instead")
 			}
-			for _, id := range req.Quorum.Approvers {
+			for _, id := range approvers {
 				person(id)
 			}
 		case notifier.RouteGroup:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -26,8 +27,9 @@ func (s receiptSet) settled(k string) bool {
 	return false
 }
 
-// shown returns, per (channel, target), the newest delivered receipt of a
-// request or reminder: what an outcome must update.
+// shown returns, per (channel, target), the receipt of what an outcome must
+// update: the first delivered request (or escalation) notification, else
+// the newest delivered reminder.
 func (s receiptSet) shown() []notifier.Receipt {
 	idx := map[string]int{}
 	var out []notifier.Receipt
@@ -36,15 +38,32 @@ func (s receiptSet) shown() []notifier.Receipt {
 			continue
 		}
 		k := r.Channel + "\x00" + r.Target
-		if i, ok := idx[k]; ok {
-			out[i] = r
+		i, ok := idx[k]
+		if !ok {
+			idx[k] = len(out)
+			out = append(out, r)
 			continue
 		}
-		idx[k] = len(out)
-		out = append(out, r)
+		if isReminder(out[i].Kind) && (!isReminder(r.Kind) || r.At.After(out[i].At)) {
+			out[i] = r
+		}
 	}
 	return out
 }
+
+// original returns the delivered request or escalation receipt of target
+// on channel: the message a reminder refers to.
+func (s receiptSet) original(channel, target string) (notifier.Receipt, bool) {
+	for _, r := range s {
+		if r.Status == notifier.ReceiptDelivered && r.Channel == channel && r.Target == target &&
+			r.Kind != notifier.KindDecided && !isReminder(r.Kind) {
+			return r, true
+		}
+	}
+	return notifier.Receipt{}, false
+}
+
+func isReminder(kind string) bool { return strings.HasPrefix(kind, "reminder.") }
 
 // Receipts reads every receipt published for eventID from the event stream,
 // oldest first, with a short-lived ordered consumer.

@@ -108,11 +108,26 @@ func (c *Channel) Name() string { return notifier.ChannelSlack }
 // channel, a message Slack refuses), carrying notifier.RetryAfter when
 // rate-limited, and transient otherwise.
 func (c *Channel) Notify(ctx context.Context, n notifier.Notification) (notifier.Receipt, error) {
-	if n.Kind != notifier.KindRequested && !strings.HasPrefix(n.Kind, "reminder.") {
+	reminder := strings.HasPrefix(n.Kind, "reminder.")
+	if n.Kind != notifier.KindRequested && !reminder && !strings.HasPrefix(n.Kind, "escalation.") {
 		return c.fail(n, fmt.Errorf("%w: slack: Notify cannot deliver kind %q", notifier.ErrPermanent, n.Kind))
 	}
 	if n.Target.Address == "" {
 		return c.fail(n, fmt.Errorf("%w: slack: no destination", notifier.ErrPermanent))
+	}
+	if channel, ts, ok := ParseRef(n.Ref); ok && reminder {
+		// A reminder of a message already shown goes in its thread, also
+		// sent to the conversation; the buttons stay on the one message the
+		// outcome will update.
+		msg := reminderMessage(&n.Request, n.Record, c.publicURL)
+		return c.deliver(ctx, n, func() (string, error) {
+			r, err := c.api.call(ctx, "chat.postMessage", postMessageArgs{Channel: channel, Text: msg.Text, Blocks: msg.Blocks,
+				ThreadTS: ts, ReplyBroadcast: true})
+			if err != nil {
+				return "", err
+			}
+			return refOf(r, "chat.postMessage")
+		})
 	}
 	msg := RequestMessage(&n.Request, nil, RenderOptions{
 		PublicURL: c.publicURL,
@@ -181,6 +196,10 @@ type postMessageArgs struct {
 	Blocks      []slackgo.Block `json:"blocks"`
 	UnfurlLinks bool            `json:"unfurl_links"`
 	UnfurlMedia bool            `json:"unfurl_media"`
+	// ThreadTS posts the message as a reply in that message's thread;
+	// ReplyBroadcast also shows it in the conversation.
+	ThreadTS       string `json:"thread_ts,omitempty"`
+	ReplyBroadcast bool   `json:"reply_broadcast,omitempty"`
 }
 
 // updateArgs are the arguments of chat.update.

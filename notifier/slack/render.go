@@ -535,3 +535,17 @@ func plain(s string) *slackgo.TextBlockObject {
 func mrkdwn(s string) *slackgo.TextBlockObject {
 	return slackgo.NewTextBlockObject(slackgo.MarkdownType, s, false, false)
 }
+
+// reminderMessage is a short reminder posted in the thread of a request's
+// message: what is still waiting and how far the quorum got. The buttons
+// stay on the message itself.
+func reminderMessage(req *contracts.ApprovalRequested, rec *contracts.Record, publicURL string) Message {
+	line := "⏰ *Reminder:* " + escapeCut(notifier.Title(req), maxFactText) + " still needs a decision (" +
+		escapeCut(notifier.Progress(req, rec), maxFactText) + "). Decide with the buttons above."
+	if u := notifier.ApprovalURL(publicURL, req.EventID); u != "" {
+		line += " <" + u + "|Open in Countersign>"
+	}
+	var b builder
+	b.add("reminder", slackgo.NewSectionBlock(mrkdwn(line), nil, nil))
+	return b.message(req.EventID, escapeCut("Reminder: "+notifier.Title(req)+" still needs a decision", maxFallbackText))
+}

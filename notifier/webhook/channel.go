@@ -91,14 +91,14 @@ func New(cfg Config) (*Channel, error) {
 func (c *Channel) Name() string { return notifier.ChannelWebhook }
 
 // Notify POSTs n.Request, the contracts.ApprovalRequested event, to the
-// endpoint named n.Target.Address. n.Kind must be notifier.KindRequested or
-// a notifier.KindReminder. On success the receipt's Ref is the webhook-id.
+// endpoint named n.Target.Address. n.Kind must be notifier.KindRequested, a
+// notifier.KindReminder or a notifier.KindEscalation. On success the receipt's Ref is the webhook-id.
 //
 // On failure Notify returns the failed receipt (notifier.NewReceipt with the
 // error) and the error: one wrapping notifier.ErrPermanent when a retry cannot
 // help, possibly carrying notifier.RetryAfter, transient otherwise.
 func (c *Channel) Notify(ctx context.Context, n notifier.Notification) (notifier.Receipt, error) {
-	if n.Kind != notifier.KindRequested && !strings.HasPrefix(n.Kind, "reminder.") {
+	if n.Kind != notifier.KindRequested && !strings.HasPrefix(n.Kind, "reminder.") && !strings.HasPrefix(n.Kind, "escalation.") {
 		return c.fail(n, fmt.Errorf("%w: webhook: Notify cannot deliver kind %q", notifier.ErrPermanent, n.Kind))
 	}
 	body, err := json.Marshal(n.Request)

@@ -1,0 +1,104 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/events"
+	"github.com/countersign/countersign/notifier"
+)
+
+// handleChange acts on the changes that need telling people: a reminder
+// that came due, an escalation tier reached. Other changes are acknowledged.
+func (d *Dispatcher) handleChange(ctx context.Context, msg jetstream.Msg) error {
+	var ch contracts.Changed
+	if err := json.Unmarshal(msg.Data(), &ch); err != nil {
+		return events.Poison(fmt.Errorf("decode changed event: %w", err))
+	}
+	if ch.Change != contracts.ChangeReminded && ch.Change != contracts.ChangeEscalated {
+		return nil
+	}
+	if !contracts.ValidEventID(ch.EventID) || ch.Step < 1 {
+		return events.Poison(fmt.Errorf("%s event with event_id %q, step %d", ch.Change, ch.EventID, ch.Step))
+	}
+	rec, err := d.record(ctx, ch.EventID)
+	if err != nil {
+		return err
+	}
+	if rec == nil || rec.Terminal() {
+		return nil // decided meanwhile: nobody needs chasing
+	}
+	have, err := d.receipts(ctx, ch.EventID)
+	if err != nil {
+		return err
+	}
+	req := rec.Request
+	var (
+		notes    []notifier.Notification
+		problems []Problem
+	)
+	switch ch.Change {
+	case contracts.ChangeReminded:
+		voted := map[string]bool{}
+		for _, v := range rec.Votes {
+			voted[v.Approver.ID] = true
+		}
+		targets, _ := d.everyone(rec)
+		for _, t := range targets {
+			if t.Approver != "" && voted[t.Approver] {
+				continue // reminders go to those who have not voted
+			}
+			n := notifier.Reminder(req, t, ch.Step)
+			n.Record = rec
+			if r, ok := have.original(t.Channel, t.Address); ok {
+				n.Ref = r.Ref
+			}
+			notes = append(notes, n)
+		}
+	case contracts.ChangeEscalated:
+		if ch.Step > len(req.Escalation) {
+			return events.Poison(fmt.Errorf("escalation step %d of %s has no tier", ch.Step, ch.EventID))
+		}
+		tier := req.Escalation[ch.Step-1]
+		var targets []notifier.Target
+		targets, problems = TargetsFor(tier.Approvers, tierRoutes(req, tier), d.cfg.People, d.cfg.Endpoints)
+		for _, t := range targets {
+			notes = append(notes, notifier.Notification{Kind: notifier.KindEscalation(ch.Step), Target: t, Request: req})
+		}
+	}
+	return d.detach(ctx, msg, func() (time.Duration, error) {
+		return 0, d.deliverAll(ctx, notes, problems, req, have)
+	})
+}
+
+// tierRoutes are where an escalation tier's approvers are told: the tier's
+// channels, else the request's.
+func tierRoutes(req contracts.ApprovalRequested, tier contracts.EscalationTier) []string {
+	if len(tier.Channels) > 0 {
+		return tier.Channels
+	}
+	return req.Channels
+}
+
+// everyone returns the targets of a pending record: the request's own and
+// those of every escalation tier reached, without duplicates.
+func (d *Dispatcher) everyone(rec *contracts.Record) ([]notifier.Target, []Problem) {
+	req := &rec.Request
+	targets, problems := Targets(req, req.Channels, d.cfg.People, d.cfg.Endpoints)
+	for i := 0; i < rec.EscalationLevel && i < len(req.Escalation); i++ {
+		more, p := TargetsFor(req.Escalation[i].Approvers, tierRoutes(*req, req.Escalation[i]), d.cfg.People, d.cfg.Endpoints)
+		problems = append(problems, p...)
+		for _, t := range more {
+			if !slices.ContainsFunc(targets, func(x notifier.Target) bool { return x.Channel == t.Channel && x.Address == t.Address }) {
+				targets = append(targets, t)
+			}
+		}
+	}
+	return targets, problems
+}
