@@ -55,6 +55,9 @@ type PendingReport struct {
 	Woken        int     `json:"woken"`
 	Allowed      int     `json:"allowed"`
 	FirstError   string  `json:"first_error,omitempty"`
+	// Timers is the wake-up lag of expiry timers measured while every
+	// pending approval's timer is held.
+	Timers *TimerReport `json:"timers,omitempty"`
 	// Failed holds the error that stopped the measurement, if one did;
 	// the other figures are then incomplete.
 	Failed string `json:"failed,omitempty"`
@@ -224,7 +227,16 @@ func measurePending(ctx context.Context, st *stack, n int, pr *printer) (*Pendin
 	rep.ProcessBytesPerApproval = (float64(heap2) - float64(heap0)) / float64(n)
 	pr.pendingStep(fmt.Sprintf("%d waits registered in %.1f s; waiter holds %d", n, rep.RegisterSeconds, rep.WaiterPending))
 
-	// 3. Watch decisions land, then approve everything.
+	// 3. With every approval pending, each holding its expiry schedule,
+	// measure how late short deadlines are applied.
+	tr, err := measureTimers(ctx, st)
+	rep.Timers = tr
+	if err != nil {
+		return rep, fmt.Errorf("timers: %w", err)
+	}
+	pr.timers(tr)
+
+	// 4. Watch decisions land, then approve everything.
 	_, ojs, err := st.connect(roleObserver)
 	if err != nil {
 		return rep, err

@@ -294,6 +294,11 @@ func (p *printer) latency(mode string, l *LatencyReport) {
 
 func (p *printer) pendingStep(s string) { p.f("  pending: %s\n", s) }
 
+func (p *printer) timers(r *TimerReport) {
+	p.f("%-34s %10s        (%.0f B each on HITL_TIMERS)\n", "timers held (expiry schedules)", num(float64(r.Held)), float64(r.Bytes)/max(float64(r.Held), 1))
+	p.f("%-34s %10.1f ms     p99 %.1f ms  max %.1f ms  (%d of %d expired)\n", "  expiry lag past the deadline", r.LagP50, r.LagP99, r.LagMax, r.Expired, r.Probes)
+}
+
 func (p *printer) pending(r *PendingReport) {
 	p.f("%-34s %10.0f B      target < %d B       %s\n", fmt.Sprintf("waiter memory per wait (%s)", num(float64(r.Waits))),
 		r.WaiterBytesPerWait, targetBytesPerWait, verdict(r.WaiterPending >= r.Waits && r.WaiterBytesPerWait < targetBytesPerWait))
