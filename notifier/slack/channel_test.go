@@ -1,6 +1,7 @@
 package slack_test
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
@@ -284,5 +285,51 @@ func TestNewValidates(t *testing.T) {
 	}
 	if _, err := slack.New(slack.Config{BotToken: "x"}); err != nil {
 		t.Errorf("New with defaults: %v", err)
+	}
+}
+
+func TestReminderGoesInTheThreadOfTheRequest(t *testing.T) {
+	fake := newFake(t)
+	ch := newChannel(t, fake)
+	req := toolRequest(t)
+	rc, err := ch.Notify(t.Context(), notifier.Requested(req, target))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rem := notifier.Reminder(req, target, 1)
+	rem.Ref, rem.Record = rc.Ref, pending(req)
+	rr, err := ch.Notify(t.Context(), rem)
+	if err != nil {
+		t.Fatalf("reminder: %v (refused %v)", err, fake.Refused())
+	}
+	noRefusals(t, fake)
+	if rr.Ref == rc.Ref || rr.Kind != notifier.KindReminder(1) {
+		t.Fatalf("reminder receipt %+v", rr)
+	}
+	posts := fake.CallsOf("chat.postMessage")
+	var args struct {
+		Channel        string `json:"channel"`
+		ThreadTS       string `json:"thread_ts"`
+		ReplyBroadcast bool   `json:"reply_broadcast"`
+	}
+	if err := json.Unmarshal(posts[len(posts)-1].Body, &args); err != nil {
+		t.Fatal(err)
+	}
+	channel, ts, _ := slack.ParseRef(rc.Ref)
+	if args.Channel != channel || args.ThreadTS != ts || !args.ReplyBroadcast {
+		t.Errorf("reminder posted as %+v, want a broadcast reply in the thread %s/%s", args, channel, ts)
+	}
+	msg, ok := fake.Message(rr.Ref)
+	if !ok || msg.HasActions() || !strings.Contains(joined(msg.Texts()), "0 of 1 approval") {
+		t.Errorf("reminder message %+v: want no buttons and the progress", msg)
+	}
+	// Without the request's message, a reminder is a full message with buttons.
+	alone := notifier.Reminder(req, target, 2)
+	ra, err := ch.Notify(t.Context(), alone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := fake.Message(ra.Ref); !m.HasActions() || !strings.Contains(joined(m.Texts()), "Reminder:") {
+		t.Errorf("stand-alone reminder: %v", m.Texts())
 	}
 }
