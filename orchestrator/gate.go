@@ -382,8 +382,8 @@ func (g *Gate) request(run contracts.Run, c ToolCall, args json.RawMessage, sha 
 			Required: d.Quorum, Approvers: g.approvers(d.Approvers, d.Quorum, eventID), Veto: d.Veto,
 			AllowSelfApproval: d.AllowSelfApproval, Order: orderOf(d.Order),
 		},
-		Escalation:       []contracts.EscalationTier{},
-		Reminders:        []string{},
+		Escalation:       g.escalation(d.Escalation, eventID),
+		Reminders:        durations(d.Reminders),
 		AllowedDecisions: nonNil(d.AllowedDecisions),
 		Channels:         nonNil(d.Channels),
 		ExpiresAt:        now.Add(timeout),
@@ -415,6 +415,29 @@ func (g *Gate) approvers(list []string, quorum int, eventID string) []string {
 			"event_id", eventID, "quorum", quorum, "approvers", people)
 	}
 	return ids
+}
+
+// escalation freezes the policy's escalation tiers for a request snapshot:
+// each tier's groups become their members now, as for the approvers.
+func (g *Gate) escalation(tiers []policy.EscalationTier, eventID string) []contracts.EscalationTier {
+	out := make([]contracts.EscalationTier, len(tiers))
+	for i, t := range tiers {
+		out[i] = contracts.EscalationTier{
+			After:     t.After.String(),
+			Approvers: g.approvers(t.Approvers, 0, eventID),
+			Channels:  nonNil(t.Channels),
+		}
+	}
+	return out
+}
+
+// durations writes durations in Go syntax ("10m0s").
+func durations(ds []time.Duration) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = d.String()
+	}
+	return out
 }
 
 func orderOf(o string) string {

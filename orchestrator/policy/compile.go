@@ -57,6 +57,8 @@ func compile(data []byte) (*Policy, problems) {
 	ds := settingsFor(dRisk, &fs.defaultRule, fs.riskDefault[dRisk])
 	if fs.def == ActionRequireApproval {
 		checkQuorum(ds, "default_rule", posOf(fs.defaultRule.quorumNode, fs.defaultRule.node), SeverityError, &ps)
+		checkTimers(ds, &fs.defaultRule, "default_rule", &ps)
+		noteRepeat(ds)
 	}
 	checkOrder(ds, "default_rule", fs.defaultRule.node, &ps)
 	p.dflt = ds.decision(fs.def, defaultRuleName, p.version, 0)
@@ -99,11 +101,14 @@ func compile(data []byte) (*Policy, problems) {
 		if rs.action == ActionRequireApproval {
 			checkQuorum(s, rs.where, posOf(rs.quorumNode, rs.node), SeverityError, &ps)
 			checkOrder(s, rs.where, rs.node, &ps)
+			checkTimers(s, &rs.gateSpec, rs.where, &ps)
+			noteRepeat(s)
 			r.failClosed = r.decision
 		} else {
 			ignoredSettings(rs, &ps)
 			r.failClosed = fallback.decision(ActionRequireApproval, rs.name, p.version, rs.line)
 			if r.cond != nil {
+				noteRepeat(fallback)
 				checkQuorum(fallback, rs.where+" (gated when its condition errors, with default_rule's settings)",
 					posOf(rs.node, nil), SeverityWarning, &ps)
 			}
@@ -112,6 +117,16 @@ func compile(data []byte) (*Policy, problems) {
 		p.rules = append(p.rules, r)
 	}
 	shadowWarnings(fs.rules, &ps)
+	layers := []*gateSpec{&fs.defaultRule}
+	for _, risk := range []string{contracts.RiskLow, contracts.RiskMedium, contracts.RiskHigh, contracts.RiskCritical} {
+		if g := fs.riskDefault[risk]; g != nil {
+			layers = append(layers, g)
+		}
+	}
+	for _, rs := range fs.rules {
+		layers = append(layers, &rs.gateSpec)
+	}
+	repeatWarnings(layers, &ps)
 	return p, ps
 }
 
@@ -130,6 +145,13 @@ type settings struct {
 	allowed    []string
 	summary    string
 	reason     string
+	// Timers, with the layer each comes from (nil: not set).
+	reminders     []time.Duration
+	remindersFrom *gateSpec
+	tiers         []*tierSpec
+	tiersFrom     *gateSpec
+	repeat        int
+	repeatFrom    *gateSpec
 }
 
 // settingsFor merges gate settings: for each one, the first layer that sets
@@ -141,6 +163,7 @@ func settingsFor(risk string, layers ...*gateSpec) settings {
 		allowed: []string{contracts.DecisionApprove, contracts.DecisionReject},
 	}
 	var approvers, quorum, veto, self, order, channels, timeout, onTimeout, allowed, summary bool
+	var reminders, escalation, repeat bool
 	for _, g := range layers {
 		if g == nil {
 			continue
@@ -177,6 +200,15 @@ func settingsFor(risk string, layers ...*gateSpec) settings {
 		if !summary && g.summary != "" {
 			summary, s.summary = true, g.summary
 		}
+		if !reminders && g.remindersSet {
+			reminders, s.reminders, s.remindersFrom = true, g.reminders, g
+		}
+		if !escalation && g.escalationKey != nil {
+			escalation, s.tiers, s.tiersFrom = true, g.escalation, g
+		}
+		if !repeat && g.repeatNode != nil {
+			repeat, s.repeat, s.repeatFrom = true, g.repeat, g
+		}
 	}
 	if len(layers) > 0 && layers[0] != nil {
 		s.reason = layers[0].reason
@@ -190,7 +222,9 @@ func (s settings) decision(action, rule, version string, line int) Decision {
 		Risk: s.risk, Approvers: slices.Clone(s.approvers), Quorum: s.quorum, Veto: s.veto,
 		AllowSelfApproval: s.self, Order: s.order, Timeout: s.timeout, OnTimeout: s.onTimeout,
 		AllowedDecisions: slices.Clone(s.allowed), Channels: slices.Clone(s.channels), Summary: s.summary,
+		Reminders: slices.Clone(s.reminders),
 	}
+	d.Escalation, _ = s.ladder()
 	switch {
 	case action != ActionDeny:
 		d.Reason = ""
@@ -202,22 +236,55 @@ func (s settings) decision(action, rule, version string, line int) Decision {
 	return d
 }
 
-// resolveApprovers replaces "group:NAME" entries by the group's members,
+// ladder is the escalation of a decision: the tiers, run again
+// escalation_repeat times (each run starting where the previous one ended,
+// at the last tier's after), without the tiers the timeout cuts off, which
+// can never fire; dropped counts those. A tier without channels is told on
+// the decision's.
+func (s settings) ladder() (tiers []EscalationTier, dropped int) {
+	if len(s.tiers) == 0 {
+		return nil, 0
+	}
+	cycle := s.tiers[len(s.tiers)-1].after
+	total := len(s.tiers) * (s.repeat + 1)
+	for i := range total {
+		t := s.tiers[i%len(s.tiers)]
+		after := t.after + time.Duration(i/len(s.tiers))*cycle
+		if after >= s.timeout {
+			return tiers, total - i
+		}
+		channels := t.channels
+		if len(channels) == 0 {
+			channels = s.channels
+		}
+		tiers = append(tiers, EscalationTier{After: after, Approvers: t.resolved, Channels: channels})
+	}
+	return tiers, 0
+}
+
+// resolveApprovers resolves the approver groups of a layer and of its
+// escalation tiers.
+func resolveApprovers(g *gateSpec, groups map[string][]string, ps *problems) {
+	g.resolved, g.unresolved = resolveGroups(g.approvers, g.approverNodes, groups, g.where+": approvers", ps)
+	for _, t := range g.escalation {
+		t.resolved, t.unresolved = resolveGroups(t.approvers, t.approverNodes, groups,
+			g.where+": escalation["+itoa(t.index)+"].approvers", ps)
+	}
+}
+
+// resolveGroups replaces "group:NAME" entries by the group's members,
 // keeping the order and dropping repeats. A group the policy does not define
 // stays as written (nobody's id, so it can only fail closed) and is warned
-// about.
-func resolveApprovers(g *gateSpec, groups map[string][]string, ps *problems) {
-	if len(g.approvers) == 0 {
-		return
-	}
+// about; unresolved reports one.
+func resolveGroups(list []string, nodes []*yaml.Node, groups map[string][]string, what string, ps *problems) (resolved []string, unresolved bool) {
 	seen := map[string]bool{}
 	add := func(id string) {
 		if !seen[id] {
 			seen[id] = true
-			g.resolved = append(g.resolved, id)
+			resolved = append(resolved, id)
 		}
 	}
-	for i, a := range g.approvers {
+	for i, a := range list {
 		name, isGroup := strings.CutPrefix(a, groupPrefix)
 		if !isGroup {
 			add(a)
@@ -225,9 +292,9 @@ func resolveApprovers(g *gateSpec, groups map[string][]string, ps *problems) {
 		}
 		members, ok := groups[name]
 		if !ok {
-			n := g.approverNodes[i]
-			ps.add(n.Line, n.Column, SeverityWarning, "%s: approvers: unknown approver group %q (define it under groups:); until it is, nobody can approve as it", g.where, name)
-			g.unresolved = true
+			n := nodes[i]
+			ps.add(n.Line, n.Column, SeverityWarning, "%s: unknown approver group %q (define it under groups:); until it is, nobody can approve as it", what, name)
+			unresolved = true
 			add(a)
 			continue
 		}
@@ -235,11 +302,30 @@ func resolveApprovers(g *gateSpec, groups map[string][]string, ps *problems) {
 			add(m)
 		}
 	}
+	return resolved, unresolved
 }
 
-// checkQuorum refuses a quorum that the listed approvers cannot meet.
+// checkQuorum refuses a quorum that the listed approvers, with those the
+// escalation tiers add before the request expires, cannot meet.
 func checkQuorum(s settings, where string, at *yaml.Node, sev string, ps *problems) {
-	if len(s.approvers) == 0 || s.unresolved || s.quorum <= len(s.approvers) {
+	if len(s.approvers) == 0 || s.unresolved {
+		return
+	}
+	pool := slices.Clone(s.approvers)
+	for _, t := range s.tiers {
+		if t.after >= s.timeout {
+			break
+		}
+		if t.unresolved {
+			return
+		}
+		for _, id := range t.resolved {
+			if !slices.Contains(pool, id) {
+				pool = append(pool, id)
+			}
+		}
+	}
+	if s.quorum <= len(pool) {
 		return
 	}
 	from := ""
@@ -251,7 +337,85 @@ func checkQuorum(s settings, where string, at *yaml.Node, sev string, ps *proble
 		line, col = at.Line, at.Column
 	}
 	ps.add(line, col, sev, "%s: quorum %d%s cannot be met by %d distinct approvers (%s)",
-		where, s.quorum, from, len(s.approvers), strings.Join(s.approvers, ", "))
+		where, s.quorum, from, len(pool), strings.Join(pool, ", "))
+}
+
+// checkTimers warns about reminders and escalation tiers of a gated
+// decision that can never fire because the request expires first. own is
+// the layer the decision is made by (the rule, or default_rule): timers it
+// sets itself are pointed at, inherited ones are reported at own.
+func checkTimers(s settings, own *gateSpec, where string, ps *problems) {
+	at := func(n *yaml.Node) (int, int) {
+		if n == nil {
+			return 0, 0
+		}
+		return n.Line, n.Column
+	}
+	var late []string
+	for i, r := range s.reminders {
+		if r < s.timeout {
+			continue
+		}
+		if s.remindersFrom == own {
+			line, col := at(s.remindersFrom.reminderNodes[i])
+			ps.add(line, col, SeverityWarning, "%s: reminders[%d]: %s never fires: the request expires first (timeout %s)",
+				where, i, shortDuration(r), shortDuration(s.timeout))
+			continue
+		}
+		late = append(late, shortDuration(r))
+	}
+	if len(late) > 0 {
+		line, col := at(own.node)
+		ps.add(line, col, SeverityWarning, "%s: reminders %s (from %s) never fire: the request expires first (timeout %s)",
+			where, strings.Join(late, ", "), s.remindersFrom.where, shortDuration(s.timeout))
+	}
+
+	kept, dropped := s.ladder()
+	if dropped == 0 {
+		return
+	}
+	first := len(kept) // the index of the first tier dropped
+	after := s.tiers[first%len(s.tiers)].after + time.Duration(first/len(s.tiers))*s.tiers[len(s.tiers)-1].after
+	var pos *yaml.Node
+	from := ""
+	switch {
+	case s.tiersFrom != own:
+		pos, from = own.node, " (from "+s.tiersFrom.where+")"
+	case first < len(s.tiers):
+		pos = s.tiers[first].afterNode
+	case s.repeatFrom == own:
+		pos = own.repeatNode
+	default:
+		pos = own.escalationKey
+	}
+	line, col := at(pos)
+	if dropped == 1 {
+		ps.add(line, col, SeverityWarning, "%s: the escalation tier after %s%s never fires: the request expires first (timeout %s); it is left out of the request",
+			where, shortDuration(after), from, shortDuration(s.timeout))
+		return
+	}
+	ps.add(line, col, SeverityWarning, "%s: %d escalation tiers%s, from the one after %s on, never fire: the request expires first (timeout %s); they are left out of the request",
+		where, dropped, from, shortDuration(after), shortDuration(s.timeout))
+}
+
+// noteRepeat records, for the layer a decision takes escalation_repeat
+// from, that it applies and whether there are tiers to repeat.
+func noteRepeat(s settings) {
+	if g := s.repeatFrom; g != nil {
+		g.repeatApplied = true
+		g.repeatUseful = g.repeatUseful || len(s.tiers) > 0
+	}
+}
+
+// repeatWarnings warns about an escalation_repeat that applies only to
+// decisions without escalation tiers.
+func repeatWarnings(layers []*gateSpec, ps *problems) {
+	for _, g := range layers {
+		if g.repeatNode != nil && g.repeat > 0 && g.repeatApplied && !g.repeatUseful {
+			ps.add(g.repeatNode.Line, g.repeatNode.Column, SeverityWarning,
+				"%s: escalation_repeat has no effect: there are no escalation tiers to repeat", g.where)
+		}
+	}
 }
 
 // checkOrder warns about sequence order without approvers to order.

@@ -32,6 +32,15 @@
 // on timeout, approve or reject). Approver groups named as "group:NAME" are
 // resolved to their members when the policy is parsed.
 //
+// A gated request can remind and escalate. reminders lists when, after the
+// request was created, approvers who have not voted are told again.
+// escalation is a ladder of tiers, each adding approvers (told on its own
+// channels, else the rule's) once its after has passed; escalation_repeat
+// runs the ladder again up to 9 times. Decision carries the ladder expanded,
+// without the tiers the timeout cuts off. Reminders, escalation and
+// escalation_repeat follow the same order as the other settings; an empty
+// list turns off what a lower layer sets.
+//
 // Lint reports what Parse refuses plus warnings (unreachable rules, unknown
 // approver groups, settings without effect); ParseCases and RunCases run a
 // table of calls against a policy, for CI of policy repositories.

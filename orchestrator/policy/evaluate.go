@@ -2,7 +2,10 @@ package policy
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
+	"time"
 )
 
 // Step says why one rule did or did not decide a call.
@@ -59,7 +62,7 @@ func (p *Policy) Explain(in Input) (Decision, []Step) {
 				d := r.failClosed.clone()
 				d.Error = err.Error()
 				why.WriteString("condition error: " + d.Error + "; the call gates (fail closed)")
-				step.Matched, step.Why = true, why.String()
+				step.Matched, step.Why = true, withTimers(why.String(), d)
 				return d, append(steps, step)
 			case !ok:
 				why.WriteString("condition " + r.cond.src + " is false")
@@ -69,10 +72,10 @@ func (p *Policy) Explain(in Input) (Decision, []Step) {
 			}
 			why.WriteString("condition " + r.cond.src + " is true")
 		}
-		step.Matched, step.Why = true, why.String()
+		step.Matched, step.Why = true, withTimers(why.String(), r.decision)
 		return r.decision.clone(), append(steps, step)
 	}
-	steps = append(steps, Step{Rule: defaultRuleName, Matched: true, Why: "no rule matched; the default is " + p.dflt.Action})
+	steps = append(steps, Step{Rule: defaultRuleName, Matched: true, Why: withTimers("no rule matched; the default is "+p.dflt.Action, p.dflt)})
 	return p.dflt.clone(), steps
 }
 
@@ -184,6 +187,68 @@ func sep(b *strings.Builder) {
 	}
 }
 
+// withTimers appends to why when the decision reminds and escalates.
+func withTimers(why string, d Decision) string {
+	if t := timersWhy(d); t != "" {
+		if why == "" {
+			return t
+		}
+		return why + "; " + t
+	}
+	return why
+}
+
+// timersWhy says when a gated decision reminds and escalates, one clause
+// each, such as "reminders at 10m, 1h" and "escalation at 2h to ann, bob
+// (email), at 4h to cfo"; "" when it does neither.
+func timersWhy(d Decision) string {
+	if d.Action != ActionRequireApproval {
+		return ""
+	}
+	var b strings.Builder
+	if len(d.Reminders) > 0 {
+		b.WriteString("reminders at ")
+		for i, r := range d.Reminders {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(shortDuration(r))
+		}
+	}
+	if len(d.Escalation) > 0 {
+		sep(&b)
+		b.WriteString("escalation")
+		const shown = 4
+		for i, t := range d.Escalation {
+			if i == shown {
+				fmt.Fprintf(&b, ", and %d more tiers up to %s", len(d.Escalation)-shown, shortDuration(d.Escalation[len(d.Escalation)-1].After))
+				break
+			}
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(" at " + shortDuration(t.After) + " to " + strings.Join(t.Approvers, ", "))
+			if len(t.Channels) > 0 {
+				b.WriteString(" (" + strings.Join(t.Channels, ", ") + ")")
+			}
+		}
+	}
+	return b.String()
+}
+
+// shortDuration prints a duration without zero minutes and seconds: 1h,
+// 10m, 1h30m.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
+
 // show prints a name, quoting it when it is empty.
 func show(s string) string {
 	if s == "" {
@@ -192,17 +257,30 @@ func show(s string) string {
 	return s
 }
 
-// clone copies the decision's slices, in one allocation, so that a caller
-// that changes them cannot change the policy.
+// clone copies the decision's slices, the strings in one allocation, so
+// that a caller that changes them cannot change the policy.
 func (d Decision) clone() Decision {
 	n := len(d.Approvers) + len(d.AllowedDecisions) + len(d.Channels)
-	if n == 0 {
+	for _, t := range d.Escalation {
+		n += len(t.Approvers) + len(t.Channels)
+	}
+	if n == 0 && d.Reminders == nil && d.Escalation == nil {
 		return d
 	}
 	buf := make([]string, 0, n)
 	d.Approvers, buf = carve(buf, d.Approvers)
 	d.AllowedDecisions, buf = carve(buf, d.AllowedDecisions)
-	d.Channels, _ = carve(buf, d.Channels)
+	d.Channels, buf = carve(buf, d.Channels)
+	d.Reminders = slices.Clone(d.Reminders)
+	if d.Escalation != nil {
+		tiers := make([]EscalationTier, len(d.Escalation))
+		for i, t := range d.Escalation {
+			tiers[i].After = t.After
+			tiers[i].Approvers, buf = carve(buf, t.Approvers)
+			tiers[i].Channels, buf = carve(buf, t.Channels)
+		}
+		d.Escalation = tiers
+	}
 	return d
 }
 

@@ -69,6 +69,25 @@ type Decision struct {
 	// Summary is the rule's summary template ({{args.NAME}}, {{tool}},
 	// {{agent}}), not yet rendered.
 	Summary string
+	// Reminders are when, after the request was created, approvers who
+	// have not voted are told again; increasing.
+	Reminders []time.Duration
+	// Escalation is the ladder of tiers, by increasing After, with
+	// escalation_repeat already expanded and the tiers the timeout cuts off
+	// left out.
+	Escalation []EscalationTier
+}
+
+// EscalationTier widens a pending request: from After (since the request
+// was created) on, Approvers may approve it too, and they are told on
+// Channels.
+type EscalationTier struct {
+	After time.Duration
+	// Approvers holds user ids; groups the policy defines are resolved to
+	// their members, others stay "group:NAME".
+	Approvers []string
+	// Channels are the tier's own, else the decision's.
+	Channels []string
 }
 
 // Policy is a parsed, compiled policy. It is immutable and safe for

@@ -19,15 +19,25 @@ import (
 var (
 	topKeys  = []string{"version", "default", "default_rule", "groups", "risk_defaults", "rules"}
 	gateKeys = []string{"risk", "approvers", "quorum", "veto", "allow_self_approval", "order",
-		"channels", "timeout", "on_timeout", "allowed_decisions", "summary", "reason"}
+		"channels", "timeout", "on_timeout", "allowed_decisions", "summary", "reason",
+		"reminders", "escalation", "escalation_repeat"}
 	riskDefaultKeys = []string{"approvers", "quorum", "veto", "allow_self_approval", "order",
-		"channels", "timeout", "on_timeout", "allowed_decisions"}
+		"channels", "timeout", "on_timeout", "allowed_decisions",
+		"reminders", "escalation", "escalation_repeat"}
+	tierKeys  = []string{"after", "approvers", "channels"}
 	matchKeys = []string{"name", "agents", "tools", "tenants", "labels", "when", "action"}
 	ruleKeys  = append(append([]string{}, matchKeys...), gateKeys...)
 )
 
 // groupPrefix marks an approver entry that names a group.
 const groupPrefix = "group:"
+
+// Bounds of the timers a rule can set.
+const (
+	maxReminders        = 10
+	maxEscalationTiers  = 10
+	maxEscalationRepeat = 9
+)
 
 // fileSpec is what a policy file says.
 type fileSpec struct {
@@ -59,12 +69,38 @@ type gateSpec struct {
 	allowed       []string
 	summary       string
 	reason        string
+	// reminders and escalation are set when their key is (an empty list
+	// included: it turns off what a lower layer sets).
+	reminders     []time.Duration
+	reminderNodes []*yaml.Node
+	remindersSet  bool
+	escalation    []*tierSpec
+	escalationKey *yaml.Node // nil when escalation is not set
+	repeat        int
+	repeatNode    *yaml.Node // nil when escalation_repeat is not set
+	// repeatApplied: some decision takes its escalation_repeat from here;
+	// repeatUseful: one that has escalation tiers to repeat.
+	repeatApplied, repeatUseful bool
 	// set lists the gate fields the file sets, for warnings.
 	set []field
 
 	// resolved approvers, filled when compiling.
 	resolved   []string
 	unresolved bool // an approver group is not defined in the policy
+}
+
+// tierSpec is one tier of an escalation ladder.
+type tierSpec struct {
+	index         int // in the file's list
+	after         time.Duration
+	afterNode     *yaml.Node
+	approvers     []string
+	approverNodes []*yaml.Node
+	channels      []string
+
+	// resolved approvers, filled when compiling.
+	resolved   []string
+	unresolved bool
 }
 
 // ruleSpec is one entry of rules.
@@ -304,22 +340,7 @@ func readGateField(f field, g *gateSpec, ps *problems, allowed []string) bool {
 			g.risk = ""
 		}
 	case "approvers":
-		list, nodes := ps.strList(v, what)
-		seen := map[string]bool{}
-		for j, a := range list {
-			switch {
-			case strings.TrimSpace(a) != a:
-				ps.add(nodes[j].Line, nodes[j].Column, SeverityError, "%s[%d]: %q has leading or trailing space", what, j, a)
-			case a == groupPrefix:
-				ps.add(nodes[j].Line, nodes[j].Column, SeverityError, "%s[%d]: group name missing after %q", what, j, groupPrefix)
-			case seen[a]:
-				ps.add(nodes[j].Line, nodes[j].Column, SeverityError, "%s[%d]: %q is listed twice", what, j, a)
-			default:
-				seen[a] = true
-				g.approvers = append(g.approvers, a)
-				g.approverNodes = append(g.approverNodes, nodes[j])
-			}
-		}
+		g.approvers, g.approverNodes = readApprovers(v, what, ps)
 	case "quorum":
 		if q, ok := ps.integer(v, what); ok {
 			if q < 1 {
@@ -345,14 +366,7 @@ func readGateField(f field, g *gateSpec, ps *problems, allowed []string) bool {
 			g.order = ""
 		}
 	case "channels":
-		list, nodes := ps.strList(v, what)
-		for j, c := range list {
-			if _, err := notifier.ParseRoute(c); err != nil {
-				ps.add(nodes[j].Line, nodes[j].Column, SeverityError, "%s: %v", g.where, err)
-				continue
-			}
-			g.channels = append(g.channels, c)
-		}
+		g.channels = readChannels(v, what, g.where, ps)
 	case "timeout":
 		g.timeout, _ = ps.duration(v, what)
 	case "on_timeout":
@@ -381,8 +395,175 @@ func readGateField(f field, g *gateSpec, ps *problems, allowed []string) bool {
 		g.summary = ps.str(v, what)
 	case "reason":
 		g.reason = ps.str(v, what)
+	case "reminders":
+		g.reminders, g.reminderNodes, g.remindersSet = readReminders(v, what, ps)
+	case "escalation":
+		var set bool
+		if g.escalation, set = readEscalation(v, what, ps); set {
+			g.escalationKey = f.key
+		}
+	case "escalation_repeat":
+		if n, ok := ps.integer(v, what); ok {
+			if n < 0 || n > maxEscalationRepeat {
+				ps.add(v.Line, v.Column, SeverityError, "%s: escalation_repeat %d: must be 0 to %d", g.where, n, maxEscalationRepeat)
+			} else {
+				g.repeat, g.repeatNode = n, v
+			}
+		}
 	}
 	return true
+}
+
+// readApprovers reads a list of approvers: user ids and "group:NAME".
+func readApprovers(v *yaml.Node, what string, ps *problems) ([]string, []*yaml.Node) {
+	list, nodes := ps.strList(v, what)
+	var out []string
+	var outNodes []*yaml.Node
+	seen := map[string]bool{}
+	for j, a := range list {
+		switch {
+		case strings.TrimSpace(a) != a:
+			ps.add(nodes[j].Line, nodes[j].Column, SeverityError, "%s[%d]: %q has leading or trailing space", what, j, a)
+		case a == groupPrefix:
+			ps.add(nodes[j].Line, nodes[j].Column, SeverityError, "%s[%d]: group name missing after %q", what, j, groupPrefix)
+		case seen[a]:
+			ps.add(nodes[j].Line, nodes[j].Column, SeverityError, "%s[%d]: %q is listed twice", what, j, a)
+		default:
+			seen[a] = true
+			out = append(out, a)
+			outNodes = append(outNodes, nodes[j])
+		}
+	}
+	return out, outNodes
+}
+
+// readChannels reads a list of notification routes; where prefixes the
+// route's own error.
+func readChannels(v *yaml.Node, what, where string, ps *problems) []string {
+	list, nodes := ps.strList(v, what)
+	var out []string
+	for j, c := range list {
+		if _, err := notifier.ParseRoute(c); err != nil {
+			ps.add(nodes[j].Line, nodes[j].Column, SeverityError, "%s: %v", where, err)
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// readReminders reads a strictly increasing list of positive durations. It
+// reports whether the file sets the list (an empty list does; null does not).
+func readReminders(v *yaml.Node, what string, ps *problems) ([]time.Duration, []*yaml.Node, bool) {
+	seq := resolve(v)
+	if isNull(seq) {
+		return nil, nil, false
+	}
+	if seq.Kind != yaml.SequenceNode {
+		ps.add(v.Line, v.Column, SeverityError, "%s must be a list of durations, such as [10m, 1h]", what)
+		return nil, nil, false
+	}
+	out := []time.Duration{}
+	var nodes []*yaml.Node
+	for i, item := range seq.Content {
+		if i == maxReminders {
+			ps.add(item.Line, item.Column, SeverityError, "%s: at most %d reminders", what, maxReminders)
+			break
+		}
+		itemWhat := what + "[" + itoa(i) + "]"
+		d, ok := ps.duration(item, itemWhat)
+		if !ok {
+			continue
+		}
+		if n := len(out); n > 0 && d <= out[n-1] {
+			ps.add(item.Line, item.Column, SeverityError, "%s: %s is not after the reminder before it (%s); list reminders in increasing order",
+				itemWhat, resolve(item).Value, shortDuration(out[n-1]))
+			continue
+		}
+		out = append(out, d)
+		nodes = append(nodes, item)
+	}
+	return out, nodes, true
+}
+
+// readEscalation reads the tiers of an escalation ladder. It reports
+// whether the file sets the ladder (an empty list does; null does not).
+func readEscalation(v *yaml.Node, what string, ps *problems) ([]*tierSpec, bool) {
+	seq := resolve(v)
+	if isNull(seq) {
+		return nil, false
+	}
+	if seq.Kind != yaml.SequenceNode {
+		ps.add(v.Line, v.Column, SeverityError, "%s must be a list of tiers, each with after and approvers", what)
+		return nil, false
+	}
+	tiers := []*tierSpec{}
+	var last time.Duration
+	for i, item := range seq.Content {
+		if i == maxEscalationTiers {
+			ps.add(item.Line, item.Column, SeverityError, "%s: at most %d tiers", what, maxEscalationTiers)
+			break
+		}
+		tierWhat := what + "[" + itoa(i) + "]"
+		t, ok := readTier(item, tierWhat, ps)
+		if t != nil {
+			t.index = i
+		}
+		if t != nil && t.after > 0 {
+			if t.after <= last {
+				ps.add(t.afterNode.Line, t.afterNode.Column, SeverityError, "%s.after: %s is not after the tier before it (%s); list tiers in increasing order",
+					tierWhat, resolve(t.afterNode).Value, shortDuration(last))
+				ok = false
+			} else {
+				last = t.after
+			}
+		}
+		if ok {
+			tiers = append(tiers, t)
+		}
+	}
+	return tiers, true
+}
+
+// readTier reads one escalation tier; it reports false when the tier has a
+// problem (the tier, if not nil, holds what could be read).
+func readTier(n *yaml.Node, what string, ps *problems) (*tierSpec, bool) {
+	if resolve(n).Kind != yaml.MappingNode {
+		ps.add(n.Line, n.Column, SeverityError, "%s must be a mapping with after and approvers", what)
+		return nil, false
+	}
+	t := &tierSpec{}
+	ok := true
+	fs := ps.fields(n, what)
+	for _, f := range fs {
+		fieldWhat := what + "." + f.name()
+		switch f.name() {
+		case "after":
+			var good bool
+			t.after, good = ps.duration(f.val, fieldWhat)
+			t.afterNode, ok = f.val, ok && good
+		case "approvers":
+			t.approvers, t.approverNodes = readApprovers(f.val, fieldWhat, ps)
+			if r := resolve(f.val); isNull(r) || r.Kind == yaml.SequenceNode && len(r.Content) == 0 {
+				ps.add(f.val.Line, f.val.Column, SeverityError, "%s is empty: a tier adds at least one approver", fieldWhat)
+			}
+			ok = ok && len(t.approvers) > 0
+		case "channels":
+			t.channels = readChannels(f.val, fieldWhat, what, ps)
+		default:
+			ps.unknownField(f, what, tierKeys)
+			ok = false
+		}
+	}
+	if !hasKey(fs, "after") {
+		ps.add(n.Line, n.Column, SeverityError, "%s: after is required (how long after the request was created, such as 2h)", what)
+		ok = false
+	}
+	if !hasKey(fs, "approvers") {
+		ps.add(n.Line, n.Column, SeverityError, "%s: approvers is required (who may approve from then on)", what)
+		ok = false
+	}
+	return t, ok
 }
 
 func validAction(a string) bool {
