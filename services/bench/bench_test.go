@@ -65,7 +65,7 @@ func TestRunSmoke(t *testing.T) {
 		t.Errorf("pending: %d waits, %d held by the waiter, %d woken, %d allowed; want 200 each",
 			pe.Waits, pe.WaiterPending, pe.Woken, pe.Allowed)
 	}
-	if tr := pe.Timers; tr == nil || tr.Held < 200 || tr.Expired != tr.Probes || tr.LagP50 <= 0 || tr.LagMax < tr.LagP99 {
+	if tr := pe.Timers; tr == nil || tr.Held < 200 || tr.Expired != tr.Probes || tr.LagP50 <= 0 || tr.LagP99 < tr.LagP50 || tr.LagMax < tr.LagP99 {
 		t.Errorf("timer figures: %+v, want every probe expired with a lag, and the 200 pending schedules held", tr)
 	}
 	if pe.TotalSeconds <= 0 || pe.DecideSeconds <= 0 {

@@ -87,8 +87,7 @@ func measureTimers(ctx context.Context, st *stack) (*TimerReport, error) {
 		return rep, fmt.Errorf("no probe expired")
 	}
 	slices.Sort(lags)
-	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	rep.LagP50, rep.LagP99, rep.LagMax = ms(percentile(lags, 50)), ms(percentile(lags, 99)), ms(lags[len(lags)-1])
+	rep.LagP50, rep.LagP99, rep.LagMax = ms(percentile(lags, 0.50)), ms(percentile(lags, 0.99)), ms(lags[len(lags)-1])
 	if rep.Expired < timerProbes {
 		return rep, fmt.Errorf("%d of %d probes expired within a minute", rep.Expired, timerProbes)
 	}
