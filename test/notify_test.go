@@ -123,7 +123,7 @@ type notifyRig struct {
 	hook  *hookReceiver
 }
 
-func newNotifyRig(t *testing.T, hookFailures int) *notifyRig {
+func newNotifyRig(t *testing.T, hookFailures int, policy ...string) *notifyRig {
 	t.Helper()
 	r := &notifyRig{quorumRig: &quorumRig{t: t, tokens: map[string]string{}}}
 	r.slack = slacktest.New(t, slackBotToken)
@@ -137,6 +137,7 @@ func newNotifyRig(t *testing.T, hookFailures int) *notifyRig {
 	for _, u := range []struct{ id, email, slack, roles string }{
 		{"alice", "alice@example.com", aliceSlack, "[approver]"},
 		{"bob", "bob@example.com", bobSlack, "[approver]"},
+		{"carol", "carol@example.com", "U0CAROL0001", "[approver]"},
 		{"automation", "", "", "[approver]"},
 		{"dave", "", "", "[agent]"},
 	} {
@@ -169,7 +170,11 @@ func newNotifyRig(t *testing.T, hookFailures int) *notifyRig {
       secrets: [env:E2E_WEBHOOK_SECRET]
   retry: {attempts: 5, initial: 50ms, max: 200ms}
 `, r.slack.URL(), host, port, r.hook.srv.URL)
-	for path, data := range map[string]string{dirFile: b.String(), polFile: notifyPolicy, cfgFile: cfg} {
+	pol := notifyPolicy
+	if len(policy) > 0 {
+		pol = policy[0]
+	}
+	for path, data := range map[string]string{dirFile: b.String(), polFile: pol, cfgFile: cfg} {
 		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -393,5 +398,76 @@ func TestWebhookAutomationDecidesAfterTwoFailedDeliveries(t *testing.T) {
 	}
 	if len(requested) != 3 || ok != 1 {
 		t.Errorf("request deliveries: %d attempts, %d successful; want 3 attempts (two failed), exactly one successful", len(requested), ok)
+	}
+}
+
+// ladderPolicy needs two approvals of alice and bob, reminds after 2 s and
+// adds carol, by email, after 3 s.
+const ladderPolicy = `version: "ladder-e2e-1"
+default: require_approval
+rules:
+  - name: payments
+    tools: ["payments.*"]
+    action: require_approval
+    approvers: [alice, bob]
+    quorum: 2
+    channels: ["email"]
+    timeout: 1h
+    reminders: [2s]
+    escalation:
+      - after: 3s
+        approvers: [carol]
+        channels: ["email"]
+`
+
+func TestReminderAndEscalationByEmailEndToEnd(t *testing.T) {
+	r := newNotifyRig(t, 0, ladderPolicy)
+	done := r.waitingPayment("run-ladder")
+	first := r.mailTo("alice@example.com", "Approval needed")
+	id := first.Header.Get("X-Countersign-Event-Id")
+	// Alice approves over the API; one more approval is needed.
+	var rec quorumRecord
+	if code := r.must(r.tokens["alice"], "POST", "/v1/approvals/"+id+"/votes", map[string]any{"decision": "approve"}, &rec); code != 200 {
+		t.Fatalf("alice's vote: %d", code)
+	}
+	// The reminder reaches bob, who has not voted; alice gets none.
+	rem := r.mailTo("bob@example.com", "Reminder")
+	if rem.Header.Get("X-Countersign-Kind") != "reminder.1" {
+		t.Errorf("reminder kind %q", rem.Header.Get("X-Countersign-Kind"))
+	}
+	// The tier adds carol, who is told by email and decides with her link.
+	esc := r.mailTo("carol@example.com", "Approval needed")
+	if esc.Header.Get("X-Countersign-Kind") != "escalation.1" {
+		t.Errorf("escalation mail kind %q", esc.Header.Get("X-Countersign-Kind"))
+	}
+	link := regexp.MustCompile(`https?://[^\s"<>]+/e/[A-Za-z0-9._-]+`).FindString(esc.Text)
+	resp, err := http.Get(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	h := regexp.MustCompile(`name="h" value="([0-9a-f]{64})"`).FindStringSubmatch(string(page))
+	if h == nil {
+		t.Fatalf("carol's page has no form:\n%s", page)
+	}
+	resp, err = http.PostForm(link, url.Values{"decision": {"approve"}, "h": {h[1]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if v, reason := r.verdict(done); v != "allowed" {
+		t.Fatalf("verdict %s (%s), want allowed", v, reason)
+	}
+	final := r.record(id)
+	if final.EscalationLevel != 1 || len(final.Votes) != 2 || final.Votes[1].Approver != (contracts.Approver{ID: "carol", Via: contracts.ViaEmail}) {
+		t.Fatalf("record: level %d votes %+v", final.EscalationLevel, final.Votes)
+	}
+	for _, m := range r.smtp.Messages() {
+		if len(m.To) == 1 && m.To[0] == "alice@example.com" {
+			if c, _ := m.Content(); strings.Contains(c.Subject, "Reminder") {
+				t.Errorf("alice, who had voted, was reminded")
+			}
+		}
 	}
 }
