@@ -4,7 +4,7 @@ BIN     := bin/countersign
 DATA    ?= ./data
 ADDR    ?= 127.0.0.1:8080
 
-.PHONY: all build run test test-short bench vet fmt clean
+.PHONY: all build run test browser test-short bench vet fmt clean
 
 all: build
 
@@ -16,9 +16,13 @@ run: build
 	$(BIN) serve --data $(DATA) --addr $(ADDR) --config deploy/countersign.yaml --policy deploy/policy.yaml
 
 ## test: every test, with the race detector, against real embedded NATS servers
-test:
+## (installs Debian's headless Chromium first, for the web inbox's browser tests)
+test: browser
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
+
+browser:
+	@sh test/browser/install-chromium.sh
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./...
