@@ -38,18 +38,24 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	if c.APIURL == "" {
-		c.APIURL = DefaultAPIURL
+	commonDefaults(&c.APIURL, &c.HTTPClient, &c.Now, &c.Logger)
+}
+
+// commonDefaults fills the settings a Channel and the interactions handler
+// share: the Web API base, the HTTP client, the clock and the logger.
+func commonDefaults(apiURL *string, client **http.Client, now *func() time.Time, logger **slog.Logger) {
+	if *apiURL == "" {
+		*apiURL = DefaultAPIURL
 	}
-	c.APIURL = apiBase(c.APIURL)
-	if c.HTTPClient == nil {
-		c.HTTPClient = &http.Client{Timeout: DefaultHTTPTimeout}
+	*apiURL = apiBase(*apiURL)
+	if *client == nil {
+		*client = &http.Client{Timeout: DefaultHTTPTimeout}
 	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if *now == nil {
+		*now = time.Now
 	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+	if *logger == nil {
+		*logger = slog.New(slog.DiscardHandler)
 	}
 }
 

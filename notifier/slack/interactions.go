@@ -83,19 +83,7 @@ type InteractionsConfig struct {
 }
 
 func (c *InteractionsConfig) setDefaults() {
-	if c.APIURL == "" {
-		c.APIURL = DefaultAPIURL
-	}
-	c.APIURL = apiBase(c.APIURL)
-	if c.HTTPClient == nil {
-		c.HTTPClient = &http.Client{Timeout: DefaultHTTPTimeout}
-	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	commonDefaults(&c.APIURL, &c.HTTPClient, &c.Now, &c.Logger)
 	if c.VoteTimeout == 0 {
 		c.VoteTimeout = DefaultVoteTimeout
 	}
