@@ -460,6 +460,16 @@ func printRecord(out io.Writer, rec *contracts.Record, rev uint64) {
 	}
 	fmt.Fprintf(out, "  Quorum:    %d of %d (%s)\n", approved, r.Quorum.Required, approvers)
 	fmt.Fprintf(out, "  Created:   %s   expires %s\n", r.CreatedAt.Format(time.RFC3339), rec.ExpiresAt.Format(time.RFC3339))
+	if len(r.Reminders) > 0 {
+		fmt.Fprintf(out, "  Reminders: after %s\n", strings.Join(r.Reminders, ", "))
+	}
+	for i, tier := range r.Escalation {
+		state := "not reached"
+		if i < rec.EscalationLevel {
+			state = "reached"
+		}
+		fmt.Fprintf(out, "  Tier %d:    after %s adds %s (%s)\n", i+1, tier.After, strings.Join(tier.Approvers, ", "), state)
+	}
 	for _, v := range rec.Votes {
 		fmt.Fprintf(out, "  Vote:      %s by %s via %s %s\n", v.Decision, v.Approver.ID, v.Approver.Via, v.Comment)
 		if v.Decision == contracts.DecisionEdit {
