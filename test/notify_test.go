@@ -298,6 +298,34 @@ func TestEmailLinkApprovesAndTheRunResumes(t *testing.T) {
 	if !strings.Contains(out.Text, "Approved by alice via email") {
 		t.Errorf("outcome mail:\n%s", out.Text)
 	}
+	// The audit trail has it all, in order.
+	id := mail.Header.Get("X-Countersign-Event-Id")
+	text, err := r.cliAs("alice", "audit", id)
+	if err != nil {
+		t.Fatalf("audit: %v\n%s", err, text)
+	}
+	want := []string{
+		"requested  by billing",
+		"policy     rule payments, policy notify-e2e-1, risk high",
+		"notified   email requested to alice@example.com (alice): delivered",
+		"notified   slack requested to #payments: delivered",
+		"notified   webhook requested to automation: delivered",
+		"vote       approve by alice via email: looks right",
+		"decided    approved by alice",
+		"notified   email decided to bob@example.com (bob): delivered",
+	}
+	last := -1
+	for _, w := range want {
+		i := strings.Index(text, w)
+		if i < 0 {
+			t.Errorf("audit lacks %q:\n%s", w, text)
+			continue
+		}
+		if w == "decided    approved by alice" && i < last {
+			t.Errorf("audit out of order at %q:\n%s", w, text)
+		}
+		last = max(last, i)
+	}
 }
 
 func TestSlackButtonApprovesAndTheMessageShowsTheOutcome(t *testing.T) {

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/countersign/countersign/contracts"
+)
+
+// timelineEntry is one entry of GET /v1/approvals/{id}/events.
+type timelineEntry struct {
+	At      time.Time       `json:"at"`
+	Kind    string          `json:"kind"`
+	Subject string          `json:"subject"`
+	Seq     uint64          `json:"seq"`
+	Data    json.RawMessage `json:"data"`
+}
+
+type timelineAnswer struct {
+	Events    []timelineEntry `json:"events"`
+	Truncated bool            `json:"truncated"`
+}
+
+// cmdAudit prints an approval's whole timeline: the request with its rule
+// and policy version, where it was notified, reminders and escalations,
+// every vote and refusal with approver and channel, the outcome and the
+// execution claim.
+func cmdAudit(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("audit", flag.ContinueOnError)
+	newClient := clientFlags(fs)
+	jsonOut := fs.Bool("json", false, "print the API's JSON")
+	id, c, err := parseOne(fs, args, newClient)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	var tl timelineAnswer
+	if _, err := c.do(ctx, "GET", "/v1/approvals/"+url.PathEscape(id)+"/events", nil, &tl); err != nil {
+		return err
+	}
+	var rec recordAnswer
+	if _, err := c.do(ctx, "GET", "/v1/approvals/"+url.PathEscape(id), nil, &rec); err != nil {
+		return err
+	}
+	if *jsonOut {
+		return printJSON(out, tl)
+	}
+	printAudit(out, &rec.Record, tl)
+	return nil
+}
+
+// printAudit writes one line per timeline entry.
+func printAudit(out io.Writer, rec *contracts.Record, tl timelineAnswer) {
+	votes := map[string]contracts.Vote{}
+	for _, v := range rec.Votes {
+		votes[v.VoteID] = v
+	}
+	refused := map[string]contracts.RefusedVote{}
+	for _, v := range rec.RefusedVotes {
+		refused[v.VoteID] = v
+	}
+	req := &rec.Request
+	line := func(at time.Time, what, text string) {
+		fmt.Fprintf(out, "%s  %-10s %s\n", at.UTC().Format("2006-01-02T15:04:05.000Z"), what, text)
+	}
+	fmt.Fprintf(out, "Approval %s (%s), status %s\n", req.EventID, req.Kind, rec.Status)
+	// The vote that decides is announced by the decided event, not by a
+	// change of its own: it is printed, from the record, just before it.
+	announced := map[string]bool{}
+	for _, e := range tl.Events {
+		var ch contracts.Changed
+		if e.Kind == "changed" && json.Unmarshal(e.Data, &ch) == nil && ch.VoteID != "" {
+			announced[ch.VoteID] = true
+		}
+	}
+	for _, e := range tl.Events {
+		switch e.Kind {
+		case "requested":
+			what := req.Summary
+			if req.ToolCall != nil {
+				what = fmt.Sprintf("%s %s", req.ToolCall.Name, compact(req.ToolCall.Arguments))
+			} else if req.Question != nil {
+				what = fmt.Sprintf("question %q", req.Question.Text)
+			}
+			approvers := "any approver"
+			if len(req.Quorum.Approvers) > 0 {
+				approvers = strings.Join(req.Quorum.Approvers, ", ")
+			}
+			line(e.At, "requested", fmt.Sprintf("by %s (run %s): %s", req.Run.Agent, req.Run.ID, what))
+			policy := fmt.Sprintf("rule %s, policy %s, risk %s; %d of [%s]; expires %s", req.Policy.Rule, req.Policy.Version,
+				req.Risk, req.Quorum.Required, approvers, req.ExpiresAt.UTC().Format(time.RFC3339))
+			if req.Policy.Error != "" {
+				policy += "; condition error: " + req.Policy.Error
+			}
+			line(e.At, "policy", policy)
+		case "notify":
+			var r contracts.NotifyReceipt
+			if json.Unmarshal(e.Data, &r) != nil {
+				continue
+			}
+			to := r.Target
+			if r.Approver != "" && r.Approver != r.Target {
+				to += " (" + r.Approver + ")"
+			}
+			text := fmt.Sprintf("%s %s to %s: %s", r.Channel, r.Kind, to, r.Status)
+			if r.Error != "" {
+				text += " — " + r.Error
+			}
+			line(e.At, "notified", text)
+		case "changed":
+			var ch contracts.Changed
+			if json.Unmarshal(e.Data, &ch) != nil {
+				continue
+			}
+			line(e.At, changeLabel(ch.Change), changeText(&ch, votes, refused, req))
+		case "decided":
+			var d contracts.Decided
+			if json.Unmarshal(e.Data, &d) != nil {
+				continue
+			}
+			for _, v := range rec.Votes {
+				if !announced[v.VoteID] {
+					text := v.Decision + " by " + v.Approver.ID + " via " + v.Approver.Via
+					if v.Comment != "" {
+						text += ": " + v.Comment
+					}
+					line(v.DecidedAt, "vote", text)
+				}
+			}
+			text := d.Status
+			if o := d.Outcome; o != nil {
+				text += " by " + strings.Join(o.DecidedBy, ", ")
+				if o.Comment != "" {
+					text += ": " + o.Comment
+				}
+				if len(o.Diff) > 0 {
+					text += " (arguments edited: " + compact(o.Diff) + ")"
+				}
+			}
+			line(e.At, "decided", text)
+		}
+	}
+	if tl.Truncated {
+		fmt.Fprintln(out, "(the timeline is longer; only its start is shown)")
+	}
+}
+
+func changeLabel(change string) string {
+	switch change {
+	case contracts.ChangeVoteCounted:
+		return "vote"
+	case contracts.ChangeVoteRefused:
+		return "refused"
+	case contracts.ChangeClaimed:
+		return "executed"
+	}
+	return strings.ReplaceAll(change, "_", " ")
+}
+
+func changeText(ch *contracts.Changed, votes map[string]contracts.Vote, refused map[string]contracts.RefusedVote, req *contracts.ApprovalRequested) string {
+	who := ""
+	if ch.Approver != nil {
+		who = ch.Approver.ID + " via " + ch.Approver.Via
+	}
+	switch ch.Change {
+	case contracts.ChangeVoteCounted:
+		v := votes[ch.VoteID]
+		text := v.Decision + " by " + who
+		if v.Comment != "" {
+			text += ": " + v.Comment
+		}
+		return text
+	case contracts.ChangeVoteRefused:
+		d := refused[ch.VoteID].Decision
+		text := strings.TrimSpace(d+" by "+who) + " refused: " + ch.Reason
+		if det := refused[ch.VoteID].Detail; det != "" {
+			text += " (" + det + ")"
+		}
+		return text
+	case contracts.ChangeClaimed:
+		return "claimed by " + ch.By + " (the call ran once)"
+	case contracts.ChangeExtended:
+		return "deadline extended by " + ch.By
+	case contracts.ChangeReminded:
+		return fmt.Sprintf("reminder %d to approvers who have not voted", ch.Step)
+	case contracts.ChangeEscalated:
+		text := fmt.Sprintf("tier %d reached", ch.Step)
+		if ch.Step >= 1 && ch.Step <= len(req.Escalation) {
+			text += ": adds " + strings.Join(req.Escalation[ch.Step-1].Approvers, ", ")
+		}
+		return text
+	}
+	text := ch.Change
+	if ch.By != "" {
+		text += " by " + ch.By
+	}
+	if ch.Reason != "" {
+		text += ": " + ch.Reason
+	}
+	return text
+}
+
+// compact is raw JSON on one line, cut for a terminal.
+func compact(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		b.Reset()
+		b.Write(raw)
+	}
+	s := b.String()
+	if len(s) > 200 {
+		s = s[:197] + "..."
+	}
+	return s
+}
