@@ -154,6 +154,10 @@ type ApprovalRequested struct {
 	ExpiresAt        time.Time        `json:"expires_at"`
 	OnTimeout        string           `json:"on_timeout"`
 	CreatedAt        time.Time        `json:"created_at"`
+	// Traceparent is the W3C trace context of the review that asked (an
+	// extension of the contract): the outcome is announced in the same
+	// trace, so one trace runs from review to resume.
+	Traceparent string `json:"traceparent,omitempty"`
 }
 
 // Approver is the verified identity behind a vote and the channel it came through.

@@ -225,6 +225,10 @@ func (l *loop) handle(ctx context.Context, m jetstream.Msg) {
 // safeHandle turns a handler panic into a poison error, so one bad message
 // cannot crash the process.
 func (l *loop) safeHandle(ctx context.Context, m jetstream.Msg) (err error) {
+	// The message's trace goes on into whatever the handler publishes.
+	if h := m.Headers(); h != nil {
+		ctx = contracts.WithTraceparent(ctx, h.Get(HeaderTraceparent))
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			err = Poison(fmt.Errorf("handler panic: %v", p))

@@ -7,10 +7,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/countersign/countersign/contracts"
 )
 
 // HeaderTraceparent carries W3C trace context on every message.
-const HeaderTraceparent = "traceparent"
+const HeaderTraceparent = contracts.HeaderTraceparent
 
 // Publish marshals v to JSON and publishes it on subject with msgID as
 // Nats-Msg-Id, so a retried publish inside the stream's duplicate window is
@@ -24,11 +26,17 @@ func Publish(ctx context.Context, js jetstream.JetStream, subject string, v any,
 	return PublishRaw(ctx, js, subject, data, msgID, hdr)
 }
 
-// PublishRaw publishes data as is; see Publish.
+// PublishRaw publishes data as is; see Publish. A message without a
+// traceparent header gets a new span of the trace ctx carries, if any.
 func PublishRaw(ctx context.Context, js jetstream.JetStream, subject string, data []byte, msgID string, hdr nats.Header) (*jetstream.PubAck, error) {
 	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
 	for k, vs := range hdr {
 		msg.Header[k] = vs
+	}
+	if msg.Header.Get(HeaderTraceparent) == "" {
+		if tp := contracts.TraceparentFrom(ctx); tp != "" {
+			msg.Header.Set(HeaderTraceparent, contracts.ChildTraceparent(tp))
+		}
 	}
 	var opts []jetstream.PublishOpt
 	if msgID != "" {

@@ -165,6 +165,7 @@ func (g *Gate) SubmitQuestion(ctx context.Context, run contracts.Run, q Question
 	if d.Summary == "" {
 		req.Summary = fmt.Sprintf("%s asks: %s", run.Agent, truncate(q.Text, 200))
 	}
+	req.Traceparent = contracts.TraceparentFrom(ctx)
 	if _, err := events.Publish(ctx, g.cfg.JS, contracts.InputRequestedSubject(run.Agent), req, eventID, nil); err != nil {
 		return a, fmt.Errorf("orchestrator: %w", err)
 	}

@@ -359,6 +359,7 @@ func (g *Gate) gate(ctx context.Context, run contracts.Run, c ToolCall, args jso
 		return v, fmt.Errorf("read record %s: %w", eventID, err)
 	}
 	req := g.request(run, c, args, sha, d, eventID)
+	req.Traceparent = contracts.TraceparentFrom(ctx)
 	if _, err := events.Publish(ctx, g.cfg.JS, contracts.ToolRequestedSubject(run.Agent), req, eventID, nil); err != nil {
 		return v, err
 	}

@@ -64,9 +64,9 @@ type hookReceiver struct {
 }
 
 type hookDelivery struct {
-	id, kind string
-	status   int
-	body     []byte
+	id, kind, trace string
+	status          int
+	body            []byte
 }
 
 func newHookReceiver(t *testing.T, failFirst int) *hookReceiver {
@@ -81,7 +81,8 @@ func newHookReceiver(t *testing.T, failFirst int) *hookReceiver {
 			w.WriteHeader(http.StatusUnauthorized)
 			return
 		}
-		d := hookDelivery{id: r.Header.Get("webhook-id"), kind: r.Header.Get("countersign-kind"), body: body, status: http.StatusOK}
+		d := hookDelivery{id: r.Header.Get("webhook-id"), kind: r.Header.Get("countersign-kind"), body: body, status: http.StatusOK,
+			trace: r.Header.Get("traceparent")}
 		h.mu.Lock()
 		if h.failFirst > 0 {
 			h.failFirst--
@@ -385,8 +386,31 @@ func TestSlackButtonApprovesAndTheMessageShowsTheOutcome(t *testing.T) {
 
 func TestWebhookAutomationDecidesAfterTwoFailedDeliveries(t *testing.T) {
 	r := newNotifyRig(t, 2)
-	done := r.waitingPayment("run-hook")
+	// The agent's review carries a trace; it follows the request to the
+	// webhook and the outcome back to the same trace.
+	const trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	done := make(chan reviewAnswer, 1)
+	go func() {
+		body, _ := json.Marshal(paymentReview("run-hook", "dave"))
+		req, _ := http.NewRequest("POST", r.p.url+"/v1/reviews?wait=30s", strings.NewReader(string(body)))
+		req.Header.Set("Authorization", "Bearer "+r.tokens["dave"])
+		req.Header.Set("traceparent", trace)
+		var ans reviewAnswer
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Errorf("review: %v", err)
+		} else {
+			if err := json.NewDecoder(resp.Body).Decode(&ans); err != nil {
+				t.Errorf("review answer: %v", err)
+			}
+			resp.Body.Close()
+		}
+		done <- ans
+	}()
 	d := r.hook.next("requested")
+	if !strings.HasPrefix(d.trace, trace[:36]) {
+		t.Errorf("requested webhook traceparent %q, want a span of trace %s", d.trace, trace[3:35])
+	}
 	var req contracts.ApprovalRequested
 	if err := json.Unmarshal(d.body, &req); err != nil || req.Spec != contracts.SpecApprovalRequested {
 		t.Fatalf("webhook body is not the request event: %v\n%s", err, d.body)
@@ -403,6 +427,9 @@ func TestWebhookAutomationDecidesAfterTwoFailedDeliveries(t *testing.T) {
 		t.Fatalf("verdict %s (%s), want allowed", v, reason)
 	}
 	decided := r.hook.next("decided")
+	if !strings.HasPrefix(decided.trace, trace[:36]) {
+		t.Errorf("decided webhook traceparent %q, want a span of the review's trace %s", decided.trace, trace[3:35])
+	}
 	var ev contracts.Decided
 	if err := json.Unmarshal(decided.body, &ev); err != nil || ev.Status != contracts.StatusApproved || ev.EventID != req.EventID {
 		t.Fatalf("decided webhook: %v %s", err, decided.body)

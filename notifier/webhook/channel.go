@@ -185,6 +185,10 @@ func (c *Channel) deliver(ctx context.Context, n notifier.Notification, body []b
 	req.Header.Set(HeaderSignature, strings.Join(sigs, " "))
 	req.Header.Set(HeaderKind, n.Kind)
 	req.Header.Set(HeaderEventID, n.EventID())
+	// The receiver joins the trace of the bus message being delivered.
+	if tp := contracts.TraceparentFrom(ctx); tp != "" {
+		req.Header.Set(contracts.HeaderTraceparent, contracts.ChildTraceparent(tp))
+	}
 
 	resp, err := c.client.Do(req)
 	if err != nil {

@@ -285,6 +285,8 @@ func (a *Arbiter) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 		return a.scheduleTimers(ctx, cur)
 	}
 	a.m.created.Inc()
+	a.cfg.Logger.Info("approval requested", "event_id", req.EventID, "run_id", req.Run.ID, "agent", req.Run.Agent,
+		"rule", req.Policy.Rule, "risk", req.Risk, "expires_at", req.ExpiresAt, "trace_id", contracts.TraceID(req.Traceparent))
 	// An error here redelivers the request, which schedules again.
 	if err := a.scheduleExpiry(ctx, rec); err != nil {
 		return err
@@ -498,6 +500,9 @@ func (a *Arbiter) apply(ctx context.Context, msg jetstream.Msg, o op) error {
 		}
 		if res.Decided {
 			a.m.decided.WithLabelValues(res.Record.Status).Inc()
+			a.cfg.Logger.Info("approval decided", "event_id", o.eventID, "run_id", res.Record.Request.Run.ID,
+				"status", res.Record.Status, "decided_by", res.Record.Outcome.DecidedBy,
+				"trace_id", contracts.TraceID(res.Record.Request.Traceparent), "by_trace_id", contracts.TraceID(contracts.TraceparentFrom(ctx)))
 			a.m.latency.Observe(res.Record.Outcome.DecidedAt.Sub(res.Record.Request.CreatedAt).Seconds())
 			return a.announce(ctx, res.Record, rev)
 		}
@@ -534,8 +539,18 @@ func (a *Arbiter) unknownEvent(msg jetstream.Msg) error {
 // terminal, de-duplicated by event id within the stream's duplicate window.
 func (a *Arbiter) announce(ctx context.Context, rec contracts.Record, rev uint64) error {
 	_, err := events.Publish(ctx, a.cfg.JS, contracts.DecidedSubject(rec.Request.EventID), decided(rec, rev),
-		decidedMsgID(rec.Request.EventID), nil)
+		decidedMsgID(rec.Request.EventID), traceHeader(rec))
 	return err
+}
+
+// traceHeader puts an outcome in the trace of the review that asked for it,
+// so one trace runs from review to resume; nil without one (the decision's
+// own trace is used then).
+func traceHeader(rec contracts.Record) nats.Header {
+	if !contracts.ValidTraceparent(rec.Request.Traceparent) {
+		return nil
+	}
+	return nats.Header{contracts.HeaderTraceparent: []string{contracts.ChildTraceparent(rec.Request.Traceparent)}}
 }
 
 // reannounce publishes the decided event of a terminal record again when a
@@ -547,7 +562,10 @@ func (a *Arbiter) announce(ctx context.Context, rec contracts.Record, rev uint64
 // store a second decided event, and a decision whose announce was lost is
 // still announced.
 func (a *Arbiter) reannounce(ctx context.Context, rec contracts.Record, rev uint64) error {
-	hdr := nats.Header{}
+	hdr := traceHeader(rec)
+	if hdr == nil {
+		hdr = nats.Header{}
+	}
 	hdr.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
 	_, err := events.Publish(ctx, a.cfg.JS, contracts.DecidedSubject(rec.Request.EventID), decided(rec, rev),
 		decidedMsgID(rec.Request.EventID), hdr)

@@ -178,6 +178,16 @@ func (l *loggingWriter) Flush() {
 func (s *Server) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
+		// The caller's trace, or a new one: requests and votes published
+		// while serving carry it on the bus, and the answer names it.
+		tp := r.Header.Get(contracts.HeaderTraceparent)
+		if contracts.ValidTraceparent(tp) {
+			tp = contracts.ChildTraceparent(tp)
+		} else {
+			tp = contracts.NewTraceparent()
+		}
+		r = r.WithContext(contracts.WithTraceparent(r.Context(), tp))
+		w.Header().Set(contracts.HeaderTraceparent, tp)
 		lw := &loggingWriter{ResponseWriter: w}
 		next.ServeHTTP(lw, r)
 		route := r.Pattern
@@ -192,7 +202,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		s.m.requests.WithLabelValues(route, strconv.Itoa(status)).Inc()
 		s.m.duration.WithLabelValues(route).Observe(elapsed.Seconds())
 		s.log.Debug("http request", "method", r.Method, "route", route, "status", status,
-			"duration", elapsed, "token_name", lw.token)
+			"duration", elapsed, "token_name", lw.token, "trace_id", contracts.TraceID(tp))
 	})
 }
 

@@ -66,6 +66,7 @@ func cmdServe(args []string) error {
 	roles := fs.String("roles", "", "comma-separated roles to run: arbiter,api,notifier (default all)")
 	publicURL := fs.String("public-url", "", "URL approvers reach this server at, for links in Slack and email (default http://ADDR)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	logFormat := fs.String("log-format", "json", "json (one object a line, for collectors) or text")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -100,7 +101,16 @@ func cmdServe(args []string) error {
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("serve: --log-level: %w", err)
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	var handler slog.Handler
+	switch *logFormat {
+	case "json":
+		handler = slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level})
+	case "text":
+		handler = slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})
+	default:
+		return fmt.Errorf("serve: --log-format must be json or text, got %q", *logFormat)
+	}
+	log := slog.New(handler)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return serve(ctx, cfg, log, os.Stdout)
