@@ -56,7 +56,16 @@ type natsConfig struct {
 	Listen string `yaml:"listen"`
 	// Sync is "always" (fsync every write, the default) or "lazy".
 	Sync     string `yaml:"sync"`
-	Replicas int    `yaml:"replicas"`
+	// Provision says whether serve creates or updates the streams and
+	// buckets at start: "auto" (the default) does with the embedded server
+	// and not against an external one, where role users may not (run
+	// `countersign serve` once with the admin user and provision: "true",
+	// or give one process admin credentials).
+	Provision string `yaml:"provision"`
+	// Replicas of the streams and buckets when serve creates them: 0 (the
+	// default) means 1 on a single server and 3 on a cluster of three or
+	// more nodes.
+	Replicas int `yaml:"replicas"`
 }
 
 type serveConfig struct {
@@ -70,7 +79,7 @@ func defaultConfig() fileConfig {
 		Data:      "./data",
 		Roles:     slices.Clone(allRoles),
 		Retention: "720h",
-		NATS:      natsConfig{Listen: "127.0.0.1:4222", Sync: "always", Replicas: 1},
+		NATS:      natsConfig{Listen: "127.0.0.1:4222", Sync: "always", Provision: "auto"},
 	}
 }
 
@@ -113,6 +122,11 @@ func (c *serveConfig) validate() error {
 	}
 	if len(c.Roles) == 0 {
 		errs = append(errs, errors.New("config: roles must name at least one role"))
+	}
+	switch c.NATS.Provision {
+	case "auto", "true", "false":
+	default:
+		errs = append(errs, fmt.Errorf("config: nats.provision must be auto, true or false, got %q", c.NATS.Provision))
 	}
 	switch c.NATS.Sync {
 	case "always", "lazy":

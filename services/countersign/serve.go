@@ -61,6 +61,7 @@ func cmdServe(args []string) error {
 	natsURL := fs.String("nats-url", "", "external NATS server URL; empty runs the embedded server")
 	natsListen := fs.String("nats-listen", "", `embedded NATS client address (default 127.0.0.1:4222; "off" for none)`)
 	syncMode := fs.String("sync", "", "embedded JetStream sync: always (fsync every write, default) or lazy")
+	provision := fs.String("provision", "", "create or update streams and buckets at start: auto (only with the embedded server), true or false")
 	policyPath := fs.String("policy", "", "policy file (YAML); default: every tool call requires approval")
 	directoryPath := fs.String("directory", "", "approver directory file (YAML): users, groups, token hashes; reloaded when it changes and on SIGHUP")
 	roles := fs.String("roles", "", "comma-separated roles to run: arbiter,api,notifier (default all)")
@@ -88,6 +89,7 @@ func cmdServe(args []string) error {
 	override(&cfg.NATS.URL, *natsURL, "COUNTERSIGN_NATS_URL")
 	override(&cfg.NATS.Listen, *natsListen, "")
 	override(&cfg.NATS.Sync, *syncMode, "")
+	override(&cfg.NATS.Provision, *provision, "COUNTERSIGN_PROVISION")
 	override(&cfg.Policy, *policyPath, "")
 	override(&cfg.Directory, *directoryPath, "COUNTERSIGN_DIRECTORY")
 	override(&cfg.PublicURL, *publicURL, "COUNTERSIGN_PUBLIC_URL")
@@ -162,8 +164,15 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 	if err != nil {
 		return err
 	}
-	if err := events.Provision(pctx, adminJS, events.ProvisionConfig{Replicas: cfg.NATS.Replicas, Retention: cfg.retention}); err != nil {
-		return err
+	if cfg.NATS.Provision == "true" || (cfg.NATS.Provision == "auto" && cfg.NATS.URL == "") {
+		replicas := cfg.NATS.Replicas
+		if replicas == 0 {
+			replicas = autoReplicas(cs.admin)
+		}
+		log.Info("provisioning streams and buckets", "replicas", replicas)
+		if err := events.Provision(pctx, adminJS, events.ProvisionConfig{Replicas: replicas, Retention: cfg.retention}); err != nil {
+			return fmt.Errorf("%w (provisioning needs the admin user; role users run with provision false)", err)
+		}
 	}
 
 	reg := prometheus.NewRegistry()
@@ -383,6 +392,15 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 	case err := <-errc:
 		return err
 	}
+}
+
+// autoReplicas is 3 on a cluster of three or more servers (the servers the
+// connection knows of, its own and those the cluster told it about), else 1.
+func autoReplicas(nc *nats.Conn) int {
+	if nc.ConnectedClusterName() != "" && len(nc.Servers()) >= 3 {
+		return 3
+	}
+	return 1
 }
 
 func policyName(p string) string {
