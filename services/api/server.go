@@ -99,6 +99,8 @@ func (s *Server) routes() {
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /openapi.json", s.openAPI)
+	// The web inbox: pages at /, signed in with a session cookie.
+	newInbox(s).register(mux)
 	s.mux = mux
 	s.handler = s.observe(s.recoverPanics(http.HandlerFunc(s.route)))
 }

@@ -51,11 +51,42 @@ var demoScript = []struct {
 	}},
 }
 
+// fleetScript is a day in a small agent fleet, for filling the web inbox:
+// refunds, a production deploy, customer email and schema migrations, with
+// a few calls the policy lets through or forbids on the way.
+var fleetScript = []struct {
+	agent string
+	calls []demoCall
+}{
+	{"billing-refunds", []demoCall{
+		{Name: "get_invoice", Arguments: json.RawMessage(`{"invoice":"INV-2026-0412"}`)},
+		{Name: "payments.refund", Arguments: json.RawMessage(`{"amount":48,"currency":"EUR","recipient":"Jane Doe","reference":"CASE-88412","reason":"charged twice for the March plan"}`)},
+	}},
+	{"billing-refunds", []demoCall{
+		{Name: "payments.refund", Arguments: json.RawMessage(`{"amount":12500,"currency":"EUR","recipient":"Globex GmbH","reference":"INV-2026-0398","reason":"annual contract cancelled within the trial window"}`)},
+	}},
+	{"deploy-bot", []demoCall{
+		{Name: "get_build_status", Arguments: json.RawMessage(`{"service":"checkout","version":"v2.14.0"}`)},
+		{Name: "deploy.release", Arguments: json.RawMessage(`{"service":"checkout","version":"v2.14.0","env":"production","strategy":"canary 10% for 30m, then all"}`)},
+	}},
+	{"support-mailer", []demoCall{
+		{Name: "email.send", Arguments: json.RawMessage(`{"to":"jane.doe@example.com","subject":"Your refund is on its way","body":"Hello Jane,\n\nWe refunded the duplicate charge of 48 EUR on your March invoice. It will appear on your statement within 5 business days.\n\nBest regards,\nSupport"}`)},
+	}},
+	{"db-migrator", []demoCall{
+		{Name: "db.update_schema", Arguments: json.RawMessage(`{"database":"orders","table":"refunds","migration":"0042_add_refund_reason","sql":"ALTER TABLE refunds ADD COLUMN reason text NOT NULL DEFAULT ''"}`)},
+		{Name: "shell.exec", Arguments: json.RawMessage(`{"cmd":"psql orders -c 'VACUUM FULL refunds'"}`)},
+	}},
+	{"db-migrator", []demoCall{
+		{Name: "db.delete_rows", Arguments: json.RawMessage(`{"database":"sessions","table":"web_sessions","where":"expires_at < now() - interval '90 days'"}`)},
+	}},
+}
+
 func cmdDemo(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	newClient := clientFlags(fs)
 	noWait := fs.Bool("no-wait", false, "propose the calls and exit without waiting for decisions")
 	rounds := fs.Int("rounds", 1, "how many times the fleet proposes its calls")
+	fleet := fs.Bool("fleet", false, "fill the web inbox: a fleet of agents (refunds, deploys, email, migrations) proposes calls and leaves them pending (implies --no-wait)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -70,9 +101,13 @@ func cmdDemo(args []string, out io.Writer) error {
 		run   map[string]any
 		calls []demoCall
 	}
+	script := demoScript
+	if *fleet {
+		script, *noWait = fleetScript, true
+	}
 	var runs []runState
 	for round := 0; round < *rounds; round++ {
-		for _, s := range demoScript {
+		for _, s := range script {
 			runID := "demo-" + uuid.NewString()[:8]
 			calls := make([]demoCall, len(s.calls))
 			for i, call := range s.calls {
@@ -107,10 +142,13 @@ func cmdDemo(args []string, out io.Writer) error {
 			}
 		}
 	}
+	if pending > 0 {
+		fmt.Fprintf(out, "\nInbox: %s/ (sign in with an approver's API token)\n", c.url)
+	}
 	if *noWait || pending == 0 {
 		return nil
 	}
-	fmt.Fprintf(out, "\n%d call(s) wait for a decision. Approve or reject them with the CLI or the API; Ctrl-C stops the demo.\n\n", pending)
+	fmt.Fprintf(out, "\n%d call(s) wait for a decision. Approve or reject them in the inbox, with the CLI or the API; Ctrl-C stops the demo.\n\n", pending)
 	for _, r := range runs {
 		for {
 			var ans struct {

@@ -121,9 +121,51 @@ func cmdServe(args []string) error {
 // conns are the NATS connections of the roles this process runs.
 type conns struct {
 	admin, arbiter, api, notifier *nats.Conn
+	// denied remembers the NATS permission violations seen, to name them
+	// when a role fails.
+	denied permLog
 	all                           []*nats.Conn
 	natsURL                       string
 	srv                           *embedded.Server
+}
+
+// permLog keeps the last permission violations reported by the server.
+// One that is not about deleting a consumer means the user cannot play its
+// role (it is refused what the role needs): fatal is closed then.
+type permLog struct {
+	mu        sync.Mutex
+	last      []string
+	fatal     chan struct{}
+	fatalOnce sync.Once
+}
+
+func (p *permLog) add(err error) {
+	if err == nil || !strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
+		return
+	}
+	p.mu.Lock()
+	p.last = append(p.last, err.Error())
+	if len(p.last) > 3 {
+		p.last = p.last[len(p.last)-3:]
+	}
+	p.mu.Unlock()
+	// Clients delete ordered consumers they are done with where they may
+	// not; the server expires those on its own, so such refusals are benign.
+	if !strings.Contains(err.Error(), ".DELETE.") {
+		p.fatalOnce.Do(func() { close(p.fatal) })
+	}
+}
+
+// explain adds the permission violations seen to err: a role that the NATS
+// user may not play fails naming what it was refused.
+func (p *permLog) explain(err error) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err == nil || len(p.last) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w; the NATS server refused this user: %s (check the role's user and its permissions in deploy/README.md)",
+		err, strings.Join(p.last, "; "))
 }
 
 func (c *conns) close() {
@@ -135,7 +177,7 @@ func (c *conns) close() {
 	}
 }
 
-func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File) error {
+func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File) (err error) {
 	if err := os.MkdirAll(cfg.Data, 0o700); err != nil {
 		return fmt.Errorf("serve: data directory: %w", err)
 	}
@@ -157,6 +199,8 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 		return err
 	}
 	defer cs.close()
+	// A failure the NATS server's permissions caused says which.
+	defer func() { err = cs.denied.explain(err) }()
 
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -354,6 +398,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 			return err
 		}
 		fmt.Fprintf(out, "Countersign is running.\n")
+		fmt.Fprintf(out, "  Inbox:          %s/  (sign in with a token)\n", url)
 		fmt.Fprintf(out, "  API:            %s/v1  (OpenAPI at %s/openapi.json)\n", url, url)
 		if cs.natsURL != "" {
 			fmt.Fprintf(out, "  NATS:           %s (credentials in %s)\n", cs.natsURL, filepath.Join(cfg.Data, fileResolver))
@@ -391,6 +436,8 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 		return nil
 	case err := <-errc:
 		return err
+	case <-cs.denied.fatal:
+		return fmt.Errorf("serve: roles %s cannot run as this NATS user", strings.Join(cfg.Roles, ","))
 	}
 }
 
@@ -413,7 +460,7 @@ func policyName(p string) string {
 // connect starts the embedded server (or dials the external one) and opens
 // one connection per role, each as its own NATS user.
 func connect(cfg serveConfig, log *slog.Logger) (*conns, error) {
-	cs := &conns{}
+	cs := &conns{denied: permLog{fatal: make(chan struct{})}}
 	opts := []nats.Option{
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
@@ -422,6 +469,7 @@ func connect(cfg serveConfig, log *slog.Logger) (*conns, error) {
 			if sub != nil {
 				subj = sub.Subject
 			}
+			cs.denied.add(err)
 			log.Warn("nats async error", "subject", subj, "err", err)
 		}),
 	}

@@ -1,0 +1,155 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/notifier"
+)
+
+// postDecide serves POST /approvals/{event_id}/decide: the form's decision
+// is cast as a vote of the signed-in person via the web, through the same
+// path as the API's votes (the arbiter decides), and the page is shown
+// again with the result.
+func (in *inbox) postDecide(w http.ResponseWriter, r *http.Request, sess *session) {
+	id := r.PathValue("event_id")
+	if !contracts.ValidEventID(id) {
+		in.message(w, http.StatusNotFound, sess, "There is no such approval.")
+		return
+	}
+	ctx := r.Context()
+	rec, _, aerr := in.s.getRecordSoon(ctx, id, unknownEventWait)
+	if aerr != nil {
+		in.message(w, aerr.Status, sess, aerr.Message)
+		return
+	}
+	f := r.PostForm
+	vote := contracts.Vote{
+		Spec: contracts.SpecVote, VoteID: uuid.Must(uuid.NewV7()).String(), EventID: id,
+		Approver: contracts.Approver{ID: sess.p.subject, Via: contracts.ViaWeb},
+		Comment:  strings.TrimSpace(f.Get("comment")), DecidedAt: in.s.cfg.Now().UTC(),
+	}
+	decision := f.Get("decision")
+	var formErr, argsErr string
+	editText := ""
+	switch decision {
+	case contracts.DecisionApprove:
+		vote.Decision, vote.ArgumentsSHA256 = contracts.DecisionApprove, f.Get("h")
+	case contracts.DecisionReject:
+		vote.Decision = contracts.DecisionReject
+	case contracts.DecisionEdit:
+		vote.Decision, vote.ArgumentsSHA256 = contracts.DecisionEdit, f.Get("h")
+		editText = f.Get("arguments")
+		args, msg := editedArguments(editText)
+		if msg != "" {
+			argsErr = msg
+		}
+		vote.Arguments = args
+	case contracts.DecisionRespond:
+		vote.Decision = contracts.DecisionRespond
+		if vote.Comment == "" {
+			formErr = "Write the response: it is returned to the agent as the tool result."
+		}
+	case contracts.DecisionAnswer:
+		vote.Decision = contracts.DecisionAnswer
+		vote.Answer = &contracts.Answer{Action: contracts.AnswerAccept, Content: answerContent(f.Get("answer"))}
+		if strings.TrimSpace(f.Get("answer")) == "" {
+			formErr = "Write an answer, or decline."
+		}
+	case "decline":
+		vote.Decision = contracts.DecisionAnswer
+		vote.Answer = &contracts.Answer{Action: contracts.AnswerDecline}
+	default:
+		formErr = "Unknown decision."
+	}
+	if len(vote.Comment) > 16<<10 {
+		formErr = "The comment must be at most 16 KiB."
+	}
+	status := http.StatusOK
+	var result, resultErr, code string
+	switch {
+	case formErr != "" || argsErr != "":
+		status, resultErr, code = http.StatusBadRequest, formErr, contracts.ReasonMalformed
+		if argsErr != "" {
+			code = contracts.ReasonInvalidArguments
+		}
+	case !sess.p.has(RoleApprover):
+		status, resultErr, code = http.StatusForbidden, "Your token cannot vote: it lacks the approver role.", CodeForbidden
+	default:
+		res, err := in.s.Resolver().Vote(ctx, vote)
+		switch {
+		case err != nil:
+			status, resultErr, code = http.StatusServiceUnavailable, "Your vote could not be sent; try again shortly.", CodeUnavailable
+		case res.InFlight:
+			status, result = http.StatusAccepted, "Your vote was sent; the decision is still being recorded."
+		case res.Refused != "":
+			status, code = refusalStatus(res.Refused), res.Refused
+			resultErr = "Your vote was refused: " + notifier.RefusalText(res.Refused) + "."
+			if res.Refused == contracts.ReasonInvalidArguments && res.Detail != "" {
+				if decision == contracts.DecisionEdit {
+					argsErr = res.Detail
+				} else {
+					resultErr += " " + res.Detail
+				}
+			}
+		default:
+			result = "Your " + decision + " was counted."
+			if res.Record != nil && res.Record.Terminal() {
+				result += " " + notifier.OutcomeLine(res.Record) + "."
+			}
+		}
+		if res.Record != nil {
+			rec = res.Record
+		}
+	}
+	if fresh, _, aerr := in.s.getRecord(ctx, id); aerr == nil && (fresh.UpdatedAt.After(rec.UpdatedAt) || fresh.Terminal()) {
+		rec = fresh
+	}
+	in.s.log.Info("inbox vote", "event_id", id, "vote_id", vote.VoteID, "approver", sess.p.subject, "decision", decision, "result", orDash(code))
+	pg := in.detail(ctx, rec, sess)
+	sv := &pg.Status
+	sv.Result, sv.ResultError, sv.ResultCode, sv.ArgsError = result, resultErr, code, argsErr
+	if resultErr != "" || argsErr != "" {
+		// The person's input is kept for another try.
+		sv.Comment, sv.Answer = f.Get("comment"), f.Get("answer")
+		if decision == contracts.DecisionEdit {
+			sv.EditArgs = editText
+		}
+	}
+	in.render(w, status, "detail", pg)
+}
+
+// editedArguments reads the edit form's arguments: a JSON object, compacted.
+func editedArguments(text string) (json.RawMessage, string) {
+	text = strings.TrimSpace(text)
+	if text == "" || text[0] != '{' {
+		return nil, "arguments: the new arguments must be a JSON object"
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, []byte(text)); err != nil {
+		return nil, "arguments: not valid JSON: " + err.Error()
+	}
+	if _, err := contracts.ArgumentsSHA256(b.Bytes()); err != nil {
+		return nil, "arguments: " + err.Error()
+	}
+	return b.Bytes(), ""
+}
+
+// answerContent reads an answer: a JSON object as written, any other text
+// as {"text": ...} (the default answer schema).
+func answerContent(text string) json.RawMessage {
+	t := strings.TrimSpace(text)
+	if strings.HasPrefix(t, "{") && json.Valid([]byte(t)) {
+		var b bytes.Buffer
+		if json.Compact(&b, []byte(t)) == nil {
+			return b.Bytes()
+		}
+	}
+	out, _ := json.Marshal(map[string]string{"text": t})
+	return out
+}

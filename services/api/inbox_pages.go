@@ -1,0 +1,570 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/notifier"
+)
+
+//go:embed web
+var webFS embed.FS
+
+// inboxPages are the inbox's templates by page; each is the layout with
+// the page's content.
+var inboxPages = func() map[string]*template.Template {
+	out := map[string]*template.Template{}
+	for _, name := range []string{"login", "list", "detail", "message"} {
+		out[name] = template.Must(template.New(name).ParseFS(webFS, "web/layout.html", "web/"+name+".html"))
+	}
+	return out
+}()
+
+// Page is what every inbox page shows around its content.
+type Page struct {
+	Title string
+	User  string
+	CSRF  string
+	Nav   string
+}
+
+type loginPage struct {
+	Page
+	Next  string
+	Error string
+}
+
+type messagePage struct {
+	Page
+	Message string
+}
+
+// render executes a page in the layout.
+func (in *inbox) render(w http.ResponseWriter, status int, page string, data any) {
+	in.renderTemplate(w, status, page, "layout", data)
+}
+
+func (in *inbox) renderTemplate(w http.ResponseWriter, status int, page, name string, data any) {
+	var b bytes.Buffer
+	if err := inboxPages[page].ExecuteTemplate(&b, name, data); err != nil {
+		in.s.log.Error("inbox template", "page", page, "template", name, "err", err)
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(b.Bytes())
+}
+
+func (in *inbox) pageFor(sess *session, title, nav string) Page {
+	return Page{Title: title, User: sess.p.subject, CSRF: sess.csrf, Nav: nav}
+}
+
+func (in *inbox) message(w http.ResponseWriter, status int, sess *session, msg string) {
+	in.render(w, status, "message", messagePage{Page: in.pageFor(sess, "Countersign", ""), Message: msg})
+}
+
+// row is one request in a listing.
+type row struct {
+	EventID  string
+	Summary  string
+	Title    string
+	Agent    string
+	RunID    string
+	Tool     string
+	Risk     string
+	Status   string
+	Age      string
+	Deadline string
+	Progress string
+	Outcome  string
+	Mine     bool
+}
+
+type listPage struct {
+	Page
+	History bool
+	Rows    []row
+	Agents  []string
+	Risks   []string
+	Agent   string
+	Risk    string
+	Mine    bool
+	Query   string
+	Limited bool
+}
+
+// Listing bounds: the pending list shows this many requests; history
+// searches this many of the newest decided ones.
+const (
+	inboxListLimit   = 200
+	historyScanLimit = 2000
+	historyShowLimit = 100
+)
+
+var risks = []string{contracts.RiskLow, contracts.RiskMedium, contracts.RiskHigh, contracts.RiskCritical}
+
+// ago says how long ago t was, for people: "just now", "5m ago", "3h ago".
+func ago(now, t time.Time) string {
+	d := now.Sub(t)
+	if d < 0 {
+		d = 0
+	}
+	return roughDuration(d) + " ago"
+}
+
+// until says how far off t is: "in 50m", or "overdue".
+func until(now, t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	d := t.Sub(now)
+	if d <= 0 {
+		return "due now"
+	}
+	return "in " + roughDuration(d)
+}
+
+func roughDuration(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d/time.Second))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d/time.Minute))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
+	}
+	return fmt.Sprintf("%dd", int(d/(24*time.Hour)))
+}
+
+// hasVoted reports whether id has a counted vote on rec.
+func hasVoted(rec *contracts.Record, id string) bool {
+	return slices.ContainsFunc(rec.Votes, func(v contracts.Vote) bool { return v.Approver.ID == id })
+}
+
+// mayDecide says whether p may decide rec now, and if not, why (empty when
+// the record is simply closed).
+func mayDecide(rec *contracts.Record, p *principal) (bool, string) {
+	switch {
+	case rec.Terminal():
+		return false, ""
+	case !p.has(RoleApprover):
+		return false, "You are signed in with a token that cannot vote (it lacks the approver role)."
+	case !listedApprover(rec, p.subject):
+		return false, "You are not an approver of this request."
+	case hasVoted(rec, p.subject):
+		return false, "You have already voted on this request."
+	case !rec.Request.Quorum.AllowSelfApproval && (rec.Request.Run.RequestedBy == p.subject || rec.Request.Run.Owner == p.subject):
+		return false, "You requested this call (or own the run), and its rule does not allow approving your own request."
+	}
+	return true, ""
+}
+
+func toolName(req *contracts.ApprovalRequested) string {
+	if req.ToolCall != nil {
+		return req.ToolCall.Name
+	}
+	return ""
+}
+
+func (in *inbox) row(rec *contracts.Record, p *principal, now time.Time) row {
+	req := &rec.Request
+	ok, _ := mayDecide(rec, p)
+	rw := row{
+		EventID: req.EventID, Summary: req.Summary, Title: notifier.Title(req), Agent: req.Run.Agent, RunID: req.Run.ID,
+		Tool: toolName(req), Risk: req.Risk, Status: rec.Status, Age: ago(now, req.CreatedAt), Mine: ok,
+		Progress: notifier.Progress(req, rec),
+	}
+	if rw.Summary == "" {
+		rw.Summary = rw.Title
+	}
+	if rec.Terminal() {
+		rw.Outcome = notifier.OutcomeLine(rec)
+		if rec.Outcome != nil {
+			rw.Age = ago(now, rec.Outcome.DecidedAt)
+		}
+	} else {
+		rw.Deadline = until(now, rec.ExpiresAt)
+	}
+	return rw
+}
+
+// records reads the records of the newest index entries matching f.
+func (in *inbox) records(ctx context.Context, f listFilter, limit int) ([]*contracts.Record, *apiError) {
+	syncCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	if err := in.s.index.catchUp(syncCtx); err != nil {
+		in.s.log.Warn("records index is behind the bucket; listing what it holds", "err", err)
+	}
+	cancel()
+	ids, _ := in.s.index.page(f, nil, limit)
+	items, aerr := in.s.fetchRecords(ctx, ids)
+	if aerr != nil {
+		return nil, aerr
+	}
+	out := make([]*contracts.Record, 0, len(items))
+	for _, it := range items {
+		out = append(out, it.Record)
+	}
+	return out, nil
+}
+
+// getList serves GET /: pending requests, newest first, with filters
+// agent, risk and mine; ?fragment=rows answers the rows alone.
+func (in *inbox) getList(w http.ResponseWriter, r *http.Request, sess *session) {
+	q := r.URL.Query()
+	pg := listPage{Page: in.pageFor(sess, "Inbox", "inbox"), Risks: risks,
+		Agent: q.Get("agent"), Risk: q.Get("risk"), Mine: q.Get("mine") != ""}
+	recs, aerr := in.records(r.Context(), listFilter{statuses: []string{contracts.StatusPending}}, inboxListLimit)
+	if aerr != nil {
+		in.message(w, aerr.Status, sess, aerr.Message)
+		return
+	}
+	pg.Limited = len(recs) == inboxListLimit
+	now := in.s.cfg.Now()
+	for _, rec := range recs {
+		if !slices.Contains(pg.Agents, rec.Request.Run.Agent) {
+			pg.Agents = append(pg.Agents, rec.Request.Run.Agent)
+		}
+		if pg.Agent != "" && rec.Request.Run.Agent != pg.Agent || pg.Risk != "" && rec.Request.Risk != pg.Risk {
+			continue
+		}
+		rw := in.row(rec, &sess.p, now)
+		if pg.Mine && !rw.Mine {
+			continue
+		}
+		pg.Rows = append(pg.Rows, rw)
+	}
+	slices.Sort(pg.Agents)
+	if pg.Agent != "" && !slices.Contains(pg.Agents, pg.Agent) {
+		pg.Agents = append(pg.Agents, pg.Agent)
+	}
+	if q.Get("fragment") == "rows" {
+		in.renderTemplate(w, http.StatusOK, "list", "rows", pg)
+		return
+	}
+	in.render(w, http.StatusOK, "list", pg)
+}
+
+// getHistory serves GET /history?q=: decided, expired and cancelled
+// requests, newest first, searched in summary, agent, tool and event id.
+func (in *inbox) getHistory(w http.ResponseWriter, r *http.Request, sess *session) {
+	pg := listPage{Page: in.pageFor(sess, "History", "history"), History: true, Query: strings.TrimSpace(r.URL.Query().Get("q"))}
+	terminal := slices.DeleteFunc(slices.Clone(allStatuses), func(s string) bool { return s == contracts.StatusPending })
+	recs, aerr := in.records(r.Context(), listFilter{statuses: terminal}, historyScanLimit)
+	if aerr != nil {
+		in.message(w, aerr.Status, sess, aerr.Message)
+		return
+	}
+	needle := strings.ToLower(pg.Query)
+	now := in.s.cfg.Now()
+	for _, rec := range recs {
+		req := &rec.Request
+		hay := strings.ToLower(strings.Join([]string{req.Summary, req.Run.Agent, toolName(req), req.EventID}, "\n"))
+		if needle != "" && !strings.Contains(hay, needle) {
+			continue
+		}
+		if len(pg.Rows) == historyShowLimit {
+			pg.Limited = true
+			break
+		}
+		pg.Rows = append(pg.Rows, in.row(rec, &sess.p, now))
+	}
+	in.render(w, http.StatusOK, "list", pg)
+}
+
+// argField is one top-level argument; long values fold away.
+type argField struct {
+	Key   string
+	Value string
+	Long  bool
+}
+
+type timelineItem struct {
+	At   string
+	Text string
+}
+
+// detailPage is the page of one request.
+type detailPage struct {
+	Page
+	EventID       string
+	Heading       string
+	Summary       string
+	Kind          string
+	Agent         string
+	RunID         string
+	RequestedBy   string
+	Owner         string
+	Tenant        string
+	Tool          string
+	Risk          string
+	Rule          string
+	PolicyVersion string
+	PolicyError   string
+	Created       string
+	Arguments     string
+	Fields        []argField
+	Question      string
+	Status        statusView
+}
+
+// statusView is the part of the detail page that changes: status, quorum
+// progress, the timeline and the decision forms. It is also served alone
+// (?fragment=status) for the page to swap in.
+type statusView struct {
+	EventID     string
+	CSRF        string
+	Status      string
+	Terminal    bool
+	Outcome     string
+	Progress    string
+	Deadline    string
+	Approvers   string
+	Timeline    []timelineItem
+	CanDecide   bool
+	ReadOnly    string
+	Allowed     map[string]bool
+	HumanInput  bool
+	ArgsSHA     string
+	EditArgs    string
+	Result      string
+	ResultError string
+	ResultCode  string
+	ArgsError   string
+	Comment     string
+	Answer      string
+}
+
+// currentArguments are the arguments under review now: the newest counted
+// edit's, else the request's.
+func currentArguments(rec *contracts.Record) (json.RawMessage, string) {
+	for i := len(rec.Votes) - 1; i >= 0; i-- {
+		v := rec.Votes[i]
+		if v.Decision == contracts.DecisionEdit && len(v.Arguments) > 0 {
+			sha, _ := contracts.ArgumentsSHA256(v.Arguments)
+			return v.Arguments, sha
+		}
+	}
+	if rec.Request.ToolCall == nil {
+		return nil, ""
+	}
+	return rec.Request.ToolCall.Arguments, rec.Request.ToolCall.ArgumentsSHA256
+}
+
+// longArgument is the size from which an argument's value folds away.
+const longArgument = 160
+
+func argumentFields(raw json.RawMessage) []argField {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) != nil {
+		return nil
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	out := make([]argField, 0, len(keys))
+	for _, k := range keys {
+		v := m[k]
+		var s string
+		if json.Unmarshal(v, &s) != nil {
+			s = notifier.FormatJSON(v, 0)
+		}
+		out = append(out, argField{Key: k, Value: s, Long: len(s) > longArgument || strings.Contains(s, "\n")})
+	}
+	return out
+}
+
+func (in *inbox) detail(ctx context.Context, rec *contracts.Record, sess *session) detailPage {
+	req := &rec.Request
+	pg := detailPage{
+		Page: in.pageFor(sess, notifier.Title(req), ""), EventID: req.EventID, Heading: notifier.Title(req), Summary: req.Summary,
+		Kind: req.Kind, Agent: req.Run.Agent, RunID: req.Run.ID, RequestedBy: req.Run.RequestedBy, Owner: req.Run.Owner,
+		Tenant: req.Run.Tenant, Tool: toolName(req), Risk: req.Risk, Rule: req.Policy.Rule, PolicyVersion: req.Policy.Version,
+		PolicyError: req.Policy.Error, Created: req.CreatedAt.UTC().Format(time.RFC3339),
+	}
+	if req.ToolCall != nil {
+		pg.Arguments = notifier.FormatJSON(req.ToolCall.Arguments, 0)
+		pg.Fields = argumentFields(req.ToolCall.Arguments)
+	}
+	if req.Question != nil {
+		pg.Question = req.Question.Text
+	}
+	pg.Status = in.status(ctx, rec, sess)
+	return pg
+}
+
+func (in *inbox) status(ctx context.Context, rec *contracts.Record, sess *session) statusView {
+	req := &rec.Request
+	now := in.s.cfg.Now()
+	sv := statusView{
+		EventID: req.EventID, CSRF: sess.csrf, Status: rec.Status, Terminal: rec.Terminal(),
+		Progress: notifier.Progress(req, rec), HumanInput: req.Kind == contracts.KindHumanInput,
+		Allowed: map[string]bool{},
+	}
+	if rec.Terminal() {
+		sv.Outcome = notifier.OutcomeLine(rec)
+	} else {
+		sv.Deadline = rec.ExpiresAt.UTC().Format(time.RFC3339) + " (" + until(now, rec.ExpiresAt) + ")"
+	}
+	approvers := slices.Clone(req.Quorum.Approvers)
+	for i, tier := range req.Escalation {
+		if i < rec.EscalationLevel {
+			approvers = append(approvers, tier.Approvers...)
+		}
+	}
+	if len(approvers) == 0 {
+		sv.Approvers = "any approver"
+	} else {
+		sv.Approvers = strings.Join(approvers, ", ")
+	}
+	for _, d := range req.AllowedDecisions {
+		sv.Allowed[d] = true
+	}
+	if len(req.AllowedDecisions) == 0 {
+		sv.Allowed[contracts.DecisionApprove], sv.Allowed[contracts.DecisionReject] = true, true
+	}
+	sv.CanDecide, sv.ReadOnly = mayDecide(rec, &sess.p)
+	args, sha := currentArguments(rec)
+	sv.ArgsSHA = sha
+	if len(args) > 0 {
+		sv.EditArgs = notifier.FormatJSON(args, 0)
+	}
+	sv.Timeline = in.timeline(ctx, rec)
+	return sv
+}
+
+// timeline tells an approval's story for people, from the same events as
+// GET /v1/approvals/{event_id}/events.
+func (in *inbox) timeline(ctx context.Context, rec *contracts.Record) []timelineItem {
+	req := &rec.Request
+	at := func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
+	items := []timelineItem{{At: at(req.CreatedAt), Text: fmt.Sprintf("Requested by %s (run %s)", req.Run.Agent, orDash(req.Run.ID))}}
+	evs, _, err := in.s.readEvents(ctx, req.EventID)
+	if err != nil {
+		in.s.log.Warn("inbox timeline", "event_id", req.EventID, "err", err)
+		return append(items, timelineItem{Text: "The rest of the timeline could not be read."})
+	}
+	votes := map[string]contracts.Vote{}
+	for _, v := range rec.Votes {
+		votes[v.VoteID] = v
+	}
+	for _, ev := range evs {
+		var text string
+		switch ev.Kind {
+		case kindNotify:
+			var rc contracts.NotifyReceipt
+			if json.Unmarshal(ev.Data, &rc) != nil {
+				continue
+			}
+			what := "Notified"
+			switch {
+			case strings.HasPrefix(rc.Kind, "reminder."):
+				what = "Reminder " + strings.TrimPrefix(rc.Kind, "reminder.") + " sent"
+			case strings.HasPrefix(rc.Kind, "escalation."):
+				what = "Escalation " + strings.TrimPrefix(rc.Kind, "escalation.") + " sent"
+			case rc.Kind == "decided":
+				what = "Outcome posted"
+			}
+			text = fmt.Sprintf("%s via %s to %s", what, rc.Channel, rc.Target)
+			if rc.Status == contracts.ReceiptFailed {
+				text = fmt.Sprintf("%s via %s to %s failed: %s", what, rc.Channel, rc.Target, rc.Error)
+			}
+		case kindChanged:
+			var ch contracts.Changed
+			if json.Unmarshal(ev.Data, &ch) != nil {
+				continue
+			}
+			text = changeText(ch, votes)
+		case kindDecided:
+			var d contracts.Decided
+			if json.Unmarshal(ev.Data, &d) != nil {
+				continue
+			}
+			text = "Decided: " + d.Status
+			if rec.Terminal() {
+				text = notifier.OutcomeLine(rec)
+			}
+		}
+		if text != "" {
+			items = append(items, timelineItem{At: at(ev.At), Text: text})
+		}
+	}
+	return items
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "—"
+	}
+	return s
+}
+
+func changeText(ch contracts.Changed, votes map[string]contracts.Vote) string {
+	who := ch.By
+	if ch.Approver != nil {
+		who = ch.Approver.ID + " via " + ch.Approver.Via
+	}
+	switch ch.Change {
+	case contracts.ChangeVoteCounted:
+		v, ok := votes[ch.VoteID]
+		if !ok {
+			return "Vote by " + who + " counted"
+		}
+		s := fmt.Sprintf("%s: %s", who, v.Decision)
+		if v.Comment != "" {
+			s += ": " + v.Comment
+		}
+		return s
+	case contracts.ChangeVoteRefused:
+		return fmt.Sprintf("Vote by %s refused: %s", who, notifier.RefusalText(ch.Reason))
+	case contracts.ChangeReminded:
+		return fmt.Sprintf("Reminder %d due", ch.Step)
+	case contracts.ChangeEscalated:
+		return fmt.Sprintf("Escalated to level %d", ch.Step)
+	case contracts.ChangeExtended:
+		return "Deadline extended by " + orDash(who)
+	case contracts.ChangeClaimed:
+		return "Claimed: the call ran"
+	case contracts.ChangeClaimRefused:
+		return "A second claim was refused"
+	case contracts.ChangeCancelRefused, contracts.ChangeExtendRefused:
+		return fmt.Sprintf("%s by %s refused (%s)", strings.TrimSuffix(ch.Change, "_refused"), orDash(who), ch.Reason)
+	}
+	return ""
+}
+
+// getDetail serves GET /approvals/{event_id}; ?fragment=status answers
+// the changing part alone.
+func (in *inbox) getDetail(w http.ResponseWriter, r *http.Request, sess *session) {
+	id := r.PathValue("event_id")
+	if !contracts.ValidEventID(id) {
+		in.message(w, http.StatusNotFound, sess, "There is no such approval.")
+		return
+	}
+	rec, _, aerr := in.s.getRecordSoon(r.Context(), id, unknownEventWait)
+	if aerr != nil {
+		if aerr.Code == CodeUnknownEvent {
+			in.message(w, http.StatusNotFound, sess, "There is no approval "+id+".")
+			return
+		}
+		in.message(w, aerr.Status, sess, aerr.Message)
+		return
+	}
+	if r.URL.Query().Get("fragment") == "status" {
+		in.renderTemplate(w, http.StatusOK, "detail", "status", in.status(r.Context(), rec, sess))
+		return
+	}
+	in.render(w, http.StatusOK, "detail", in.detail(r.Context(), rec, sess))
+}

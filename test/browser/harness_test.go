@@ -1,0 +1,288 @@
+package browser_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/countersign/countersign/events/eventstest"
+	"github.com/countersign/countersign/orchestrator"
+	"github.com/countersign/countersign/orchestrator/arbiter"
+	"github.com/countersign/countersign/orchestrator/policy"
+	"github.com/countersign/countersign/services/api"
+)
+
+// fleetPolicy gates the simulated fleet's calls; refunds may be decided by
+// alice or bob, and edited within the tool's schema.
+const fleetPolicy = `version: "browser-1"
+default: require_approval
+rules:
+  - name: refunds
+    tools: ["billing.refund"]
+    action: require_approval
+    risk: high
+    approvers: [alice, bob]
+    allowed_decisions: [approve, reject, edit]
+    summary: "Refund {{args.amount}} EUR to {{args.customer}}"
+  - name: deploys
+    tools: ["deploy.*"]
+    action: require_approval
+    risk: critical
+    approvers: [alice, bob]
+    summary: "Deploy {{args.service}} {{args.version}} to {{args.env}}"
+  - name: outbound-email
+    tools: ["email.send"]
+    action: require_approval
+    risk: medium
+    approvers: [alice, bob]
+    allowed_decisions: [approve, reject, respond]
+    summary: "Send an email to {{args.to}}: {{args.subject}}"
+  - name: migrations
+    tools: ["db.migrate"]
+    action: require_approval
+    risk: low
+    approvers: [alice]
+    summary: "Run migration {{args.migration}} on {{args.database}}"
+`
+
+const refundSchema = `{"type":"object","properties":{"amount":{"type":"number","exclusiveMinimum":0,"maximum":1000},"customer":{"type":"string"},"reason":{"type":"string"}},"required":["amount","customer"],"additionalProperties":false}`
+
+// stack is Countersign running in the test: an embedded NATS server, the
+// arbiter, the gate and the HTTP server with the inbox.
+type stack struct {
+	url    string
+	tokens map[string]string
+}
+
+func startStack(t *testing.T) *stack {
+	t.Helper()
+	srv := eventstest.NewServer(t)
+	js := srv.JetStream()
+	srv.Provision(js)
+	ctx, cancel := context.WithCancel(context.Background())
+	arb, err := arbiter.New(ctx, arbiter.Config{JS: srv.JetStream()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = arb.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	p, err := policy.Parse([]byte(fleetPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	policies, err := orchestrator.OpenPolicyStore(ctx, orchestrator.PolicyStoreConfig{JS: srv.JetStream(), Fallback: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = policies.Close() })
+	gate, err := orchestrator.NewGate(ctx, orchestrator.Config{JS: srv.JetStream(), Policy: policies})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gate.Close() })
+	st := &stack{tokens: map[string]string{}}
+	var tokens []api.Token
+	for _, u := range []struct{ name, subject, role string }{
+		{"agent", "agent:fleet", api.RoleAgent}, {"alice", "alice", api.RoleApprover}, {"bob", "bob", api.RoleApprover},
+	} {
+		tok, hash, err := api.NewToken()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.tokens[u.name] = tok
+		tokens = append(tokens, api.Token{Name: u.name, Subject: u.subject, SHA256: hash, Roles: []string{u.role}})
+	}
+	reg := prometheus.NewRegistry()
+	s, err := api.New(ctx, api.Config{JS: srv.JetStream(), Gate: gate, Policies: policies, Tokens: tokens, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s.Handler())
+	// The server closes first so that open event streams end.
+	t.Cleanup(func() { _ = s.Close(); hs.CloseClientConnections(); hs.Close() })
+	st.url = hs.URL
+	return st
+}
+
+// call is one tool call an agent proposes.
+type call struct {
+	ID         string          `json:"id"`
+	Name       string          `json:"name"`
+	Arguments  json.RawMessage `json:"arguments"`
+	ToolSchema json.RawMessage `json:"tool_schema,omitempty"`
+}
+
+type verdict struct {
+	Verdict   string          `json:"verdict"`
+	EventID   string          `json:"event_id"`
+	Reason    string          `json:"reason"`
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+// review posts one call of run as the agent; with wait, it blocks until
+// the call is decided (or the wait ends).
+func (st *stack) review(ctx context.Context, agent, runID string, c call, wait string) (verdict, error) {
+	body, _ := json.Marshal(map[string]any{
+		"run":        map[string]any{"id": runID, "agent": agent, "requested_by": "agent:" + agent},
+		"tool_calls": []call{c},
+	})
+	path := "/v1/reviews"
+	if wait != "" {
+		path += "?wait=" + wait
+	}
+	req, err := http.NewRequestWithContext(ctx, "POST", st.url+path, bytes.NewReader(body))
+	if err != nil {
+		return verdict{}, err
+	}
+	req.Header.Set("Authorization", "Bearer "+st.tokens["agent"])
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return verdict{}, err
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	var ans struct {
+		Results []verdict `json:"results"`
+	}
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(data, &ans) != nil || len(ans.Results) != 1 {
+		return verdict{}, fmt.Errorf("review: %d %s", resp.StatusCode, data)
+	}
+	return ans.Results[0], nil
+}
+
+// pending proposes c and expects it to wait for a human.
+func (st *stack) pending(t *testing.T, ctx context.Context, agent, runID string, c call) string {
+	t.Helper()
+	v, err := st.review(ctx, agent, runID, c, "")
+	if err != nil || v.Verdict != "pending" {
+		t.Fatalf("propose %s: %+v %v", c.Name, v, err)
+	}
+	return v.EventID
+}
+
+// waitFor re-attaches to a proposed call and returns its verdict once decided.
+func (st *stack) waitFor(ctx context.Context, agent, runID string, c call) <-chan verdict {
+	out := make(chan verdict, 1)
+	go func() {
+		defer close(out)
+		for ctx.Err() == nil {
+			v, err := st.review(ctx, agent, runID, c, "30s")
+			if err != nil {
+				return
+			}
+			if v.Verdict != "pending" {
+				out <- v
+				return
+			}
+		}
+	}()
+	return out
+}
+
+func refund(id string, amount int, customer string) call {
+	return call{ID: id, Name: "billing.refund", ToolSchema: json.RawMessage(refundSchema),
+		Arguments: json.RawMessage(fmt.Sprintf(`{"amount":%d,"customer":%q,"reason":"duplicate charge"}`, amount, customer))}
+}
+
+// chromium is the browser binary: $COUNTERSIGN_CHROMIUM, else Debian's.
+func chromium(t *testing.T) string {
+	t.Helper()
+	path := os.Getenv("COUNTERSIGN_CHROMIUM")
+	if path == "" {
+		path = "/usr/bin/chromium"
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("no Chromium at %s (%v): run `make browser` to install Debian's chromium, or set COUNTERSIGN_CHROMIUM", path, err)
+	}
+	return path
+}
+
+// newBrowser starts a headless Chromium for the test, bounded by timeout,
+// and returns its first tab's context.
+func newBrowser(t *testing.T, timeout time.Duration) context.Context {
+	t.Helper()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromium(t)),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 900),
+		// Without these Chromium tries to reach Google's services and
+		// hangs on a closed network.
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-default-apps", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("mute-audio", true),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	t.Cleanup(cancelAlloc)
+	tab, cancelTab := chromedp.NewContext(alloc)
+	t.Cleanup(cancelTab)
+	if err := chromedp.Do(tab); err != nil {
+		t.Fatalf("start Chromium: %v", err)
+	}
+	return tab
+}
+
+// person opens a browser context of its own (its own cookies) in the
+// browser of parent.
+func person(t *testing.T, parent context.Context) context.Context {
+	t.Helper()
+	ctx, cancel := chromedp.NewContext(parent, chromedp.WithNewBrowserContext())
+	t.Cleanup(cancel)
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("new browser context: %v", err)
+	}
+	return ctx
+}
+
+// signIn signs in with the named token and waits for the inbox and its
+// event stream.
+func (st *stack) signIn(name string) chromedp.Action[chromedp.Void] {
+	return chromedp.Steps(
+		chromedp.Navigate(st.url+"/login"),
+		chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), st.tokens[name]),
+		chromedp.Click(chromedp.ID("sign-in")),
+		chromedp.WaitVisible(chromedp.ID("rows")),
+		liveOpen(),
+	)
+}
+
+// liveOpen waits until the page's event stream is connected.
+func liveOpen() chromedp.Action[chromedp.Void] {
+	return until(`document.documentElement.getAttribute("data-live") === "open"`)
+}
+
+// until waits for a JavaScript condition on the page, checked every 50 ms
+// (animation frames do not run in a background tab).
+func until(expr string) chromedp.Action[chromedp.Void] {
+	p := chromedp.Poll[bool](expr, chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(20*time.Second))
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		if _, err := p(ctx, t); err != nil {
+			return chromedp.Void{}, fmt.Errorf("waiting for %s: %w", expr, err)
+		}
+		return chromedp.Void{}, nil
+	}
+}

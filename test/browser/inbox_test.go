@@ -1,0 +1,244 @@
+package browser_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+)
+
+// testTimeout bounds each browser test.
+const testTimeout = 2 * time.Minute
+
+func do(t *testing.T, ctx context.Context, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func eval[T any](t *testing.T, ctx context.Context, expr string) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+// markPage tags the loaded page, so a test can tell a live update from a reload.
+func markPage() chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		_, err := chromedp.Evaluate[bool](`(window.__countersignTestMark = true)`)(ctx, t)
+		return chromedp.Void{}, err
+	}
+}
+
+const stillSamePage = `window.__countersignTestMark === true`
+
+func verdictOf(t *testing.T, ctx context.Context, ch <-chan verdict) verdict {
+	t.Helper()
+	select {
+	case v, ok := <-ch:
+		if !ok {
+			t.Fatal("the waiting run ended without a verdict")
+		}
+		return v
+	case <-ctx.Done():
+		t.Fatal("the waiting run did not resume")
+	}
+	return verdict{}
+}
+
+func TestBrowserRequestAppearsLiveAndApprovalResumesRun(t *testing.T) {
+	st := startStack(t)
+	ctx := newBrowser(t, testTimeout)
+	do(t, ctx, st.signIn("alice"), markPage(),
+		until(`document.querySelectorAll("#rows .row").length === 0`))
+
+	// The agent submits and waits; the request shows up without a reload.
+	c := refund("c1", 120, "Globex GmbH")
+	run := st.waitFor(ctx, "billing-bot", "run-approve", c)
+	do(t, ctx, until(`document.querySelectorAll("#rows .row").length === 1`), until(stillSamePage))
+	id := eval[string](t, ctx, `document.querySelector("#rows .row").dataset.eventId`)
+	summary := eval[string](t, ctx, `document.querySelector("#rows .row .summary").textContent`)
+	if summary != "Refund 120 EUR to Globex GmbH" {
+		t.Fatalf("row summary %q", summary)
+	}
+
+	// j selects the row, Enter opens it, a approves.
+	do(t, ctx,
+		chromedp.KeyEvent("j"),
+		until(`document.querySelector("#rows .row.selected") !== null`),
+		chromedp.KeyEvent(kb.Enter),
+		chromedp.WaitVisible(chromedp.ID("approve")),
+		liveOpen(),
+		chromedp.KeyEvent("a"),
+		chromedp.WaitVisible(chromedp.ID("outcome")),
+	)
+	outcome := eval[string](t, ctx, `document.getElementById("outcome").textContent`)
+	if !strings.HasPrefix(outcome, "Approved by alice via web") {
+		t.Fatalf("outcome %q", outcome)
+	}
+	v := verdictOf(t, ctx, run)
+	if v.Verdict != "allowed" || v.EventID != id {
+		t.Fatalf("the run resumed with %+v, want allowed for %s", v, id)
+	}
+}
+
+func TestBrowserRejectWithReasonDeniesRun(t *testing.T) {
+	st := startStack(t)
+	ctx := newBrowser(t, testTimeout)
+	do(t, ctx, st.signIn("alice"))
+	c := refund("c1", 900, "Initech")
+	id := st.pending(t, ctx, "billing-bot", "run-reject", c)
+	run := st.waitFor(ctx, "billing-bot", "run-reject", c)
+
+	const reason = "Refunds over 500 EUR need the invoice number."
+	do(t, ctx,
+		chromedp.Navigate(st.url+"/approvals/"+id),
+		chromedp.WaitVisible(chromedp.ID("reject")),
+		chromedp.KeyEvent("r"),
+		until(`document.activeElement && document.activeElement.id === "reject-reason"`),
+		// Typed keys reach the focused field (the test's key events carry
+		// the character separately, so the shortcut's own key is cleared).
+		chromedp.SetValue(chromedp.ID("reject-reason"), reason),
+		chromedp.Click(chromedp.ID("reject")),
+		chromedp.WaitVisible(chromedp.ID("outcome")),
+	)
+	if got := eval[string](t, ctx, `document.getElementById("outcome").textContent`); got != "Rejected by alice via web: "+reason {
+		t.Fatalf("outcome %q", got)
+	}
+	v := verdictOf(t, ctx, run)
+	if v.Verdict != "denied" || v.EventID != id || !strings.Contains(v.Reason, reason) {
+		t.Fatalf("the run resumed with %+v, want denied with the reason", v)
+	}
+}
+
+func TestBrowserEditFailingSchemaShowsErrorNextToField(t *testing.T) {
+	st := startStack(t)
+	ctx := newBrowser(t, testTimeout)
+	do(t, ctx, st.signIn("alice"))
+	id := st.pending(t, ctx, "billing-bot", "run-edit", refund("c1", 300, "Umbrella Corp"))
+
+	do(t, ctx,
+		chromedp.Navigate(st.url+"/approvals/"+id),
+		chromedp.WaitVisible(chromedp.ID("arguments")),
+		chromedp.KeyEvent("e"),
+		until(`document.activeElement && document.activeElement.id === "arguments"`),
+		chromedp.SetValue(chromedp.ID("arguments"), `{"amount": 5000, "customer": "Umbrella Corp"}`),
+		chromedp.Click(chromedp.ID("edit")),
+		chromedp.WaitVisible(chromedp.ID("arguments-error")),
+	)
+	msg := eval[string](t, ctx, `document.getElementById("arguments-error").textContent`)
+	if !strings.HasPrefix(msg, "arguments/amount: ") {
+		t.Fatalf("error next to the editor: %q", msg)
+	}
+	// The message belongs to the field, which keeps the edit, and nothing was decided.
+	ok := eval[bool](t, ctx, `(function () {
+		var f = document.getElementById("arguments"), e = document.getElementById("arguments-error");
+		return f.getAttribute("aria-describedby") === "arguments-error" && f.getAttribute("aria-invalid") === "true" &&
+			e.previousElementSibling === f && f.value.indexOf("5000") >= 0 &&
+			document.getElementById("outcome") === null && document.getElementById("approve-form") !== null;
+	})()`)
+	if !ok {
+		t.Fatal("the schema error is not shown next to the editor, or the request changed")
+	}
+}
+
+func TestBrowserSecondApproverSeesDecisionLive(t *testing.T) {
+	st := startStack(t)
+	browser := newBrowser(t, testTimeout)
+	alice := person(t, browser)
+	bob := person(t, browser)
+	do(t, alice, st.signIn("alice"))
+	do(t, bob, st.signIn("bob"))
+	id := st.pending(t, alice, "deploy-bot", "run-live",
+		call{ID: "c1", Name: "deploy.release", Arguments: json.RawMessage(`{"service":"checkout","version":"v2.14.0","env":"production"}`)})
+
+	for _, p := range []context.Context{alice, bob} {
+		do(t, p, chromedp.Navigate(st.url+"/approvals/"+id), chromedp.WaitVisible(chromedp.ID("approve")), liveOpen())
+	}
+	do(t, bob, markPage())
+	do(t, alice, chromedp.Click(chromedp.ID("approve")), chromedp.WaitVisible(chromedp.ID("outcome")))
+
+	// Bob's buttons give way to the outcome, without a reload.
+	do(t, bob,
+		until(`document.getElementById("outcome") !== null && document.getElementById("approve-form") === null && document.getElementById("reject-form") === null`),
+		until(stillSamePage),
+	)
+	if got := eval[string](t, bob, `document.getElementById("outcome").textContent`); !strings.HasPrefix(got, "Approved by alice via web") {
+		t.Fatalf("bob sees %q", got)
+	}
+}
+
+// fleet is what the simulated agents propose for the screenshots.
+var fleet = []struct {
+	agent, run string
+	c          call
+}{
+	{"billing-bot", "run-7f3a", refund("c1", 480, "Globex GmbH")},
+	{"deploy-bot", "run-19c2", call{ID: "c1", Name: "deploy.release", Arguments: json.RawMessage(`{"service":"checkout","version":"v2.14.0","env":"production","strategy":"canary 10%"}`)}},
+	{"support-mailer", "run-5e81", call{ID: "c1", Name: "email.send", Arguments: json.RawMessage(`{"to":"jane.doe@example.com","subject":"Your refund is on its way","body":"Hello Jane,\n\nWe have refunded the duplicate charge of 48 EUR on your March invoice. It should appear on your statement within 5 business days.\n\nBest regards,\nSupport"}`)}},
+	{"db-migrator", "run-a004", call{ID: "c1", Name: "db.migrate", Arguments: json.RawMessage(`{"database":"orders","migration":"0042_add_refund_reason","dry_run":false}`)}},
+	{"billing-bot", "run-7f40", refund("c1", 95, "Initech")},
+}
+
+// TestInboxScreenshots renders the inbox list and a detail page at desktop
+// and phone width as PNGs, into $COUNTERSIGN_SCREENSHOTS (docs/ when
+// refreshing the committed ones) or a temporary directory.
+func TestInboxScreenshots(t *testing.T) {
+	dir := os.Getenv("COUNTERSIGN_SCREENSHOTS")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	st := startStack(t)
+	ctx := newBrowser(t, testTimeout)
+	do(t, ctx, st.signIn("alice"))
+	var ids []string
+	for _, f := range fleet {
+		ids = append(ids, st.pending(t, ctx, f.agent, f.run, f.c))
+	}
+	do(t, ctx, until(fmt.Sprintf(`document.querySelectorAll("#rows .row").length === %d`, len(fleet))))
+
+	shots := []struct {
+		file          string
+		width, height int64
+		path          string
+		ready         string
+	}{
+		{"inbox.png", 1280, 800, "/", "rows"},
+		{"approval.png", 1280, 1100, "/approvals/" + ids[0], "approve"},
+		{"inbox-phone.png", 390, 844, "/", "rows"},
+		{"approval-phone.png", 390, 844, "/approvals/" + ids[0], "approve"},
+	}
+	for _, s := range shots {
+		var img []byte
+		do(t, ctx,
+			chromedp.EmulateViewport(s.width, s.height),
+			chromedp.Navigate(st.url+s.path),
+			chromedp.WaitVisible(chromedp.ID(s.ready)),
+			func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+				var err error
+				img, err = chromedp.CaptureScreenshot()(ctx, tg)
+				return chromedp.Void{}, err
+			},
+		)
+		cfg, err := png.DecodeConfig(bytes.NewReader(img))
+		if err != nil || int64(cfg.Width) != s.width {
+			t.Fatalf("%s: not a %d px wide PNG (%v, %d)", s.file, s.width, err, cfg.Width)
+		}
+		if err := os.WriteFile(filepath.Join(dir, s.file), img, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
