@@ -55,7 +55,7 @@ type natsConfig struct {
 	// Listen is the embedded server's client address; "off" disables it.
 	Listen string `yaml:"listen"`
 	// Sync is "always" (fsync every write, the default) or "lazy".
-	Sync     string `yaml:"sync"`
+	Sync string `yaml:"sync"`
 	// Provision says whether serve creates or updates the streams and
 	// buckets at start: "auto" (the default) does with the embedded server
 	// and not against an external one, where role users may not (run

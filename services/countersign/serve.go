@@ -123,10 +123,10 @@ type conns struct {
 	admin, arbiter, api, notifier *nats.Conn
 	// denied remembers the NATS permission violations seen, to name them
 	// when a role fails.
-	denied permLog
-	all                           []*nats.Conn
-	natsURL                       string
-	srv                           *embedded.Server
+	denied  permLog
+	all     []*nats.Conn
+	natsURL string
+	srv     *embedded.Server
 }
 
 // permLog keeps the last permission violations reported by the server.
