@@ -251,6 +251,24 @@ func (c *testCluster) waitMetaLeader(want int) {
 	}
 }
 
+// provisionR3 provisions with three replicas. Right after the meta leader
+// is elected it may not yet see every peer online and refuses placement
+// ("no suitable peers"); NATS offers no signal for that, so the refusal is
+// retried until ctx ends.
+func provisionR3(ctx context.Context, js jetstream.JetStream) error {
+	for {
+		err := events.Provision(ctx, js, events.ProvisionConfig{Replicas: 3})
+		if err == nil || !strings.Contains(err.Error(), "no suitable peers") {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 func connectAs(t *testing.T, ns *server.Server, user, password string) jetstream.JetStream {
 	t.Helper()
 	js, _ := connectWithErrors(t, ns, user, password)
@@ -287,7 +305,7 @@ func TestClusterProvisionsR3(t *testing.T) {
 	defer cancel()
 	admin := connectAs(t, c.nodes[0], "admin", pw["admin"])
 	cfg := events.ProvisionConfig{Replicas: 3}
-	if err := events.Provision(ctx, admin, cfg); err != nil {
+	if err := provisionR3(ctx, admin); err != nil {
 		t.Fatalf("Provision R3 as admin: %v", err)
 	}
 	names := []string{"KV_" + contracts.BucketApprovals, "KV_" + contracts.BucketPolicy}
@@ -342,7 +360,7 @@ func TestClusterQuorum(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	admin := connectAs(t, c.nodes[0], "admin", pw["admin"])
-	if err := events.Provision(ctx, admin, events.ProvisionConfig{Replicas: 3}); err != nil {
+	if err := provisionR3(ctx, admin); err != nil {
 		t.Fatalf("Provision R3: %v", err)
 	}
 	api := connectAs(t, c.nodes[0], "api", pw["api"])

@@ -114,6 +114,9 @@ func TestComposeRoles(t *testing.T) {
 				t.Errorf("%s: does not depend on %s being healthy", role, n)
 			}
 		}
+		if str(svc, "depends_on", "provision", "condition") != "service_completed_successfully" {
+			t.Errorf("%s: does not wait for the streams to be provisioned", role)
+		}
 		if svc["read_only"] != true || !slices.Contains(stringsOf(list(svc, "cap_drop")), "ALL") {
 			t.Errorf("%s: want read_only and cap_drop ALL", role)
 		}
@@ -130,6 +133,20 @@ func TestComposeRoles(t *testing.T) {
 		}
 		if !slices.Equal(hosts, []string{"n1:4222", "n2:4222", "n3:4222"}) {
 			t.Errorf("%s: NATS hosts %q, want every node", role, hosts)
+		}
+	}
+	// Provisioning runs once, as admin, on every node, after they are up.
+	prov := obj(services, "provision")
+	if cmd := stringsOf(list(prov, "command")); len(cmd) < 5 || cmd[0] != "provision" || !slices.Contains(cmd, "admin") ||
+		!slices.Contains(cmd, "nats://n1:4222,nats://n2:4222,nats://n3:4222") {
+		t.Errorf("provision command %q: want provision --nats-url <every node> --user admin", cmd)
+	}
+	if pw := str(prov, "environment", "COUNTERSIGN_NATS_PASSWORD"); !strings.HasPrefix(pw, "${COUNTERSIGN_ADMIN_PASSWORD") {
+		t.Errorf("provision password %q: want a reference to the admin password", pw)
+	}
+	for _, n := range composeNodes {
+		if str(prov, "depends_on", n, "condition") != "service_healthy" {
+			t.Errorf("provision does not wait for %s", n)
 		}
 	}
 	// Two API replicas need two host ports.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -128,6 +129,23 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig)
 	if err := cfg.validate(); err != nil {
 		return err
 	}
+	// A cluster that has just formed may not yet see every peer online and
+	// refuses to place replicas; that passes within seconds, so it is
+	// retried until ctx ends.
+	for {
+		err := provision(ctx, js, cfg)
+		if err == nil || !strings.Contains(err.Error(), "no suitable peers") {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig) error {
 	for _, sc := range StreamConfigs(cfg) {
 		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
 			return fmt.Errorf("events: provision stream %s: %w", sc.Name, err)

@@ -24,6 +24,7 @@ Usage:
   countersign approvals answer ID --json '{...}' | --text TEXT | --decline | --cancel
   countersign approvals extend ID 2h         move the deadline (or give an RFC 3339 time)
   countersign approvals cancel ID [--reason TEXT]
+  countersign provision --nats-url URLS    create the streams and buckets on an external NATS (as admin)
   countersign audit ID [--json]             the full timeline: request, policy, notifications, votes, outcome
   countersign policy lint [--directory F] FILE...  check syntax, CEL types, unreachable rules, unknown groups
   countersign policy test FILE CASES [-v]   run a table of tool calls against a policy
@@ -75,6 +76,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return cmdPolicy(args[1:], stdout)
 	case "audit":
 		return cmdAudit(args[1:], stdout)
+	case "provision":
+		return cmdProvision(args[1:], stdout)
 	case "demo":
 		return cmdDemo(args[1:], stdout)
 	case "bench":

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events"
@@ -87,6 +89,9 @@ func cmdServe(args []string) error {
 	override(&cfg.Addr, *addr, "COUNTERSIGN_ADDR")
 	override(&cfg.Data, *data, "COUNTERSIGN_DATA")
 	override(&cfg.NATS.URL, *natsURL, "COUNTERSIGN_NATS_URL")
+	override(&cfg.NATS.User, "", "COUNTERSIGN_NATS_USER")
+	override(&cfg.NATS.Password, "", "COUNTERSIGN_NATS_PASSWORD")
+	override(&cfg.NATS.CredsFile, "", "COUNTERSIGN_NATS_CREDS")
 	override(&cfg.NATS.Listen, *natsListen, "")
 	override(&cfg.NATS.Sync, *syncMode, "")
 	override(&cfg.NATS.Provision, *provision, "COUNTERSIGN_PROVISION")
@@ -426,7 +431,28 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 			fmt.Fprintf(out, "  Policy:         %s (version %s)\n", policyName(cfg.Policy), pol.Version())
 		}
 	} else {
+		// Roles without the API still answer health checks and serve their
+		// metrics, on the same address.
+		ln, err := net.Listen("tcp", cfg.Addr)
+		if err != nil {
+			return fmt.Errorf("serve: listen %s: %w", cfg.Addr, err)
+		}
+		hs := &http.Server{Handler: healthHandler(cs, reg), ReadHeaderTimeout: 10 * time.Second}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("http: %w", err)
+			}
+		}()
+		go func() {
+			<-runCtx.Done()
+			sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
+			defer c()
+			_ = hs.Shutdown(sctx)
+		}()
 		fmt.Fprintf(out, "Countersign is running roles %s.\n", strings.Join(cfg.Roles, ","))
+		fmt.Fprintf(out, "  Health:         http://%s/healthz, /readyz, /metrics\n", ln.Addr())
 	}
 	log.Info("serving", "roles", strings.Join(cfg.Roles, ","), "data", cfg.Data, "sync", cfg.NATS.Sync)
 
@@ -439,6 +465,40 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 	case <-cs.denied.fatal:
 		return fmt.Errorf("serve: roles %s cannot run as this NATS user", strings.Join(cfg.Roles, ","))
 	}
+}
+
+// healthHandler serves /healthz (the process runs), /readyz (every NATS
+// connection is up) and /metrics for roles that run without the API.
+func healthHandler(cs *conns, reg *prometheus.Registry) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ok"}`))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		for _, nc := range cs.all {
+			if !nc.IsConnected() {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = w.Write([]byte(`{"error":{"code":"unavailable","message":"NATS is not connected"}}`))
+				return
+			}
+		}
+		_, _ = w.Write([]byte(`{"status":"ready"}`))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return mux
+}
+
+// redactURLs hides the passwords of comma-separated NATS URLs.
+func redactURLs(list string) string {
+	parts := strings.Split(list, ",")
+	for i, p := range parts {
+		if u, err := neturl.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
+			parts[i] = u.Redacted()
+		}
+	}
+	return strings.Join(parts, ",")
 }
 
 // autoReplicas is 3 on a cluster of three or more servers (the servers the
@@ -482,7 +542,7 @@ func connect(cfg serveConfig, log *slog.Logger) (*conns, error) {
 		}
 		nc, err := nats.Connect(cfg.NATS.URL, o...)
 		if err != nil {
-			return nil, fmt.Errorf("serve: connect %s: %w", cfg.NATS.URL, err)
+			return nil, fmt.Errorf("serve: connect %s: %w", redactURLs(cfg.NATS.URL), err)
 		}
 		cs.admin, cs.arbiter, cs.api, cs.notifier = nc, nc, nc, nc
 		cs.all = []*nats.Conn{nc}

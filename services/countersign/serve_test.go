@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -40,7 +43,7 @@ func TestServeNamesTheRefusedPermission(t *testing.T) {
 
 	// The resolver user (it may vote and read records) runs the arbiter.
 	fc := defaultConfig()
-	fc.Data = t.TempDir()
+	fc.Data, fc.Addr = t.TempDir(), "127.0.0.1:0"
 	fc.Roles = []string{roleArbiter}
 	fc.NATS.URL = srv.ClientURL()
 	fc.NATS.User, fc.NATS.Password = users[1].Name, users[1].Password
@@ -60,5 +63,79 @@ func TestServeNamesTheRefusedPermission(t *testing.T) {
 	msg := err.Error()
 	if !strings.Contains(msg, "Permissions Violation") || !strings.Contains(msg, "$JS.API.CONSUMER") || !strings.Contains(msg, "arbiter") {
 		t.Errorf("error does not name the refused permission: %v", err)
+	}
+}
+
+// Against an external server, an admin provisions once and each role runs
+// as its own user; a role without the API still answers health checks.
+func TestServeRoleWithItsOwnUserAfterProvision(t *testing.T) {
+	users := embedded.GenerateUsers(embedded.RoleAdmin, embedded.RoleArbiter)
+	srv, err := embedded.Start(embedded.Config{StoreDir: t.TempDir(), Port: -1, Users: users, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	t.Setenv("COUNTERSIGN_NATS_PASSWORD", users[0].Password)
+	var said strings.Builder
+	if err := cmdProvision([]string{"--nats-url", srv.ClientURL(), "--user", "admin"}, &said); err != nil {
+		t.Fatalf("provision: %v", err)
+	}
+	if !strings.Contains(said.String(), "provisioned with 1 replica") {
+		t.Errorf("provision said %q", said.String())
+	}
+
+	fc := defaultConfig()
+	fc.Data, fc.Addr = t.TempDir(), "127.0.0.1:0"
+	fc.Roles = []string{roleArbiter}
+	fc.NATS.URL = srv.ClientURL()
+	fc.NATS.User, fc.NATS.Password = users[1].Name, users[1].Password
+	cfg := serveConfig{fileConfig: fc}
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, cfg, slog.New(slog.DiscardHandler), w); w.Close() }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+	sc := bufio.NewScanner(r)
+	health := ""
+	for health == "" && sc.Scan() {
+		if _, rest, ok := strings.Cut(sc.Text(), "Health:"); ok {
+			health = strings.TrimSuffix(strings.Fields(rest)[0], ",")
+		}
+	}
+	if health == "" {
+		t.Fatal("serve printed no health address")
+	}
+	go func() { _, _ = io.Copy(io.Discard, r) }()
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		resp, err := http.Get(strings.TrimSuffix(health, "/healthz") + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("%s: %d %s", path, resp.StatusCode, body)
+		}
+		if path == "/metrics" && !strings.Contains(string(body), "countersign_requests_created_total") {
+			t.Errorf("metrics lack the arbiter's counters")
+		}
+	}
+}
+
+func TestRedactURLs(t *testing.T) {
+	got := redactURLs("nats://arbiter:s3cret@n1:4222,nats://n2:4222")
+	if strings.Contains(got, "s3cret") || !strings.Contains(got, "arbiter:xxxxx@n1:4222") || !strings.Contains(got, "nats://n2:4222") {
+		t.Errorf("redactURLs = %q", got)
 	}
 }
