@@ -384,20 +384,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 			}
 			emailH = h
 		}
-		hs := &http.Server{Handler: channelRoutes(srv.Handler(), slackH, emailH), ReadHeaderTimeout: 10 * time.Second}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- fmt.Errorf("http: %w", err)
-			}
-		}()
-		go func() {
-			<-runCtx.Done()
-			sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
-			defer c()
-			_ = hs.Shutdown(sctx)
-		}()
+		serveHTTP(runCtx, &wg, errc, ln, channelRoutes(srv.Handler(), slackH, emailH))
 		info := serveInfo{URL: url, NATSURL: cs.natsURL, PID: os.Getpid()}
 		if err := writeJSON(filepath.Join(cfg.Data, fileServe), info, 0o600); err != nil {
 			return err
@@ -437,20 +424,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 		if err != nil {
 			return fmt.Errorf("serve: listen %s: %w", cfg.Addr, err)
 		}
-		hs := &http.Server{Handler: healthHandler(cs, reg), ReadHeaderTimeout: 10 * time.Second}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- fmt.Errorf("http: %w", err)
-			}
-		}()
-		go func() {
-			<-runCtx.Done()
-			sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
-			defer c()
-			_ = hs.Shutdown(sctx)
-		}()
+		serveHTTP(runCtx, &wg, errc, ln, healthHandler(cs, reg))
 		fmt.Fprintf(out, "Countersign is running roles %s.\n", strings.Join(cfg.Roles, ","))
 		fmt.Fprintf(out, "  Health:         http://%s/healthz, /readyz, /metrics\n", ln.Addr())
 	}
@@ -465,6 +439,25 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 	case <-cs.denied.fatal:
 		return fmt.Errorf("serve: roles %s cannot run as this NATS user", strings.Join(cfg.Roles, ","))
 	}
+}
+
+// serveHTTP serves h on ln until ctx ends, then shuts the server down
+// gracefully; a failure to serve goes to errc.
+func serveHTTP(ctx context.Context, wg *sync.WaitGroup, errc chan<- error, ln net.Listener, h http.Handler) {
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("http: %w", err)
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
+		defer c()
+		_ = hs.Shutdown(sctx)
+	}()
 }
 
 // healthHandler serves /healthz (the process runs), /readyz (every NATS

@@ -42,15 +42,7 @@ func TestServeNamesTheRefusedPermission(t *testing.T) {
 	}
 
 	// The resolver user (it may vote and read records) runs the arbiter.
-	fc := defaultConfig()
-	fc.Data, fc.Addr = t.TempDir(), "127.0.0.1:0"
-	fc.Roles = []string{roleArbiter}
-	fc.NATS.URL = srv.ClientURL()
-	fc.NATS.User, fc.NATS.Password = users[1].Name, users[1].Password
-	cfg := serveConfig{fileConfig: fc}
-	if err := cfg.validate(); err != nil {
-		t.Fatal(err)
-	}
+	cfg := arbiterAs(t, srv.ClientURL(), users[1])
 	out, err := os.CreateTemp(t.TempDir(), "out")
 	if err != nil {
 		t.Fatal(err)
@@ -84,15 +76,7 @@ func TestServeRoleWithItsOwnUserAfterProvision(t *testing.T) {
 		t.Errorf("provision said %q", said.String())
 	}
 
-	fc := defaultConfig()
-	fc.Data, fc.Addr = t.TempDir(), "127.0.0.1:0"
-	fc.Roles = []string{roleArbiter}
-	fc.NATS.URL = srv.ClientURL()
-	fc.NATS.User, fc.NATS.Password = users[1].Name, users[1].Password
-	cfg := serveConfig{fileConfig: fc}
-	if err := cfg.validate(); err != nil {
-		t.Fatal(err)
-	}
+	cfg := arbiterAs(t, srv.ClientURL(), users[1])
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -138,4 +122,20 @@ func TestRedactURLs(t *testing.T) {
 	if strings.Contains(got, "s3cret") || !strings.Contains(got, "arbiter:xxxxx@n1:4222") || !strings.Contains(got, "nats://n2:4222") {
 		t.Errorf("redactURLs = %q", got)
 	}
+}
+
+// arbiterAs is the configuration of a serve process that runs only the
+// arbiter, against the server at url, as user.
+func arbiterAs(t *testing.T, url string, user embedded.User) serveConfig {
+	t.Helper()
+	fc := defaultConfig()
+	fc.Data, fc.Addr = t.TempDir(), "127.0.0.1:0"
+	fc.Roles = []string{roleArbiter}
+	fc.NATS.URL = url
+	fc.NATS.User, fc.NATS.Password = user.Name, user.Password
+	cfg := serveConfig{fileConfig: fc}
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
