@@ -25,6 +25,17 @@ type streamMsg struct {
 // getEvents answers GET /v1/events: every new request, outcome and change
 // from now on, as Server-Sent Events. The event id is "<stream>:<sequence>".
 func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
+	s.streamEvents(w, r, ": countersign events\n\n", func(_ context.Context, m streamMsg) ([]byte, bool) { return m.data, true },
+		func(aerr *apiError) { writeError(w, aerr) })
+}
+
+// streamEvents follows every new request, outcome and change (the
+// requests stream and the decided and changed events) and writes each, as
+// render makes it, as a server-sent event, with heartbeats, until the
+// client or the server goes away. fail answers when the streams cannot be
+// followed; preamble starts the stream.
+func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, preamble string,
+	render func(context.Context, streamMsg) ([]byte, bool), fail func(*apiError)) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	rc := http.NewResponseController(w)
@@ -46,7 +57,7 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 	for _, src := range sources {
 		stop, err := s.follow(ctx, src.stream, src.filters, msgs)
 		if err != nil {
-			writeError(w, s.backendError("follow "+src.stream, err))
+			fail(s.backendError("follow "+src.stream, err))
 			return
 		}
 		stops = append(stops, stop)
@@ -56,7 +67,7 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	if _, err := fmt.Fprint(w, ": countersign events\n\n"); err != nil {
+	if _, err := fmt.Fprint(w, preamble); err != nil {
 		return
 	}
 	if rc.Flush() != nil {
@@ -67,7 +78,11 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 	for {
 		select {
 		case m := <-msgs:
-			if _, err := fmt.Fprintf(w, "event: %s\nid: %s\ndata: %s\n\n", m.kind, m.id, m.data); err != nil {
+			data, ok := render(ctx, m)
+			if !ok {
+				continue
+			}
+			if _, err := fmt.Fprintf(w, "event: %s\nid: %s\ndata: %s\n\n", m.kind, m.id, data); err != nil {
 				return
 			}
 		case <-heartbeat.C:
