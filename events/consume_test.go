@@ -770,6 +770,21 @@ func assertProvisioned(t *testing.T, js jetstream.JetStream, retention time.Dura
 	if st.TTL() != retention || st.History() != 1 {
 		t.Errorf("bucket %s TTL %s history %d, want %s and 1", contracts.BucketApprovals, st.TTL(), st.History(), retention)
 	}
+	// Records are read from the stream leader, never from a follower that
+	// may be behind.
+	rs, err := js.Stream(ctx, "KV_"+contracts.BucketApprovals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs.CachedInfo().Config.AllowDirect {
+		t.Errorf("bucket %s allows direct gets (any replica answers reads)", contracts.BucketApprovals)
+	}
+	if _, err := kv.Put(ctx, "probe", []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := kv.Get(ctx, "probe"); err != nil || string(e.Value()) != "{}" {
+		t.Fatalf("read back through the leader: %v", err)
+	}
 }
 
 func TestPublishDeduplicatesByMsgID(t *testing.T) {

@@ -87,6 +87,27 @@ func StreamConfigs(cfg ProvisionConfig) []jetstream.StreamConfig {
 	}
 }
 
+// readsFromLeader turns off direct gets on a bucket's stream. With direct
+// gets any replica answers a read, and a follower that is behind answers
+// with an old record: a decision not seen yet, a claim refused as not
+// approved. Without them every read goes to the stream's leader, which has
+// every acknowledged write. Clients choose when they open the bucket.
+func readsFromLeader(ctx context.Context, js jetstream.JetStream, stream string) error {
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return fmt.Errorf("events: provision %s: %w", stream, err)
+	}
+	sc := st.CachedInfo().Config
+	if !sc.AllowDirect {
+		return nil
+	}
+	sc.AllowDirect = false
+	if _, err := js.UpdateStream(ctx, sc); err != nil {
+		return fmt.Errorf("events: provision %s: reads from the leader: %w", stream, err)
+	}
+	return nil
+}
+
 // ApprovalsBucketConfig returns the configuration of the hitl_approvals bucket.
 func ApprovalsBucketConfig(cfg ProvisionConfig) jetstream.KeyValueConfig {
 	cfg.setDefaults()
@@ -153,6 +174,9 @@ func provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig)
 	}
 	if _, err := js.CreateOrUpdateKeyValue(ctx, ApprovalsBucketConfig(cfg)); err != nil {
 		return fmt.Errorf("events: provision bucket %s: %w", contracts.BucketApprovals, err)
+	}
+	if err := readsFromLeader(ctx, js, "KV_"+contracts.BucketApprovals); err != nil {
+		return err
 	}
 	if _, err := js.CreateOrUpdateKeyValue(ctx, PolicyBucketConfig(cfg)); err != nil {
 		return fmt.Errorf("events: provision bucket %s: %w", contracts.BucketPolicy, err)

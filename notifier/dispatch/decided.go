@@ -13,7 +13,11 @@ import (
 	"github.com/countersign/countersign/notifier"
 )
 
-// handleDecided updates every target that was shown the request.
+// handleDecided tells every target of the request the outcome: a target
+// that was shown the request gets it as an update of what it was shown; one
+// whose delivery of the request never happened (the decision came first)
+// gets the outcome on its own, once the deliveries still in flight had
+// time to finish.
 func (d *Dispatcher) handleDecided(ctx context.Context, msg jetstream.Msg) error {
 	var ev contracts.Decided
 	if err := json.Unmarshal(msg.Data(), &ev); err != nil {
@@ -22,13 +26,22 @@ func (d *Dispatcher) handleDecided(ctx context.Context, msg jetstream.Msg) error
 	if !contracts.ValidEventID(ev.EventID) {
 		return events.Poison(fmt.Errorf("decided event has an invalid event_id %q", ev.EventID))
 	}
+	md, err := msg.Metadata()
+	if err != nil {
+		return events.Poison(fmt.Errorf("decided event without metadata: %w", err))
+	}
+	waited := d.cfg.Now().Sub(md.Timestamp)
 	rec, err := d.record(ctx, ev.EventID)
 	if err != nil {
 		return err
 	}
 	if rec == nil || !rec.Terminal() {
-		// The record is written before the outcome is announced; a missing
-		// one was removed by retention. Nothing to show.
+		// The record is written before the outcome is announced, so a read
+		// that misses it is behind; try again a while. A record still
+		// missing after that was removed by retention.
+		if waited < 2*time.Minute {
+			return events.Retry(time.Second, fmt.Errorf("record %s not terminal yet in this read", ev.EventID))
+		}
 		d.log.Info("outcome without a terminal record; no updates", "event_id", ev.EventID)
 		return nil
 	}
@@ -45,10 +58,11 @@ func (d *Dispatcher) handleDecided(ctx context.Context, msg jetstream.Msg) error
 		n.Event = &ev
 		notes = append(notes, n)
 	}
-	// Deliveries of the request may still be in flight (the decision came
-	// fast): wait for their receipts a while before giving up on them.
-	targets, _ := Targets(&rec.Request, rec.Request.Channels, d.cfg.People, d.cfg.Endpoints)
-	inFlight := 0
+	// Targets not shown the request: wait while their deliveries may be
+	// in flight, then send the outcome alone (a permanently failed
+	// delivery is not retried with the outcome).
+	targets, _ := d.everyone(rec)
+	var unshown []notifier.Target
 	for _, t := range targets {
 		if shownAt[t.Channel+"\x00"+t.Address] {
 			continue
@@ -56,21 +70,40 @@ func (d *Dispatcher) handleDecided(ctx context.Context, msg jetstream.Msg) error
 		if _, ok := d.channels[t.Channel]; !ok {
 			continue
 		}
-		if !have.settled(notifier.Requested(rec.Request, t).IdempotencyKey()) {
-			inFlight++
+		if failedForGood(have, rec.Request, t) {
+			continue
+		}
+		unshown = append(unshown, t)
+	}
+	late := waited >= d.cfg.DecidedWait
+	if late {
+		for _, t := range unshown {
+			n := notifier.Decided(*rec, t, "")
+			n.Event = &ev
+			notes = append(notes, n)
 		}
 	}
 	return d.detach(ctx, msg, func() (time.Duration, error) {
 		if err := d.deliverAll(ctx, notes, nil, rec.Request, have); err != nil {
 			return 0, err
 		}
-		if inFlight > 0 {
-			if md, err := msg.Metadata(); err == nil && md.Timestamp.Add(d.cfg.DecidedWait).After(d.cfg.Now()) {
-				d.log.Debug("outcome waits for deliveries in flight", "event_id", ev.EventID, "targets", inFlight)
-				return time.Second, nil
-			}
-			d.log.Info("outcome gave up waiting for deliveries", "event_id", ev.EventID, "targets", inFlight)
+		if len(unshown) > 0 && !late {
+			d.log.Debug("outcome waits for deliveries in flight", "event_id", ev.EventID, "targets", len(unshown))
+			return min(time.Second, d.cfg.DecidedWait), nil
 		}
 		return 0, nil
 	})
+}
+
+// failedForGood reports whether showing req to t failed permanently.
+func failedForGood(have receiptSet, req contracts.ApprovalRequested, t notifier.Target) bool {
+	for _, kind := range []string{notifier.KindRequested} {
+		k := notifier.Notification{Kind: kind, Target: t, Request: req}.IdempotencyKey()
+		for _, r := range have {
+			if r.IdempotencyKey == k && r.Status == notifier.ReceiptFailed {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -271,15 +272,19 @@ func (d *Dispatcher) handleRequest(ctx context.Context, msg jetstream.Msg) error
 	if err != nil {
 		return err
 	}
-	if rec != nil && rec.Terminal() {
-		// Decided before anyone was told: there is nothing left to show.
-		d.log.Debug("request decided before delivery; not notifying", "event_id", req.EventID, "status", rec.Status)
-		return nil
-	}
+	decided := rec != nil && rec.Terminal()
 	if rec != nil {
 		req = rec.Request // the arbiter's snapshot is the authority
 	}
 	targets, problems := Targets(&req, req.Channels, d.cfg.People, d.cfg.Endpoints)
+	if decided {
+		// Decided before anyone was told: people need not be asked any
+		// more (they get the outcome), but webhooks, which feed automation
+		// and audit, still get every request event.
+		targets = slices.DeleteFunc(targets, func(t notifier.Target) bool { return t.Channel != notifier.ChannelWebhook })
+		problems = nil
+		d.log.Debug("request decided before delivery; webhooks only", "event_id", req.EventID, "status", rec.Status)
+	}
 	if len(targets) == 0 && len(problems) == 0 {
 		return nil
 	}

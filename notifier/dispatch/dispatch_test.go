@@ -645,25 +645,30 @@ func TestTwoReplicasDeliverEachTargetOnce(t *testing.T) {
 	}
 }
 
-func TestRequestDecidedBeforeDeliveryIsNotShown(t *testing.T) {
+func TestRequestDecidedBeforeDeliveryGetsTheOutcomeOnly(t *testing.T) {
 	e := newEnv(t)
-	req := request("email:alice")
+	req := request("email:alice", "webhook:audit")
 	e.publish(req)
 	e.waitDecided(func() string { e.vote(req.EventID, "alice", contracts.DecisionApprove); return req.EventID }())
-	email := newChannel("email", nil)
-	reqAcks := acked(t, e.srv, contracts.StreamRequests, dispatch.DurableRequests)
-	decAcks := acked(t, e.srv, contracts.StreamEvents, dispatch.DurableDecided)
-	e.start(dispatch.Config{Channels: []notifier.Channel{email}, DecidedWait: time.Millisecond})
-	// The request and the outcome were both handled and acknowledged.
-	for _, ch := range []<-chan struct{}{reqAcks, decAcks} {
-		select {
-		case <-ch:
-		case <-time.After(wait):
-			t.Fatal("the request or its outcome was never acknowledged")
+	email, hook := newChannel("email", nil), newChannel("webhook", nil)
+	e.start(dispatch.Config{Channels: []notifier.Channel{email, hook}, DecidedWait: time.Millisecond})
+	// People are not asked about a decided request; they hear the outcome.
+	// Webhooks, for automation and audit, get the request event as well.
+	got := e.receiptsFor(req.EventID, 3)
+	for _, k := range []string{"email alice@example.com decided", "webhook audit requested", "webhook audit decided"} {
+		if r, ok := got[k]; !ok || r.Status != notifier.ReceiptDelivered {
+			t.Errorf("no delivered %q receipt in %v", k, got)
 		}
 	}
-	if n := len(email.log); n != 0 {
-		t.Errorf("%d calls for a request decided before delivery", n)
+	if n := email.count("alice@example.com", false); n != 0 {
+		t.Errorf("alice was asked %d times about a decided request", n)
+	}
+	email.mu.Lock()
+	defer email.mu.Unlock()
+	for _, cl := range email.log {
+		if cl.Update && (cl.N.Ref != "" || cl.N.Record == nil || cl.N.Record.Status != contracts.StatusApproved) {
+			t.Errorf("outcome alone: ref %q record %+v", cl.N.Ref, cl.N.Record)
+		}
 	}
 }
 

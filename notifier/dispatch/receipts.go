@@ -73,7 +73,9 @@ func Receipts(ctx context.Context, js jetstream.JetStream, eventID string) ([]no
 	cons, err := js.OrderedConsumer(ctx, contracts.StreamEvents, jetstream.OrderedConsumerConfig{
 		FilterSubjects:    []string{contracts.SubjectNotifyPrefix + "*." + eventID},
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
-		InactiveThreshold: 30 * time.Second,
+		// Read once and left behind (the notifier may not delete consumers
+		// on this stream): the server drops it soon.
+		InactiveThreshold: 5 * time.Second,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("receipts of %s: %w", eventID, err)

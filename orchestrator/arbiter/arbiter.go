@@ -164,7 +164,10 @@ func (a *Arbiter) Run(ctx context.Context) error {
 		errc <- events.Consume(ctx, a.cfg.JS, events.ConsumerConfig{
 			Stream:       contracts.StreamResolutions,
 			Durable:      DurableResolutions,
-			MaxDeliver:   a.cfg.UnknownEventAttempts + 5,
+			// Votes for records not created yet are retried while the
+			// requests consumer catches up (see unknownEvent), so the
+			// loop's own limit sits far beyond UnknownEventAttempts.
+			MaxDeliver:   max(1000, a.cfg.UnknownEventAttempts*50),
 			Concurrency:  a.cfg.Concurrency,
 			Logger:       a.cfg.Logger,
 			OnDeadLetter: a.cfg.OnDeadLetter,
@@ -529,10 +532,33 @@ func isWrongLastSequence(err error) bool {
 func (a *Arbiter) unknownEvent(msg jetstream.Msg) error {
 	md, err := msg.Metadata()
 	if err == nil && md.NumDelivered >= uint64(a.cfg.UnknownEventAttempts) {
+		// Only give up once every request stored so far has been handled:
+		// while requests wait (the arbiter is catching up after an outage),
+		// the vote's record may yet be created.
+		if backlog, berr := a.requestBacklog(); berr != nil || backlog {
+			return events.Retry(a.cfg.UnknownEventDelay, errors.New(contracts.ReasonUnknownEvent+" (requests still being handled)"))
+		}
 		a.m.refused.WithLabelValues(contracts.ReasonUnknownEvent).Inc()
 		return events.Poison(errors.New(contracts.ReasonUnknownEvent))
 	}
 	return events.Retry(a.cfg.UnknownEventDelay, errors.New(contracts.ReasonUnknownEvent))
+}
+
+// requestBacklog reports whether the requests consumer still has messages
+// to deliver or acknowledge: a vote cannot be refused as unknown_event
+// while a request stored before it may be unhandled.
+func (a *Arbiter) requestBacklog() (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cons, err := a.cfg.JS.Consumer(ctx, contracts.StreamRequests, DurableRequests)
+	if err != nil {
+		return false, err
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return false, err
+	}
+	return info.NumPending > 0 || info.NumAckPending > 0 || info.NumRedelivered > 0, nil
 }
 
 // announce publishes the decided event of a record that has just turned
