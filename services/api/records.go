@@ -121,8 +121,10 @@ func (s *Server) getRecordSoon(ctx context.Context, id string, d time.Duration) 
 // backendError maps a NATS failure to 503 when NATS is unreachable or slow,
 // else to 500.
 func (s *Server) backendError(what string, err error) *apiError {
+	var apiErr *jetstream.APIError
 	switch {
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout),
+	case errors.As(err, &apiErr) && apiErr.Code == http.StatusServiceUnavailable,
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout),
 		errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrNoResponders),
 		errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrConnectionReconnecting),
 		errors.Is(err, nats.ErrDisconnected):
