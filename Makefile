@@ -4,7 +4,7 @@ BIN     := bin/countersign
 DATA    ?= ./data
 ADDR    ?= 127.0.0.1:8080
 
-.PHONY: all build run test browser test-short bench vet fmt clean
+.PHONY: all build run test browser test-short bench vet fmt clean chaos
 
 all: build
 
@@ -23,6 +23,14 @@ test: browser
 
 browser:
 	@sh test/browser/install-chromium.sh
+
+## chaos: the long fault run (3-node NATS cluster, two replicas of every role,
+## kill -9 and node restarts on a seeded schedule), then the invariants
+CHAOS_DURATION ?= 5m
+CHAOS_SEED     ?= 1
+chaos:
+	$(GO) test -tags chaos -race -count=1 -timeout 60m -run '^TestChaosLong$$' -v ./test/chaos \
+		-chaos.duration=$(CHAOS_DURATION) -chaos.seed=$(CHAOS_SEED)
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./...
