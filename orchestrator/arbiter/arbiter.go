@@ -90,7 +90,9 @@ type metrics struct {
 	decided  *prometheus.CounterVec
 	refused  *prometheus.CounterVec
 	conflict prometheus.Counter
-	latency  prometheus.Histogram
+	latency  *prometheus.HistogramVec
+	// timerLag is how late a timer is applied after it was due.
+	timerLag *prometheus.HistogramVec
 	// reminders and escalations count announced reminders and tiers reached.
 	reminders, escalations prometheus.Counter
 }
@@ -109,11 +111,16 @@ func newMetrics(reg prometheus.Registerer) metrics {
 		conflict: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "countersign_record_conflicts_total", Help: "Record writes retried after a compare-and-set conflict.",
 		}),
-		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "countersign_decision_latency_seconds",
-			Help:    "Time from a request's creation to its terminal outcome.",
+			Help:    "Time from a request's creation to its terminal outcome, by risk.",
 			Buckets: []float64{0.001, 0.01, 0.1, 1, 10, 60, 300, 1800, 3600, 4 * 3600, 24 * 3600},
-		}),
+		}, []string{"risk"}),
+		timerLag: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "countersign_timer_lag_seconds",
+			Help:    "How late an expiry, reminder or escalation timer was applied after it was due, by kind.",
+			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"kind"}),
 		reminders: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "countersign_reminders_total", Help: "Reminders announced for pending approvals.",
 		}),
@@ -122,7 +129,7 @@ func newMetrics(reg prometheus.Registerer) metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.created, m.decided, m.refused, m.conflict, m.latency, m.reminders, m.escalations)
+		reg.MustRegister(m.created, m.decided, m.refused, m.conflict, m.latency, m.timerLag, m.reminders, m.escalations)
 	}
 	return m
 }
@@ -506,7 +513,7 @@ func (a *Arbiter) apply(ctx context.Context, msg jetstream.Msg, o op) error {
 			a.cfg.Logger.Info("approval decided", "event_id", o.eventID, "run_id", res.Record.Request.Run.ID,
 				"status", res.Record.Status, "decided_by", res.Record.Outcome.DecidedBy,
 				"trace_id", contracts.TraceID(res.Record.Request.Traceparent), "by_trace_id", contracts.TraceID(contracts.TraceparentFrom(ctx)))
-			a.m.latency.Observe(res.Record.Outcome.DecidedAt.Sub(res.Record.Request.CreatedAt).Seconds())
+			a.m.latency.WithLabelValues(res.Record.Request.Risk).Observe(res.Record.Outcome.DecidedAt.Sub(res.Record.Request.CreatedAt).Seconds())
 			return a.announce(ctx, res.Record, rev)
 		}
 		if ch := o.counted(); ch != nil {

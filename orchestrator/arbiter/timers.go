@@ -133,6 +133,9 @@ func (a *Arbiter) handleTimer(ctx context.Context, msg jetstream.Msg) error {
 	if t.EventID != id || t.Kind != kind {
 		return events.Poison(errors.New("timer body does not match its subject"))
 	}
+	if lag := a.cfg.Now().Sub(t.At); lag >= 0 {
+		a.m.timerLag.WithLabelValues(timerKindLabel(kind)).Observe(lag.Seconds())
+	}
 	switch {
 	case strings.HasPrefix(kind, contracts.TimerRemindPrefix):
 		return a.remind(ctx, msg, id, step, t)
@@ -218,4 +221,10 @@ func (a *Arbiter) escalate(ctx context.Context, msg jetstream.Msg, id string, st
 		return events.Retry(max(early, 10*time.Millisecond), errors.New("escalation fired before it was due"))
 	}
 	return err
+}
+
+// timerKindLabel is a timer kind without its step: expire, remind, escalate.
+func timerKindLabel(kind string) string {
+	k, _, _ := strings.Cut(kind, "-")
+	return k
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events"
@@ -57,11 +58,31 @@ func assertTimedOut(t *testing.T, rec contracts.Record, status string) {
 
 func TestTimerExpiresPendingRequest(t *testing.T) {
 	t.Parallel()
-	b := timerBus(t)
+	b := newBus(t, events.ProvisionConfig{})
+	reg := prometheus.NewRegistry()
+	b.startArbiter(arbiter.Config{Now: time.Now, Registerer: reg})
 	req := timedRequest(t, time.Second)
 	b.create(req)
 	rec := b.waitRecord(req.EventID, terminal)
 	assertTimedOut(t, rec, contracts.StatusExpired)
+	// The fire's lateness is measured, by kind, and the decision's time by risk.
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if h := m.GetHistogram(); h != nil && h.GetSampleCount() > 0 {
+				for _, l := range m.GetLabel() {
+					seen[mf.GetName()] = l.GetName() + "=" + l.GetValue()
+				}
+			}
+		}
+	}
+	if seen["countersign_timer_lag_seconds"] != "kind=expire" || seen["countersign_decision_latency_seconds"] != "risk="+req.Risk {
+		t.Errorf("histograms observed: %v", seen)
+	}
 	d := b.waitDecided(req.EventID)
 	if len(d) != 1 || d[0].Status != contracts.StatusExpired {
 		t.Fatalf("decided events %+v, want one expired", d)
