@@ -169,8 +169,8 @@ func (a *Arbiter) Run(ctx context.Context) error {
 	}()
 	go func() {
 		errc <- events.Consume(ctx, a.cfg.JS, events.ConsumerConfig{
-			Stream:       contracts.StreamResolutions,
-			Durable:      DurableResolutions,
+			Stream:  contracts.StreamResolutions,
+			Durable: DurableResolutions,
 			// Votes for records not created yet are retried while the
 			// requests consumer catches up (see unknownEvent), so the
 			// loop's own limit sits far beyond UnknownEventAttempts.
