@@ -14,6 +14,11 @@ const (
 	SyncAlways = "always" // fsync every write before the ack (the production default)
 	SyncLazy   = "lazy"   // JetStream's default: writes are flushed every two minutes
 	SyncBoth   = "both"   // both, reported side by side
+	// SyncCluster is three nodes in this process (loopback routes), every
+	// stream and bucket R3, each node fsyncing every write: what a 3-node
+	// production cluster does, without the network between machines.
+	SyncCluster = "cluster"
+	SyncAll     = "all" // lazy, always and cluster side by side
 )
 
 // Defaults. With them `countersign bench` (both modes, three repetitions,
@@ -77,9 +82,9 @@ func (c *Config) setDefaults() {
 func (c *Config) validate() error {
 	var errs []error
 	switch c.Sync {
-	case SyncAlways, SyncLazy, SyncBoth:
+	case SyncAlways, SyncLazy, SyncBoth, SyncCluster, SyncAll:
 	default:
-		errs = append(errs, fmt.Errorf("bench: Config.Sync must be always, lazy or both, got %q", c.Sync))
+		errs = append(errs, fmt.Errorf("bench: Config.Sync must be always, lazy, both, cluster or all, got %q", c.Sync))
 	}
 	if c.Duration < 0 {
 		errs = append(errs, errors.New("bench: Config.Duration must be positive"))
@@ -106,14 +111,19 @@ func (c *Config) modes() []string {
 		return []string{SyncAlways}
 	case SyncLazy:
 		return []string{SyncLazy}
+	case SyncCluster:
+		return []string{SyncCluster}
+	case SyncAll:
+		return []string{SyncLazy, SyncAlways, SyncCluster}
 	}
 	return []string{SyncLazy, SyncAlways}
 }
 
 // pendingMode is the one mode the pending-capacity measurement runs in.
 func (c *Config) pendingMode() string {
-	if c.Sync == SyncAlways {
-		return SyncAlways
+	switch c.Sync {
+	case SyncAlways, SyncCluster:
+		return c.Sync
 	}
 	return SyncLazy
 }

@@ -100,3 +100,27 @@ func TestConfigIsValidated(t *testing.T) {
 		}
 	}
 }
+
+// The cluster mode runs the same measurements against three nodes with R3
+// streams and buckets.
+func TestRunClusterSmoke(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	rep, err := bench.Run(ctx, bench.Config{
+		Dir: t.TempDir(), Sync: bench.SyncCluster, Duration: time.Second, Count: 1, Concurrency: 8, Out: &out,
+	})
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, out.String())
+	}
+	if len(rep.Modes) != 1 || rep.Modes[0].Sync != bench.SyncCluster {
+		t.Fatalf("modes: %+v", rep.Modes)
+	}
+	m := rep.Modes[0]
+	if m.Raw.SyncPublishPerSec <= 0 || m.Cycles.PerSec <= 0 || m.Latency.Latency.P50 <= 0 {
+		t.Errorf("cluster figures: raw %+v cycles %+v latency %+v", m.Raw, m.Cycles, m.Latency)
+	}
+	if !bytes.Contains(out.Bytes(), []byte("3 nodes in this process, R3")) {
+		t.Errorf("the report does not say what the cluster mode is:\n%s", out.String())
+	}
+}

@@ -54,7 +54,7 @@ func measureRaw(ctx context.Context, st *stack, d time.Duration, pr *printer) (*
 		return nil, err
 	}
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
-		Name: rawStream, Subjects: []string{rawSubject + ".>"}, Storage: jetstream.FileStorage, Replicas: 1,
+		Name: rawStream, Subjects: []string{rawSubject + ".>"}, Storage: jetstream.FileStorage, Replicas: st.replicas,
 	}); err != nil {
 		return nil, fmt.Errorf("create %s: %w", rawStream, err)
 	}
@@ -107,7 +107,7 @@ func measureRaw(ctx context.Context, st *stack, d time.Duration, pr *printer) (*
 	rep.FloorCyclesPerSec = rep.AsyncPublishPerSec / cycleWrites
 	pr.asyncPublish(rep)
 
-	if err := measureKVPutWatch(ctx, js, wjs, d, rep); err != nil {
+	if err := measureKVPutWatch(ctx, js, wjs, d, rep, st.replicas); err != nil {
 		return rep, err
 	}
 	pr.kvPutWatch(rep)
@@ -116,8 +116,8 @@ func measureRaw(ctx context.Context, st *stack, d time.Duration, pr *printer) (*
 
 // measureKVPutWatch puts at kvPace per second (or as fast as sync puts go,
 // if slower) and times each put until a watcher on another connection sees it.
-func measureKVPutWatch(ctx context.Context, js, wjs jetstream.JetStream, d time.Duration, rep *RawReport) error {
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: rawBucket, History: 1, Storage: jetstream.FileStorage})
+func measureKVPutWatch(ctx context.Context, js, wjs jetstream.JetStream, d time.Duration, rep *RawReport, replicas int) error {
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: rawBucket, History: 1, Storage: jetstream.FileStorage, Replicas: replicas})
 	if err != nil {
 		return fmt.Errorf("create bucket %s: %w", rawBucket, err)
 	}

@@ -133,7 +133,7 @@ const (
 
 // latencyTargets are the decision → resumed budgets (p50, p99) in ms.
 func latencyTargets(mode string) (p50, p99 float64) {
-	if mode == SyncAlways {
+	if mode == SyncAlways || mode == SyncCluster {
 		return 3, 20
 	}
 	return 1, 10
@@ -251,8 +251,11 @@ func (p *printer) policy(r PolicyReport) {
 }
 
 func modeDesc(mode string) string {
-	if mode == SyncLazy {
+	switch mode {
+	case SyncLazy:
 		return "JetStream default flush, every 2 min"
+	case SyncCluster:
+		return "3 nodes in this process, R3, fsync on every write"
 	}
 	return "fsync on every write"
 }

@@ -4,7 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	neturl "net/url"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -33,10 +38,13 @@ const (
 // stack is one embedded server with an arbiter and a gate, as a single
 // `countersign serve` process runs them.
 type stack struct {
-	mode  string
-	dir   string
-	ns    *server.Server
-	conns []*nats.Conn
+	mode string
+	dir  string
+	// servers are the embedded servers: one, or three for SyncCluster.
+	servers  []*server.Server
+	url      string
+	replicas int
+	conns    []*nats.Conn
 
 	agentJS jetstream.JetStream
 	voterJS jetstream.JetStream
@@ -64,32 +72,15 @@ func startStack(ctx context.Context, mode, root string, arbiterConcurrency int) 
 			st.close()
 		}
 	}()
-	opts := &server.Options{
-		ServerName: "countersign-bench-" + mode,
-		Host:       "127.0.0.1",
-		Port:       server.RANDOM_PORT,
-		JetStream:  true,
-		StoreDir:   dir,
-		SyncAlways: mode == SyncAlways,
-		NoLog:      true,
-		NoSigs:     true,
+	if err := st.startServers(); err != nil {
+		return st, err
 	}
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		return st, fmt.Errorf("embedded server: %w", err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		ns.Shutdown()
-		return st, errors.New("embedded server not ready after 10 s")
-	}
-	st.ns = ns
 
 	_, arbJS, err := st.connect(roleArbiter)
 	if err != nil {
 		return st, err
 	}
-	if err := events.Provision(ctx, arbJS, events.ProvisionConfig{}); err != nil {
+	if err := events.Provision(ctx, arbJS, events.ProvisionConfig{Replicas: st.replicas}); err != nil {
 		return st, err
 	}
 	st.reg = prometheus.NewRegistry()
@@ -123,7 +114,7 @@ func startStack(ctx context.Context, mode, root string, arbiterConcurrency int) 
 
 // connect opens one role's connection.
 func (st *stack) connect(role string, opts ...jetstream.JetStreamOpt) (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := nats.Connect(st.ns.ClientURL(), nats.Name("countersign-bench-"+role), nats.MaxReconnects(-1))
+	nc, err := nats.Connect(st.url, nats.Name("countersign-bench-"+role), nats.MaxReconnects(-1))
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect %s: %w", role, err)
 	}
@@ -183,11 +174,97 @@ func (st *stack) close() {
 	for _, nc := range st.conns {
 		nc.Close()
 	}
-	if st.ns != nil {
-		st.ns.Shutdown()
-		st.ns.WaitForShutdown()
+	for _, ns := range st.servers {
+		ns.Shutdown()
+		ns.WaitForShutdown()
 	}
 	if st.dir != "" {
 		_ = os.RemoveAll(st.dir)
 	}
+}
+
+// startServers starts the embedded server, or for SyncCluster three servers
+// routed to each other on loopback, and waits until JetStream is ready
+// (for the cluster: a meta leader that every node follows).
+func (st *stack) startServers() error {
+	n := 1
+	if st.mode == SyncCluster {
+		n = 3
+	}
+	st.replicas = n
+	routePorts := make([]int, n)
+	for i := range routePorts {
+		p, err := freePort()
+		if err != nil {
+			return err
+		}
+		routePorts[i] = p
+	}
+	var routes []*neturl.URL
+	for _, p := range routePorts {
+		routes = append(routes, &neturl.URL{Scheme: "nats-route", Host: "127.0.0.1:" + strconv.Itoa(p)})
+	}
+	var urls []string
+	for i := range n {
+		opts := &server.Options{
+			ServerName: fmt.Sprintf("countersign-bench-%s-%d", st.mode, i+1),
+			Host:       "127.0.0.1",
+			Port:       server.RANDOM_PORT,
+			JetStream:  true,
+			StoreDir:   filepath.Join(st.dir, strconv.Itoa(i+1)),
+			SyncAlways: st.mode != SyncLazy,
+			NoLog:      true,
+			NoSigs:     true,
+		}
+		if n > 1 {
+			opts.Cluster = server.ClusterOpts{Name: "countersign-bench", Host: "127.0.0.1", Port: routePorts[i]}
+			opts.Routes = routes
+		}
+		ns, err := server.NewServer(opts)
+		if err != nil {
+			return fmt.Errorf("embedded server: %w", err)
+		}
+		go ns.Start()
+		st.servers = append(st.servers, ns)
+	}
+	for _, ns := range st.servers {
+		if !ns.ReadyForConnections(10 * time.Second) {
+			return errors.New("embedded server not ready after 10 s")
+		}
+		urls = append(urls, ns.ClientURL())
+	}
+	st.url = strings.Join(urls, ",")
+	if n == 1 {
+		return nil
+	}
+	// The cluster has no event for "JetStream formed"; poll it, bounded.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		leaders, current := 0, 0
+		for _, ns := range st.servers {
+			if ns.JetStreamIsLeader() {
+				leaders++
+			}
+			if ns.JetStreamIsCurrent() {
+				current++
+			}
+		}
+		if leaders == 1 && current == n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("JetStream cluster did not form: %d leaders, %d of %d current", leaders, current, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// freePort is a loopback port that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }

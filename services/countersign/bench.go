@@ -44,7 +44,7 @@ func cmdBench(args []string, out io.Writer) error {
 		fmt.Fprint(fs.Output(), benchUsage)
 		fs.PrintDefaults()
 	}
-	syncMode := fs.String("sync", bench.SyncBoth, "JetStream sync mode: always (fsync every write), lazy, or both side by side")
+	syncMode := fs.String("sync", bench.SyncBoth, "JetStream mode: always (fsync every write), lazy, both side by side, cluster (3 nodes in this process, R3, fsync), or all three")
 	duration := fs.Duration("duration", bench.DefaultDuration, "length of each timed measurement")
 	count := fs.Int("count", bench.DefaultCount, "repetitions of every mode, each on a fresh server; figures are medians")
 	concurrency := fs.Int("concurrency", bench.DefaultConcurrency, "concurrent agents in the throughput run")
