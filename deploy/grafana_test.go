@@ -17,10 +17,10 @@ import (
 var exporterMetrics = []string{"jetstream_consumer_num_pending", "jetstream_consumer_num_ack_pending"}
 
 // codeMetrics scans the Go sources (tests excluded) for the metric names
-// Countersign registers: Name: "countersign_...".
+// Countersign registers: Name: "countersign_..." or prometheus.NewDesc("countersign_...").
 func codeMetrics(t *testing.T) map[string]bool {
 	t.Helper()
-	re := regexp.MustCompile(`Name:\s*"(countersign_[a-z0-9_]+)"`)
+	re := regexp.MustCompile(`(?:Name:\s*|prometheus.NewDesc\()"(countersign_[a-z0-9_]+)"`)
 	names := map[string]bool{}
 	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {

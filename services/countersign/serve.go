@@ -277,6 +277,10 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 		if err != nil {
 			return err
 		}
+		reg.MustRegister(events.NewLagCollector(js,
+			events.Consumer{Stream: contracts.StreamRequests, Durable: dispatch.DurableRequests},
+			events.Consumer{Stream: contracts.StreamEvents, Durable: dispatch.DurableDecided},
+			events.Consumer{Stream: contracts.StreamEvents, Durable: dispatch.DurableChanges}))
 		retry, err := cfg.Notify.Retry.policy()
 		if err != nil {
 			return err
@@ -302,6 +306,10 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 		if err != nil {
 			return err
 		}
+		reg.MustRegister(events.NewLagCollector(js,
+			events.Consumer{Stream: contracts.StreamRequests, Durable: arbiter.DurableRequests},
+			events.Consumer{Stream: contracts.StreamResolutions, Durable: arbiter.DurableResolutions},
+			events.Consumer{Stream: contracts.StreamTimers, Durable: arbiter.DurableTimers}))
 		arb, err := arbiter.New(pctx, arbiter.Config{
 			JS: js, Logger: log.With("role", "arbiter"), Registerer: reg,
 			Retention: cfg.retention, OnDeadLetter: onDeadLetter,
