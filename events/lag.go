@@ -8,8 +8,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Consumer names one durable consumer of a stream.
-type Consumer struct{ Stream, Durable string }
+// Consumer names one durable consumer of a stream, and the JetStream
+// context (the role's own NATS user) it is read through.
+type Consumer struct {
+	JS              jetstream.JetStream
+	Stream, Durable string
+}
 
 // LagCollector exports the backlog of durable consumers as gauges, read
 // from the server when scraped: countersign_consumer_pending (messages not
@@ -17,17 +21,16 @@ type Consumer struct{ Stream, Durable string }
 // acknowledged), by stream and consumer. A consumer the server cannot
 // describe in time is left out of that scrape.
 type LagCollector struct {
-	js        jetstream.JetStream
 	consumers []Consumer
 	pending   *prometheus.Desc
 	ackPend   *prometheus.Desc
 }
 
-// NewLagCollector returns a collector for consumers, read through js.
-func NewLagCollector(js jetstream.JetStream, consumers ...Consumer) *LagCollector {
+// NewLagCollector returns a collector for consumers.
+func NewLagCollector(consumers ...Consumer) *LagCollector {
 	labels := []string{"stream", "consumer"}
 	return &LagCollector{
-		js: js, consumers: consumers,
+		consumers: consumers,
 		pending: prometheus.NewDesc("countersign_consumer_pending",
 			"Messages of the stream the durable consumer has not delivered yet (its lag).", labels, nil),
 		ackPend: prometheus.NewDesc("countersign_consumer_ack_pending",
@@ -46,7 +49,7 @@ func (c *LagCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	for _, cr := range c.consumers {
-		cons, err := c.js.Consumer(ctx, cr.Stream, cr.Durable)
+		cons, err := cr.JS.Consumer(ctx, cr.Stream, cr.Durable)
 		if err != nil {
 			continue
 		}

@@ -21,9 +21,9 @@ func TestLagCollectorReportsBacklog(t *testing.T) {
 		e.publish(t, "billing", []byte(`{}`), nil)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(events.NewLagCollector(e.js,
-		events.Consumer{Stream: contracts.StreamRequests, Durable: "lagging"},
-		events.Consumer{Stream: contracts.StreamRequests, Durable: "missing"}))
+	reg.MustRegister(events.NewLagCollector(
+		events.Consumer{JS: e.js, Stream: contracts.StreamRequests, Durable: "lagging"},
+		events.Consumer{JS: e.js, Stream: contracts.StreamRequests, Durable: "missing"}))
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -299,6 +299,18 @@ func TestEmailLinkApprovesAndTheRunResumes(t *testing.T) {
 	if !strings.Contains(out.Text, "Approved by alice via email") {
 		t.Errorf("outcome mail:\n%s", out.Text)
 	}
+	// Every role's consumers report their backlog on /metrics.
+	resp, err := http.Get(r.p.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, c := range []string{"arbiter-requests", "arbiter-resolutions", "arbiter-timers", "notifier", "notifier-decided", "notifier-changes"} {
+		if !strings.Contains(string(metrics), `countersign_consumer_pending{consumer="`+c+`"`) {
+			t.Errorf("/metrics has no backlog of consumer %s", c)
+		}
+	}
 	// The audit trail has it all, in order.
 	id := mail.Header.Get("X-Countersign-Event-Id")
 	text, err := r.cliAs("alice", "audit", id)

@@ -272,15 +272,18 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 	}
 	who := people{src: dir}
 
+	// The backlog of the durable consumers this process runs, one
+	// collector for all of them.
+	var lagged []events.Consumer
 	if cfg.has(roleNotifier) {
 		js, err := jetstream.New(cs.notifier)
 		if err != nil {
 			return err
 		}
-		reg.MustRegister(events.NewLagCollector(js,
-			events.Consumer{Stream: contracts.StreamRequests, Durable: dispatch.DurableRequests},
-			events.Consumer{Stream: contracts.StreamEvents, Durable: dispatch.DurableDecided},
-			events.Consumer{Stream: contracts.StreamEvents, Durable: dispatch.DurableChanges}))
+		lagged = append(lagged,
+			events.Consumer{JS: js, Stream: contracts.StreamRequests, Durable: dispatch.DurableRequests},
+			events.Consumer{JS: js, Stream: contracts.StreamEvents, Durable: dispatch.DurableDecided},
+			events.Consumer{JS: js, Stream: contracts.StreamEvents, Durable: dispatch.DurableChanges})
 		retry, err := cfg.Notify.Retry.policy()
 		if err != nil {
 			return err
@@ -306,10 +309,10 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 		if err != nil {
 			return err
 		}
-		reg.MustRegister(events.NewLagCollector(js,
-			events.Consumer{Stream: contracts.StreamRequests, Durable: arbiter.DurableRequests},
-			events.Consumer{Stream: contracts.StreamResolutions, Durable: arbiter.DurableResolutions},
-			events.Consumer{Stream: contracts.StreamTimers, Durable: arbiter.DurableTimers}))
+		lagged = append(lagged,
+			events.Consumer{JS: js, Stream: contracts.StreamRequests, Durable: arbiter.DurableRequests},
+			events.Consumer{JS: js, Stream: contracts.StreamResolutions, Durable: arbiter.DurableResolutions},
+			events.Consumer{JS: js, Stream: contracts.StreamTimers, Durable: arbiter.DurableTimers})
 		arb, err := arbiter.New(pctx, arbiter.Config{
 			JS: js, Logger: log.With("role", "arbiter"), Registerer: reg,
 			Retention: cfg.retention, OnDeadLetter: onDeadLetter,
@@ -324,6 +327,12 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 				errc <- fmt.Errorf("arbiter: %w", err)
 			}
 		}()
+	}
+
+	if len(lagged) > 0 {
+		// Each consumer is read through its own role's connection: the
+		// roles may describe only their own consumers.
+		reg.MustRegister(events.NewLagCollector(lagged...))
 	}
 
 	if cfg.has(roleAPI) {
