@@ -71,8 +71,8 @@ func Receipts(ctx context.Context, js jetstream.JetStream, eventID string) ([]no
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	cons, err := js.OrderedConsumer(ctx, contracts.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{contracts.SubjectNotifyPrefix + "*." + eventID},
-		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		FilterSubjects: []string{contracts.SubjectNotifyPrefix + "*." + eventID},
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
 		// Read once and left behind (the notifier may not delete consumers
 		// on this stream): the server drops it soon.
 		InactiveThreshold: 5 * time.Second,
