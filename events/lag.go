@@ -49,14 +49,12 @@ func (c *LagCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	for _, cr := range c.consumers {
+		// Looking the consumer up reads its state: one request each.
 		cons, err := cr.JS.Consumer(ctx, cr.Stream, cr.Durable)
 		if err != nil {
 			continue
 		}
-		info, err := cons.Info(ctx)
-		if err != nil {
-			continue
-		}
+		info := cons.CachedInfo()
 		ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(info.NumPending), cr.Stream, cr.Durable)
 		ch <- prometheus.MustNewConstMetric(c.ackPend, prometheus.GaugeValue, float64(info.NumAckPending), cr.Stream, cr.Durable)
 	}

@@ -97,12 +97,10 @@ func (d *Dispatcher) handleDecided(ctx context.Context, msg jetstream.Msg) error
 
 // failedForGood reports whether showing req to t failed permanently.
 func failedForGood(have receiptSet, req contracts.ApprovalRequested, t notifier.Target) bool {
-	for _, kind := range []string{notifier.KindRequested} {
-		k := notifier.Notification{Kind: kind, Target: t, Request: req}.IdempotencyKey()
-		for _, r := range have {
-			if r.IdempotencyKey == k && r.Status == notifier.ReceiptFailed {
-				return true
-			}
+	k := notifier.Requested(req, t).IdempotencyKey()
+	for _, r := range have {
+		if r.IdempotencyKey == k && r.Status == notifier.ReceiptFailed {
+			return true
 		}
 	}
 	return false

@@ -561,10 +561,7 @@ func (a *Arbiter) requestBacklog() (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return false, err
-	}
+	info := cons.CachedInfo() // read by the lookup just now
 	return info.NumPending > 0 || info.NumAckPending > 0 || info.NumRedelivered > 0, nil
 }
 
