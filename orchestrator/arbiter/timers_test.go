@@ -65,7 +65,12 @@ func TestTimerExpiresPendingRequest(t *testing.T) {
 	b.create(req)
 	rec := b.waitRecord(req.EventID, terminal)
 	assertTimedOut(t, rec, contracts.StatusExpired)
-	// The fire's lateness is measured, by kind, and the decision's time by risk.
+	d := b.waitDecided(req.EventID)
+	if len(d) != 1 || d[0].Status != contracts.StatusExpired {
+		t.Fatalf("decided events %+v, want one expired", d)
+	}
+	// The fire's lateness is measured, by kind, and the decision's time by risk
+	// (observed before the outcome is announced).
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -82,10 +87,6 @@ func TestTimerExpiresPendingRequest(t *testing.T) {
 	}
 	if seen["countersign_timer_lag_seconds"] != "kind=expire" || seen["countersign_decision_latency_seconds"] != "risk="+req.Risk {
 		t.Errorf("histograms observed: %v", seen)
-	}
-	d := b.waitDecided(req.EventID)
-	if len(d) != 1 || d[0].Status != contracts.StatusExpired {
-		t.Fatalf("decided events %+v, want one expired", d)
 	}
 }
 
