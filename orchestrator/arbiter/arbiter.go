@@ -163,6 +163,7 @@ func (a *Arbiter) Run(ctx context.Context) error {
 				contracts.SubjectToolRequestedPrefix + ">", contracts.SubjectInputRequestedPrefix + ">",
 			},
 			Concurrency:  a.cfg.Concurrency,
+			MaxBackoff:   arbiterMaxBackoff,
 			Logger:       a.cfg.Logger,
 			OnDeadLetter: a.cfg.OnDeadLetter,
 		}, a.handleRequest)
@@ -176,6 +177,7 @@ func (a *Arbiter) Run(ctx context.Context) error {
 			// loop's own limit sits far beyond UnknownEventAttempts.
 			MaxDeliver:   max(1000, a.cfg.UnknownEventAttempts*50),
 			Concurrency:  a.cfg.Concurrency,
+			MaxBackoff:   arbiterMaxBackoff,
 			Logger:       a.cfg.Logger,
 			OnDeadLetter: a.cfg.OnDeadLetter,
 		}, a.handleResolution)
@@ -186,6 +188,7 @@ func (a *Arbiter) Run(ctx context.Context) error {
 			Durable:        DurableTimers,
 			FilterSubjects: []string{contracts.SubjectTimerFirePrefix + ">"},
 			Concurrency:    a.cfg.Concurrency,
+			MaxBackoff:     arbiterMaxBackoff,
 			Logger:         a.cfg.Logger,
 			OnDeadLetter:   a.cfg.OnDeadLetter,
 		}, a.handleTimer)
@@ -533,6 +536,14 @@ func isWrongLastSequence(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
+
+// arbiterMaxBackoff caps the pause before a failed request, vote or timer
+// is tried again. Failures here are the bus being briefly unavailable (a
+// node restarting, a leader election), and every message the arbiter holds
+// back delays a decision or a waiting run; the delivery count that sets the
+// backoff also grows while a vote waits for its record, so without a low cap
+// one error after that wait would hold a vote back for half a minute.
+const arbiterMaxBackoff = 2 * time.Second
 
 // unknownEvent retries a message for a record that does not exist yet, and
 // refuses it as unknown_event on its last attempt.
