@@ -285,6 +285,7 @@ func (p *printer) cycles(mode string, c *CycleReport) {
 	p.f("%-34s %10s/s   %.2f × floor       target ≥ %.2f       %s\n", fmt.Sprintf("full cycles (%d agents)", c.Agents),
 		num(c.PerSec), c.FloorRatio, targetFloorRatio, verdict(c.FloorRatio >= targetFloorRatio))
 	p.f("%-34s %10s     p50 %.2f ms  p99 %.2f ms  errors %d\n", "  cycle latency under load", "", c.Latency.P50, c.Latency.P99, c.Errors)
+	p.f("%-34s %10s     %.0f ms before the window (untimed)\n", "  warm-up, one cycle per agent", "", c.WarmUpMs)
 }
 
 func (p *printer) latency(mode string, l *LatencyReport) {
