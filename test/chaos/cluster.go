@@ -233,6 +233,24 @@ func waitStreams(ctx context.Context, js jetstream.JetStream, names []string) er
 	})
 }
 
+// waitDrained waits until each durable consumer (by stream) has nothing
+// left to deliver and nothing unacknowledged.
+func waitDrained(ctx context.Context, js jetstream.JetStream, durables map[string]string) error {
+	return waitFor(ctx, 90*time.Second, "consumers drained", func(ctx context.Context) error {
+		for stream, durable := range durables {
+			c, err := js.Consumer(ctx, stream, durable)
+			if err != nil {
+				return err
+			}
+			info := c.CachedInfo()
+			if info.NumPending > 0 || info.NumAckPending > 0 {
+				return fmt.Errorf("%s on %s: %d pending, %d unacknowledged", durable, stream, info.NumPending, info.NumAckPending)
+			}
+		}
+		return nil
+	})
+}
+
 // waitFor calls try until it succeeds, each attempt bounded to 5 s, for at
 // most limit. It is for conditions the server announces no event for.
 func waitFor(ctx context.Context, limit time.Duration, what string, try func(context.Context) error) error {

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/orchestrator/arbiter"
 )
 
 // Result is what a run found.
@@ -100,6 +101,15 @@ func (h *Harness) Run(ctx context.Context) Result {
 	<-votersDone
 	if err := h.waitHealthy(ctx); err != nil {
 		h.problems.add("quiesce: cluster not healthy: %v", err)
+	}
+	// A vote the bus acknowledged may still wait in the arbiter's consumer
+	// (held back while its record was being created after an outage);
+	// the records are read once every request and vote has been handled.
+	if err := waitDrained(ctx, h.js, map[string]string{
+		contracts.StreamRequests:    arbiter.DurableRequests,
+		contracts.StreamResolutions: arbiter.DurableResolutions,
+	}); err != nil {
+		h.problems.add("quiesce: the arbiter did not handle every request and vote: %v", err)
 	}
 	h.waitNotifications(time.Now().Add(60 * time.Second))
 	h.checkAlive()
