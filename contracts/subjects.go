@@ -13,6 +13,9 @@ const (
 
 	BucketApprovals = "hitl_approvals"
 	BucketPolicy    = "hitl_policy"
+	// BucketSessions holds the web inbox's sign-in sessions, shared by every
+	// API replica; written and read by the API role only.
+	BucketSessions = "hitl_sessions"
 
 	SubjectToolRequestedPrefix  = "hitl.tool.approval.requested."
 	SubjectInputRequestedPrefix = "hitl.human.input.requested."

@@ -308,7 +308,7 @@ func TestClusterProvisionsR3(t *testing.T) {
 	if err := provisionR3(ctx, admin); err != nil {
 		t.Fatalf("Provision R3 as admin: %v", err)
 	}
-	names := []string{"KV_" + contracts.BucketApprovals, "KV_" + contracts.BucketPolicy}
+	names := []string{"KV_" + contracts.BucketApprovals, "KV_" + contracts.BucketPolicy, "KV_" + contracts.BucketSessions}
 	for _, sc := range events.StreamConfigs(cfg) {
 		names = append(names, sc.Name)
 	}

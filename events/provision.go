@@ -143,6 +143,30 @@ func PolicyBucketConfig(cfg ProvisionConfig) jetstream.KeyValueConfig {
 	}
 }
 
+// SessionsTTL is how long a web inbox session lives after sign-in; the
+// sessions bucket drops a session's entry then, whatever else happens.
+const SessionsTTL = 12 * time.Hour
+
+// SessionsBucketConfig returns the configuration of the hitl_sessions
+// bucket: one entry per signed-in inbox session, keyed by a hash of the
+// session id, so that every API replica knows every session and a sign-out
+// on one ends it on all.
+func SessionsBucketConfig(cfg ProvisionConfig) jetstream.KeyValueConfig {
+	cfg.setDefaults()
+	storage := jetstream.FileStorage
+	if cfg.Memory {
+		storage = jetstream.MemoryStorage
+	}
+	return jetstream.KeyValueConfig{
+		Bucket:      contracts.BucketSessions,
+		Description: "Countersign web inbox sessions; written and read by the API only",
+		History:     1,
+		TTL:         SessionsTTL,
+		Storage:     storage,
+		Replicas:    cfg.Replicas,
+	}
+}
+
 // Provision creates or updates every stream and bucket of the contract. It is
 // idempotent and safe to run from several processes at once.
 func Provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig) error {
@@ -181,5 +205,10 @@ func provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig)
 	if _, err := js.CreateOrUpdateKeyValue(ctx, PolicyBucketConfig(cfg)); err != nil {
 		return fmt.Errorf("events: provision bucket %s: %w", contracts.BucketPolicy, err)
 	}
-	return nil
+	// A sign-out on one API replica must end the session on every other at
+	// once, so session reads go to the leader too.
+	if _, err := js.CreateOrUpdateKeyValue(ctx, SessionsBucketConfig(cfg)); err != nil {
+		return fmt.Errorf("events: provision bucket %s: %w", contracts.BucketSessions, err)
+	}
+	return readsFromLeader(ctx, js, "KV_"+contracts.BucketSessions)
 }

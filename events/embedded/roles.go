@@ -27,7 +27,8 @@ const (
 	// RoleResolver publishes votes and watches records.
 	RoleResolver Role = "resolver"
 	// RoleAPI is orchestrator plus resolver, reads the event stream for
-	// timelines and live updates, and writes the hitl_policy bucket.
+	// timelines and live updates, writes the hitl_policy bucket, and is the
+	// only role that reads or writes the inbox sessions in hitl_sessions.
 	RoleAPI Role = "api"
 	// RoleNotifier consumes requests and events and publishes delivery receipts.
 	RoleNotifier Role = "notifier"
@@ -55,6 +56,7 @@ func GenerateUsers(roles ...Role) []User {
 const (
 	streamApprovals = "KV_" + contracts.BucketApprovals
 	streamPolicy    = "KV_" + contracts.BucketPolicy
+	streamSessions  = "KV_" + contracts.BucketSessions
 )
 
 // Permissions returns the NATS permissions of role: a fresh value each call.
@@ -63,7 +65,8 @@ const (
 // Every role but admin is denied stream management (create, update, delete,
 // purge, message delete, snapshot, restore) and deleting consumers of the
 // Countersign streams; every role but admin and arbiter is denied writing
-// approval records, and every role but admin and api writing the policy.
+// approval records, and every role but admin and api writing the policy or
+// the inbox sessions.
 func Permissions(r Role) *server.Permissions {
 	var g grant
 	switch r {
@@ -94,6 +97,8 @@ func Permissions(r Role) *server.Permissions {
 		g.resolver()
 		g.pub(orderedConsumer(contracts.StreamEvents)...)
 		g.pub(kvWrite(contracts.BucketPolicy))
+		g.pub(kvWrite(contracts.BucketSessions))
+		g.pub(kvRead(streamSessions)...)
 	case RoleNotifier:
 		g.pub(kvRead(streamApprovals)...)
 		g.pub(kvWatch(streamApprovals)...)
@@ -115,7 +120,7 @@ func Permissions(r Role) *server.Permissions {
 		g.denyPub(kvWrite(contracts.BucketApprovals))
 	}
 	if r != RoleAPI {
-		g.denyPub(kvWrite(contracts.BucketPolicy))
+		g.denyPub(kvWrite(contracts.BucketPolicy), kvWrite(contracts.BucketSessions))
 	}
 	return g.permissions()
 }

@@ -48,6 +48,29 @@ type env struct {
 	kv     jetstream.KeyValue
 	url    string
 	tokens map[string]string // token name → bearer token
+	// cfg is the API's configuration, for more replicas on the same bus.
+	cfg api.Config
+	srv *eventstest.Server
+}
+
+// replica starts one more API server on the same bus with the setup's
+// configuration, changed by edit when it is not nil, and returns its URL.
+func (e *env) replica(t *testing.T, edit func(*api.Config)) string {
+	t.Helper()
+	cfg := e.cfg
+	reg := prometheus.NewRegistry()
+	cfg.Registerer, cfg.Gatherer = reg, reg
+	if edit != nil {
+		edit(&cfg)
+	}
+	s, err := api.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	return hs.URL
 }
 
 func setup(t *testing.T) *env {
@@ -79,7 +102,7 @@ func setup(t *testing.T) *env {
 	}
 	t.Cleanup(func() { _ = gate.Close() })
 
-	e := &env{js: js, tokens: map[string]string{}}
+	e := &env{js: js, tokens: map[string]string{}, srv: srv}
 	var tokens []api.Token
 	add := func(name, subject string, roles ...string) {
 		tok, hash, err := api.NewToken()
@@ -97,7 +120,8 @@ func setup(t *testing.T) *env {
 		add(fmt.Sprintf("approver-%d", i), fmt.Sprintf("approver-%d", i), api.RoleApprover)
 	}
 	reg := prometheus.NewRegistry()
-	s, err := api.New(ctx, api.Config{JS: srv.JetStream(), Gate: gate, Policies: policies, Tokens: tokens, Registerer: reg, Gatherer: reg})
+	e.cfg = api.Config{JS: srv.JetStream(), Gate: gate, Policies: policies, Tokens: tokens, Registerer: reg, Gatherer: reg}
+	s, err := api.New(ctx, e.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,35 +1,52 @@
 package api
 
 import (
+	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"io/fs"
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/countersign/countersign/events"
 )
 
 // The web inbox: people sign in with their API token, which is exchanged
-// for a session kept in this process's memory. Replicas behind a load
-// balancer therefore need sticky sessions (or people sign in again when
-// they land on another replica).
+// for a session. Sessions live in the hitl_sessions bucket, so every API
+// replica knows every session (no sticky load balancing), a restart signs
+// nobody out, and a sign-out on one replica ends the session on all. The
+// bucket holds neither the session id nor the token: its key is the
+// SHA-256 of the session id, its value the SHA-256 of the token the person
+// signed in with, which is looked up again on every request, so a token
+// removed from the configuration or the directory ends its sessions at once.
 
 const (
 	// sessionCookie names the inbox's session cookie.
 	sessionCookie = "countersign_session"
 	// sessionTTL is how long a session lasts after sign-in.
-	sessionTTL = 12 * time.Hour
+	sessionTTL = events.SessionsTTL
 	// csrfField is the form field (and csrfHeader the header) that carries
 	// a session's CSRF token on every POST.
 	csrfField  = "csrf"
 	csrfHeader = "X-CSRF-Token"
 	// maxFormBytes bounds a form post.
 	maxFormBytes = 1 << 20
+	// sessionStoreTimeout bounds one read of the session store, so that a
+	// bus outage answers 503 instead of holding the page open.
+	sessionStoreTimeout = 5 * time.Second
+	// sessionIDLen is the length of a session id: 32 random bytes, base64url.
+	sessionIDLen = 43
 )
 
 // contentSecurityPolicy allows the inbox's own scripts, styles and images
@@ -44,11 +61,21 @@ type session struct {
 	expires time.Time
 }
 
-// sessionStore keeps sessions in memory, by id.
+// sessionEntry is a session's value in the hitl_sessions bucket.
+type sessionEntry struct {
+	// TokenSHA256 is the hex SHA-256 of the token signed in with.
+	TokenSHA256 string    `json:"token_sha256"`
+	CSRF        string    `json:"csrf"`
+	CreatedAt   time.Time `json:"created_at"`
+	ExpiresAt   time.Time `json:"expires_at"`
+}
+
+// sessionStore keeps sessions in the hitl_sessions bucket.
 type sessionStore struct {
+	kv  jetstream.KeyValue
 	now func() time.Time
-	mu  sync.Mutex
-	m   map[string]*session
+	// resolve finds the principal of a token hash now, or nil.
+	resolve func(sum [sha256.Size]byte) *principal
 }
 
 func randomID() (string, error) {
@@ -59,8 +86,14 @@ func randomID() (string, error) {
 	return base64.RawURLEncoding.EncodeToString(b), nil
 }
 
-// create starts a session for p and drops the expired ones.
-func (st *sessionStore) create(p principal) (*session, error) {
+// sessionKey is the bucket key of a session id.
+func sessionKey(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(sum[:])
+}
+
+// create starts a session for the principal of the token with hash sum.
+func (st *sessionStore) create(ctx context.Context, sum [sha256.Size]byte, p principal) (*session, error) {
 	id, err := randomID()
 	if err != nil {
 		return nil, err
@@ -70,37 +103,52 @@ func (st *sessionStore) create(p principal) (*session, error) {
 		return nil, err
 	}
 	now := st.now()
-	sess := &session{id: id, p: p, csrf: csrf, expires: now.Add(sessionTTL)}
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	for k, old := range st.m {
-		if !now.Before(old.expires) {
-			delete(st.m, k)
-		}
+	e := sessionEntry{TokenSHA256: hex.EncodeToString(sum[:]), CSRF: csrf, CreatedAt: now.UTC(), ExpiresAt: now.Add(sessionTTL).UTC()}
+	b, err := json.Marshal(e)
+	if err != nil {
+		return nil, err
 	}
-	st.m[id] = sess
-	return sess, nil
+	if _, err := st.kv.Create(ctx, sessionKey(id), b); err != nil {
+		return nil, fmt.Errorf("store the session: %w", err)
+	}
+	return &session{id: id, p: p, csrf: csrf, expires: e.ExpiresAt}, nil
 }
 
-// get returns the live session with id, or nil.
-func (st *sessionStore) get(id string) *session {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	sess, ok := st.m[id]
-	if !ok {
-		return nil
+// get returns the live session with id; nil when there is none, it has
+// expired or its token is no longer valid. An error means the store could
+// not be read.
+func (st *sessionStore) get(ctx context.Context, id string) (*session, error) {
+	if len(id) != sessionIDLen {
+		return nil, nil
 	}
-	if !st.now().Before(sess.expires) {
-		delete(st.m, id)
-		return nil
+	entry, err := st.kv.Get(ctx, sessionKey(id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
 	}
-	return sess
+	if err != nil {
+		return nil, err
+	}
+	var e sessionEntry
+	if err := json.Unmarshal(entry.Value(), &e); err != nil {
+		return nil, st.drop(ctx, id)
+	}
+	raw, herr := hex.DecodeString(e.TokenSHA256)
+	if herr != nil || len(raw) != sha256.Size || !st.now().Before(e.ExpiresAt) {
+		return nil, st.drop(ctx, id)
+	}
+	p := st.resolve([sha256.Size]byte(raw))
+	if p == nil {
+		return nil, st.drop(ctx, id)
+	}
+	return &session{id: id, p: *p, csrf: e.CSRF, expires: e.ExpiresAt}, nil
 }
 
-func (st *sessionStore) delete(id string) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	delete(st.m, id)
+// drop deletes a session that can no longer be used.
+func (st *sessionStore) drop(ctx context.Context, id string) error {
+	if err := st.kv.Delete(ctx, sessionKey(id)); err != nil {
+		return fmt.Errorf("drop the session: %w", err)
+	}
+	return nil
 }
 
 // inbox serves the web inbox on the API's server.
@@ -112,7 +160,7 @@ type inbox struct {
 }
 
 func newInbox(s *Server) *inbox {
-	in := &inbox{s: s, sessions: &sessionStore{now: s.cfg.Now, m: map[string]*session{}}}
+	in := &inbox{s: s, sessions: &sessionStore{kv: s.sessions, now: s.cfg.Now, resolve: s.authenticateSum}}
 	in.logins = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "countersign_inbox_logins_total",
 		Help: "Sign-ins to the web inbox by result (ok, invalid_token).",
@@ -156,13 +204,26 @@ func (in *inbox) secure(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// sessionOf returns the request's live session, or nil.
-func (in *inbox) sessionOf(r *http.Request) *session {
+// sessionOf returns the request's live session, or nil. An error means
+// the session store could not be read.
+func (in *inbox) sessionOf(r *http.Request) (*session, error) {
 	c, err := r.Cookie(sessionCookie)
 	if err != nil || c.Value == "" {
-		return nil
+		return nil, nil
 	}
-	return in.sessions.get(c.Value)
+	ctx, cancel := context.WithTimeout(r.Context(), sessionStoreTimeout)
+	defer cancel()
+	sess, err := in.sessions.get(ctx, c.Value)
+	if err != nil {
+		in.s.log.Error("inbox session store unavailable", "err", err)
+	}
+	return sess, err
+}
+
+// storeUnavailable answers a request the session store could not serve.
+func storeUnavailable(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", "2")
+	http.Error(w, "the inbox cannot reach its session store right now; try again in a moment", http.StatusServiceUnavailable)
 }
 
 // pageHandler serves a page for a signed-in person.
@@ -173,7 +234,11 @@ type pageHandler func(w http.ResponseWriter, r *http.Request, sess *session)
 // the session's CSRF token.
 func (in *inbox) page(h pageHandler) http.HandlerFunc {
 	return in.secure(func(w http.ResponseWriter, r *http.Request) {
-		sess := in.sessionOf(r)
+		sess, err := in.sessionOf(r)
+		if err != nil {
+			storeUnavailable(w)
+			return
+		}
 		if sess == nil {
 			if r.Method != http.MethodGet {
 				http.Error(w, "sign in first", http.StatusForbidden)
@@ -224,7 +289,7 @@ func localPath(next string) string {
 }
 
 func (in *inbox) getLogin(w http.ResponseWriter, r *http.Request) {
-	if in.sessionOf(r) != nil {
+	if sess, err := in.sessionOf(r); err == nil && sess != nil {
 		http.Redirect(w, r, localPath(r.URL.Query().Get("next")), http.StatusSeeOther)
 		return
 	}
@@ -242,8 +307,9 @@ func (in *inbox) postLogin(w http.ResponseWriter, r *http.Request) {
 	token := strings.TrimSpace(r.PostForm.Get("token"))
 	next := localPath(r.PostForm.Get("next"))
 	var p *principal
+	sum := sha256.Sum256([]byte(token))
 	if token != "" {
-		p = in.s.authenticate(&http.Request{Header: http.Header{"Authorization": {"Bearer " + token}}})
+		p = in.s.authenticateSum(sum)
 	}
 	if p == nil {
 		in.logins.WithLabelValues("invalid_token").Inc()
@@ -251,9 +317,10 @@ func (in *inbox) postLogin(w http.ResponseWriter, r *http.Request) {
 		in.render(w, http.StatusUnauthorized, "login", loginPage{Page: Page{Title: "Sign in"}, Next: next, Error: "That token is not valid."})
 		return
 	}
-	sess, err := in.sessions.create(*p)
+	sess, err := in.sessions.create(r.Context(), sum, *p)
 	if err != nil {
-		http.Error(w, "could not start a session", http.StatusInternalServerError)
+		in.s.log.Error("inbox sign-in: the session could not be stored", "err", err)
+		storeUnavailable(w)
 		return
 	}
 	in.logins.WithLabelValues("ok").Inc()
@@ -266,7 +333,11 @@ func (in *inbox) postLogin(w http.ResponseWriter, r *http.Request) {
 }
 
 func (in *inbox) postLogout(w http.ResponseWriter, r *http.Request, sess *session) {
-	in.sessions.delete(sess.id)
+	if err := in.sessions.drop(r.Context(), sess.id); err != nil {
+		in.s.log.Error("inbox sign-out: the session could not be deleted", "err", err)
+		storeUnavailable(w)
+		return
+	}
 	http.SetCookie(w, &http.Cookie{
 		Name: sessionCookie, Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
 		Secure: overTLS(r), MaxAge: -1,

@@ -22,7 +22,12 @@ type inboxEvent struct {
 // follows the same streams as GET /v1/events, and each event is sent once
 // the records index holds the change, so the page's next fetch shows it.
 func (in *inbox) getEvents(w http.ResponseWriter, r *http.Request) {
-	if in.sessionOf(r) == nil {
+	sess, err := in.sessionOf(r)
+	if err != nil {
+		storeUnavailable(w)
+		return
+	}
+	if sess == nil {
 		http.Error(w, "sign in first", http.StatusUnauthorized)
 		return
 	}

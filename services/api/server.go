@@ -19,12 +19,14 @@ import (
 
 // Server is the HTTP API. Create it with New, serve Handler, stop it with Close.
 type Server struct {
-	cfg    Config
-	log    *slog.Logger
-	kv     jetstream.KeyValue
-	tokens []tokenEntry
-	index  *index
-	m      *metrics
+	cfg Config
+	log *slog.Logger
+	kv  jetstream.KeyValue
+	// sessions is the hitl_sessions bucket of the web inbox.
+	sessions jetstream.KeyValue
+	tokens   []tokenEntry
+	index    *index
+	m        *metrics
 
 	handler http.Handler
 	mux     *http.ServeMux
@@ -48,12 +50,17 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("api: open bucket %s: %w", contracts.BucketApprovals, err)
 	}
+	sessions, err := cfg.JS.KeyValue(ctx, contracts.BucketSessions)
+	if err != nil {
+		return nil, fmt.Errorf("api: open bucket %s (created by countersign provision, or by serve with provisioning on): %w", contracts.BucketSessions, err)
+	}
 	s := &Server{
-		cfg:    cfg,
-		log:    cfg.Logger,
-		kv:     kv,
-		tokens: newTokenEntries(cfg.Tokens),
-		done:   make(chan struct{}),
+		sessions: sessions,
+		cfg:      cfg,
+		log:      cfg.Logger,
+		kv:       kv,
+		tokens:   newTokenEntries(cfg.Tokens),
+		done:     make(chan struct{}),
 	}
 	s.index = newIndex(kv, cfg.Logger)
 	if s.m, err = newMetrics(cfg.Registerer, s.index.pendingCount); err != nil {

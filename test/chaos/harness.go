@@ -770,7 +770,7 @@ func (h *Harness) countFault(kind string) {
 
 var allStreams = []string{
 	contracts.StreamRequests, contracts.StreamResolutions, contracts.StreamEvents, contracts.StreamTimers,
-	contracts.StreamDeadLetter, "KV_" + contracts.BucketApprovals, "KV_" + contracts.BucketPolicy,
+	contracts.StreamDeadLetter, "KV_" + contracts.BucketApprovals, "KV_" + contracts.BucketPolicy, "KV_" + contracts.BucketSessions,
 }
 
 // waitHealthy waits until every stream has a leader and every replica is
