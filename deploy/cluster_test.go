@@ -322,6 +322,11 @@ func TestClusterProvisionsR3(t *testing.T) {
 		if info.Config.Replicas != 3 {
 			t.Errorf("stream %s: %d replicas, want 3", name, info.Config.Replicas)
 		}
+		// Records and sessions are read from the leader, never from a
+		// follower that may be behind.
+		if (name == "KV_"+contracts.BucketApprovals || name == "KV_"+contracts.BucketSessions) && info.Config.AllowDirect {
+			t.Errorf("stream %s: direct gets allowed on a replicated bucket (a lagging follower may answer)", name)
+		}
 		if info.Config.Storage != jetstream.FileStorage {
 			t.Errorf("stream %s: storage %v, want file", name, info.Config.Storage)
 		}
