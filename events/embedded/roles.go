@@ -30,7 +30,8 @@ const (
 	// timelines and live updates, writes the hitl_policy bucket, and is the
 	// only role that reads or writes the inbox sessions in hitl_sessions.
 	RoleAPI Role = "api"
-	// RoleNotifier consumes requests and events and publishes delivery receipts.
+	// RoleNotifier consumes requests and events, publishes delivery receipts
+	// and reads them back with message gets.
 	RoleNotifier Role = "notifier"
 )
 
@@ -104,6 +105,8 @@ func Permissions(r Role) *server.Permissions {
 		g.pub(kvWatch(streamApprovals)...)
 		g.pub(durableConsumer(contracts.StreamRequests)...)
 		g.pub(durableConsumer(contracts.StreamEvents)...)
+		// Receipts are read back with message gets from the stream leader.
+		g.pub("$JS.API.STREAM.MSG.GET." + contracts.StreamEvents)
 		g.pub(contracts.SubjectNotifyPrefix+">", contracts.SubjectDeadLetterPrefix+">")
 	default:
 		return &server.Permissions{

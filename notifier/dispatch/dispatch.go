@@ -115,6 +115,9 @@ type Dispatcher struct {
 	m        *metrics
 	// work tracks deliveries detached from the consume loops.
 	work sync.WaitGroup
+
+	// events is the event stream, for reading receipts back.
+	events *events.StreamHandle
 }
 
 // New validates cfg and opens the approvals bucket.
@@ -144,7 +147,8 @@ func New(ctx context.Context, cfg Config) (*Dispatcher, error) {
 	if cfg.People == nil {
 		cfg.People = noPeople{}
 	}
-	d := &Dispatcher{cfg: cfg, log: cfg.Logger, channels: map[string]notifier.Channel{}}
+	d := &Dispatcher{cfg: cfg, log: cfg.Logger, channels: map[string]notifier.Channel{},
+		events: &events.StreamHandle{JS: cfg.JS, Name: contracts.StreamEvents}}
 	for _, ch := range cfg.Channels {
 		name := ch.Name()
 		if !notifier.ValidChannelName(name) {

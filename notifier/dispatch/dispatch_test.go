@@ -767,7 +767,11 @@ func TestRemindersAndEscalationReachTheRightPeopleOnceWithTwoReplicas(t *testing
 	}
 	// Decide, and let every target that was shown the request hear of it.
 	e.vote(req.EventID, "carol", contracts.DecisionApprove)
-	e.receiptsFor(req.EventID, 3) // decided: alice, bob, carol
+	decided := map[string]bool{}
+	for len(decided) < 3 { // alice, bob and carol hear of the outcome
+		r := e.receipt("outcome receipts", func(r notifier.Receipt) bool { return r.EventID == req.EventID && r.Kind == notifier.KindDecided })
+		decided[r.Target] = true
+	}
 
 	count := func(addr, kind string) int {
 		n := 0

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/notifier"
 )
 
@@ -65,55 +66,52 @@ func (s receiptSet) original(channel, target string) (notifier.Receipt, bool) {
 
 func isReminder(kind string) bool { return strings.HasPrefix(kind, "reminder.") }
 
+// maxReceipts bounds the receipts read for one approval: far more than any
+// rule's targets, kinds and retries produce.
+const maxReceipts = 10_000
+
 // Receipts reads every receipt published for eventID from the event stream,
-// oldest first, with a short-lived ordered consumer.
+// oldest first.
 func Receipts(ctx context.Context, js jetstream.JetStream, eventID string) ([]notifier.Receipt, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, contracts.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{contracts.SubjectNotifyPrefix + "*." + eventID},
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-		// Read once and left behind (the notifier may not delete consumers
-		// on this stream): the server drops it soon.
-		InactiveThreshold: 5 * time.Second,
-	})
+	st, err := js.Stream(ctx, contracts.StreamEvents)
 	if err != nil {
 		return nil, fmt.Errorf("receipts of %s: %w", eventID, err)
 	}
-	info := cons.CachedInfo()
-	if info == nil {
-		if info, err = cons.Info(ctx); err != nil {
-			return nil, fmt.Errorf("receipts of %s: %w", eventID, err)
-		}
-	}
-	pending := info.NumPending
+	return readReceipts(ctx, st, eventID)
+}
+
+// readReceipts reads the receipts of eventID with message gets (see
+// events.ForEachMsg): no consumer per read.
+func readReceipts(ctx context.Context, st jetstream.Stream, eventID string) ([]notifier.Receipt, error) {
 	var out []notifier.Receipt
-	for pending > 0 {
-		batch, err := cons.Fetch(int(min(pending, 256)), jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			return nil, fmt.Errorf("receipts of %s: %w", eventID, err)
+	n := 0
+	err := events.ForEachMsg(ctx, st, contracts.SubjectNotifyPrefix+"*."+eventID, func(m *jetstream.RawStreamMsg) bool {
+		if n++; n > maxReceipts {
+			return false
 		}
-		got := 0
-		for m := range batch.Messages() {
-			got++
-			var r notifier.Receipt
-			if json.Unmarshal(m.Data(), &r) == nil && r.EventID == eventID {
-				out = append(out, r)
-			}
-			if md, err := m.Metadata(); err == nil {
-				pending = md.NumPending
-			}
+		var r notifier.Receipt
+		if json.Unmarshal(m.Data, &r) == nil && r.EventID == eventID {
+			out = append(out, r)
 		}
-		if err := batch.Error(); err != nil {
-			return nil, fmt.Errorf("receipts of %s: %w", eventID, err)
-		}
-		if got == 0 {
-			return nil, fmt.Errorf("receipts of %s: %d receipts announced but none arrived", eventID, pending)
-		}
+		return true
+	})
+	if err == nil && n > maxReceipts {
+		err = fmt.Errorf("more than %d", maxReceipts)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("receipts of %s: %w", eventID, err)
 	}
 	return out, nil
 }
 
 func (d *Dispatcher) receipts(ctx context.Context, eventID string) (receiptSet, error) {
-	return Receipts(ctx, d.cfg.JS, eventID)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	st, err := d.events.Get(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("receipts of %s: %w", eventID, err)
+	}
+	return readReceipts(ctx, st, eventID)
 }

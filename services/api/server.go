@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/events"
 )
 
 // Server is the HTTP API. Create it with New, serve Handler, stop it with Close.
@@ -24,9 +25,11 @@ type Server struct {
 	kv  jetstream.KeyValue
 	// sessions is the hitl_sessions bucket of the web inbox.
 	sessions jetstream.KeyValue
-	tokens   []tokenEntry
-	index    *index
-	m        *metrics
+	// events is the event stream, for timelines.
+	events *events.StreamHandle
+	tokens []tokenEntry
+	index  *index
+	m      *metrics
 
 	handler http.Handler
 	mux     *http.ServeMux
@@ -56,6 +59,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		sessions: sessions,
+		events:   &events.StreamHandle{JS: cfg.JS, Name: contracts.StreamEvents},
 		cfg:      cfg,
 		log:      cfg.Logger,
 		kv:       kv,

@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strings"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/events"
 )
 
 // maxTimelineEvents bounds one timeline answer.
@@ -86,47 +86,31 @@ func (s *Server) getTimeline(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ans)
 }
 
-// readEvents reads every HITL_EVENTS message about one approval with an
-// ordered consumer, until none is left.
+// readEvents reads every HITL_EVENTS message about one approval (outcome,
+// changes and receipts: hitl.<a>.<b>.<event_id>) with message gets, so a
+// timeline read creates no consumer.
 func (s *Server) readEvents(ctx context.Context, id string) ([]timelineEvent, bool, error) {
-	cons, err := s.cfg.JS.OrderedConsumer(ctx, contracts.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{"hitl.approval.*." + id, contracts.SubjectNotifyPrefix + "*." + id},
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-		// The server drops the consumer soon after the answer.
-		InactiveThreshold: 10 * time.Second,
-	})
+	st, err := s.events.Get(ctx)
 	if err != nil {
 		return nil, false, err
 	}
 	var out []timelineEvent
-	for {
-		if err := ctx.Err(); err != nil {
-			return nil, false, err
+	truncated := false
+	err = events.ForEachMsg(ctx, st, "hitl.*.*."+id, func(m *jetstream.RawStreamMsg) bool {
+		if len(out) == maxTimelineEvents {
+			truncated = true
+			return false
 		}
-		batch, err := cons.FetchNoWait(256)
-		if err != nil {
-			return nil, false, err
+		ev := timelineEvent{Kind: eventKind(m.Subject), Subject: m.Subject, Data: json.RawMessage(m.Data),
+			At: m.Time.UTC(), Seq: m.Sequence}
+		if !json.Valid(ev.Data) {
+			ev.Data = json.RawMessage("null")
 		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			ev := timelineEvent{Kind: eventKind(m.Subject()), Subject: m.Subject(), Data: json.RawMessage(m.Data())}
-			if md, err := m.Metadata(); err == nil {
-				ev.At, ev.Seq = md.Timestamp.UTC(), md.Sequence.Stream
-			}
-			if !json.Valid(ev.Data) {
-				ev.Data = json.RawMessage("null")
-			}
-			if len(out) == maxTimelineEvents {
-				return out, true, nil
-			}
-			out = append(out, ev)
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			return nil, false, err
-		}
-		if n == 0 {
-			return out, false, nil
-		}
+		out = append(out, ev)
+		return true
+	})
+	if err != nil {
+		return nil, false, err
 	}
+	return out, truncated, nil
 }
