@@ -18,6 +18,10 @@ const (
 	ChannelInbox   = "inbox"
 )
 
+// DeliveringChannels are the built-in channels that deliver and publish
+// receipts (the inbox lists every request and delivers nothing).
+var DeliveringChannels = []string{ChannelSlack, ChannelEmail, ChannelWebhook}
+
 // Kinds of notification. A kind is part of the idempotency key: two
 // notifications of different kinds to the same target are both delivered.
 const (

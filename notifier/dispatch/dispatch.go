@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -118,6 +119,8 @@ type Dispatcher struct {
 
 	// events is the event stream, for reading receipts back.
 	events *events.StreamHandle
+	// channelNames are the channels whose receipts are read, sorted.
+	channelNames []string
 }
 
 // New validates cfg and opens the approvals bucket.
@@ -159,6 +162,15 @@ func New(ctx context.Context, cfg Config) (*Dispatcher, error) {
 		}
 		d.channels[name] = ch
 	}
+	// Receipts are read on the built-in channels (a route to one that is
+	// not configured leaves a failed receipt there) and on every configured one.
+	d.channelNames = slices.Sorted(maps.Keys(d.channels))
+	for _, name := range notifier.DeliveringChannels {
+		if _, ok := d.channels[name]; !ok {
+			d.channelNames = append(d.channelNames, name)
+		}
+	}
+	slices.Sort(d.channelNames)
 	kv, err := cfg.JS.KeyValue(ctx, contracts.BucketApprovals)
 	if err != nil {
 		return nil, fmt.Errorf("dispatch: open bucket %s: %w", contracts.BucketApprovals, err)

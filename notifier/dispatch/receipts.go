@@ -70,38 +70,43 @@ func isReminder(kind string) bool { return strings.HasPrefix(kind, "reminder.") 
 // rule's targets, kinds and retries produce.
 const maxReceipts = 10_000
 
-// Receipts reads every receipt published for eventID from the event stream,
-// oldest first.
-func Receipts(ctx context.Context, js jetstream.JetStream, eventID string) ([]notifier.Receipt, error) {
+// Receipts reads every receipt published for eventID on the given channels
+// (the built-in ones when none are given) from the event stream, oldest
+// first.
+func Receipts(ctx context.Context, js jetstream.JetStream, eventID string, channels ...string) ([]notifier.Receipt, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	st, err := js.Stream(ctx, contracts.StreamEvents)
 	if err != nil {
 		return nil, fmt.Errorf("receipts of %s: %w", eventID, err)
 	}
-	return readReceipts(ctx, st, eventID)
+	if len(channels) == 0 {
+		channels = notifier.DeliveringChannels
+	}
+	return readReceipts(ctx, st, eventID, channels)
 }
 
-// readReceipts reads the receipts of eventID with message gets (see
-// events.ForEachMsg): no consumer per read.
-func readReceipts(ctx context.Context, st jetstream.Stream, eventID string) ([]notifier.Receipt, error) {
-	var out []notifier.Receipt
-	n := 0
-	err := events.ForEachMsg(ctx, st, contracts.SubjectNotifyPrefix+"*."+eventID, func(m *jetstream.RawStreamMsg) bool {
-		if n++; n > maxReceipts {
-			return false
-		}
-		var r notifier.Receipt
-		if json.Unmarshal(m.Data, &r) == nil && r.EventID == eventID {
-			out = append(out, r)
-		}
-		return true
-	})
-	if err == nil && n > maxReceipts {
+// readReceipts reads the receipts of eventID on each channel's literal
+// subject with message gets (see events.ForEachMsg): no consumer per read,
+// and a cost that does not grow with the stream.
+func readReceipts(ctx context.Context, st jetstream.Stream, eventID string, channels []string) ([]notifier.Receipt, error) {
+	subjects := make([]string, len(channels))
+	for i, ch := range channels {
+		subjects[i] = notifier.ReceiptSubject(ch, eventID)
+	}
+	msgs, truncated, err := events.ReadSubjects(ctx, st, subjects, maxReceipts)
+	if err == nil && truncated {
 		err = fmt.Errorf("more than %d", maxReceipts)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("receipts of %s: %w", eventID, err)
+	}
+	out := make([]notifier.Receipt, 0, len(msgs))
+	for _, m := range msgs {
+		var r notifier.Receipt
+		if json.Unmarshal(m.Data, &r) == nil && r.EventID == eventID {
+			out = append(out, r)
+		}
 	}
 	return out, nil
 }
@@ -113,5 +118,5 @@ func (d *Dispatcher) receipts(ctx context.Context, eventID string) (receiptSet, 
 	if err != nil {
 		return nil, fmt.Errorf("receipts of %s: %w", eventID, err)
 	}
-	return readReceipts(ctx, st, eventID)
+	return readReceipts(ctx, st, eventID, d.channelNames)
 }

@@ -2,6 +2,7 @@ package dispatch_test
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
 	"testing"
 	"time"
@@ -66,37 +67,47 @@ func TestReceiptsReadsOneApprovalsReceiptsInOrder(t *testing.T) {
 }
 
 // BenchmarkReceipts reads the receipts of one approval (three receipts, or
-// none) from an event stream holding the receipts of 2,000 approvals.
+// none) from an event stream holding the receipts of 200 and of 20,000
+// approvals: the cost must not grow with the stream.
 func BenchmarkReceipts(b *testing.B) {
-	srv := eventstest.NewServer(b)
-	js := srv.JetStream()
-	srv.Provision(js)
-	ctx := context.Background()
-	var ids []string
-	for range 2000 {
-		id := uuid.NewString()
-		ids = append(ids, id)
-		for i, ch := range []string{"slack", "email", "webhook"} {
-			r := notifier.Receipt{Spec: contracts.SpecNotifyReceipt, EventID: id, Channel: ch, Kind: notifier.KindRequested,
-				Target: "t", IdempotencyKey: id + strconv.Itoa(i), Status: notifier.ReceiptDelivered, At: time.Now().UTC()}
-			if _, err := events.Publish(ctx, js, notifier.ReceiptSubject(ch, id), r, "", nil); err != nil {
-				b.Fatal(err)
+	for _, size := range []int{200, 20_000} {
+		b.Run("approvals="+strconv.Itoa(size), func(b *testing.B) {
+			srv := eventstest.NewServer(b)
+			js := srv.JetStream()
+			srv.Provision(js)
+			ctx := context.Background()
+			ids := make([]string, size)
+			for n := range ids {
+				ids[n] = uuid.NewString()
+				for i, ch := range notifier.DeliveringChannels {
+					r := notifier.Receipt{Spec: contracts.SpecNotifyReceipt, EventID: ids[n], Channel: ch, Kind: notifier.KindRequested,
+						Target: "t", IdempotencyKey: ids[n] + strconv.Itoa(i), Status: notifier.ReceiptDelivered, At: time.Now().UTC()}
+					data, _ := json.Marshal(r)
+					if _, err := js.PublishAsync(notifier.ReceiptSubject(ch, ids[n]), data); err != nil {
+						b.Fatal(err)
+					}
+				}
 			}
-		}
+			select {
+			case <-js.PublishAsyncComplete():
+			case <-time.After(time.Minute):
+				b.Fatal("receipts not stored within a minute")
+			}
+			b.Run("three", func(b *testing.B) {
+				for i := 0; b.Loop(); i++ {
+					got, err := dispatch.Receipts(ctx, js, ids[i%len(ids)])
+					if err != nil || len(got) != 3 {
+						b.Fatalf("%d receipts, %v", len(got), err)
+					}
+				}
+			})
+			b.Run("none", func(b *testing.B) {
+				for b.Loop() {
+					if got, err := dispatch.Receipts(ctx, js, uuid.NewString()); err != nil || len(got) != 0 {
+						b.Fatalf("%d receipts, %v", len(got), err)
+					}
+				}
+			})
+		})
 	}
-	b.Run("three", func(b *testing.B) {
-		for i := 0; b.Loop(); i++ {
-			got, err := dispatch.Receipts(ctx, js, ids[i%len(ids)])
-			if err != nil || len(got) != 3 {
-				b.Fatalf("%d receipts, %v", len(got), err)
-			}
-		}
-	})
-	b.Run("none", func(b *testing.B) {
-		for b.Loop() {
-			if got, err := dispatch.Receipts(ctx, js, uuid.NewString()); err != nil || len(got) != 0 {
-				b.Fatalf("%d receipts, %v", len(got), err)
-			}
-		}
-	})
 }

@@ -7,10 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events"
+	"github.com/countersign/countersign/notifier"
 )
 
 // maxTimelineEvents bounds one timeline answer.
@@ -86,31 +85,31 @@ func (s *Server) getTimeline(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ans)
 }
 
-// readEvents reads every HITL_EVENTS message about one approval (outcome,
-// changes and receipts: hitl.<a>.<b>.<event_id>) with message gets, so a
-// timeline read creates no consumer.
+// readEvents reads every HITL_EVENTS message about one approval (its
+// outcome, its changes and the built-in channels' receipts) with message
+// gets on literal subjects, so a timeline read creates no consumer and
+// costs the same on a stream of any length.
 func (s *Server) readEvents(ctx context.Context, id string) ([]timelineEvent, bool, error) {
 	st, err := s.events.Get(ctx)
 	if err != nil {
 		return nil, false, err
 	}
-	var out []timelineEvent
-	truncated := false
-	err = events.ForEachMsg(ctx, st, "hitl.*.*."+id, func(m *jetstream.RawStreamMsg) bool {
-		if len(out) == maxTimelineEvents {
-			truncated = true
-			return false
-		}
+	subjects := []string{contracts.DecidedSubject(id), contracts.ChangedSubject(id)}
+	for _, ch := range notifier.DeliveringChannels {
+		subjects = append(subjects, notifier.ReceiptSubject(ch, id))
+	}
+	msgs, truncated, err := events.ReadSubjects(ctx, st, subjects, maxTimelineEvents)
+	if err != nil {
+		return nil, false, err
+	}
+	out := make([]timelineEvent, 0, len(msgs))
+	for _, m := range msgs {
 		ev := timelineEvent{Kind: eventKind(m.Subject), Subject: m.Subject, Data: json.RawMessage(m.Data),
 			At: m.Time.UTC(), Seq: m.Sequence}
 		if !json.Valid(ev.Data) {
 			ev.Data = json.RawMessage("null")
 		}
 		out = append(out, ev)
-		return true
-	})
-	if err != nil {
-		return nil, false, err
 	}
 	return out, truncated, nil
 }
