@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -176,58 +175,7 @@ func TestEventStream(t *testing.T) {
 	e := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "GET", e.url+"/v1/events", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+e.tokens["alice"])
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
-		t.Fatalf("status %d, content type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
-	}
-	type sse struct{ event, id, data string }
-	events := make(chan sse, 16)
-	go func() {
-		defer close(events)
-		sc := bufio.NewScanner(resp.Body)
-		var cur sse
-		for sc.Scan() {
-			line := sc.Text()
-			switch {
-			case line == "":
-				if cur.event != "" {
-					events <- cur
-				}
-				cur = sse{}
-			case strings.HasPrefix(line, "event: "):
-				cur.event = strings.TrimPrefix(line, "event: ")
-			case strings.HasPrefix(line, "id: "):
-				cur.id = strings.TrimPrefix(line, "id: ")
-			case strings.HasPrefix(line, "data: "):
-				cur.data = strings.TrimPrefix(line, "data: ")
-			}
-		}
-	}()
-	next := func(kind string) sse {
-		t.Helper()
-		for {
-			select {
-			case ev, ok := <-events:
-				if !ok {
-					t.Fatalf("stream ended before a %s event", kind)
-				}
-				if ev.event == kind {
-					return ev
-				}
-			case <-ctx.Done():
-				t.Fatalf("no %s event", kind)
-			}
-		}
-	}
+	next := e.openEvents(t, ctx, "alice")
 	id := e.pendingApproval(t, "run-sse", "deploy")
 	ev := next("requested")
 	var r contracts.ApprovalRequested

@@ -27,6 +27,8 @@ type Server struct {
 	sessions jetstream.KeyValue
 	// events is the event stream, for timelines.
 	events *events.StreamHandle
+	// feed fans the live events out to every open event stream.
+	feed   *feed
 	tokens []tokenEntry
 	index  *index
 	m      *metrics
@@ -66,6 +68,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		tokens:   newTokenEntries(cfg.Tokens),
 		done:     make(chan struct{}),
 	}
+	s.feed = newFeed(s)
 	s.index = newIndex(kv, cfg.Logger)
 	if s.m, err = newMetrics(cfg.Registerer, s.index.pendingCount); err != nil {
 		return nil, fmt.Errorf("api: register metrics: %w", err)
@@ -85,6 +88,7 @@ func (s *Server) Handler() http.Handler { return s.handler }
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.done)
+		s.feed.close()
 		s.closeErr = s.index.stop()
 	})
 	return s.closeErr

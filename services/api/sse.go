@@ -2,9 +2,11 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -39,29 +41,12 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, preamble s
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	rc := http.NewResponseController(w)
-	msgs := make(chan streamMsg, 64)
-	sources := []struct {
-		stream  string
-		filters []string
-	}{
-		{contracts.StreamRequests, []string{contracts.SubjectToolRequestedPrefix + ">", contracts.SubjectInputRequestedPrefix + ">"}},
-		{contracts.StreamEvents, []string{contracts.SubjectDecidedPrefix + ">", contracts.SubjectChangedPrefix + ">"}},
+	sub, err := s.feed.subscribe()
+	if err != nil {
+		fail(s.backendError("follow the event streams", err))
+		return
 	}
-	var stops []func()
-	defer func() {
-		cancel() // first, so no delivery stays blocked on msgs
-		for _, stop := range stops {
-			stop()
-		}
-	}()
-	for _, src := range sources {
-		stop, err := s.follow(ctx, src.stream, src.filters, msgs)
-		if err != nil {
-			fail(s.backendError("follow "+src.stream, err))
-			return
-		}
-		stops = append(stops, stop)
-	}
+	defer s.feed.unsubscribe(sub)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
@@ -77,7 +62,10 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, preamble s
 	defer heartbeat.Stop()
 	for {
 		select {
-		case m := <-msgs:
+		case <-sub.dropped:
+			// Too slow to keep up: the client reconnects and reloads.
+			return
+		case m := <-sub.ch:
 			data, ok := render(ctx, m)
 			if !ok {
 				continue
@@ -98,6 +86,121 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, preamble s
 			return
 		}
 	}
+}
+
+// feedSources are what event streams carry: every request, and the
+// decided and changed events.
+var feedSources = []struct {
+	stream  string
+	filters []string
+}{
+	{contracts.StreamRequests, []string{contracts.SubjectToolRequestedPrefix + ">", contracts.SubjectInputRequestedPrefix + ">"}},
+	{contracts.StreamEvents, []string{contracts.SubjectDecidedPrefix + ">", contracts.SubjectChangedPrefix + ">"}},
+}
+
+// feedBuffer is how many messages a connected event stream may fall behind
+// before it is dropped.
+const feedBuffer = 1024
+
+// feed follows feedSources once per API process, from its first event
+// stream until the server closes, and copies every message to each
+// connected stream. Open pages and API clients therefore cost the bus
+// nothing each: two ordered consumers per process, whatever their number
+// (the server allows 1,000 consumers per stream by default). A stream that
+// falls feedBuffer messages behind is dropped and its client reconnects.
+type feed struct {
+	s       *Server
+	mu      sync.Mutex
+	subs    map[*feedSub]struct{}
+	started bool
+	stops   []func()
+}
+
+// feedSub is one connected event stream.
+type feedSub struct {
+	ch      chan streamMsg
+	dropped chan struct{}
+}
+
+func newFeed(s *Server) *feed { return &feed{s: s, subs: map[*feedSub]struct{}{}} }
+
+// subscribe connects one event stream, starting the feed on first use.
+func (f *feed) subscribe() (*feedSub, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	select {
+	case <-f.s.done:
+		return nil, errors.New("the server is shutting down")
+	default:
+	}
+	if !f.started {
+		if err := f.start(); err != nil {
+			return nil, err
+		}
+		f.started = true
+	}
+	sub := &feedSub{ch: make(chan streamMsg, feedBuffer), dropped: make(chan struct{})}
+	f.subs[sub] = struct{}{}
+	return sub, nil
+}
+
+func (f *feed) unsubscribe(sub *feedSub) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.subs, sub)
+}
+
+// start creates the consumers and the goroutine that fans out; f.mu is held.
+func (f *feed) start() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	in := make(chan streamMsg, feedBuffer)
+	stops := []func(){cancel}
+	stopAll := func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}
+	for _, src := range feedSources {
+		stop, err := f.s.follow(ctx, src.stream, src.filters, in)
+		if err != nil {
+			stopAll()
+			return err
+		}
+		stops = append(stops, stop)
+	}
+	f.stops = stops
+	go f.fanOut(ctx, in)
+	return nil
+}
+
+func (f *feed) fanOut(ctx context.Context, in <-chan streamMsg) {
+	for {
+		select {
+		case m := <-in:
+			f.mu.Lock()
+			for sub := range f.subs {
+				select {
+				case sub.ch <- m:
+				default:
+					delete(f.subs, sub)
+					close(sub.dropped)
+				}
+			}
+			f.mu.Unlock()
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// close stops the feed's consumers.
+func (f *feed) close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, stop := range f.stops {
+		stop()
+	}
+	f.stops = nil
 }
 
 // follow delivers the messages stored on stream after now (matching

@@ -1,0 +1,114 @@
+package api_test
+
+import (
+	"bufio"
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/contracts"
+)
+
+// sse is one server-sent event.
+type sse struct{ event, id, data string }
+
+// openEvents opens GET /v1/events as the named token's owner and returns a
+// function that waits for the next event of a kind (failing the test when
+// ctx ends first).
+func (e *env) openEvents(t *testing.T, ctx context.Context, name string) func(kind string) sse {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, "GET", e.url+"/v1/events", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+e.tokens[name])
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = resp.Body.Close() })
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("status %d, content type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	events := make(chan sse, 16)
+	go func() {
+		defer close(events)
+		sc := bufio.NewScanner(resp.Body)
+		var cur sse
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case line == "":
+				if cur.event != "" {
+					events <- cur
+				}
+				cur = sse{}
+			case strings.HasPrefix(line, "event: "):
+				cur.event = strings.TrimPrefix(line, "event: ")
+			case strings.HasPrefix(line, "id: "):
+				cur.id = strings.TrimPrefix(line, "id: ")
+			case strings.HasPrefix(line, "data: "):
+				cur.data = strings.TrimPrefix(line, "data: ")
+			}
+		}
+	}()
+	return func(kind string) sse {
+		t.Helper()
+		for {
+			select {
+			case ev, ok := <-events:
+				if !ok {
+					t.Fatalf("stream ended before a %s event", kind)
+				}
+				if ev.event == kind {
+					return ev
+				}
+			case <-ctx.Done():
+				t.Fatalf("no %s event", kind)
+			}
+		}
+	}
+}
+
+// consumers counts the consumers of a stream.
+func (e *env) consumers(t *testing.T, stream string) int {
+	t.Helper()
+	st, err := e.js.Stream(context.Background(), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.CachedInfo().State.Consumers
+}
+
+// Every open event stream of one API process shares the same two
+// consumers, and each gets every event.
+func TestEventStreamsShareOneFeed(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	before := map[string]int{}
+	for _, st := range []string{contracts.StreamRequests, contracts.StreamEvents} {
+		before[st] = e.consumers(t, st)
+	}
+	var streams []func(string) sse
+	for range 12 {
+		streams = append(streams, e.openEvents(t, ctx, "alice"))
+	}
+	for st, n := range before {
+		if got := e.consumers(t, st); got != n+1 {
+			t.Errorf("%s: %d consumers with 12 event streams open, want %d (one feed)", st, got, n+1)
+		}
+	}
+	id := e.pendingApproval(t, "run-feed", "deploy")
+	e.approve(t, "bob", id)
+	for i, next := range streams {
+		if ev := next("requested"); !strings.Contains(ev.data, id) {
+			t.Fatalf("stream %d: requested event %+v", i, ev)
+		}
+		if ev := next("decided"); !strings.Contains(ev.data, id) {
+			t.Fatalf("stream %d: decided event %+v", i, ev)
+		}
+	}
+}
