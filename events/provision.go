@@ -114,39 +114,30 @@ func readsFromLeader(ctx context.Context, js jetstream.JetStream, stream string,
 	return nil
 }
 
-// ApprovalsBucketConfig returns the configuration of the hitl_approvals bucket.
-func ApprovalsBucketConfig(cfg ProvisionConfig) jetstream.KeyValueConfig {
+// bucketConfig is a bucket of cfg's storage and replicas.
+func bucketConfig(cfg ProvisionConfig, bucket, description string, history uint8, ttl time.Duration) jetstream.KeyValueConfig {
 	cfg.setDefaults()
 	storage := jetstream.FileStorage
 	if cfg.Memory {
 		storage = jetstream.MemoryStorage
 	}
 	return jetstream.KeyValueConfig{
-		Bucket:      contracts.BucketApprovals,
-		Description: "Countersign approval records; written by the arbiter only",
-		History:     1,
-		TTL:         cfg.Retention,
-		Storage:     storage,
-		Replicas:    cfg.Replicas,
+		Bucket: bucket, Description: description, History: history, TTL: ttl,
+		Storage: storage, Replicas: cfg.Replicas,
 	}
+}
+
+// ApprovalsBucketConfig returns the configuration of the hitl_approvals bucket.
+func ApprovalsBucketConfig(cfg ProvisionConfig) jetstream.KeyValueConfig {
+	cfg.setDefaults()
+	return bucketConfig(cfg, contracts.BucketApprovals, "Countersign approval records; written by the arbiter only", 1, cfg.Retention)
 }
 
 // PolicyBucketConfig returns the configuration of the hitl_policy bucket: the
 // fleet's live policy under one key, with its recent versions kept as history
 // for audit. Policies never expire.
 func PolicyBucketConfig(cfg ProvisionConfig) jetstream.KeyValueConfig {
-	cfg.setDefaults()
-	storage := jetstream.FileStorage
-	if cfg.Memory {
-		storage = jetstream.MemoryStorage
-	}
-	return jetstream.KeyValueConfig{
-		Bucket:      contracts.BucketPolicy,
-		Description: "Countersign live policy; written through the API (policy apply)",
-		History:     64,
-		Storage:     storage,
-		Replicas:    cfg.Replicas,
-	}
+	return bucketConfig(cfg, contracts.BucketPolicy, "Countersign live policy; written through the API (policy apply)", 64, 0)
 }
 
 // SessionsTTL is how long a web inbox session lives after sign-in; the
@@ -158,19 +149,7 @@ const SessionsTTL = 12 * time.Hour
 // session id, so that every API replica knows every session and a sign-out
 // on one ends it on all.
 func SessionsBucketConfig(cfg ProvisionConfig) jetstream.KeyValueConfig {
-	cfg.setDefaults()
-	storage := jetstream.FileStorage
-	if cfg.Memory {
-		storage = jetstream.MemoryStorage
-	}
-	return jetstream.KeyValueConfig{
-		Bucket:      contracts.BucketSessions,
-		Description: "Countersign web inbox sessions; written and read by the API only",
-		History:     1,
-		TTL:         SessionsTTL,
-		Storage:     storage,
-		Replicas:    cfg.Replicas,
-	}
+	return bucketConfig(cfg, contracts.BucketSessions, "Countersign web inbox sessions; written and read by the API only", 1, SessionsTTL)
 }
 
 // Provision creates or updates every stream and bucket of the contract. It is
