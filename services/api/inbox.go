@@ -130,17 +130,26 @@ func (st *sessionStore) get(ctx context.Context, id string) (*session, error) {
 	}
 	var e sessionEntry
 	if err := json.Unmarshal(entry.Value(), &e); err != nil {
-		return nil, st.drop(ctx, id)
+		st.forget(ctx, id)
+		return nil, nil
 	}
 	raw, herr := hex.DecodeString(e.TokenSHA256)
 	if herr != nil || len(raw) != sha256.Size || !st.now().Before(e.ExpiresAt) {
-		return nil, st.drop(ctx, id)
+		st.forget(ctx, id)
+		return nil, nil
 	}
 	p := st.resolve([sha256.Size]byte(raw))
 	if p == nil {
-		return nil, st.drop(ctx, id)
+		st.forget(ctx, id)
+		return nil, nil
 	}
 	return &session{id: id, p: *p, csrf: e.CSRF, expires: e.ExpiresAt}, nil
+}
+
+// forget deletes a session that can no longer be used, as a courtesy: it
+// is refused either way, and the bucket's TTL removes it if this fails.
+func (st *sessionStore) forget(ctx context.Context, id string) {
+	_ = st.drop(ctx, id)
 }
 
 // drop deletes a session that can no longer be used.
