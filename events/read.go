@@ -22,9 +22,9 @@ import (
 // subject from its per-subject index at a cost that does not grow with the
 // stream, while a wildcard makes it scan (measured: 0.5 ms for three
 // receipts among 600 messages, 6.9 ms among 60,000).
-func ForEachMsg(ctx context.Context, st jetstream.Stream, filter string, fn func(*jetstream.RawStreamMsg) bool) error {
+func ForEachMsg(ctx context.Context, st jetstream.Stream, subject string, fn func(*jetstream.RawStreamMsg) bool) error {
 	for seq := uint64(1); ; {
-		m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+		m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return nil
 		}
