@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/url"
 	"strings"
 	"unicode/utf8"
@@ -185,6 +186,26 @@ func OutcomeLine(rec *contracts.Record) string {
 		s += ": " + o.Comment
 	}
 	return s
+}
+
+// RefusalStatus is the HTTP status of a refused vote, the same wherever
+// it was cast (the API, the inbox, an email link): 403 for who may not
+// decide, 409 for a state that no longer allows it, 404 for an unknown
+// request, 400 for invalid arguments, 422 for anything else.
+func RefusalStatus(reason string) int {
+	switch reason {
+	case contracts.ReasonNotAnApprover, contracts.ReasonSelfApproval, contracts.ReasonDecisionNotAllowed:
+		return http.StatusForbidden
+	case contracts.ReasonOutOfOrder, contracts.ReasonClosed, contracts.ReasonDuplicateVote, contracts.ReasonStaleArguments,
+		contracts.ReasonAlreadyClaimed, contracts.ReasonNotApproved:
+		return http.StatusConflict
+	case contracts.ReasonUnknownEvent:
+		return http.StatusNotFound
+	case contracts.ReasonInvalidArguments:
+		return http.StatusBadRequest
+	default:
+		return http.StatusUnprocessableEntity
+	}
 }
 
 // RefusalText explains a refusal reason code to the person whose vote it was.

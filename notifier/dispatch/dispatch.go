@@ -164,7 +164,7 @@ func New(ctx context.Context, cfg Config) (*Dispatcher, error) {
 	}
 	// Receipts are read on the built-in channels (a route to one that is
 	// not configured leaves a failed receipt there) and on every configured one.
-	d.channelNames = slices.Sorted(maps.Keys(d.channels))
+	d.channelNames = slices.Collect(maps.Keys(d.channels))
 	for _, name := range notifier.DeliveringChannels {
 		if _, ok := d.channels[name]; !ok {
 			d.channelNames = append(d.channelNames, name)

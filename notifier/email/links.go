@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/countersign/countersign/contracts"
 )
 
 // Errors of Verify. Each error Verify returns matches exactly one of them
@@ -79,16 +81,8 @@ func (k Key) validate() error {
 }
 
 func validKeyID(id string) bool {
-	if id == "" || len(id) > maxKeyIDLen {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
+	// The characters of an event id, shorter.
+	return len(id) <= maxKeyIDLen && contracts.ValidEventID(id)
 }
 
 // ParseKey reads a key from configuration text "<id>:<secret>", where the

@@ -509,7 +509,7 @@ func (p *pages) result(w http.ResponseWriter, r *http.Request, rec *contracts.Re
 		view.NoticeKind = "error"
 		view.Notice = "Your answer was not counted: " + notifier.RefusalText(res.Refused) + "."
 		view.Detail = oneLine(res.Detail)
-		p.write(w, r, refusalStatus(res.Refused), view)
+		p.write(w, r, notifier.RefusalStatus(res.Refused), view)
 	}
 }
 
@@ -526,20 +526,6 @@ func recordedNotice(v contracts.Vote) string {
 		return "You declined to answer; this was recorded."
 	}
 	return "Your answer was recorded."
-}
-
-// refusalStatus is the HTTP status of a refused vote's page.
-func refusalStatus(reason string) int {
-	switch reason {
-	case contracts.ReasonNotAnApprover, contracts.ReasonSelfApproval, contracts.ReasonDecisionNotAllowed:
-		return http.StatusForbidden
-	case contracts.ReasonUnknownEvent:
-		return http.StatusNotFound
-	case contracts.ReasonInvalidArguments, contracts.ReasonMalformed:
-		return http.StatusUnprocessableEntity
-	default:
-		return http.StatusConflict
-	}
 }
 
 // write renders view with status and the headers every page carries. HEAD

@@ -88,7 +88,7 @@ func (in *inbox) postDecide(w http.ResponseWriter, r *http.Request, sess *sessio
 		case res.InFlight:
 			status, result = http.StatusAccepted, "Your vote was sent; the decision is still being recorded."
 		case res.Refused != "":
-			status, code = refusalStatus(res.Refused), res.Refused
+			status, code = notifier.RefusalStatus(res.Refused), res.Refused
 			resultErr = "Your vote was refused: " + notifier.RefusalText(res.Refused) + "."
 			if res.Refused == contracts.ReasonInvalidArguments && res.Detail != "" {
 				if decision == contracts.DecisionEdit {

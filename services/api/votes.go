@@ -13,6 +13,7 @@ import (
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events"
+	"github.com/countersign/countersign/notifier"
 	"github.com/countersign/countersign/orchestrator/arbiter"
 )
 
@@ -61,25 +62,6 @@ func validClientID(id string) bool {
 	return true
 }
 
-// refusalStatus is the HTTP status of a refusal reason.
-func refusalStatus(reason string) int {
-	switch reason {
-	case contracts.ReasonNotAnApprover, contracts.ReasonSelfApproval, contracts.ReasonDecisionNotAllowed:
-		return http.StatusForbidden
-	case contracts.ReasonOutOfOrder:
-		return http.StatusConflict
-	case contracts.ReasonClosed, contracts.ReasonDuplicateVote, contracts.ReasonStaleArguments,
-		contracts.ReasonAlreadyClaimed, contracts.ReasonNotApproved:
-		return http.StatusConflict
-	case contracts.ReasonUnknownEvent:
-		return http.StatusNotFound
-	case contracts.ReasonInvalidArguments:
-		return http.StatusBadRequest
-	default:
-		return http.StatusUnprocessableEntity
-	}
-}
-
 var refusalMessages = map[string]string{
 	contracts.ReasonNotAnApprover:      "you are not an approver of this request",
 	contracts.ReasonSelfApproval:       "the requester and owner of a request cannot approve it",
@@ -100,7 +82,7 @@ func refusal(reason string) *apiError {
 	if msg == "" {
 		msg = "refused: " + reason
 	}
-	return &apiError{Status: refusalStatus(reason), Code: reason, Message: msg}
+	return &apiError{Status: notifier.RefusalStatus(reason), Code: reason, Message: msg}
 }
 
 var decisions = []string{
