@@ -463,7 +463,7 @@ func (in *inbox) timeline(ctx context.Context, rec *contracts.Record) []timeline
 	for _, ev := range evs {
 		var text string
 		switch ev.Kind {
-		case kindNotify:
+		case KindNotify:
 			var rc contracts.NotifyReceipt
 			if json.Unmarshal(ev.Data, &rc) != nil {
 				continue
@@ -481,13 +481,13 @@ func (in *inbox) timeline(ctx context.Context, rec *contracts.Record) []timeline
 			if rc.Status == contracts.ReceiptFailed {
 				text = fmt.Sprintf("%s via %s to %s failed: %s", what, rc.Channel, rc.Target, rc.Error)
 			}
-		case kindChanged:
+		case KindChanged:
 			var ch contracts.Changed
 			if json.Unmarshal(ev.Data, &ch) != nil {
 				continue
 			}
 			text = changeText(ch, votes)
-		case kindDecided:
+		case KindDecided:
 			var d contracts.Decided
 			if json.Unmarshal(ev.Data, &d) != nil {
 				continue

@@ -15,15 +15,18 @@ import (
 // maxTimelineEvents bounds one timeline answer.
 const maxTimelineEvents = 10000
 
-// Kinds of timeline entries.
+// Kinds of timeline entries (TimelineEvent.Kind).
 const (
-	kindRequested = "requested"
-	kindDecided   = "decided"
-	kindChanged   = "changed"
-	kindNotify    = "notify"
+	KindRequested = "requested"
+	KindDecided   = "decided"
+	KindChanged   = "changed"
+	KindNotify    = "notify"
 )
 
-type timelineEvent struct {
+// TimelineEvent is one entry of GET /v1/approvals/{event_id}/events: the
+// request, then every message of HITL_EVENTS about the approval, in stream
+// order, with its subject and JSON as stored.
+type TimelineEvent struct {
 	At      time.Time       `json:"at"`
 	Kind    string          `json:"kind"`
 	Subject string          `json:"subject"`
@@ -31,8 +34,9 @@ type timelineEvent struct {
 	Data    json.RawMessage `json:"data"`
 }
 
-type timelineAnswer struct {
-	Events    []timelineEvent `json:"events"`
+// Timeline is the answer of GET /v1/approvals/{event_id}/events.
+type Timeline struct {
+	Events    []TimelineEvent `json:"events"`
 	Truncated bool            `json:"truncated,omitempty"`
 }
 
@@ -40,13 +44,13 @@ type timelineAnswer struct {
 func eventKind(subject string) string {
 	switch {
 	case strings.HasPrefix(subject, contracts.SubjectDecidedPrefix):
-		return kindDecided
+		return KindDecided
 	case strings.HasPrefix(subject, contracts.SubjectChangedPrefix):
-		return kindChanged
+		return KindChanged
 	case strings.HasPrefix(subject, contracts.SubjectNotifyPrefix):
-		return kindNotify
+		return KindNotify
 	case strings.HasPrefix(subject, contracts.SubjectToolRequestedPrefix), strings.HasPrefix(subject, contracts.SubjectInputRequestedPrefix):
-		return kindRequested
+		return KindRequested
 	}
 	return "unknown"
 }
@@ -74,7 +78,7 @@ func (s *Server) getTimeline(w http.ResponseWriter, r *http.Request) {
 	if rec.Request.Kind == contracts.KindHumanInput {
 		subject = contracts.InputRequestedSubject(rec.Request.Run.Agent)
 	}
-	ans := timelineAnswer{Events: []timelineEvent{{At: rec.Request.CreatedAt, Kind: kindRequested, Subject: subject, Data: req}}}
+	ans := Timeline{Events: []TimelineEvent{{At: rec.Request.CreatedAt, Kind: KindRequested, Subject: subject, Data: req}}}
 	more, truncated, err := s.readEvents(ctx, id)
 	if err != nil {
 		writeError(w, s.backendError("read timeline", err))
@@ -89,7 +93,7 @@ func (s *Server) getTimeline(w http.ResponseWriter, r *http.Request) {
 // outcome, its changes and the built-in channels' receipts) with message
 // gets on literal subjects, so a timeline read creates no consumer and
 // costs the same on a stream of any length.
-func (s *Server) readEvents(ctx context.Context, id string) ([]timelineEvent, bool, error) {
+func (s *Server) readEvents(ctx context.Context, id string) ([]TimelineEvent, bool, error) {
 	st, err := s.events.Get(ctx)
 	if err != nil {
 		return nil, false, err
@@ -102,9 +106,9 @@ func (s *Server) readEvents(ctx context.Context, id string) ([]timelineEvent, bo
 	if err != nil {
 		return nil, false, err
 	}
-	out := make([]timelineEvent, 0, len(msgs))
+	out := make([]TimelineEvent, 0, len(msgs))
 	for _, m := range msgs {
-		ev := timelineEvent{Kind: eventKind(m.Subject), Subject: m.Subject, Data: json.RawMessage(m.Data),
+		ev := TimelineEvent{Kind: eventKind(m.Subject), Subject: m.Subject, Data: json.RawMessage(m.Data),
 			At: m.Time.UTC(), Seq: m.Sequence}
 		if !json.Valid(ev.Data) {
 			ev.Data = json.RawMessage("null")

@@ -12,21 +12,8 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/services/api"
 )
-
-// timelineEntry is one entry of GET /v1/approvals/{id}/events.
-type timelineEntry struct {
-	At      time.Time       `json:"at"`
-	Kind    string          `json:"kind"`
-	Subject string          `json:"subject"`
-	Seq     uint64          `json:"seq"`
-	Data    json.RawMessage `json:"data"`
-}
-
-type timelineAnswer struct {
-	Events    []timelineEntry `json:"events"`
-	Truncated bool            `json:"truncated"`
-}
 
 // cmdAudit prints an approval's whole timeline: the request with its rule
 // and policy version, where it was notified, reminders and escalations,
@@ -41,7 +28,7 @@ func cmdAudit(args []string, out io.Writer) error {
 		return err
 	}
 	ctx := context.Background()
-	var tl timelineAnswer
+	var tl api.Timeline
 	if _, err := c.do(ctx, "GET", "/v1/approvals/"+url.PathEscape(id)+"/events", nil, &tl); err != nil {
 		return err
 	}
@@ -57,7 +44,7 @@ func cmdAudit(args []string, out io.Writer) error {
 }
 
 // printAudit writes one line per timeline entry.
-func printAudit(out io.Writer, rec *contracts.Record, tl timelineAnswer) {
+func printAudit(out io.Writer, rec *contracts.Record, tl api.Timeline) {
 	votes := map[string]contracts.Vote{}
 	for _, v := range rec.Votes {
 		votes[v.VoteID] = v
@@ -76,13 +63,13 @@ func printAudit(out io.Writer, rec *contracts.Record, tl timelineAnswer) {
 	announced := map[string]bool{}
 	for _, e := range tl.Events {
 		var ch contracts.Changed
-		if e.Kind == "changed" && json.Unmarshal(e.Data, &ch) == nil && ch.VoteID != "" {
+		if e.Kind == api.KindChanged && json.Unmarshal(e.Data, &ch) == nil && ch.VoteID != "" {
 			announced[ch.VoteID] = true
 		}
 	}
 	for _, e := range tl.Events {
 		switch e.Kind {
-		case "requested":
+		case api.KindRequested:
 			what := req.Summary
 			if req.ToolCall != nil {
 				what = fmt.Sprintf("%s %s", req.ToolCall.Name, compact(req.ToolCall.Arguments))
@@ -100,7 +87,7 @@ func printAudit(out io.Writer, rec *contracts.Record, tl timelineAnswer) {
 				policy += "; condition error: " + req.Policy.Error
 			}
 			line(e.At, "policy", policy)
-		case "notify":
+		case api.KindNotify:
 			var r contracts.NotifyReceipt
 			if json.Unmarshal(e.Data, &r) != nil {
 				continue
@@ -114,13 +101,13 @@ func printAudit(out io.Writer, rec *contracts.Record, tl timelineAnswer) {
 				text += " — " + r.Error
 			}
 			line(e.At, "notified", text)
-		case "changed":
+		case api.KindChanged:
 			var ch contracts.Changed
 			if json.Unmarshal(e.Data, &ch) != nil {
 				continue
 			}
 			line(e.At, changeLabel(ch.Change), changeText(&ch, votes, refused, req))
-		case "decided":
+		case api.KindDecided:
 			var d contracts.Decided
 			if json.Unmarshal(e.Data, &d) != nil {
 				continue
