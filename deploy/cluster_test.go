@@ -154,12 +154,11 @@ type testCluster struct {
 // freePort reserves a loopback port by listening on it and closing it.
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := embedded.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // startNode starts node i from its config file with the ports rewritten:

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -280,4 +281,17 @@ func (l *serverLog) fatal() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.fatalLine
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago, for
+// servers that need their port before they start (cluster routes, tests).
+// Another process may take it in between; callers that can should listen
+// on port 0 instead.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }

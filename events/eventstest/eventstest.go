@@ -7,7 +7,6 @@ package eventstest
 import (
 	"context"
 	"fmt"
-	"net"
 	"strconv"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/events"
+	"github.com/countersign/countersign/events/embedded"
 )
 
 // Server is an embedded JetStream server owned by one test.
@@ -57,12 +57,11 @@ func NewServer(tb testing.TB, opts ...Option) *Server {
 }
 
 func freePort(tb testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := embedded.FreePort()
 	if err != nil {
 		tb.Fatalf("eventstest: free port: %v", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 func (s *Server) start() {

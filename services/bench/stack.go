@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	neturl "net/url"
 	"os"
 	"path/filepath"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events"
+	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/orchestrator"
 	"github.com/countersign/countersign/orchestrator/arbiter"
 )
@@ -194,7 +194,7 @@ func (st *stack) startServers() error {
 	st.replicas = n
 	routePorts := make([]int, n)
 	for i := range routePorts {
-		p, err := freePort()
+		p, err := embedded.FreePort()
 		if err != nil {
 			return err
 		}
@@ -257,14 +257,4 @@ func (st *stack) startServers() error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// freePort is a loopback port that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

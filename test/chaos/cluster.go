@@ -3,7 +3,6 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +11,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/countersign/countersign/events/embedded"
 )
 
 // The harness runs one NATS user with full rights: every Countersign role
@@ -37,16 +38,6 @@ type cluster struct {
 	nodes []*node
 }
 
-// freePort returns a loopback port that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // startCluster starts n nodes with stores under dir(i) and waits until
 // JetStream answers through the cluster.
 func startCluster(ctx context.Context, n int, dir func(i int) string) (*cluster, error) {
@@ -54,10 +45,10 @@ func startCluster(ctx context.Context, n int, dir func(i int) string) (*cluster,
 	routePorts := make([]int, n)
 	for i := range n {
 		var err error
-		if clientPorts[i], err = freePort(); err != nil {
+		if clientPorts[i], err = embedded.FreePort(); err != nil {
 			return nil, err
 		}
-		if routePorts[i], err = freePort(); err != nil {
+		if routePorts[i], err = embedded.FreePort(); err != nil {
 			return nil, err
 		}
 	}
