@@ -46,20 +46,30 @@ func parseDirectory(t *testing.T, src string) *directory.Directory {
 	return d
 }
 
-func TestGateFreezesDirectoryGroups(t *testing.T) {
-	e := setup(t)
-	ctx := context.Background()
-	p, err := policy.Parse([]byte(groupPolicy))
+// financeDirectory puts alice, bob and zoe in the finance group.
+const financeDirectory = "users:\n  - {id: alice, groups: [finance]}\n  - {id: bob, groups: [finance]}\n  - {id: zoe, groups: [finance]}\n"
+
+// directoryGate is a gate with the policy and a directory that a test can swap.
+func (e *env) directoryGate(t *testing.T, policyYAML, directoryYAML string) (*orchestrator.Gate, *swappable) {
+	t.Helper()
+	p, err := policy.Parse([]byte(policyYAML))
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := &swappable{}
-	dir.p.Store(parseDirectory(t, "users:\n  - {id: alice, groups: [finance]}\n  - {id: bob, groups: [finance]}\n  - {id: zoe, groups: [finance]}\n"))
-	gate, err := orchestrator.NewGate(ctx, orchestrator.Config{JS: e.js, Policy: orchestrator.StaticPolicy{P: p}, Directory: dir})
+	dir.p.Store(parseDirectory(t, directoryYAML))
+	gate, err := orchestrator.NewGate(context.Background(), orchestrator.Config{JS: e.js, Policy: orchestrator.StaticPolicy{P: p}, Directory: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = gate.Close() })
+	return gate, dir
+}
+
+func TestGateFreezesDirectoryGroups(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	gate, dir := e.directoryGate(t, groupPolicy, financeDirectory)
 
 	run := contracts.Run{ID: "run-dir", Agent: "billing-bot"}
 	vs, err := gate.Submit(ctx, run, []orchestrator.ToolCall{

@@ -8,7 +8,6 @@ import (
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/orchestrator"
-	"github.com/countersign/countersign/orchestrator/policy"
 )
 
 const timersGatePolicy = `
@@ -80,17 +79,7 @@ func equalEscalation(a, b []contracts.EscalationTier) bool {
 func TestGateSnapshotsRemindersAndEscalation(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	p, err := policy.Parse([]byte(timersGatePolicy))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := &swappable{}
-	dir.p.Store(parseDirectory(t, "users:\n  - {id: alice, groups: [finance]}\n  - {id: bob, groups: [finance]}\n  - {id: zoe, groups: [finance]}\n"))
-	gate, err := orchestrator.NewGate(ctx, orchestrator.Config{JS: e.js, Policy: orchestrator.StaticPolicy{P: p}, Directory: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = gate.Close() })
+	gate, _ := e.directoryGate(t, timersGatePolicy, financeDirectory)
 
 	run := contracts.Run{ID: "run-timers", Agent: "billing-bot"}
 	vs, err := gate.Submit(ctx, run, []orchestrator.ToolCall{{ID: "pay", Name: "payments.send", Arguments: json.RawMessage(`{"amount":5}`)}})
