@@ -17,7 +17,7 @@ import (
 	"github.com/countersign/countersign/events/eventstest"
 	"github.com/countersign/countersign/orchestrator"
 	"github.com/countersign/countersign/orchestrator/arbiter"
-	"github.com/countersign/countersign/orchestrator/policy"
+	"github.com/countersign/countersign/orchestrator/orchestratortest"
 )
 
 const testPolicy = `
@@ -50,23 +50,9 @@ func setup(t *testing.T) *env {
 	srv := eventstest.NewServer(t)
 	js := srv.JetStream()
 	srv.Provision(js)
-	ctx, cancel := context.WithCancel(context.Background())
-	arb, err := arbiter.New(ctx, arbiter.Config{JS: srv.JetStream(), UnknownEventDelay: 20 * time.Millisecond, UnknownEventAttempts: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = arb.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	p, err := policy.Parse([]byte(testPolicy))
-	if err != nil {
-		t.Fatal(err)
-	}
-	gate, err := orchestrator.NewGate(ctx, orchestrator.Config{JS: srv.JetStream(), Policy: orchestrator.StaticPolicy{P: p}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = gate.Close() })
+	ctx := context.Background()
+	orchestratortest.RunArbiter(t, arbiter.Config{JS: srv.JetStream(), UnknownEventDelay: 20 * time.Millisecond, UnknownEventAttempts: 3})
+	gate := orchestratortest.Gate(t, srv.JetStream(), orchestrator.StaticPolicy{P: orchestratortest.Policy(t, testPolicy)})
 	kv, err := js.KeyValue(ctx, contracts.BucketApprovals)
 	if err != nil {
 		t.Fatal(err)
@@ -342,16 +328,9 @@ func TestReviewExpiresWithMessageForModel(t *testing.T) {
 	srv := eventstest.NewServer(t)
 	js := srv.JetStream()
 	srv.Provision(js)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	arb, err := arbiter.New(ctx, arbiter.Config{JS: srv.JetStream()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = arb.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	p, err := policy.Parse([]byte(`
+	ctx := context.Background()
+	orchestratortest.RunArbiter(t, arbiter.Config{JS: srv.JetStream()})
+	gate := orchestratortest.Gate(t, srv.JetStream(), orchestrator.StaticPolicy{P: orchestratortest.Policy(t, `
 version: "t1"
 default: require_approval
 rules:
@@ -359,15 +338,7 @@ rules:
     tools: ["payments.*"]
     action: require_approval
     timeout: 1s
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	gate, err := orchestrator.NewGate(ctx, orchestrator.Config{JS: srv.JetStream(), Policy: orchestrator.StaticPolicy{P: p}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = gate.Close() })
+`)})
 	call := orchestrator.ToolCall{ID: "pay-expire", Name: "payments.send", Arguments: json.RawMessage(`{"amount":1}`)}
 	rctx, rcancel := context.WithTimeout(ctx, 15*time.Second)
 	defer rcancel()

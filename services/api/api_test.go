@@ -19,7 +19,7 @@ import (
 	"github.com/countersign/countersign/events/eventstest"
 	"github.com/countersign/countersign/orchestrator"
 	"github.com/countersign/countersign/orchestrator/arbiter"
-	"github.com/countersign/countersign/orchestrator/policy"
+	"github.com/countersign/countersign/orchestrator/orchestratortest"
 	"github.com/countersign/countersign/services/api"
 )
 
@@ -78,29 +78,11 @@ func setup(t *testing.T) *env {
 	srv := eventstest.NewServer(t)
 	js := srv.JetStream()
 	srv.Provision(js)
-	ctx, cancel := context.WithCancel(context.Background())
-	arb, err := arbiter.New(ctx, arbiter.Config{JS: srv.JetStream(), UnknownEventDelay: 20 * time.Millisecond, UnknownEventAttempts: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = arb.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	p, err := policy.Parse([]byte(testPolicy))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx := context.Background()
+	orchestratortest.RunArbiter(t, arbiter.Config{JS: srv.JetStream(), UnknownEventDelay: 20 * time.Millisecond, UnknownEventAttempts: 3})
 	// The test policy serves until a test applies another through the API.
-	policies, err := orchestrator.OpenPolicyStore(ctx, orchestrator.PolicyStoreConfig{JS: srv.JetStream(), Fallback: p})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = policies.Close() })
-	gate, err := orchestrator.NewGate(ctx, orchestrator.Config{JS: srv.JetStream(), Policy: policies})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = gate.Close() })
+	policies := orchestratortest.LivePolicy(t, srv.JetStream(), testPolicy)
+	gate := orchestratortest.Gate(t, srv.JetStream(), policies)
 
 	e := &env{js: js, tokens: map[string]string{}, srv: srv}
 	var tokens []api.Token

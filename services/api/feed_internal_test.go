@@ -10,7 +10,7 @@ import (
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/events/eventstest"
-	"github.com/countersign/countersign/orchestrator"
+	"github.com/countersign/countersign/orchestrator/orchestratortest"
 )
 
 // A stream that stops reading is dropped once it is feedBuffer messages
@@ -21,13 +21,8 @@ func TestFeedDropsOnlyTheStreamThatFallsBehind(t *testing.T) {
 	srv.Provision(js)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	gate, err := orchestrator.NewGate(ctx, orchestrator.Config{JS: js})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = gate.Close() })
 	reg := prometheus.NewRegistry()
-	s, err := New(ctx, Config{JS: js, Gate: gate, Registerer: reg, Gatherer: reg})
+	s, err := New(ctx, Config{JS: js, Gate: orchestratortest.Gate(t, js, nil), Registerer: reg, Gatherer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/countersign/countersign/orchestrator"
 	"github.com/countersign/countersign/orchestrator/arbiter"
 	"github.com/countersign/countersign/orchestrator/directory"
+	"github.com/countersign/countersign/orchestrator/orchestratortest"
 	"github.com/countersign/countersign/orchestrator/policy"
 	"github.com/countersign/countersign/services/api"
 )
@@ -51,16 +52,10 @@ func setupDirectory(t *testing.T) (*env, func(users ...string)) {
 	srv := eventstest.NewServer(t)
 	js := srv.JetStream()
 	srv.Provision(js)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx := context.Background()
 	// One registry for the arbiter and the API, as serve has.
 	reg := prometheus.NewRegistry()
-	arb, err := arbiter.New(ctx, arbiter.Config{JS: js, Registerer: reg, UnknownEventDelay: 20 * time.Millisecond, UnknownEventAttempts: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = arb.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	orchestratortest.RunArbiter(t, arbiter.Config{JS: js, Registerer: reg, UnknownEventDelay: 20 * time.Millisecond, UnknownEventAttempts: 3})
 
 	e := &env{js: js, tokens: map[string]string{}}
 	entries := map[string]string{}

@@ -17,7 +17,7 @@ import (
 	"github.com/countersign/countersign/events/eventstest"
 	"github.com/countersign/countersign/orchestrator"
 	"github.com/countersign/countersign/orchestrator/arbiter"
-	"github.com/countersign/countersign/orchestrator/policy"
+	"github.com/countersign/countersign/orchestrator/orchestratortest"
 	"github.com/countersign/countersign/services/api"
 )
 
@@ -48,23 +48,9 @@ func newCLIStack(t *testing.T) *cliStack {
 	srv := eventstest.NewServer(t)
 	js := srv.JetStream()
 	srv.Provision(js)
-	ctx, cancel := context.WithCancel(context.Background())
-	arb, err := arbiter.New(ctx, arbiter.Config{JS: js})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = arb.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	p, err := policy.Parse([]byte(cliPolicy))
-	if err != nil {
-		t.Fatal(err)
-	}
-	gate, err := orchestrator.NewGate(ctx, orchestrator.Config{JS: js, Policy: orchestrator.StaticPolicy{P: p}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = gate.Close() })
+	ctx := context.Background()
+	orchestratortest.RunArbiter(t, arbiter.Config{JS: js})
+	gate := orchestratortest.Gate(t, js, orchestrator.StaticPolicy{P: orchestratortest.Policy(t, cliPolicy)})
 	tok, hash, err := api.NewToken()
 	if err != nil {
 		t.Fatal(err)

@@ -16,9 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/countersign/countersign/events/eventstest"
-	"github.com/countersign/countersign/orchestrator"
 	"github.com/countersign/countersign/orchestrator/arbiter"
-	"github.com/countersign/countersign/orchestrator/policy"
+	"github.com/countersign/countersign/orchestrator/orchestratortest"
 	"github.com/countersign/countersign/services/api"
 )
 
@@ -69,28 +68,10 @@ func startStack(t *testing.T) *stack {
 	srv := eventstest.NewServer(t)
 	js := srv.JetStream()
 	srv.Provision(js)
-	ctx, cancel := context.WithCancel(context.Background())
-	arb, err := arbiter.New(ctx, arbiter.Config{JS: srv.JetStream()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = arb.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	p, err := policy.Parse([]byte(fleetPolicy))
-	if err != nil {
-		t.Fatal(err)
-	}
-	policies, err := orchestrator.OpenPolicyStore(ctx, orchestrator.PolicyStoreConfig{JS: srv.JetStream(), Fallback: p})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = policies.Close() })
-	gate, err := orchestrator.NewGate(ctx, orchestrator.Config{JS: srv.JetStream(), Policy: policies})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = gate.Close() })
+	ctx := context.Background()
+	orchestratortest.RunArbiter(t, arbiter.Config{JS: srv.JetStream()})
+	policies := orchestratortest.LivePolicy(t, srv.JetStream(), fleetPolicy)
+	gate := orchestratortest.Gate(t, srv.JetStream(), policies)
 	st := &stack{tokens: map[string]string{}}
 	var tokens []api.Token
 	for _, u := range []struct{ name, subject, role string }{
