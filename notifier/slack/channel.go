@@ -60,17 +60,23 @@ func commonDefaults(apiURL *string, client **http.Client, now *func() time.Time,
 }
 
 func (c *Config) validate() error {
+	return errors.Join(validateWebAPI("Config", c.BotToken, c.APIURL, c.PublicURL)...)
+}
+
+// validateWebAPI checks the settings every Web API client needs; what
+// names the configuration type in the errors.
+func validateWebAPI(what, botToken, apiURL, publicURL string) []error {
 	var errs []error
-	if c.BotToken == "" {
-		errs = append(errs, errors.New("slack: Config.BotToken: required"))
+	if botToken == "" {
+		errs = append(errs, fmt.Errorf("slack: %s.BotToken: required", what))
 	}
-	if !validAPIURL(c.APIURL) {
-		errs = append(errs, errors.New("slack: Config.APIURL: want an absolute http or https URL"))
+	if !validAPIURL(apiURL) {
+		errs = append(errs, fmt.Errorf("slack: %s.APIURL: want an absolute http or https URL", what))
 	}
-	if c.PublicURL != "" && !validAPIURL(c.PublicURL) {
-		errs = append(errs, errors.New("slack: Config.PublicURL: want an absolute http or https URL"))
+	if publicURL != "" && !validAPIURL(publicURL) {
+		errs = append(errs, fmt.Errorf("slack: %s.PublicURL: want an absolute http or https URL", what))
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // Channel delivers notifications as Slack messages; see the package

@@ -100,15 +100,7 @@ func (c *InteractionsConfig) validate() error {
 	if c.SigningSecret == "" {
 		errs = append(errs, errors.New("slack: InteractionsConfig.SigningSecret: required"))
 	}
-	if c.BotToken == "" {
-		errs = append(errs, errors.New("slack: InteractionsConfig.BotToken: required"))
-	}
-	if !validAPIURL(c.APIURL) {
-		errs = append(errs, errors.New("slack: InteractionsConfig.APIURL: want an absolute http or https URL"))
-	}
-	if c.PublicURL != "" && !validAPIURL(c.PublicURL) {
-		errs = append(errs, errors.New("slack: InteractionsConfig.PublicURL: want an absolute http or https URL"))
-	}
+	errs = append(errs, validateWebAPI("InteractionsConfig", c.BotToken, c.APIURL, c.PublicURL)...)
 	if c.Resolver == nil {
 		errs = append(errs, errors.New("slack: InteractionsConfig.Resolver: required"))
 	}
