@@ -32,7 +32,14 @@
       });
     });
     document.documentElement.setAttribute("data-live", "connecting");
-    es.addEventListener("open", function () { document.documentElement.setAttribute("data-live", "open"); });
+    var opened = false;
+    es.addEventListener("open", function () {
+      document.documentElement.setAttribute("data-live", "open");
+      // Back after a break (a dropped connection, a server restart): events
+      // may have been missed, so the page reads its state again.
+      if (opened) handler({ kind: "reconnected" });
+      opened = true;
+    });
   }
 
   // ---- The list -------------------------------------------------------
@@ -133,7 +140,7 @@
         }
       }).catch(function () { /* the next event retries */ });
     }
-    subscribe(function (ev) { if (ev.event_id === id) refresh(); });
+    subscribe(function (ev) { if (ev.event_id === id || ev.kind === "reconnected") refresh(); });
   }
 
   function init() {
