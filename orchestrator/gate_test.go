@@ -14,6 +14,7 @@ import (
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events"
+	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/events/eventstest"
 	"github.com/countersign/countersign/orchestrator"
 	"github.com/countersign/countersign/orchestrator/arbiter"
@@ -51,8 +52,8 @@ func setup(t *testing.T) *env {
 	js := srv.JetStream()
 	srv.Provision(js)
 	ctx := context.Background()
-	orchestratortest.RunArbiter(t, arbiter.Config{JS: srv.JetStream(), UnknownEventDelay: 20 * time.Millisecond, UnknownEventAttempts: 3})
-	gate := orchestratortest.Gate(t, srv.JetStream(), orchestrator.StaticPolicy{P: orchestratortest.Policy(t, testPolicy)})
+	orchestratortest.RunArbiter(t, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter), UnknownEventDelay: 20 * time.Millisecond, UnknownEventAttempts: 3})
+	gate := orchestratortest.Gate(t, srv.JetStreamAs(embedded.RoleOrchestrator), orchestrator.StaticPolicy{P: orchestratortest.Policy(t, testPolicy)})
 	kv, err := js.KeyValue(ctx, contracts.BucketApprovals)
 	if err != nil {
 		t.Fatal(err)
@@ -329,8 +330,8 @@ func TestReviewExpiresWithMessageForModel(t *testing.T) {
 	js := srv.JetStream()
 	srv.Provision(js)
 	ctx := context.Background()
-	orchestratortest.RunArbiter(t, arbiter.Config{JS: srv.JetStream()})
-	gate := orchestratortest.Gate(t, srv.JetStream(), orchestrator.StaticPolicy{P: orchestratortest.Policy(t, `
+	orchestratortest.RunArbiter(t, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter)})
+	gate := orchestratortest.Gate(t, srv.JetStreamAs(embedded.RoleOrchestrator), orchestrator.StaticPolicy{P: orchestratortest.Policy(t, `
 version: "t1"
 default: require_approval
 rules:

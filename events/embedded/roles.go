@@ -26,8 +26,8 @@ const (
 	RoleOrchestrator Role = "orchestrator"
 	// RoleResolver publishes votes and watches records.
 	RoleResolver Role = "resolver"
-	// RoleAPI is orchestrator plus resolver, reads the event stream for
-	// timelines and live updates, writes the hitl_policy bucket, and is the
+	// RoleAPI is orchestrator plus resolver, reads the request and event
+	// streams for timelines and live updates, writes the hitl_policy bucket, and is the
 	// only role that reads or writes the inbox sessions in hitl_sessions.
 	RoleAPI Role = "api"
 	// RoleNotifier consumes requests and events, publishes delivery receipts
@@ -96,6 +96,9 @@ func Permissions(r Role) *server.Permissions {
 	case RoleAPI:
 		g.orchestrator()
 		g.resolver()
+		// The live feed (GET /v1/events, the inbox) follows new requests
+		// and the decided and changed events with ordered consumers.
+		g.pub(orderedConsumer(contracts.StreamRequests)...)
 		g.pub(orderedConsumer(contracts.StreamEvents)...)
 		g.pub(kvWrite(contracts.BucketPolicy))
 		g.pub(kvWrite(contracts.BucketSessions))

@@ -440,9 +440,11 @@ func TestAPIReadsEventsAndWritesPolicy(t *testing.T) {
 	}
 	orch.noErrors(t)
 
-	// The API cannot consume the request stream durably or announce outcomes.
-	api.denied(t, "$JS.API.CONSUMER.CREATE."+contracts.StreamRequests+".api", func(ctx context.Context) error {
-		_, err := api.js.CreateOrUpdateConsumer(ctx, contracts.StreamRequests, jetstream.ConsumerConfig{Durable: "api"})
+	// The API follows the request stream for its live feed but cannot
+	// consume it (acknowledge a delivery) or announce outcomes.
+	ackSubj := "$JS.ACK." + contracts.StreamRequests + ".arbiter-requests.1.1.1.1.0"
+	api.denied(t, ackSubj, func(ctx context.Context) error {
+		_, err := api.nc.RequestWithContext(ctx, ackSubj, nil)
 		return err
 	})
 	api.denied(t, contracts.DecidedSubject("ev-1"), func(ctx context.Context) error {

@@ -2,12 +2,23 @@
 // tests: random port, a temporary store directory, shut down at the end of
 // the test. It can be restarted on the same port and store to test
 // durability and reconnects.
+//
+// The server has the same users and permissions as production: one user per
+// Countersign role (embedded.Permissions), so a component under test
+// connects with ConnectAs or JetStreamAs and is granted exactly what `serve`
+// and deploy/ grant its role. Connect and JetStream connect as admin, for
+// provisioning and for a test's own inspection. Any permission violation the
+// server logs fails the test at its end (AllowViolations opts out, for tests
+// that provoke them), so a role that needs a subject its grants lack is
+// caught by the test that exercises it.
 package eventstest
 
 import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,20 +36,34 @@ type Server struct {
 	opts  server.Options
 	ns    *server.Server
 	store string
+	users map[embedded.Role]embedded.User
+	log   *violations
 }
 
-// Option changes the server's options before it starts.
-type Option func(*server.Options)
+// Option changes the server before it starts.
+type Option func(*settings)
+
+type settings struct {
+	opts            server.Options
+	allowViolations bool
+}
 
 // SyncAlways makes the server fsync every write, as production does.
-func SyncAlways() Option { return func(o *server.Options) { o.SyncAlways = true } }
+func SyncAlways() Option { return func(s *settings) { s.opts.SyncAlways = true } }
+
+// AllowViolations lets the test end well although the server logged
+// permission violations: for tests that check a role is refused something.
+func AllowViolations() Option { return func(s *settings) { s.allowViolations = true } }
+
+// ServerOptions changes the nats-server options directly.
+func ServerOptions(f func(*server.Options)) Option { return func(s *settings) { f(&s.opts) } }
 
 // NewServer starts a server on a random loopback port with its store in a
 // temporary directory.
 func NewServer(tb testing.TB, opts ...Option) *Server {
 	tb.Helper()
 	store := tb.TempDir()
-	o := server.Options{
+	set := settings{opts: server.Options{
 		ServerName: "countersign-test",
 		Host:       "127.0.0.1",
 		Port:       freePort(tb),
@@ -46,15 +71,76 @@ func NewServer(tb testing.TB, opts ...Option) *Server {
 		StoreDir:   store,
 		NoLog:      true,
 		NoSigs:     true,
+	}}
+	users := map[embedded.Role]embedded.User{}
+	for _, u := range embedded.GenerateUsers(embedded.Roles...) {
+		users[u.Role] = u
+		set.opts.Users = append(set.opts.Users, &server.User{
+			Username: u.Name, Password: u.Password, Permissions: embedded.Permissions(u.Role),
+		})
 	}
 	for _, f := range opts {
-		f(&o)
+		f(&set)
 	}
-	s := &Server{tb: tb, opts: o, store: store}
+	s := &Server{tb: tb, opts: set.opts, store: store, users: users, log: &violations{}}
 	s.start()
-	tb.Cleanup(s.Shutdown)
+	tb.Cleanup(func() {
+		s.Shutdown()
+		if bad := s.log.refused(); len(bad) > 0 && !set.allowViolations {
+			tb.Errorf("eventstest: the NATS server refused a role something it asked for (fix the role's grants in events/embedded/roles.go and deploy/):\n  %s",
+				strings.Join(bad, "\n  "))
+		}
+	})
 	return s
 }
+
+// violations records the permission violations the server logs.
+type violations struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (v *violations) logf(format string, a ...any) {
+	line := fmt.Sprintf(format, a...)
+	if !strings.Contains(line, "Violation") {
+		return
+	}
+	v.mu.Lock()
+	v.lines = append(v.lines, line)
+	v.mu.Unlock()
+}
+
+// refused returns the violations that matter. Clients delete the ordered
+// consumers (watches, timeline reads) they are done with where their role
+// may not delete consumers of a shared stream; the server expires those on
+// its own, so such refusals are harmless by design.
+func (v *violations) refused() []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var out []string
+	for _, l := range v.lines {
+		if strings.Contains(l, "$JS.API.CONSUMER.DELETE.") {
+			continue
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// Violations returns every permission violation the server logged so far,
+// harmless consumer deletions included.
+func (s *Server) Violations() []string {
+	s.log.mu.Lock()
+	defer s.log.mu.Unlock()
+	return append([]string(nil), s.log.lines...)
+}
+
+func (v *violations) Noticef(format string, a ...any) { v.logf(format, a...) }
+func (v *violations) Warnf(format string, a ...any)   { v.logf(format, a...) }
+func (v *violations) Fatalf(format string, a ...any)  { v.logf(format, a...) }
+func (v *violations) Errorf(format string, a ...any)  { v.logf(format, a...) }
+func (v *violations) Debugf(format string, a ...any)  {}
+func (v *violations) Tracef(format string, a ...any)  {}
 
 func freePort(tb testing.TB) int {
 	p, err := embedded.FreePort()
@@ -71,6 +157,7 @@ func (s *Server) start() {
 	if err != nil {
 		s.tb.Fatalf("eventstest: new server: %v", err)
 	}
+	ns.SetLogger(s.log, false, false)
 	go ns.Start()
 	if !ns.ReadyForConnections(10 * time.Second) {
 		s.tb.Fatalf("eventstest: server not ready")
@@ -108,23 +195,47 @@ func (s *Server) Start() {
 	}
 }
 
-// Connect opens a client connection that reconnects forever and is closed
-// at the end of the test.
+// Connect opens an admin connection that reconnects forever and is closed
+// at the end of the test: for provisioning and inspection, never for a
+// component under test (use ConnectAs).
 func (s *Server) Connect(opts ...nats.Option) *nats.Conn {
 	s.tb.Helper()
-	base := []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}
+	return s.ConnectAs(embedded.RoleAdmin, opts...)
+}
+
+// ConnectAs opens a connection as role's user, with exactly the
+// permissions production gives that role.
+func (s *Server) ConnectAs(role embedded.Role, opts ...nats.Option) *nats.Conn {
+	s.tb.Helper()
+	u, ok := s.users[role]
+	if !ok {
+		s.tb.Fatalf("eventstest: no user for role %q", role)
+	}
+	base := []nats.Option{
+		nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond),
+		nats.UserInfo(u.Name, u.Password), nats.Name("countersign-test-" + string(role)),
+	}
 	nc, err := nats.Connect(s.URL(), append(base, opts...)...)
 	if err != nil {
-		s.tb.Fatalf("eventstest: connect: %v", err)
+		s.tb.Fatalf("eventstest: connect as %s: %v", role, err)
 	}
 	s.tb.Cleanup(nc.Close)
 	return nc
 }
 
-// JetStream connects and returns a JetStream context.
+// User returns the NATS user of role (to start a process as that role).
+func (s *Server) User(role embedded.Role) embedded.User { return s.users[role] }
+
+// JetStream connects as admin and returns a JetStream context.
 func (s *Server) JetStream(opts ...nats.Option) jetstream.JetStream {
 	s.tb.Helper()
-	js, err := jetstream.New(s.Connect(opts...))
+	return s.JetStreamAs(embedded.RoleAdmin, opts...)
+}
+
+// JetStreamAs connects as role's user and returns a JetStream context.
+func (s *Server) JetStreamAs(role embedded.Role, opts ...nats.Option) jetstream.JetStream {
+	s.tb.Helper()
+	js, err := jetstream.New(s.ConnectAs(role, opts...))
 	if err != nil {
 		s.tb.Fatalf("eventstest: jetstream: %v", err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events"
+	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/events/eventstest"
 	"github.com/countersign/countersign/notifier"
 	"github.com/countersign/countersign/notifier/dispatch"
@@ -166,7 +167,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	arb, err := arbiter.New(ctx, arbiter.Config{JS: srv.JetStream()})
+	arb, err := arbiter.New(ctx, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +186,7 @@ func newEnv(t *testing.T) *env {
 // start runs a dispatcher until the returned stop is called (or the test ends).
 func (e *env) start(cfg dispatch.Config) (stop func()) {
 	e.t.Helper()
-	cfg.JS = e.srv.JetStream()
+	cfg.JS = e.srv.JetStreamAs(embedded.RoleNotifier)
 	if cfg.People == nil {
 		cfg.People = directory
 	}
@@ -720,7 +721,7 @@ func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[str
 func (e *env) startArbiter() {
 	e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	arb, err := arbiter.New(ctx, arbiter.Config{JS: e.srv.JetStream()})
+	arb, err := arbiter.New(ctx, arbiter.Config{JS: e.srv.JetStreamAs(embedded.RoleArbiter)})
 	if err != nil {
 		e.t.Fatal(err)
 	}

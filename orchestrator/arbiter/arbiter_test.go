@@ -19,6 +19,7 @@ import (
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events"
+	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/events/eventstest"
 	"github.com/countersign/countersign/orchestrator/arbiter"
 )
@@ -59,7 +60,7 @@ func newBus(t *testing.T, pc events.ProvisionConfig) *bus {
 // startArbiter runs an arbiter replica on its own connection until the test ends.
 func (b *bus) startArbiter(cfg arbiter.Config) {
 	b.t.Helper()
-	cfg.JS = b.srv.JetStream() // each replica on its own connection
+	cfg.JS = b.srv.JetStreamAs(embedded.RoleArbiter) // each replica on its own connection
 	if cfg.Now == nil {
 		cfg.Now = busNow
 	}

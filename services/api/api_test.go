@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/events/eventstest"
 	"github.com/countersign/countersign/orchestrator"
 	"github.com/countersign/countersign/orchestrator/arbiter"
@@ -79,10 +80,10 @@ func setup(t *testing.T) *env {
 	js := srv.JetStream()
 	srv.Provision(js)
 	ctx := context.Background()
-	orchestratortest.RunArbiter(t, arbiter.Config{JS: srv.JetStream(), UnknownEventDelay: 20 * time.Millisecond, UnknownEventAttempts: 3})
+	orchestratortest.RunArbiter(t, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter), UnknownEventDelay: 20 * time.Millisecond, UnknownEventAttempts: 3})
 	// The test policy serves until a test applies another through the API.
-	policies := orchestratortest.LivePolicy(t, srv.JetStream(), testPolicy)
-	gate := orchestratortest.Gate(t, srv.JetStream(), policies)
+	policies := orchestratortest.LivePolicy(t, srv.JetStreamAs(embedded.RoleAPI), testPolicy)
+	gate := orchestratortest.Gate(t, srv.JetStreamAs(embedded.RoleAPI), policies)
 
 	e := &env{js: js, tokens: map[string]string{}, srv: srv}
 	var tokens []api.Token
@@ -102,7 +103,7 @@ func setup(t *testing.T) *env {
 		add(fmt.Sprintf("approver-%d", i), fmt.Sprintf("approver-%d", i), api.RoleApprover)
 	}
 	reg := prometheus.NewRegistry()
-	e.cfg = api.Config{JS: srv.JetStream(), Gate: gate, Policies: policies, Tokens: tokens, Registerer: reg, Gatherer: reg}
+	e.cfg = api.Config{JS: srv.JetStreamAs(embedded.RoleAPI), Gate: gate, Policies: policies, Tokens: tokens, Registerer: reg, Gatherer: reg}
 	s, err := api.New(ctx, e.cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/events/eventstest"
 	"github.com/countersign/countersign/orchestrator"
 	"github.com/countersign/countersign/services/api"
@@ -36,13 +37,13 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	if _, err := api.New(ctx, api.Config{}); err == nil || !strings.Contains(err.Error(), "Config.JS") || !strings.Contains(err.Error(), "Config.Gate") {
 		t.Fatalf("empty config: %v", err)
 	}
-	gate, err := orchestrator.NewGate(ctx, orchestrator.Config{JS: js})
+	gate, err := orchestrator.NewGate(ctx, orchestrator.Config{JS: srv.JetStreamAs(embedded.RoleAPI)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = gate.Close() })
 	_, hash, _ := api.NewToken()
-	_, err = api.New(ctx, api.Config{JS: js, Gate: gate, Tokens: []api.Token{
+	_, err = api.New(ctx, api.Config{JS: srv.JetStreamAs(embedded.RoleAPI), Gate: gate, Tokens: []api.Token{
 		{Name: "ok", Subject: "a", SHA256: hash, Roles: []string{api.RoleAgent}},
 		{Name: "short", Subject: "b", SHA256: "abc", Roles: []string{api.RoleAgent}},
 		{Name: "nosubject", SHA256: api.HashToken("x"), Roles: []string{"root"}},

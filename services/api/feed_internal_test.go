@@ -9,6 +9,7 @@ import (
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events"
+	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/events/eventstest"
 	"github.com/countersign/countersign/orchestrator/orchestratortest"
 )
@@ -22,7 +23,8 @@ func TestFeedDropsOnlyTheStreamThatFallsBehind(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	reg := prometheus.NewRegistry()
-	s, err := New(ctx, Config{JS: js, Gate: orchestratortest.Gate(t, js, nil), Registerer: reg, Gatherer: reg})
+	apiJS := srv.JetStreamAs(embedded.RoleAPI)
+	s, err := New(ctx, Config{JS: apiJS, Gate: orchestratortest.Gate(t, apiJS, nil), Registerer: reg, Gatherer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/events/eventstest"
 	"github.com/countersign/countersign/orchestrator"
 	"github.com/countersign/countersign/orchestrator/arbiter"
@@ -55,7 +56,7 @@ func setupDirectory(t *testing.T) (*env, func(users ...string)) {
 	ctx := context.Background()
 	// One registry for the arbiter and the API, as serve has.
 	reg := prometheus.NewRegistry()
-	orchestratortest.RunArbiter(t, arbiter.Config{JS: js, Registerer: reg, UnknownEventDelay: 20 * time.Millisecond, UnknownEventAttempts: 3})
+	orchestratortest.RunArbiter(t, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter), Registerer: reg, UnknownEventDelay: 20 * time.Millisecond, UnknownEventAttempts: 3})
 
 	e := &env{js: js, tokens: map[string]string{}}
 	entries := map[string]string{}
@@ -89,7 +90,8 @@ func setupDirectory(t *testing.T) (*env, func(users ...string)) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gate, err := orchestrator.NewGate(ctx, orchestrator.Config{JS: js, Policy: orchestrator.StaticPolicy{P: p}, Directory: dir})
+	apiJS := srv.JetStreamAs(embedded.RoleAPI)
+	gate, err := orchestrator.NewGate(ctx, orchestrator.Config{JS: apiJS, Policy: orchestrator.StaticPolicy{P: p}, Directory: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +99,7 @@ func setupDirectory(t *testing.T) (*env, func(users ...string)) {
 	agentTok, agentHash, _ := api.NewToken()
 	e.tokens["agent"] = agentTok
 	s, err := api.New(ctx, api.Config{
-		JS: js, Gate: gate, Directory: dir, Registerer: reg, Gatherer: reg,
+		JS: apiJS, Gate: gate, Directory: dir, Registerer: reg, Gatherer: reg,
 		Tokens: []api.Token{{Name: "agent", Subject: "agent:billing", SHA256: agentHash, Roles: []string{api.RoleAgent}}},
 	})
 	if err != nil {

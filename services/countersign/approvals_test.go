@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/events/eventstest"
 	"github.com/countersign/countersign/orchestrator"
 	"github.com/countersign/countersign/orchestrator/arbiter"
@@ -49,14 +50,15 @@ func newCLIStack(t *testing.T) *cliStack {
 	js := srv.JetStream()
 	srv.Provision(js)
 	ctx := context.Background()
-	orchestratortest.RunArbiter(t, arbiter.Config{JS: js})
-	gate := orchestratortest.Gate(t, js, orchestrator.StaticPolicy{P: orchestratortest.Policy(t, cliPolicy)})
+	orchestratortest.RunArbiter(t, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter)})
+	apiJS := srv.JetStreamAs(embedded.RoleAPI)
+	gate := orchestratortest.Gate(t, apiJS, orchestrator.StaticPolicy{P: orchestratortest.Policy(t, cliPolicy)})
 	tok, hash, err := api.NewToken()
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	s, err := api.New(ctx, api.Config{JS: js, Gate: gate, Registerer: reg, Gatherer: reg,
+	s, err := api.New(ctx, api.Config{JS: apiJS, Gate: gate, Registerer: reg, Gatherer: reg,
 		Tokens: []api.Token{{Name: "alice", Subject: "alice", SHA256: hash, Roles: []string{api.RoleApprover}}}})
 	if err != nil {
 		t.Fatal(err)

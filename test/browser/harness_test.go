@@ -15,6 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/events/eventstest"
 	"github.com/countersign/countersign/orchestrator/arbiter"
 	"github.com/countersign/countersign/orchestrator/orchestratortest"
@@ -69,9 +70,9 @@ func startStack(t *testing.T) *stack {
 	js := srv.JetStream()
 	srv.Provision(js)
 	ctx := context.Background()
-	orchestratortest.RunArbiter(t, arbiter.Config{JS: srv.JetStream()})
-	policies := orchestratortest.LivePolicy(t, srv.JetStream(), fleetPolicy)
-	gate := orchestratortest.Gate(t, srv.JetStream(), policies)
+	orchestratortest.RunArbiter(t, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter)})
+	policies := orchestratortest.LivePolicy(t, srv.JetStreamAs(embedded.RoleAPI), fleetPolicy)
+	gate := orchestratortest.Gate(t, srv.JetStreamAs(embedded.RoleAPI), policies)
 	st := &stack{tokens: map[string]string{}}
 	var tokens []api.Token
 	for _, u := range []struct{ name, subject, role string }{
@@ -85,7 +86,7 @@ func startStack(t *testing.T) *stack {
 		tokens = append(tokens, api.Token{Name: u.name, Subject: u.subject, SHA256: hash, Roles: []string{u.role}})
 	}
 	reg := prometheus.NewRegistry()
-	s, err := api.New(ctx, api.Config{JS: srv.JetStream(), Gate: gate, Policies: policies, Tokens: tokens, Registerer: reg})
+	s, err := api.New(ctx, api.Config{JS: srv.JetStreamAs(embedded.RoleAPI), Gate: gate, Policies: policies, Tokens: tokens, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
