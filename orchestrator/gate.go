@@ -83,8 +83,12 @@ type Verdict struct {
 	// Arguments are the arguments to run with (possibly edited by a human),
 	// or the answer of a human_input request.
 	Arguments json.RawMessage `json:"arguments,omitempty"`
-	// Permit must be claimed right before an allowed call runs.
+	// Permit must be claimed right before an allowed call runs. Only an
+	// allowed verdict carries one; every other verdict has none.
 	Permit *Permit `json:"-"`
+
+	// sha is the hash of the arguments under review, to match the outcome.
+	sha string
 }
 
 // PolicySource gives the policy in force; it may change at any time.
@@ -227,7 +231,7 @@ func (g *Gate) ReviewAsync(ctx context.Context, run contracts.Run, calls []ToolC
 		if verdicts[i].Verdict != VerdictPending {
 			continue
 		}
-		sha := verdicts[i].Permit.sha
+		sha := verdicts[i].sha
 		// The callback may run before Watch returns (the record was already
 		// decided), so mu is never held across Watch.
 		cancel, err := g.waiter.Watch(ctx, verdicts[i].EventID, func(rec *contracts.Record, _ uint64) bool {
@@ -302,7 +306,7 @@ func (g *Gate) Submit(ctx context.Context, run contracts.Run, calls []ToolCall) 
 		v := Verdict{ToolCallID: c.ID, Rule: d.Rule}
 		switch d.Action {
 		case policy.ActionAllow:
-			v.Verdict, v.Arguments, v.Permit = VerdictAllowed, args, &Permit{sha: sha, args: args}
+			v.Verdict, v.Arguments, v.Permit = VerdictAllowed, args, &Permit{byPolicy: true, sha: sha, args: args}
 		case policy.ActionDeny:
 			v.Verdict, v.Reason = VerdictDenied, d.Reason
 		default:
@@ -339,7 +343,7 @@ func canonicalArgs(raw json.RawMessage) (json.RawMessage, string, error) {
 // gate re-attaches to the call's approval or requests a new one.
 func (g *Gate) gate(ctx context.Context, run contracts.Run, c ToolCall, args json.RawMessage, sha string, d policy.Decision) (Verdict, error) {
 	eventID := EventID(run, c.ID)
-	v := Verdict{ToolCallID: c.ID, EventID: eventID, Rule: d.Rule, Verdict: VerdictPending, Permit: &Permit{sha: sha, args: args}}
+	v := Verdict{ToolCallID: c.ID, EventID: eventID, Rule: d.Rule, Verdict: VerdictPending, sha: sha}
 	entry, err := g.kv.Get(ctx, eventID)
 	switch {
 	case err == nil:
@@ -527,11 +531,14 @@ func (g *Gate) verdictFor(rec *contracts.Record, toolCallID, sha string) Verdict
 		}
 		if rec.Claim != nil {
 			v.Verdict = VerdictAlreadyExecuted
-			v.Reason = "This approved call was already executed once; it will not run again."
+			v.Reason = AlreadyClaimedReason(rec.Claim)
 			return v
 		}
 		v.Verdict, v.Arguments = VerdictAllowed, out.Arguments
-		v.Permit = &Permit{g: g, eventID: rec.Request.EventID, sha: out.ArgumentsSHA256, args: out.Arguments, by: rec.Request.Run.Agent}
+		v.Permit = &Permit{
+			g: g, eventID: rec.Request.EventID, sha: out.ArgumentsSHA256, args: out.Arguments, by: rec.Request.Run.Agent,
+			claimID: uuid.Must(uuid.NewV7()).String(),
+		}
 	case contracts.StatusRejected:
 		v.Verdict = VerdictDenied
 		v.Reason = "A human reviewer rejected this tool call."
@@ -554,33 +561,73 @@ func (g *Gate) verdictFor(rec *contracts.Record, toolCallID, sha string) Verdict
 	return v
 }
 
-// Permit is the right to run one allowed call once.
+// AlreadyClaimedReason tells the agent what is known of an approval that
+// was claimed before: that it was claimed, when and by which claim, and
+// that whether the tool then ran is unknown (the claiming process may have
+// died before or after running it). It never runs again.
+func AlreadyClaimedReason(c *contracts.Claim) string {
+	msg := "This approved call was already claimed"
+	if c != nil {
+		if !c.At.IsZero() {
+			msg += " at " + c.At.UTC().Format(time.RFC3339)
+		}
+		if c.ClaimID != "" {
+			msg += " (claim " + c.ClaimID + ")"
+		}
+	}
+	return msg + "; Countersign does not know whether the tool then ran. It will not run again."
+}
+
+// Permit is the right to run one allowed call once. Only the gate makes
+// permits: a zero Permit, or a nil one, is not a right to run anything.
 type Permit struct {
-	g       *Gate
-	eventID string
-	sha     string
-	args    json.RawMessage
-	by      string
+	g        *Gate
+	eventID  string
+	sha      string
+	args     json.RawMessage
+	by       string
+	claimID  string
+	byPolicy bool
 }
 
 // EventID of the approval behind the permit ("" for a call the policy allows outright).
-func (p *Permit) EventID() string { return p.eventID }
+func (p *Permit) EventID() string {
+	if p == nil {
+		return ""
+	}
+	return p.eventID
+}
+
+// ClaimID is the id Claim uses: the same on every try of this permit, so
+// a claim retried after a timeout or a lost answer is recognized as this
+// permit's own. It is "" for a call the policy allows outright.
+func (p *Permit) ClaimID() string {
+	if p == nil {
+		return ""
+	}
+	return p.claimID
+}
 
 // Claim marks the approval as used, right before the call runs. It succeeds
-// once per approval across the fleet; a second claim, from this or any other
-// process, fails with ErrAlreadyExecuted. A call the policy allows outright
-// needs no claim and Claim returns nil.
+// once per approval across the fleet; a claim from any other permit, in this
+// or any other process, fails with ErrAlreadyExecuted. Calling Claim again on
+// the same permit (after a timeout, say) succeeds if its first try took
+// effect. A call the policy allows outright needs no claim and Claim
+// returns nil; a nil or zero Permit fails with ErrNotApproved.
 func (p *Permit) Claim(ctx context.Context) error {
 	if p == nil {
 		return ErrNotApproved
 	}
-	if p.eventID == "" {
+	if p.byPolicy {
 		return nil
+	}
+	if p.g == nil || p.eventID == "" || p.claimID == "" {
+		return ErrNotApproved
 	}
 	if canon, sha, err := canonicalArgs(p.args); err != nil || sha != p.sha || len(canon) == 0 {
 		return ErrNotApproved
 	}
-	claimID := uuid.Must(uuid.NewV7()).String()
+	claimID := p.claimID
 	cmd := contracts.Command{
 		Spec: contracts.SpecCommand, CommandID: claimID, EventID: p.eventID, Command: contracts.CommandClaim,
 		By: p.by, ClaimID: claimID, IssuedAt: p.g.cfg.Now().UTC(),

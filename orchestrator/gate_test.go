@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -167,18 +168,70 @@ func TestApproveClaimOnce(t *testing.T) {
 	if got != want {
 		t.Fatalf("allowed arguments hash %s, want %s", got, want)
 	}
+	// A second worker re-attaches before the first claims: its permit is
+	// another claimant.
+	other, err := e.gate.Review(ctx, run, []orchestrator.ToolCall{call})
+	if err != nil || other[0].Verdict != orchestrator.VerdictAllowed || other[0].Permit == nil {
+		t.Fatalf("second review before the claim: %+v %v", other, err)
+	}
+	if v.Permit.ClaimID() == "" || v.Permit.ClaimID() == other[0].Permit.ClaimID() {
+		t.Fatalf("claim ids %q and %q: want two distinct ones", v.Permit.ClaimID(), other[0].Permit.ClaimID())
+	}
 	if err := v.Permit.Claim(ctx); err != nil {
 		t.Fatalf("first claim: %v", err)
 	}
-	if err := v.Permit.Claim(ctx); !errors.Is(err, orchestrator.ErrAlreadyExecuted) {
-		t.Fatalf("second claim: %v, want ErrAlreadyExecuted", err)
+	if err := other[0].Permit.Claim(ctx); !errors.Is(err, orchestrator.ErrAlreadyExecuted) {
+		t.Fatalf("claim by another permit: %v, want ErrAlreadyExecuted", err)
+	}
+	// The first permit's claim retried (say, after a timeout) is its own.
+	if err := v.Permit.Claim(ctx); err != nil {
+		t.Fatalf("claim retried by the permit that claimed: %v, want nil", err)
+	}
+	rec = e.waitRecord(t, eventID, func(r *contracts.Record) bool { return r.Claim != nil })
+	if rec.Claim.ClaimID != v.Permit.ClaimID() {
+		t.Fatalf("record's claim %q, want the permit's %q", rec.Claim.ClaimID, v.Permit.ClaimID())
 	}
 	again, err := e.gate.Review(ctx, run, []orchestrator.ToolCall{call})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again[0].Verdict != orchestrator.VerdictAlreadyExecuted {
+	if again[0].Verdict != orchestrator.VerdictAlreadyExecuted || again[0].Permit != nil {
 		t.Fatalf("re-run after claim: %+v", again[0])
+	}
+	// Say what is known: claimed, outcome unknown; never "executed".
+	if r := again[0].Reason; !strings.Contains(r, "claimed") || !strings.Contains(r, rec.Claim.ClaimID) || !strings.Contains(r, "does not know whether the tool") {
+		t.Fatalf("re-run reason %q", r)
+	}
+}
+
+// Only an allowed verdict carries a permit, and no other permit lets a
+// call run: a pending verdict has none, and a zero or nil Permit fails.
+func TestOnlyAllowedVerdictsCarryPermits(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	call := orchestrator.ToolCall{ID: "pay-permit", Name: "payments.send", Arguments: json.RawMessage(`{"amount":5}`)}
+	v, err := e.gate.Submit(ctx, run, []orchestrator.ToolCall{call})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v[0].Verdict != orchestrator.VerdictPending || v[0].Permit != nil {
+		t.Fatalf("pending verdict %+v carries a permit", v[0])
+	}
+	if err := v[0].Permit.Claim(ctx); !errors.Is(err, orchestrator.ErrNotApproved) {
+		t.Fatalf("claim of a pending verdict: %v, want ErrNotApproved", err)
+	}
+	if err := (&orchestrator.Permit{}).Claim(ctx); !errors.Is(err, orchestrator.ErrNotApproved) {
+		t.Fatalf("claim of a zero Permit: %v, want ErrNotApproved", err)
+	}
+	allowed, err := e.gate.Submit(ctx, run, []orchestrator.ToolCall{{ID: "search-permit", Name: "search_web", Arguments: json.RawMessage(`{"q":"x"}`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if allowed[0].Verdict != orchestrator.VerdictAllowed || allowed[0].Permit == nil {
+		t.Fatalf("policy-allowed verdict %+v has no permit", allowed[0])
+	}
+	if err := allowed[0].Permit.Claim(ctx); err != nil {
+		t.Fatalf("claim of a policy-allowed call: %v", err)
 	}
 }
 
