@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -128,37 +129,87 @@ type conns struct {
 	admin, arbiter, api, notifier *nats.Conn
 	// denied remembers the NATS permission violations seen, to name them
 	// when a role fails.
-	denied  permLog
+	denied  *permLog
 	all     []*nats.Conn
 	natsURL string
 	srv     *embedded.Server
 }
 
-// permLog keeps the last permission violations reported by the server.
-// One that is not about deleting a consumer means the user cannot play its
-// role (it is refused what the role needs): fatal is closed then.
+// permLog keeps the last permission violations reported by the server and
+// counts them by connection. A refusal while serving degrades the one
+// request path that needed the subject (it answers 503 with a code); it
+// never stops the process. At start-up, the violations seen explain why a
+// role could not start.
 type permLog struct {
-	mu        sync.Mutex
-	last      []string
-	fatal     chan struct{}
-	fatalOnce sync.Once
+	mu   sync.Mutex
+	last []string
+	// denied counts refusals by connection name (countersign-<role>).
+	denied *prometheus.CounterVec
+	// starting is true until every role has started; refused is closed
+	// at the first refusal before then that is not a consumer deletion.
+	starting    atomic.Bool
+	refused     chan struct{}
+	refusedOnce sync.Once
 }
 
-func (p *permLog) add(err error) {
-	if err == nil || !strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
+func newPermLog() *permLog {
+	p := &permLog{refused: make(chan struct{})}
+	p.starting.Store(true)
+	p.denied = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "countersign_nats_permission_denied_total",
+		Help: "Operations the NATS server refused a Countersign connection, by connection. Deleting ordered consumers a role may not delete is refused by design and is counted too.",
+	}, []string{"connection"})
+	return p
+}
+
+func (p *permLog) add(conn string, err error) {
+	if !errors.Is(err, nats.ErrPermissionViolation) {
 		return
 	}
+	p.denied.WithLabelValues(conn).Inc()
 	p.mu.Lock()
 	p.last = append(p.last, err.Error())
 	if len(p.last) > 3 {
 		p.last = p.last[len(p.last)-3:]
 	}
 	p.mu.Unlock()
-	// Clients delete ordered consumers they are done with where they may
-	// not; the server expires those on its own, so such refusals are benign.
-	if !strings.Contains(err.Error(), ".DELETE.") {
-		p.fatalOnce.Do(func() { close(p.fatal) })
+	// Clients delete ordered consumers they are done with where their role
+	// may not; the server expires those itself, so such refusals are benign.
+	if p.starting.Load() && !strings.Contains(err.Error(), ".DELETE.") {
+		p.refusedOnce.Do(func() { close(p.refused) })
 	}
+}
+
+// started ends the start-up: from now on a refusal is counted and logged.
+func (p *permLog) started() { p.starting.Store(false) }
+
+// startTimeout bounds how long serve waits for its roles' consumers.
+const startTimeout = 30 * time.Second
+
+// awaitConsumers waits until every durable consumer of the roles this
+// process runs exists, each looked up through its own role's connection.
+// A permission the server refuses meanwhile means the NATS user cannot
+// play its role: start-up fails then, at once, naming the refusal.
+func awaitConsumers(ctx context.Context, list []events.Consumer, denied *permLog, roles []string) error {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for _, c := range list {
+		for {
+			if _, err := c.JS.Consumer(ctx, c.Stream, c.Durable); err == nil {
+				break
+			}
+			select {
+			case <-denied.refused:
+				return fmt.Errorf("serve: roles %s cannot run as this NATS user", strings.Join(roles, ","))
+			case <-ctx.Done():
+				return fmt.Errorf("serve: consumer %s on %s was not created within %s: %w", c.Durable, c.Stream, startTimeout, ctx.Err())
+			case <-tick.C:
+			}
+		}
+	}
+	return nil
 }
 
 // explain adds the permission violations seen to err: a role that the NATS
@@ -229,7 +280,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 	deadLetters := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "countersign_dead_letters_total", Help: "Messages copied to a dead-letter subject, by stream and reason.",
 	}, []string{"stream", "reason"})
-	reg.MustRegister(deadLetters)
+	reg.MustRegister(deadLetters, cs.denied.denied)
 	onDeadLetter := func(stream, reason string) { deadLetters.WithLabelValues(stream, reason).Inc() }
 
 	var wg sync.WaitGroup
@@ -333,6 +384,9 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 		// Each consumer is read through its own role's connection: the
 		// roles may describe only their own consumers.
 		reg.MustRegister(events.NewLagCollector(lagged...))
+		if err := awaitConsumers(pctx, lagged, cs.denied, cfg.Roles); err != nil {
+			return err
+		}
 	}
 
 	if cfg.has(roleAPI) {
@@ -445,6 +499,9 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 		fmt.Fprintf(out, "Countersign is running roles %s.\n", strings.Join(cfg.Roles, ","))
 		fmt.Fprintf(out, "  Health:         http://%s/healthz, /readyz, /metrics\n", ln.Addr())
 	}
+	// Every role has started: a refusal from now on degrades the one
+	// request path that met it (503 with a code), counted and logged.
+	cs.denied.started()
 	log.Info("serving", "roles", strings.Join(cfg.Roles, ","), "data", cfg.Data, "sync", cfg.NATS.Sync)
 
 	select {
@@ -453,8 +510,6 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 		return nil
 	case err := <-errc:
 		return err
-	case <-cs.denied.fatal:
-		return fmt.Errorf("serve: roles %s cannot run as this NATS user", strings.Join(cfg.Roles, ","))
 	}
 }
 
@@ -530,17 +585,17 @@ func policyName(p string) string {
 // connect starts the embedded server (or dials the external one) and opens
 // one connection per role, each as its own NATS user.
 func connect(cfg serveConfig, log *slog.Logger) (*conns, error) {
-	cs := &conns{denied: permLog{fatal: make(chan struct{})}}
+	cs := &conns{denied: newPermLog()}
 	opts := []nats.Option{
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
-		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+		nats.ErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
 			subj := ""
 			if sub != nil {
 				subj = sub.Subject
 			}
-			cs.denied.add(err)
-			log.Warn("nats async error", "subject", subj, "err", err)
+			cs.denied.add(nc.Opts.Name, err)
+			log.Warn("nats async error", "connection", nc.Opts.Name, "subject", subj, "err", err)
 		}),
 	}
 	if cfg.NATS.URL != "" {

@@ -7,14 +7,18 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/events/embedded"
+	"github.com/countersign/countersign/events/eventstest"
 )
 
 // A role run with a NATS user that may not play it fails at once, naming
@@ -138,4 +142,92 @@ func arbiterAs(t *testing.T, url string, user embedded.User) serveConfig {
 		t.Fatal(err)
 	}
 	return cfg
+}
+
+// A permission the server refuses while serving degrades only the request
+// path that needed it: that path answers 503 with a code, the refusal is
+// counted, and the process keeps serving everything else. (The API role
+// once lacked the live feed's grant on HITL_REQUESTS, and opening the inbox
+// made the whole server exit.)
+func TestServeDegradesWhenARequestPathIsRefused(t *testing.T) {
+	// The api user without the live feed's grants on the request stream.
+	srv := eventstest.NewServer(t, eventstest.AllowViolations(), eventstest.ServerOptions(func(o *natsserver.Options) {
+		for _, u := range o.Users {
+			if u.Username != string(embedded.RoleAPI) {
+				continue
+			}
+			var keep []string
+			for _, s := range u.Permissions.Publish.Allow {
+				if !strings.Contains(s, contracts.StreamRequests) {
+					keep = append(keep, s)
+				}
+			}
+			u.Permissions.Publish.Allow = keep
+		}
+	}))
+	srv.Provision(srv.JetStream())
+	api := srv.User(embedded.RoleAPI)
+	fc := defaultConfig()
+	fc.Data, fc.Addr = t.TempDir(), "127.0.0.1:0"
+	fc.Roles = []string{roleAPI}
+	fc.NATS.URL = srv.URL()
+	fc.NATS.User, fc.NATS.Password = api.Name, api.Password
+	cfg := serveConfig{fileConfig: fc}
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, cfg, slog.New(slog.DiscardHandler), w); w.Close() }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+	sc := bufio.NewScanner(r)
+	base := ""
+	for base == "" && sc.Scan() {
+		if _, rest, ok := strings.Cut(sc.Text(), "API:"); ok {
+			base = strings.TrimSuffix(strings.Fields(rest)[0], "/v1")
+		}
+	}
+	if base == "" {
+		t.Fatal("serve printed no API address")
+	}
+	go func() { _, _ = io.Copy(io.Discard, r) }()
+	tok, err := os.ReadFile(filepath.Join(cfg.Data, fileDevToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(path string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, base+path, nil)
+		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	code, body := get("/v1/events")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, `"code":"unavailable"`) {
+		t.Fatalf("GET /v1/events with the feed refused: %d %s; want 503 unavailable", code, body)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("serve exited after a refused request path: %v", err)
+	default:
+	}
+	if code, body := get("/v1/approvals"); code != http.StatusOK {
+		t.Errorf("GET /v1/approvals after the refusal: %d %s", code, body)
+	}
+	if code, body := get("/metrics"); code != http.StatusOK || !strings.Contains(body, `countersign_nats_permission_denied_total{connection="countersign"}`) {
+		t.Errorf("the refusal is not counted in /metrics (%d)", code)
+	}
 }
