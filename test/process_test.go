@@ -57,9 +57,16 @@ type serveProc struct {
 // URL. Ports are chosen by the OS.
 func startServe(t *testing.T, data string, extra ...string) *serveProc {
 	t.Helper()
+	return startServeBinary(t, binary, data, append([]string{"--policy", "../deploy/policy.yaml"}, extra...)...)
+}
+
+// startServeBinary runs `bin serve` on data with extra flags (startServe
+// with another build, such as an earlier release).
+func startServeBinary(t *testing.T, bin, data string, extra ...string) *serveProc {
+	t.Helper()
 	args := append([]string{"serve", "--data", data, "--addr", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0",
-		"--policy", "../deploy/policy.yaml", "--log-level", "warn"}, extra...)
-	cmd := exec.Command(binary, args...)
+		"--log-level", "warn"}, extra...)
+	cmd := exec.Command(bin, args...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
