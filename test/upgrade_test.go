@@ -134,8 +134,8 @@ func testUpgradeFrom(t *testing.T, rev string) {
 		}
 		return res.Results[0].EventID
 	}
-	toReject := propose("up-reject")      // policy upgrade-1
-	toClaim := propose("up-claim")        // policy upgrade-1, approved before the upgrade
+	toReject := propose("up-reject") // policy upgrade-1
+	toClaim := propose("up-claim")   // policy upgrade-1, approved before the upgrade
 	p.waitStatus(toClaim, "pending")
 	if code := p.callAs(tokens["bob"], "POST", "/v1/approvals/"+toClaim+"/votes", map[string]any{"decision": "approve"}, nil); code != 200 {
 		t.Fatalf("approve before the upgrade: %d", code)
