@@ -4,7 +4,7 @@ BIN     := bin/countersign
 DATA    ?= ./data
 ADDR    ?= 127.0.0.1:8080
 
-.PHONY: all build run test browser test-short bench vet fmt clean chaos
+.PHONY: all build run test browser test-short bench vet lint fmt clean chaos
 
 all: build
 
@@ -23,6 +23,24 @@ test: browser
 
 browser:
 	@sh test/browser/install-chromium.sh
+
+## test-short: the packages' own tests, without the race detector, the
+## end-to-end processes (test/) and the browser (test/browser)
+test-short:
+	$(GO) test -count=1 $$($(GO) list ./... | grep -v -e '/test$$' -e '/test/')
+
+## vet: go vet over every package
+vet:
+	$(GO) vet ./...
+
+## lint: staticcheck (pinned, installed into ./bin from the Go module proxy).
+## Its defaults less ST1005: configuration errors start with the field they
+## name, as it is spelled (From, Secrets[0], Timeout).
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK_CHECKS  := all,-ST1000,-ST1003,-ST1005,-ST1016,-ST1020,-ST1021,-ST1022,-ST1023
+lint:
+	GOBIN=$(abspath bin) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	bin/staticcheck -checks '$(STATICCHECK_CHECKS)' ./...
 
 ## chaos: the long fault run (3-node NATS cluster, two replicas of every role,
 ## kill -9 and node restarts on a seeded schedule), then the invariants

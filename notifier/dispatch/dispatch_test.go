@@ -673,26 +673,6 @@ func TestRequestDecidedBeforeDeliveryGetsTheOutcomeOnly(t *testing.T) {
 	}
 }
 
-// acked subscribes to the acknowledgements of a durable and returns a
-// channel that gets one value per positive ack, seen on the wire.
-func acked(t *testing.T, srv *eventstest.Server, stream, durable string) <-chan struct{} {
-	t.Helper()
-	nc := srv.Connect()
-	t.Cleanup(nc.Close)
-	ch := make(chan struct{}, 100)
-	if _, err := nc.Subscribe("$JS.ACK."+stream+"."+durable+".>", func(m *nats.Msg) {
-		if len(m.Data) == 0 || string(m.Data) == "+ACK" {
-			ch <- struct{}{}
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	return ch
-}
-
 // counter reads one counter of reg by its labels.
 func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	t.Helper()
