@@ -1,0 +1,202 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/client"
+)
+
+func goClient(t *testing.T, url, token string) *client.Client {
+	t.Helper()
+	c, err := client.New(client.Config{URL: url, Token: token, RetryFor: 10 * time.Second, MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// A Go agent gates a call over HTTP with the client alone: review, wait,
+// claim, run once with the approved arguments; a second worker's claim is
+// refused and its run reports the call as already claimed.
+func TestGoClientRunsAnApprovedCallOnce(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	agent := goClient(t, e.url, e.tokens["agent"])
+	alice := goClient(t, e.url, e.tokens["alice"])
+	run := contracts.Run{ID: "go-client-1", Agent: "billing-bot", RequestedBy: "carol"}
+	call := client.ToolCall{ID: "pay", Name: "payments.send", Arguments: json.RawMessage(`{"amount":250,"to":"ACME"}`)}
+
+	first, err := agent.Review(ctx, run, []client.ToolCall{call})
+	if err != nil || first[0].Verdict != client.Pending || first[0].EventID == "" {
+		t.Fatalf("review: %+v %v", first, err)
+	}
+	var ran atomic.Int32
+	done := make(chan client.Result, 1)
+	go func() {
+		res, err := agent.Run(ctx, run, call, func(_ context.Context, args json.RawMessage) error {
+			if string(args) != `{"amount":250,"to":"ACME"}` {
+				t.Errorf("ran with %s", args)
+			}
+			ran.Add(1)
+			return nil
+		})
+		if err != nil {
+			t.Errorf("run: %v", err)
+		}
+		done <- res
+	}()
+	if _, err := alice.Decide(ctx, first[0].EventID, client.Vote{Decision: contracts.DecisionApprove}); err != nil {
+		t.Fatalf("approve: %v", err)
+	}
+	if res := <-done; res.Verdict != client.Allowed || ran.Load() != 1 {
+		t.Fatalf("run: %+v, ran %d times", res, ran.Load())
+	}
+	// The same run again (another worker, or a restart): claimed already.
+	res, err := agent.Run(ctx, run, call, func(context.Context, json.RawMessage) error {
+		ran.Add(1)
+		return nil
+	})
+	if err != nil || res.Verdict != client.AlreadyExecuted || ran.Load() != 1 {
+		t.Fatalf("second run: %+v %v, ran %d times", res, err, ran.Load())
+	}
+}
+
+// A claim is idempotent per claim id: retried with the same id it
+// succeeds, with another it is refused with ErrAlreadyClaimed; a claim of
+// an approval not approved is ErrNotApproved. Refusals are matched with
+// errors.Is and never retried.
+func TestGoClientClaimAndRefusals(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	agent := goClient(t, e.url, e.tokens["agent"])
+	bob := goClient(t, e.url, e.tokens["bob"])
+	alice := goClient(t, e.url, e.tokens["alice"])
+	run := contracts.Run{ID: "go-client-2", Agent: "billing-bot", RequestedBy: "carol"}
+	res, err := agent.Review(ctx, run, []client.ToolCall{{ID: "pay", Name: "payments.send", Arguments: json.RawMessage(`{"amount":1}`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res[0].EventID
+	if _, err := agent.Claim(ctx, id, client.NewClaimID()); !errors.Is(err, client.ErrNotApproved) {
+		t.Fatalf("claim before approval: %v, want ErrNotApproved", err)
+	}
+	if _, err := bob.Decide(ctx, id, client.Vote{Decision: contracts.DecisionApprove}); !errors.Is(err, client.ErrNotAnApprover) {
+		t.Fatalf("bob's vote: %v, want ErrNotAnApprover", err)
+	}
+	var apiErr *client.Error
+	if _, err := bob.Decide(ctx, id, client.Vote{Decision: "maybe"}); !errors.As(err, &apiErr) || apiErr.Status != http.StatusBadRequest || apiErr.Field == "" {
+		t.Fatalf("a bad decision: %v, want a 400 naming the field", err)
+	}
+	if _, err := alice.Decide(ctx, id, client.Vote{Decision: contracts.DecisionApprove}); err != nil {
+		t.Fatal(err)
+	}
+	mine := client.NewClaimID()
+	rec, err := agent.Claim(ctx, id, mine)
+	if err != nil || rec.Claim == nil || rec.Claim.ClaimID != mine {
+		t.Fatalf("claim: %+v %v", rec, err)
+	}
+	if _, err := agent.Claim(ctx, id, mine); err != nil {
+		t.Fatalf("the same claim retried: %v", err)
+	}
+	if _, err := agent.Claim(ctx, id, client.NewClaimID()); !errors.Is(err, client.ErrAlreadyClaimed) {
+		t.Fatalf("another claim: %v, want ErrAlreadyClaimed", err)
+	}
+	got, rev, err := agent.Approval(ctx, id, 0)
+	if err != nil || got.Status != contracts.StatusApproved || rev == 0 {
+		t.Fatalf("approval: %+v rev %d %v", got, rev, err)
+	}
+}
+
+// The client retries what may succeed later (the API restarting: the
+// connection refused, 503) and gives up at once on what cannot.
+func TestGoClientRetriesTransientFailuresOnly(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// A front that answers 503 twice, then passes requests to the API.
+	var calls atomic.Int32
+	target := e.url
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) <= 2 {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"error":{"code":"unavailable","message":"restarting"}}`))
+			return
+		}
+		proxyTo(t, target, w, r)
+	}))
+	defer front.Close()
+	agent := goClient(t, front.URL, e.tokens["agent"])
+	run := contracts.Run{ID: "go-client-3", Agent: "billing-bot"}
+	res, err := agent.Review(ctx, run, []client.ToolCall{{ID: "q", Name: "search_docs", Arguments: json.RawMessage(`{"q":"vat"}`)}})
+	if err != nil || res[0].Verdict != client.Allowed || calls.Load() != 3 {
+		t.Fatalf("review through two 503s: %+v %v after %d calls", res, err, calls.Load())
+	}
+	// A refusal (401) is not retried.
+	calls.Store(10)
+	stranger := goClient(t, front.URL, "not-a-token")
+	if _, err := stranger.Review(ctx, run, []client.ToolCall{{ID: "q", Name: "search_docs"}}); !errors.Is(err, client.ErrUnauthenticated) || calls.Load() != 11 {
+		t.Fatalf("unauthenticated: %v after %d calls, want one call", err, calls.Load()-10)
+	}
+	// Nothing listening: retried until RetryFor, then the network error.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := "http://" + ln.Addr().String()
+	ln.Close()
+	c, _ := client.New(client.Config{URL: gone, Token: "x", RetryFor: 50 * time.Millisecond, MinBackoff: 5 * time.Millisecond, MaxBackoff: 10 * time.Millisecond})
+	var apiErr *client.Error
+	if _, err := c.Review(ctx, run, nil); err == nil || errors.As(err, &apiErr) {
+		t.Fatalf("no server: %v, want a network error", err)
+	}
+}
+
+func TestGoClientConfigIsChecked(t *testing.T) {
+	for _, cfg := range []client.Config{{}, {URL: "ftp://x", Token: "t"}, {URL: "http://x"}, {URL: "http://x", Token: "t", MinBackoff: time.Second, MaxBackoff: time.Millisecond}} {
+		if _, err := client.New(cfg); err == nil {
+			t.Errorf("New(%+v) accepted", cfg)
+		}
+	}
+}
+
+// proxyTo passes r to the server at target and copies its answer.
+func proxyTo(t *testing.T, target string, w http.ResponseWriter, r *http.Request) {
+	req, err := http.NewRequestWithContext(r.Context(), r.Method, target+r.URL.RequestURI(), r.Body)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	req.Header = r.Header.Clone()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			_, _ = w.Write(buf[:n])
+		}
+		if err != nil {
+			return
+		}
+	}
+}
