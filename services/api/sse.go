@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,9 +21,71 @@ const heartbeatEvery = 15 * time.Second
 
 type streamMsg struct {
 	kind string
-	id   string
-	data []byte
+	// stream and seq say where the message is stored.
+	stream string
+	seq    uint64
+	data   []byte
 }
+
+// feedPos is how far a client has read each followed stream. The id of
+// every event sent says it: "<stream>:<seq>" of the event itself (as
+// earlier releases sent), then the other stream's position, e.g.
+// "HITL_EVENTS:40,HITL_REQUESTS:12". A client that reconnects with it as
+// Last-Event-ID gets every event stored after it (replayed from the
+// streams) before the live ones, each once.
+type feedPos struct{ requests, events uint64 }
+
+// id is the event id of m sent at position c.
+func (c feedPos) id(m streamMsg) string {
+	req := contracts.StreamRequests + ":" + strconv.FormatUint(c.requests, 10)
+	ev := contracts.StreamEvents + ":" + strconv.FormatUint(c.events, 10)
+	if m.stream == contracts.StreamRequests {
+		return req + "," + ev
+	}
+	return ev + "," + req
+}
+
+// advance moves c past m and reports whether m is new to the client.
+func (c *feedPos) advance(m streamMsg) bool {
+	at := &c.events
+	if m.stream == contracts.StreamRequests {
+		at = &c.requests
+	}
+	if m.seq <= *at {
+		return false
+	}
+	*at = m.seq
+	return true
+}
+
+// parseFeedPos reads a Last-Event-ID: an id this server sent, or the
+// "<stream>:<seq>" ids earlier releases sent (that stream resumes; the
+// other starts from now).
+func parseFeedPos(id string, now feedPos) (feedPos, bool) {
+	c := now
+	seen := false
+	for _, part := range strings.Split(id, ",") {
+		name, num, ok := strings.Cut(strings.TrimSpace(part), ":")
+		seq, err := strconv.ParseUint(num, 10, 64)
+		if !ok || err != nil {
+			return now, false
+		}
+		switch name {
+		case contracts.StreamRequests:
+			c.requests = min(seq, now.requests)
+		case contracts.StreamEvents:
+			c.events = min(seq, now.events)
+		default:
+			return now, false
+		}
+		seen = true
+	}
+	return c, seen
+}
+
+// maxReplay bounds the events replayed to one reconnecting client; one
+// further behind gets a "reset" event and reads the state afresh.
+const maxReplay = 10000
 
 // getEvents answers GET /v1/events: every new request, outcome and change
 // from now on, as Server-Sent Events. The event id is "<stream>:<sequence>".
@@ -47,6 +110,18 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, preamble s
 		return
 	}
 	defer s.feed.unsubscribe(sub)
+	// Where this client is: where it says it was, or where the feed is.
+	pos := sub.from
+	var replay []streamMsg
+	if last := r.Header.Get("Last-Event-ID"); last != "" {
+		if from, ok := parseFeedPos(last, sub.from); ok && from != sub.from {
+			if replay, err = s.replay(ctx, from, sub.from); err != nil {
+				fail(s.backendError("replay the event streams", err))
+				return
+			}
+			pos = from
+		}
+	}
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
@@ -58,19 +133,42 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, preamble s
 	if rc.Flush() != nil {
 		return
 	}
+	send := func(m streamMsg) error {
+		if !pos.advance(m) {
+			return nil // replayed already, or older than where the client is
+		}
+		data, ok := render(ctx, m)
+		if !ok {
+			return nil
+		}
+		_, err := fmt.Fprintf(w, "event: %s\nid: %s\ndata: %s\n\n", m.kind, pos.id(m), data)
+		return err
+	}
+	if len(replay) > maxReplay {
+		// Too far behind to replay: the client reads the state afresh.
+		pos = sub.from
+		if _, err := fmt.Fprintf(w, "event: reset\nid: %s\ndata: {}\n\n", pos.id(streamMsg{stream: contracts.StreamEvents})); err != nil {
+			return
+		}
+		replay = nil
+	}
+	for _, m := range replay {
+		if send(m) != nil {
+			return
+		}
+	}
+	if rc.Flush() != nil {
+		return
+	}
 	heartbeat := time.NewTicker(heartbeatEvery)
 	defer heartbeat.Stop()
 	for {
 		select {
 		case <-sub.dropped:
-			// Too slow to keep up: the client reconnects and reloads.
+			// Too slow to keep up: the client reconnects and resumes.
 			return
 		case m := <-sub.ch:
-			data, ok := render(ctx, m)
-			if !ok {
-				continue
-			}
-			if _, err := fmt.Fprintf(w, "event: %s\nid: %s\ndata: %s\n\n", m.kind, m.id, data); err != nil {
+			if send(m) != nil {
 				return
 			}
 		case <-heartbeat.C:
@@ -114,12 +212,17 @@ type feed struct {
 	subs    map[*feedSub]struct{}
 	started bool
 	stops   []func()
+	// at is how far the feed has fanned out each stream.
+	at feedPos
 }
 
 // feedSub is one connected event stream.
 type feedSub struct {
 	ch      chan streamMsg
 	dropped chan struct{}
+	// from is where the feed was when the stream connected: it gets every
+	// message after it.
+	from feedPos
 }
 
 func newFeed(s *Server) *feed { return &feed{s: s, subs: map[*feedSub]struct{}{}} }
@@ -139,7 +242,7 @@ func (f *feed) subscribe() (*feedSub, error) {
 		}
 		f.started = true
 	}
-	sub := &feedSub{ch: make(chan streamMsg, feedBuffer), dropped: make(chan struct{})}
+	sub := &feedSub{ch: make(chan streamMsg, feedBuffer), dropped: make(chan struct{}), from: f.at}
 	f.subs[sub] = struct{}{}
 	return sub, nil
 }
@@ -161,11 +264,12 @@ func (f *feed) start() error {
 		}
 	}
 	for _, src := range feedSources {
-		stop, err := f.s.follow(ctx, src.stream, src.filters, in)
+		stop, last, err := f.s.follow(ctx, src.stream, src.filters, in)
 		if err != nil {
 			stopAll()
 			return err
 		}
+		f.at.advance(streamMsg{stream: src.stream, seq: last})
 		stops = append(stops, stop)
 	}
 	f.stops = stops
@@ -178,6 +282,7 @@ func (f *feed) fanOut(ctx context.Context, in <-chan streamMsg) {
 		select {
 		case m := <-in:
 			f.mu.Lock()
+			f.at.advance(m)
 			for sub := range f.subs {
 				select {
 				case sub.ch <- m:
@@ -204,26 +309,28 @@ func (f *feed) close() {
 }
 
 // follow delivers the messages stored on stream after now (matching
-// filters) to out until ctx ends. The consumer exists when it returns.
-func (s *Server) follow(ctx context.Context, stream string, filters []string, out chan<- streamMsg) (stop func(), err error) {
+// filters) to out until ctx ends. The consumer exists when it returns; last
+// is the stream's last sequence before it.
+func (s *Server) follow(ctx context.Context, stream string, filters []string, out chan<- streamMsg) (stop func(), last uint64, err error) {
 	st, err := s.cfg.JS.Stream(ctx, stream)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
+	last = st.CachedInfo().State.LastSeq
 	cfg := jetstream.OrderedConsumerConfig{
 		FilterSubjects:    filters,
 		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:       st.CachedInfo().State.LastSeq + 1,
+		OptStartSeq:       last + 1,
 		InactiveThreshold: 30 * time.Second,
 	}
 	cons, err := s.cfg.JS.OrderedConsumer(ctx, stream, cfg)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		sm := streamMsg{kind: eventKind(m.Subject()), data: oneLine(m.Data())}
-		if md, err := m.Metadata(); err == nil {
-			sm.id = stream + ":" + strconv.FormatUint(md.Sequence.Stream, 10)
+		sm, ok := toStreamMsg(stream, m)
+		if !ok {
+			return
 		}
 		select {
 		case out <- sm:
@@ -231,9 +338,69 @@ func (s *Server) follow(ctx context.Context, stream string, filters []string, ou
 		}
 	})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return cc.Stop, nil
+	return cc.Stop, last, nil
+}
+
+func toStreamMsg(stream string, m jetstream.Msg) (streamMsg, bool) {
+	md, err := m.Metadata()
+	if err != nil {
+		return streamMsg{}, false
+	}
+	return streamMsg{kind: eventKind(m.Subject()), stream: stream, seq: md.Sequence.Stream, data: oneLine(m.Data())}, true
+}
+
+// replay reads what the followed streams stored after from, up to to (where
+// the client's live feed starts), oldest first per stream; more than
+// maxReplay messages stops the read (the caller resets the client).
+func (s *Server) replay(ctx context.Context, from, to feedPos) ([]streamMsg, error) {
+	var out []streamMsg
+	for _, src := range feedSources {
+		start, end := from.events, to.events
+		if src.stream == contracts.StreamRequests {
+			start, end = from.requests, to.requests
+		}
+		if start >= end {
+			continue
+		}
+		cons, err := s.cfg.JS.OrderedConsumer(ctx, src.stream, jetstream.OrderedConsumerConfig{
+			FilterSubjects: src.filters, DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
+			OptStartSeq: start + 1, InactiveThreshold: 30 * time.Second,
+		})
+		if err != nil {
+			return nil, err
+		}
+		for len(out) <= maxReplay {
+			batch, err := cons.FetchNoWait(256)
+			if err != nil {
+				return nil, err
+			}
+			n, done := 0, false
+			for m := range batch.Messages() {
+				n++
+				sm, ok := toStreamMsg(src.stream, m)
+				if !ok {
+					continue
+				}
+				if sm.seq > end {
+					done = true
+					continue
+				}
+				out = append(out, sm)
+				if sm.seq == end {
+					done = true
+				}
+			}
+			if err := batch.Error(); err != nil {
+				return nil, err
+			}
+			if done || n == 0 {
+				break
+			}
+		}
+	}
+	return out, nil
 }
 
 // oneLine keeps an event's data on one "data:" line. In JSON a raw line

@@ -19,11 +19,24 @@ type sse struct{ event, id, data string }
 // ctx ends first).
 func (e *env) openEvents(t *testing.T, ctx context.Context, name string) func(kind string) sse {
 	t.Helper()
+	next, _ := e.resumeEvents(t, ctx, name, "")
+	return next
+}
+
+// resumeEvents opens GET /v1/events with lastID as Last-Event-ID (none
+// when empty); closing ends the stream.
+func (e *env) resumeEvents(t *testing.T, ctx context.Context, name, lastID string) (next func(kind string) sse, closeStream func()) {
+	t.Helper()
+	ctx, closeStream = context.WithCancel(ctx)
+	t.Cleanup(closeStream)
 	req, err := http.NewRequestWithContext(ctx, "GET", e.url+"/v1/events", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header.Set("Authorization", "Bearer "+e.tokens[name])
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -62,14 +75,69 @@ func (e *env) openEvents(t *testing.T, ctx context.Context, name string) func(ki
 				if !ok {
 					t.Fatalf("stream ended before a %s event", kind)
 				}
-				if ev.event == kind {
+				if ev.event == kind || kind == "" {
 					return ev
 				}
 			case <-ctx.Done():
 				t.Fatalf("no %s event", kind)
 			}
 		}
+	}, closeStream
+}
+
+// A client that reconnects with the id of the last event it saw gets every
+// event stored while it was away, replayed from the streams in order and
+// each once, then the live ones.
+func TestEventStreamResumesFromLastEventID(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	next, closeStream := e.resumeEvents(t, ctx, "alice", "")
+	first := e.pendingApproval(t, "run-resume-1", "payments.send")
+	seen := next("requested")
+	if !strings.Contains(seen.data, first) || seen.id == "" {
+		t.Fatalf("requested event %+v", seen)
 	}
+	closeStream()
+
+	// While the client is away: the first is decided, a second requested.
+	e.approve(t, "alice", first)
+	second := e.pendingApproval(t, "run-resume-2", "payments.send")
+
+	next, _ = e.resumeEvents(t, ctx, "alice", seen.id)
+	var got []string
+	for len(got) < 2 {
+		ev := next("")
+		got = append(got, ev.event+" "+eventIDIn(ev.data, first, second))
+	}
+	want := []string{"requested " + second, "decided " + first}
+	if got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("replayed %q, want %q", got, want)
+	}
+	// Then live, with no replayed event twice.
+	e.approve(t, "alice", second)
+	if ev := next(""); ev.event != "decided" || !strings.Contains(ev.data, second) {
+		t.Fatalf("after the replay: %+v, want the live decision of %s", ev, second)
+	}
+
+	// An id from an earlier release ("<stream>:<seq>") resumes its stream.
+	legacy := strings.Split(seen.id, ",")[0]
+	if !strings.HasPrefix(legacy, contracts.StreamRequests+":") {
+		t.Fatalf("event id %q does not start with its own stream and sequence", seen.id)
+	}
+	next, _ = e.resumeEvents(t, ctx, "alice", legacy)
+	if ev := next(""); ev.event != "requested" || !strings.Contains(ev.data, second) {
+		t.Fatalf("resumed from %s: %+v, want the request of %s", legacy, ev, second)
+	}
+}
+
+func eventIDIn(data string, ids ...string) string {
+	for _, id := range ids {
+		if strings.Contains(data, id) {
+			return id
+		}
+	}
+	return "?"
 }
 
 // consumers counts the consumers of a stream.
