@@ -91,14 +91,14 @@ type Arbiter struct {
 }
 
 type metrics struct {
-	created  prometheus.Counter
+	created prometheus.Counter
 	// requestsRefused counts requests dead-lettered instead of creating a
 	// record, by reason (malformed, too_large).
 	requestsRefused *prometheus.CounterVec
-	decided  *prometheus.CounterVec
-	refused  *prometheus.CounterVec
-	conflict prometheus.Counter
-	latency  *prometheus.HistogramVec
+	decided         *prometheus.CounterVec
+	refused         *prometheus.CounterVec
+	conflict        prometheus.Counter
+	latency         *prometheus.HistogramVec
 	// timerLag is how late a timer is applied after it was due.
 	timerLag *prometheus.HistogramVec
 	// reminders and escalations count announced reminders and tiers reached.
