@@ -88,6 +88,7 @@ type Arbiter struct {
 	// lim is the size budget, from the server's max payload.
 	lim     contracts.Limits
 	waiting *unknownWaits
+	locks   *keyLocks
 }
 
 type metrics struct {
@@ -160,6 +161,7 @@ func New(ctx context.Context, cfg Config) (*Arbiter, error) {
 		cfg: cfg, kv: kv, m: newMetrics(cfg.Registerer),
 		lim:     contracts.LimitsFor(cfg.JS.Conn().MaxPayload()),
 		waiting: newUnknownWaits(),
+		locks:   newKeyLocks(),
 	}, nil
 }
 
@@ -471,6 +473,8 @@ type op struct {
 // apply runs o on the current record and writes the result with
 // compare-and-set, retrying on conflicts with other replicas.
 func (a *Arbiter) apply(ctx context.Context, msg jetstream.Msg, o op) error {
+	unlock := a.locks.lock(o.eventID)
+	defer unlock()
 	for attempt := 0; ; attempt++ {
 		entry, err := a.kv.Get(ctx, o.eventID)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {

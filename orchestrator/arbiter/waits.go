@@ -77,3 +77,40 @@ func (w *unknownWaits) dropLocked(seq uint64) {
 		delete(w.byEvent, e.eventID)
 	}
 }
+
+// keyLocks serializes, within one process, the writes to one record: votes
+// that arrive together for the same approval take turns instead of racing
+// each other's compare-and-set (a flood on one approval would otherwise
+// spend most of its work on conflicts). Replicas still meet at the CAS.
+type keyLocks struct {
+	mu sync.Mutex
+	m  map[string]*keyLock
+}
+
+type keyLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+func newKeyLocks() *keyLocks { return &keyLocks{m: map[string]*keyLock{}} }
+
+// lock locks key and returns its unlock.
+func (k *keyLocks) lock(key string) func() {
+	k.mu.Lock()
+	l := k.m[key]
+	if l == nil {
+		l = &keyLock{}
+		k.m[key] = l
+	}
+	l.refs++
+	k.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		k.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(k.m, key)
+		}
+		k.mu.Unlock()
+	}
+}
