@@ -32,6 +32,10 @@ const (
 	// ReasonOutOfOrder refuses an approval in an ordered chain (quorum
 	// order "sequence") from an approver whose turn has not come.
 	ReasonOutOfOrder = "out_of_order"
+	// ReasonTooLarge refuses what does not fit the size budget (Limits): a
+	// vote bigger than its limits, or one whose record would outgrow the
+	// server's max payload.
+	ReasonTooLarge = "too_large"
 )
 
 // MaxRefusedVotes is how many refused votes a record keeps; older ones are

@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,7 +23,14 @@ const (
 	HeaderDeadLetterStream   = "Countersign-Dead-Letter-Stream"
 	HeaderDeadLetterSeq      = "Countersign-Dead-Letter-Stream-Seq"
 	HeaderDeadLetterConsumer = "Countersign-Dead-Letter-Consumer"
+	// HeaderDeadLetterTruncated, on a dead-lettered copy cut short to fit
+	// the max payload, is the original body's length in bytes.
+	HeaderDeadLetterTruncated = "Countersign-Dead-Letter-Truncated"
 )
+
+// deadLetterHeaderRoom is what a dead-lettered copy keeps for its headers
+// (the reason is at most 1 KiB).
+const deadLetterHeaderRoom = 4 << 10
 
 // retryError asks the loop to redeliver the message after a delay.
 type retryError struct {
@@ -51,6 +59,74 @@ func Poison(err error) error { return &poisonError{err: err} }
 func IsPoison(err error) bool {
 	var p *poisonError
 	return errors.As(err, &p)
+}
+
+// Disposition is what the consume loop does with a message after its
+// handler returned: see Classify.
+type Disposition int
+
+const (
+	// Ack: handled.
+	Ack Disposition = iota
+	// Detached: the handler handed the message on (ErrDetached).
+	Detached
+	// RetryAfter: Nak with the delay the handler asked for (Retry).
+	RetryAfter
+	// Transient: a failure that may pass (a timeout, no responders, a
+	// compare-and-set conflict, a leader change): Nak with a growing,
+	// bounded delay until MaxDeliver, then dead-letter.
+	Transient
+	// Permanent: the message can never be handled (it cannot be decoded, it
+	// breaks the contract, it does not fit the max payload, or the handler
+	// said so with Poison): dead-letter and terminate it at once.
+	Permanent
+)
+
+func (d Disposition) String() string {
+	switch d {
+	case Ack:
+		return "ack"
+	case Detached:
+		return "detached"
+	case RetryAfter:
+		return "retry_after"
+	case Transient:
+		return "transient"
+	case Permanent:
+		return "permanent"
+	}
+	return "unknown"
+}
+
+// Classify says what the loop does after a handler returned err. Errors
+// that can never succeed are permanent whatever wraps them: Poison, JSON
+// decode errors, contract violations (*contracts.FieldError,
+// contracts.ErrTooLarge), a message over the server's max payload
+// (nats.ErrMaxPayload, or the stream's own limit). Retry asks for a delay.
+// Anything else is treated as transient, with bounded retries.
+func Classify(err error) Disposition {
+	var (
+		r     *retryError
+		syn   *json.SyntaxError
+		typ   *json.UnmarshalTypeError
+		field *contracts.FieldError
+		api   *jetstream.APIError
+	)
+	switch {
+	case err == nil:
+		return Ack
+	case errors.Is(err, ErrDetached):
+		return Detached
+	case IsPoison(err),
+		errors.Is(err, nats.ErrMaxPayload),
+		errors.Is(err, contracts.ErrTooLarge),
+		errors.As(err, &syn), errors.As(err, &typ), errors.As(err, &field),
+		errors.As(err, &api) && api.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
+		return Permanent
+	case errors.As(err, &r):
+		return RetryAfter
+	}
+	return Transient
 }
 
 // ErrDetached, returned by a Handler, says the handler handed the message
@@ -193,16 +269,17 @@ func (l *loop) handle(ctx context.Context, m jetstream.Msg) {
 		delivered = md.NumDelivered
 	}
 	err := l.safeHandle(ctx, m)
-	if errors.Is(err, ErrDetached) {
+	d := Classify(err)
+	switch d {
+	case Detached:
 		return
-	}
-	if err == nil {
+	case Ack:
 		if aerr := m.Ack(); aerr != nil {
 			log.Debug("ack", "subject", m.Subject(), "err", aerr)
 		}
 		return
 	}
-	if ctx.Err() != nil {
+	if ctx.Err() != nil && d != Permanent {
 		// Shutting down: let the server redeliver to another replica.
 		_ = m.NakWithDelay(time.Second)
 		return
@@ -210,8 +287,12 @@ func (l *loop) handle(ctx context.Context, m jetstream.Msg) {
 	last := delivered >= uint64(l.cfg.MaxDeliver)
 	var r *retryError
 	switch {
-	case IsPoison(err):
-		l.deadLetter(ctx, m, err.Error())
+	case d == Permanent:
+		reason := err.Error()
+		if !IsPoison(err) {
+			reason = Poison(err).Error()
+		}
+		l.deadLetter(ctx, m, reason)
 	case last:
 		l.deadLetter(ctx, m, fmt.Sprintf("gave up after %d deliveries: %v", delivered, err))
 	case errors.As(err, &r):
@@ -270,7 +351,14 @@ func (l *loop) deadLetter(ctx context.Context, m jetstream.Msg, reason string) {
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := PublishRaw(pctx, l.js, contracts.DeadLetterSubject(l.cfg.Stream), m.Data(), msgID, hdr); err != nil {
+	data := m.Data()
+	if max := l.js.Conn().MaxPayload() - deadLetterHeaderRoom; max > 0 && int64(len(data)) > max {
+		// The copy of a message as large as a message may be, with the
+		// dead-letter headers, would not fit: keep its start and say so.
+		hdr.Set(HeaderDeadLetterTruncated, strconv.Itoa(len(data)))
+		data = data[:max]
+	}
+	if _, err := PublishRaw(pctx, l.js, contracts.DeadLetterSubject(l.cfg.Stream), data, msgID, hdr); err != nil {
 		l.cfg.Logger.Error("dead letter failed; message kept for redelivery", "subject", m.Subject(), "err", err)
 		_ = m.NakWithDelay(l.cfg.MaxBackoff)
 		return

@@ -2,7 +2,6 @@ package events
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/nats-io/nats.go"
@@ -14,12 +13,13 @@ import (
 // HeaderTraceparent carries W3C trace context on every message.
 const HeaderTraceparent = contracts.HeaderTraceparent
 
-// Publish marshals v to JSON and publishes it on subject with msgID as
+// Publish marshals v to JSON (contracts.Marshal: no HTML escaping, so a
+// message is no larger than the size budget counts) and publishes it on subject with msgID as
 // Nats-Msg-Id, so a retried publish inside the stream's duplicate window is
 // stored once. It returns the stream acknowledgement; ack.Duplicate tells a
 // re-publish apart.
 func Publish(ctx context.Context, js jetstream.JetStream, subject string, v any, msgID string, hdr nats.Header) (*jetstream.PubAck, error) {
-	data, err := json.Marshal(v)
+	data, err := contracts.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("events: encode message for %s: %w", subject, err)
 	}

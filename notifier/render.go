@@ -203,6 +203,8 @@ func RefusalStatus(reason string) int {
 		return http.StatusNotFound
 	case contracts.ReasonInvalidArguments:
 		return http.StatusBadRequest
+	case contracts.ReasonTooLarge:
+		return http.StatusRequestEntityTooLarge
 	default:
 		return http.StatusUnprocessableEntity
 	}
@@ -229,6 +231,8 @@ func RefusalText(reason string) string {
 		return "the request does not exist (or has been removed)"
 	case contracts.ReasonOutOfOrder:
 		return "the approvers of this request vote in order, and it is not your turn yet"
+	case contracts.ReasonTooLarge:
+		return "what you sent is too large"
 	case "":
 		return ""
 	default:

@@ -121,6 +121,11 @@ func (g *Gate) SubmitQuestion(ctx context.Context, run contracts.Run, q Question
 	if err := checkSchema(q.Schema); err != nil {
 		return Answer{}, fmt.Errorf("orchestrator: question.schema: %w", err)
 	}
+	if e := g.limits().CheckRequestFields(&contracts.ApprovalRequested{
+		Question: &contracts.Question{Text: q.Text, Schema: compactJSON(q.Schema)},
+	}); e != nil {
+		return Answer{}, fmt.Errorf("orchestrator: %w", e)
+	}
 	args, err := json.Marshal(map[string]string{"question": q.Text})
 	if err != nil {
 		return Answer{}, err
@@ -166,6 +171,9 @@ func (g *Gate) SubmitQuestion(ctx context.Context, run contracts.Run, q Question
 		req.Summary = fmt.Sprintf("%s asks: %s", run.Agent, truncate(q.Text, 200))
 	}
 	req.Traceparent = contracts.TraceparentFrom(ctx)
+	if err := g.limits().CheckRequest(&req); err != nil {
+		return a, fmt.Errorf("orchestrator: %w", err)
+	}
 	if _, err := events.Publish(ctx, g.cfg.JS, contracts.InputRequestedSubject(run.Agent), req, eventID, nil); err != nil {
 		return a, fmt.Errorf("orchestrator: %w", err)
 	}

@@ -46,6 +46,10 @@ var (
 	// ErrInvalidSchema: a tool's or a question's JSON Schema is not a usable
 	// schema (not an object, does not compile, or refers to other documents).
 	ErrInvalidSchema = errors.New("invalid_schema: not a usable JSON Schema")
+	// ErrTooLarge: arguments, a schema or a question do not fit the size
+	// budget the server's max payload allows (contracts.Limits); nothing
+	// was published. It is contracts.ErrTooLarge, code too_large.
+	ErrTooLarge = contracts.ErrTooLarge
 )
 
 // EventNamespace is the UUIDv5 namespace of derived event ids.
@@ -156,6 +160,11 @@ func NewGate(ctx context.Context, cfg Config) (*Gate, error) {
 		g.ownWait = true
 	}
 	return g, nil
+}
+
+// limits is the size budget of the server the gate publishes to.
+func (g *Gate) limits() contracts.Limits {
+	return contracts.LimitsFor(g.cfg.JS.Conn().MaxPayload())
 }
 
 // Waiter returns the gate's waiter.
@@ -285,6 +294,11 @@ func (g *Gate) Submit(ctx context.Context, run contracts.Run, calls []ToolCall) 
 	pol := g.cfg.Policy.Current()
 	out := make([]Verdict, len(calls))
 	seen := map[string]bool{}
+	lim := g.limits()
+	canon := make([]json.RawMessage, len(calls))
+	hashes := make([]string, len(calls))
+	// Every call is checked before any is published, so a bad call never
+	// leaves the calls before it half submitted.
 	for i, c := range calls {
 		if c.Name == "" {
 			return nil, fmt.Errorf("orchestrator: tool_calls[%d].name is required", i)
@@ -302,6 +316,16 @@ func (g *Gate) Submit(ctx context.Context, run contracts.Run, calls []ToolCall) 
 		if err := checkSchema(c.Schema); err != nil {
 			return nil, fmt.Errorf("orchestrator: tool_calls[%d].schema: %w", i, err)
 		}
+		if e := lim.CheckRequestFields(&contracts.ApprovalRequested{
+			ToolCall: &contracts.ToolCall{Arguments: args}, ToolSchema: compactJSON(c.Schema),
+		}); e != nil {
+			return nil, fmt.Errorf("orchestrator: tool_calls[%d]: %w", i, e)
+		}
+		canon[i], hashes[i] = args, sha
+	}
+	for i, c := range calls {
+		args, sha := canon[i], hashes[i]
+		var err error
 		d := pol.Evaluate(policy.Input{Run: run, Tool: c.Name, Arguments: args})
 		v := Verdict{ToolCallID: c.ID, Rule: d.Rule}
 		switch d.Action {
@@ -364,6 +388,9 @@ func (g *Gate) gate(ctx context.Context, run contracts.Run, c ToolCall, args jso
 	}
 	req := g.request(run, c, args, sha, d, eventID)
 	req.Traceparent = contracts.TraceparentFrom(ctx)
+	if err := g.limits().CheckRequest(&req); err != nil {
+		return v, err
+	}
 	if _, err := events.Publish(ctx, g.cfg.JS, contracts.ToolRequestedSubject(run.Agent), req, eventID, nil); err != nil {
 		return v, err
 	}

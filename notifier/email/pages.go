@@ -20,7 +20,7 @@ import (
 const maxFormBytes = 64 << 10
 
 // maxCommentBytes bounds a reason or a response typed on the page.
-const maxCommentBytes = 8 << 10
+const maxCommentBytes = contracts.MaxCommentBytes
 
 // Decisions a page's form posts as "decision".
 const (

@@ -85,14 +85,21 @@ type Arbiter struct {
 	cfg Config
 	kv  jetstream.KeyValue
 	m   metrics
+	// lim is the size budget, from the server's max payload.
+	lim     contracts.Limits
+	waiting *unknownWaits
+	locks   *keyLocks
 }
 
 type metrics struct {
-	created  prometheus.Counter
-	decided  *prometheus.CounterVec
-	refused  *prometheus.CounterVec
-	conflict prometheus.Counter
-	latency  *prometheus.HistogramVec
+	created prometheus.Counter
+	// requestsRefused counts requests dead-lettered instead of creating a
+	// record, by reason (malformed, too_large).
+	requestsRefused *prometheus.CounterVec
+	decided         *prometheus.CounterVec
+	refused         *prometheus.CounterVec
+	conflict        prometheus.Counter
+	latency         *prometheus.HistogramVec
 	// timerLag is how late a timer is applied after it was due.
 	timerLag *prometheus.HistogramVec
 	// reminders and escalations count announced reminders and tiers reached.
@@ -104,6 +111,9 @@ func newMetrics(reg prometheus.Registerer) metrics {
 		created: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "countersign_requests_created_total", Help: "Approval records created by the arbiter.",
 		}),
+		requestsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "countersign_requests_refused_total", Help: "Approval requests the arbiter refused to create a record for, by reason.",
+		}, []string{"reason"}),
 		decided: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "countersign_decisions_total", Help: "Approvals that reached a terminal status, by status.",
 		}, []string{"status"}),
@@ -131,7 +141,7 @@ func newMetrics(reg prometheus.Registerer) metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.created, m.decided, m.refused, m.conflict, m.latency, m.timerLag, m.reminders, m.escalations)
+		reg.MustRegister(m.created, m.requestsRefused, m.decided, m.refused, m.conflict, m.latency, m.timerLag, m.reminders, m.escalations)
 	}
 	return m
 }
@@ -147,7 +157,12 @@ func New(ctx context.Context, cfg Config) (*Arbiter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("arbiter: open bucket %s: %w", contracts.BucketApprovals, err)
 	}
-	return &Arbiter{cfg: cfg, kv: kv, m: newMetrics(cfg.Registerer)}, nil
+	return &Arbiter{
+		cfg: cfg, kv: kv, m: newMetrics(cfg.Registerer),
+		lim:     contracts.LimitsFor(cfg.JS.Conn().MaxPayload()),
+		waiting: newUnknownWaits(),
+		locks:   newKeyLocks(),
+	}, nil
 }
 
 // Run consumes until ctx ends. If one consume loop fails, the others are
@@ -266,13 +281,22 @@ func (a *Arbiter) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 		return events.Poison(fmt.Errorf("decode request: %w", err))
 	}
 	if err := ValidateRequest(&req); err != nil {
+		a.m.requestsRefused.WithLabelValues(contracts.ReasonMalformed).Inc()
 		return events.Poison(fmt.Errorf("invalid request: %w", err))
+	}
+	// What the record of a request could not hold on its way to a terminal
+	// state is refused before anything is created.
+	if err := a.lim.CheckRequest(&req); err != nil {
+		a.m.requestsRefused.WithLabelValues(contracts.ReasonTooLarge).Inc()
+		a.cfg.Logger.Warn("approval request refused", "event_id", req.EventID, "agent", req.Run.Agent,
+			"reason", contracts.ReasonTooLarge, "err", err)
+		return events.Poison(fmt.Errorf("request refused: %w", err))
 	}
 	if req.Quorum.Required < 1 {
 		req.Quorum.Required = 1
 	}
 	rec := NewRecord(req, a.cfg.Now())
-	data, err := json.Marshal(rec)
+	data, err := contracts.Marshal(rec)
 	if err != nil {
 		return events.Poison(err)
 	}
@@ -324,7 +348,10 @@ func (a *Arbiter) handleResolution(ctx context.Context, msg jetstream.Msg) error
 		return a.apply(ctx, msg, op{
 			eventID: v.EventID,
 			apply: func(rec contracts.Record) Result {
-				return ApplyVote(rec, v, a.cfg.Now())
+				return ApplyVoteWithin(rec, v, a.cfg.Now(), a.lim)
+			},
+			tooLarge: func(rec contracts.Record) Result {
+				return refused(rec, v, contracts.ReasonTooLarge, "the approval record has no room for this vote", a.cfg.Now())
 			},
 			counted: func() *contracts.Changed {
 				return &contracts.Changed{Change: contracts.ChangeVoteCounted, VoteID: v.VoteID, Approver: &v.Approver}
@@ -372,56 +399,41 @@ func (a *Arbiter) handleResolution(ctx context.Context, msg jetstream.Msg) error
 			refused: func(reason string) *contracts.Changed {
 				return &contracts.Changed{Change: commandRefusedChange(c.Command), By: c.By, Reason: reason}
 			},
+			tooLarge: func(contracts.Record) Result { return Result{Refusal: contracts.ReasonTooLarge} },
 		})
 	}
 	return events.Poison(fmt.Errorf("unexpected subject %s", subj))
 }
 
+// validateVote checks what ties a vote to its approval and approver
+// (contracts.CheckVoteIdentity) and that it names the subject's approval.
+// A vote that fails cannot be recorded on an approval and is dead-lettered;
+// what it carries is checked when it is applied (ApplyVoteWithin), and a
+// vote that breaks those rules is recorded as refused.
 func validateVote(v *contracts.Vote, subjectID string) error {
-	var errs []error
 	if v.Spec != contracts.SpecVote {
-		errs = append(errs, fmt.Errorf("unknown spec %q", v.Spec))
+		return fmt.Errorf("unknown spec %q", contracts.TruncateText(v.Spec, 64))
 	}
 	if v.EventID != subjectID {
-		errs = append(errs, errors.New("event_id does not match the subject"))
+		return errors.New("event_id does not match the subject")
 	}
-	if v.VoteID == "" || len(v.VoteID) > 128 {
-		errs = append(errs, errors.New("vote_id is required (at most 128 characters)"))
+	if e := contracts.CheckVoteIdentity(v); e != nil {
+		return e
 	}
-	if v.Approver.ID == "" {
-		errs = append(errs, errors.New("approver.id is required"))
-	}
-	if !validDecision(v.Decision) {
-		errs = append(errs, fmt.Errorf("unknown decision %q", v.Decision))
-	}
-	return errors.Join(errs...)
+	return nil
 }
 
 func validateCommand(c *contracts.Command, subjectID string) error {
-	var errs []error
 	if c.Spec != contracts.SpecCommand {
-		errs = append(errs, fmt.Errorf("unknown spec %q", c.Spec))
+		return fmt.Errorf("unknown spec %q", contracts.TruncateText(c.Spec, 64))
 	}
 	if c.EventID != subjectID {
-		errs = append(errs, errors.New("event_id does not match the subject"))
+		return errors.New("event_id does not match the subject")
 	}
-	if c.CommandID == "" || c.By == "" {
-		errs = append(errs, errors.New("command_id and by are required"))
+	if e := contracts.CheckCommandFields(c); e != nil {
+		return e
 	}
-	switch c.Command {
-	case contracts.CommandCancel:
-	case contracts.CommandClaim:
-		if c.ClaimID == "" {
-			errs = append(errs, errors.New("claim_id is required"))
-		}
-	case contracts.CommandExtend:
-		if c.Until.IsZero() {
-			errs = append(errs, errors.New("until is required"))
-		}
-	default:
-		errs = append(errs, fmt.Errorf("unknown command %q", c.Command))
-	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // commandRefusedChange is the change kind that announces a refused command.
@@ -452,18 +464,27 @@ type op struct {
 	// missing, when set, handles a record that does not exist instead of
 	// retrying the message as an unknown event.
 	missing func() error
+	// tooLarge, when set, is the result instead of a change whose record
+	// would not fit the max payload: a refusal. Without it such a change is
+	// a permanent error (dead-lettered).
+	tooLarge func(contracts.Record) Result
 }
 
 // apply runs o on the current record and writes the result with
 // compare-and-set, retrying on conflicts with other replicas.
 func (a *Arbiter) apply(ctx context.Context, msg jetstream.Msg, o op) error {
+	unlock := a.locks.lock(o.eventID)
+	defer unlock()
 	for attempt := 0; ; attempt++ {
 		entry, err := a.kv.Get(ctx, o.eventID)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			if o.missing != nil {
 				return o.missing()
 			}
-			return a.unknownEvent(msg)
+			return a.unknownEvent(msg, o.eventID)
+		}
+		if md, err := msg.Metadata(); err == nil && md.Stream == contracts.StreamResolutions {
+			a.waiting.done(md.Sequence.Stream)
 		}
 		if err != nil {
 			return err
@@ -473,6 +494,10 @@ func (a *Arbiter) apply(ctx context.Context, msg jetstream.Msg, o op) error {
 			return events.Poison(fmt.Errorf("record %s is unreadable: %w", o.eventID, err))
 		}
 		res := o.apply(rec)
+		data, res, err := a.encode(rec, res, o)
+		if err != nil {
+			return err
+		}
 		if res.Duplicate {
 			if rec.Terminal() {
 				// The outcome may not have been announced if a replica died
@@ -490,10 +515,6 @@ func (a *Arbiter) apply(ctx context.Context, msg jetstream.Msg, o op) error {
 			ch := o.refused(res.Refusal)
 			ch.Status = rec.Status
 			return a.publishChanged(ctx, o.eventID, ch, entry.Revision(), msg)
-		}
-		data, err := json.Marshal(res.Record)
-		if err != nil {
-			return events.Poison(err)
 		}
 		rev, err := a.kv.Update(ctx, o.eventID, data, entry.Revision())
 		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSequence(err) {
@@ -534,6 +555,37 @@ func (a *Arbiter) apply(ctx context.Context, msg jetstream.Msg, o op) error {
 	}
 }
 
+// encode encodes the record res makes, the last line of defence of the
+// size budget: a change whose record would not fit the max payload becomes
+// o.tooLarge's refusal, never a write that fails and is retried.
+func (a *Arbiter) encode(rec contracts.Record, res Result, o op) ([]byte, Result, error) {
+	if !res.Changed {
+		return nil, res, nil
+	}
+	data, err := contracts.Marshal(res.Record)
+	if err != nil {
+		return nil, res, events.Poison(err)
+	}
+	if len(data) <= a.lim.Record {
+		return data, res, nil
+	}
+	a.cfg.Logger.Warn("approval record would not fit the max payload", "event_id", o.eventID,
+		"size", len(data), "limit", a.lim.Record)
+	if o.tooLarge == nil {
+		a.m.refused.WithLabelValues(contracts.ReasonTooLarge).Inc()
+		return nil, res, events.Poison(fmt.Errorf("%w: record %s would take %d bytes, more than %d", contracts.ErrTooLarge, o.eventID, len(data), a.lim.Record))
+	}
+	res = o.tooLarge(rec)
+	if !res.Changed {
+		return nil, res, nil
+	}
+	if data, err = contracts.Marshal(res.Record); err != nil || len(data) > a.lim.Record {
+		a.m.refused.WithLabelValues(contracts.ReasonTooLarge).Inc()
+		return nil, res, events.Poison(fmt.Errorf("%w: record %s has no room for a refusal", contracts.ErrTooLarge, o.eventID))
+	}
+	return data, res, nil
+}
+
 func isWrongLastSequence(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
@@ -548,17 +600,31 @@ func isWrongLastSequence(err error) bool {
 const arbiterMaxBackoff = 2 * time.Second
 
 // unknownEvent retries a message for a record that does not exist yet, and
-// refuses it as unknown_event on its last attempt.
-func (a *Arbiter) unknownEvent(msg jetstream.Msg) error {
+// refuses it as unknown_event on its last attempt. How many such messages
+// wait at once is bounded (see maxWaitsPerEvent): past the bounds a message
+// is refused at once, so one approval's votes cannot hold the capacity of
+// the consumer every approval shares.
+func (a *Arbiter) unknownEvent(msg jetstream.Msg, eventID string) error {
 	md, err := msg.Metadata()
-	if err == nil && md.NumDelivered >= uint64(a.cfg.UnknownEventAttempts) {
+	if err != nil {
+		return events.Retry(a.cfg.UnknownEventDelay, errors.New(contracts.ReasonUnknownEvent))
+	}
+	now := time.Now()
+	seq := md.Sequence.Stream
+	horizon := now.Add(2*time.Duration(a.cfg.UnknownEventAttempts)*a.cfg.UnknownEventDelay + time.Minute)
+	eventFull, allFull := a.waiting.wait(seq, eventID, now, horizon)
+	if md.NumDelivered >= uint64(a.cfg.UnknownEventAttempts) || eventFull || allFull {
 		// Only give up once every request stored so far has been handled:
 		// while requests wait (the arbiter is catching up after an outage),
 		// the vote's record may yet be created.
-		if backlog, berr := a.requestBacklog(); berr != nil || backlog {
+		if backlog, berr := a.requestBacklog(); (berr != nil || backlog) && !eventFull {
 			return events.Retry(a.cfg.UnknownEventDelay, errors.New(contracts.ReasonUnknownEvent+" (requests still being handled)"))
 		}
+		a.waiting.done(seq)
 		a.m.refused.WithLabelValues(contracts.ReasonUnknownEvent).Inc()
+		if eventFull {
+			return events.Poison(fmt.Errorf("%s: %d messages already wait for this approval's record", contracts.ReasonUnknownEvent, maxWaitsPerEvent))
+		}
 		return events.Poison(errors.New(contracts.ReasonUnknownEvent))
 	}
 	return events.Retry(a.cfg.UnknownEventDelay, errors.New(contracts.ReasonUnknownEvent))

@@ -23,12 +23,19 @@ func Diff(from, to json.RawMessage) json.RawMessage {
 	a, errA := decodeNumbers(from)
 	b, errB := decodeNumbers(to)
 	if errA != nil || errB != nil {
-		out, _ := json.Marshal([]patchOp{{Op: "replace", Path: "", Value: to}})
+		out, _ := contracts.Marshal([]patchOp{{Op: "replace", Path: "", Value: to}})
 		return out
 	}
 	ops := []patchOp{}
 	diffValue("", a, b, &ops)
-	out, _ := json.Marshal(ops)
+	out, _ := contracts.Marshal(ops)
+	// A large diff is never larger than one replace of the whole value: the
+	// size budget counts on it (contracts.MaxDiffOverhead).
+	if len(out) > contracts.MaxDiffOverhead {
+		if whole, err := contracts.Marshal([]patchOp{{Op: "replace", Path: "", Value: to}}); err == nil && len(whole) < len(out) {
+			return whole
+		}
+	}
 	return out
 }
 
@@ -90,7 +97,7 @@ func sameJSON(a, b json.RawMessage) bool {
 }
 
 func mustJSON(v any) json.RawMessage {
-	out, _ := json.Marshal(v)
+	out, _ := contracts.Marshal(v)
 	return out
 }
 

@@ -55,15 +55,8 @@ func clone(r contracts.Record) contracts.Record {
 
 // ApplyVote applies v to rec at now.
 func ApplyVote(rec contracts.Record, v contracts.Vote, now time.Time) Result {
-	for _, old := range rec.Votes {
-		if old.VoteID == v.VoteID {
-			return Result{Duplicate: true}
-		}
-	}
-	for _, old := range rec.RefusedVotes {
-		if old.VoteID == v.VoteID {
-			return Result{Duplicate: true}
-		}
+	if isDuplicate(rec, v.VoteID) {
+		return Result{Duplicate: true}
 	}
 	if reason := refuse(rec, v); reason != "" {
 		return refused(rec, v, reason, refusalDetail(rec, v, reason), now)
@@ -96,6 +89,50 @@ func ApplyVote(rec contracts.Record, v contracts.Vote, now time.Time) Result {
 		}
 	}
 	return Result{Record: next, Changed: true, Decided: next.Status != contracts.StatusPending}
+}
+
+// ApplyVoteWithin applies v to rec at now like ApplyVote, within the size
+// budget lim: a vote that breaks the contract's rules for a vote
+// (contracts.Limits.CheckVote: sizes, fields, decision kinds) is refused with
+// that rule's code, and a vote whose record would not fit is refused as
+// too_large — a vote that does not decide must also leave the room the
+// record keeps for its decision and history (contracts.Limits.RecordFits).
+// Such refusals are final: the same vote can never fit later.
+func ApplyVoteWithin(rec contracts.Record, v contracts.Vote, now time.Time, lim contracts.Limits) Result {
+	if isDuplicate(rec, v.VoteID) {
+		return Result{Duplicate: true}
+	}
+	if e := lim.CheckVote(&v); e != nil {
+		return refused(rec, v, e.Code, e.Field+": "+e.Message, now)
+	}
+	res := ApplyVote(rec, v, now)
+	if !res.Changed || res.Refusal != "" {
+		return res
+	}
+	var err error
+	if res.Decided {
+		err = lim.RecordSizeOK(&res.Record)
+	} else {
+		err = lim.RecordFits(&res.Record)
+	}
+	if err != nil {
+		return refused(rec, v, contracts.ReasonTooLarge, "the approval record has no room for this vote", now)
+	}
+	return res
+}
+
+func isDuplicate(rec contracts.Record, voteID string) bool {
+	for _, old := range rec.Votes {
+		if old.VoteID == voteID {
+			return true
+		}
+	}
+	for _, old := range rec.RefusedVotes {
+		if old.VoteID == voteID {
+			return true
+		}
+	}
+	return false
 }
 
 // refuse returns the reason v cannot count, or "".
@@ -151,18 +188,13 @@ func refuse(rec contracts.Record, v contracts.Vote) string {
 	return ""
 }
 
-func validDecision(d string) bool {
-	switch d {
-	case contracts.DecisionApprove, contracts.DecisionReject, contracts.DecisionEdit,
-		contracts.DecisionRespond, contracts.DecisionAnswer:
-		return true
-	}
-	return false
-}
+// maxRefusedDecision bounds, encoded, the decision a malformed vote named
+// as its refused entry keeps it.
+const maxRefusedDecision = 32
 
-func validAnswerAction(a string) bool {
-	return a == "accept" || a == "decline" || a == "cancel"
-}
+func validDecision(d string) bool { return contracts.ValidDecision(d) }
+
+func validAnswerAction(a string) bool { return contracts.ValidAnswerAction(a) }
 
 func isJSONObject(raw json.RawMessage) bool {
 	raw = bytes.TrimSpace(raw)
@@ -363,8 +395,15 @@ func approvedArguments(out *contracts.Outcome, rec contracts.Record) {
 func refused(rec contracts.Record, v contracts.Vote, reason, detail string, now time.Time) Result {
 	next := clone(rec)
 	next.UpdatedAt = now
+	decision := v.Decision
+	if !validDecision(decision) {
+		decision = contracts.TruncateEncoded(decision, maxRefusedDecision)
+	}
+	// A refused vote's entry has a bounded size (the budget reserves room
+	// for a full history): its detail is cut to fit.
 	next.RefusedVotes = append(next.RefusedVotes, contracts.RefusedVote{
-		VoteID: v.VoteID, Approver: v.Approver, Decision: v.Decision, Reason: reason, Detail: detail, At: now,
+		VoteID: v.VoteID, Approver: v.Approver, Decision: decision, Reason: reason,
+		Detail: contracts.TruncateEncoded(detail, contracts.MaxRefusalDetailBytes), At: now,
 	})
 	if n := len(next.RefusedVotes) - contracts.MaxRefusedVotes; n > 0 {
 		next.RefusedVotes = slices.Clone(next.RefusedVotes[n:])

@@ -4,18 +4,23 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+
+	"github.com/countersign/countersign/contracts"
 )
 
 // Error codes of the API besides the arbiter's refusal reasons
 // (contracts.Reason*), which are returned as they are.
 const (
-	CodeUnauthenticated    = "unauthenticated"
-	CodeForbidden          = "forbidden"
-	CodeNotFound           = "not_found"
-	CodeMethodNotAllowed   = "method_not_allowed"
-	CodeInvalidJSON        = "invalid_json"
-	CodeUnknownField       = "unknown_field"
-	CodeBodyTooLarge       = "body_too_large"
+	CodeUnauthenticated  = "unauthenticated"
+	CodeForbidden        = "forbidden"
+	CodeNotFound         = "not_found"
+	CodeMethodNotAllowed = "method_not_allowed"
+	CodeInvalidJSON      = "invalid_json"
+	CodeUnknownField     = "unknown_field"
+	CodeBodyTooLarge     = "body_too_large"
+	// CodeTooLarge: a field (arguments, a schema, a comment...) does not
+	// fit the size budget (contracts.Limits); the HTTP status is 413.
+	CodeTooLarge           = contracts.ReasonTooLarge
 	CodeInvalidField       = "invalid_field"
 	CodeInvalidParameter   = "invalid_parameter"
 	CodeInvalidArguments   = "invalid_arguments"

@@ -67,7 +67,7 @@ func (in *inbox) postDecide(w http.ResponseWriter, r *http.Request, sess *sessio
 	default:
 		formErr = "Unknown decision."
 	}
-	if len(vote.Comment) > 16<<10 {
+	if len(vote.Comment) > contracts.MaxCommentBytes {
 		formErr = "The comment must be at most 16 KiB."
 	}
 	status := http.StatusOK

@@ -8,11 +8,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/orchestrator"
 )
 
 // maxQuestionText bounds a question's text.
-const maxQuestionText = 16 << 10
+const maxQuestionText = contracts.MaxQuestionTextBytes
 
 type questionRequest struct {
 	Run reviewRun `json:"run"`
@@ -68,6 +69,12 @@ func (s *Server) postQuestions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr)
 		return
 	}
+	if e := s.limits().CheckRequestFields(&contracts.ApprovalRequested{
+		Question: &contracts.Question{Text: req.Question.Text, Schema: req.Question.Schema},
+	}); e != nil {
+		writeError(w, contractError(e))
+		return
+	}
 	q := orchestrator.Question{ID: req.ID, Text: req.Question.Text, Schema: req.Question.Schema}
 	// Publishing is the durable step: it is finished even if the client goes away.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
@@ -80,6 +87,9 @@ func (s *Server) postQuestions(w http.ResponseWriter, r *http.Request) {
 		return
 	case errors.Is(err, orchestrator.ErrInvalidSchema):
 		writeError(w, fieldError(http.StatusBadRequest, CodeInvalidSchema, "question.schema", "%s", strings.TrimPrefix(err.Error(), "orchestrator: ")))
+		return
+	case errors.Is(err, orchestrator.ErrTooLarge):
+		writeError(w, tooLargeError(err, "question"))
 		return
 	case err != nil:
 		writeError(w, s.backendError("submit question", err))

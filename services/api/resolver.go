@@ -49,6 +49,16 @@ func (r resolver) Vote(ctx context.Context, v contracts.Vote) (notifier.VoteResu
 	if v.DecidedAt.IsZero() {
 		v.DecidedAt = s.cfg.Now().UTC()
 	}
+	// The channels' votes follow the rules every surface shares; the
+	// arbiter would refuse the same, after a round trip.
+	if e := contracts.CheckVoteIdentity(&v); e != nil {
+		s.m.votes.WithLabelValues(contracts.ReasonMalformed).Inc()
+		return notifier.VoteResult{Refused: contracts.ReasonMalformed, Detail: e.Field + ": " + e.Message, Record: current}, nil
+	}
+	if e := s.limits().CheckVote(&v); e != nil {
+		s.m.votes.WithLabelValues(e.Code).Inc()
+		return notifier.VoteResult{Refused: e.Code, Detail: e.Field + ": " + e.Message, Record: current}, nil
+	}
 	// An approver's edit or answer that fails the request's schema is
 	// answered at once with the failing value's path, as over HTTP.
 	if !current.Terminal() && listedApprover(current, v.Approver.ID) {

@@ -93,7 +93,7 @@ func (s *Server) postReviews(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr)
 		return
 	}
-	hashes, aerr := validateReview(&req)
+	hashes, aerr := validateReview(&req, s.limits())
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -121,6 +121,9 @@ func (s *Server) postReviews(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, orchestrator.ErrInvalidArguments):
 		writeError(w, errorf(http.StatusBadRequest, CodeInvalidArguments, "%s", strings.TrimPrefix(err.Error(), "orchestrator: ")))
 		return
+	case errors.Is(err, orchestrator.ErrTooLarge):
+		writeError(w, tooLargeError(err, "tool_calls"))
+		return
 	case err != nil:
 		writeError(w, s.backendError("submit review", err))
 		return
@@ -144,7 +147,7 @@ func (s *Server) postReviews(w http.ResponseWriter, r *http.Request) {
 // validateReview refuses a request before anything is published, so a bad
 // call never leaves the calls before it half submitted. It returns the
 // arguments hash of every call.
-func validateReview(req *reviewRequest) ([]string, *apiError) {
+func validateReview(req *reviewRequest, lim contracts.Limits) ([]string, *apiError) {
 	bad := func(field, format string, args ...any) *apiError {
 		return fieldError(http.StatusBadRequest, CodeInvalidField, field, format, args...)
 	}
@@ -180,13 +183,27 @@ func validateReview(req *reviewRequest) ([]string, *apiError) {
 		if args[0] != '{' {
 			return nil, fieldError(http.StatusBadRequest, CodeInvalidArguments, at+".arguments", "%s.arguments must be a JSON object", at)
 		}
-		sha, err := contracts.ArgumentsSHA256([]byte(args))
+		canon, err := contracts.Canonicalize([]byte(args))
+		if err != nil {
+			return nil, fieldError(http.StatusBadRequest, CodeInvalidArguments, at+".arguments", "%s.arguments: %v", at, err)
+		}
+		sha, err := contracts.ArgumentsSHA256(canon)
 		if err != nil {
 			return nil, fieldError(http.StatusBadRequest, CodeInvalidArguments, at+".arguments", "%s.arguments: %v", at, err)
 		}
 		hashes[i] = sha
 		if aerr := checkSchemaField(c.ToolSchema, at+".tool_schema"); aerr != nil {
 			return nil, aerr
+		}
+		// The arguments and schema must fit the size budget: a request whose
+		// record could not reach a decision is refused here, not accepted.
+		if e := lim.CheckRequestFields(&contracts.ApprovalRequested{
+			ToolCall: &contracts.ToolCall{Arguments: canon}, ToolSchema: c.ToolSchema,
+		}); e != nil {
+			field := at + "." + map[string]string{"tool_call.arguments": "arguments", "tool_schema": "tool_schema"}[e.Field]
+			e.Message = strings.Replace(e.Message, e.Field, field, 1)
+			e.Field = field
+			return nil, contractError(e)
 		}
 	}
 	return hashes, nil
@@ -318,6 +335,18 @@ func verdictFor(rec *contracts.Record, toolCallID, sha string) orchestrator.Verd
 		v.Verdict, v.Reason = orchestrator.VerdictDenied, "Unknown approval status "+rec.Status+"; failing closed."
 	}
 	return v
+}
+
+// tooLargeError is the answer to a request the gate found too large for
+// the size budget (after the per-field checks, only a whole request can
+// be: its record with room for every terminal state).
+func tooLargeError(err error, field string) *apiError {
+	var e *contracts.FieldError
+	msg := strings.TrimPrefix(err.Error(), "orchestrator: ")
+	if errors.As(err, &e) {
+		msg = e.Message
+	}
+	return fieldError(http.StatusRequestEntityTooLarge, CodeTooLarge, field, "%s", msg)
 }
 
 // checkSchemaField checks an optional JSON Schema in a request body: it

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -22,7 +21,7 @@ import (
 const arbiterWait = 5 * time.Second
 
 // maxClientID bounds client-chosen ids (vote_id, claim_id).
-const maxClientID = 128
+const maxClientID = contracts.MaxClientIDBytes
 
 type voteBody struct {
 	VoteID          string          `json:"vote_id"`
@@ -49,18 +48,7 @@ type inFlightAnswer struct {
 
 // validClientID reports whether id can serve as a message id: 1 to 128
 // characters of A-Z, a-z, 0-9 and - _ . :
-func validClientID(id string) bool {
-	if id == "" || len(id) > maxClientID {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':') {
-			return false
-		}
-	}
-	return true
-}
+func validClientID(id string) bool { return contracts.ValidClientID(id) }
 
 var refusalMessages = map[string]string{
 	contracts.ReasonNotAnApprover:      "you are not an approver of this request",
@@ -75,6 +63,7 @@ var refusalMessages = map[string]string{
 	contracts.ReasonNotApproved:        "this approval is not approved",
 	contracts.ReasonUnknownEvent:       "no such approval",
 	contracts.ReasonOutOfOrder:         "approvals of this request go in order, and it is not your turn yet",
+	contracts.ReasonTooLarge:           "the vote is too large",
 }
 
 func refusal(reason string) *apiError {
@@ -88,6 +77,11 @@ func refusal(reason string) *apiError {
 var decisions = []string{
 	contracts.DecisionApprove, contracts.DecisionReject, contracts.DecisionEdit,
 	contracts.DecisionRespond, contracts.DecisionAnswer,
+}
+
+// limits is the size budget of the server the API publishes to.
+func (s *Server) limits() contracts.Limits {
+	return contracts.LimitsFor(s.cfg.JS.Conn().MaxPayload())
 }
 
 // postVote answers POST /v1/approvals/{event_id}/votes.
@@ -113,6 +107,14 @@ func (s *Server) postVote(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr)
 		return
 	}
+	if aerr := checkVote(s.limits(), contracts.Vote{
+		Decision: body.Decision, Comment: body.Comment, Arguments: body.Arguments,
+		ArgumentsSHA256: body.ArgumentsSHA256, Answer: body.contractAnswer(),
+	}); aerr != nil {
+		s.m.votes.WithLabelValues(aerr.Code).Inc()
+		writeError(w, aerr)
+		return
+	}
 	ctx := r.Context()
 	current, _, aerr := s.getRecordSoon(ctx, id, unknownEventWait)
 	if aerr != nil {
@@ -134,9 +136,7 @@ func (s *Server) postVote(w http.ResponseWriter, r *http.Request) {
 		Approver: contracts.Approver{ID: p.subject, Via: body.Via}, Comment: body.Comment,
 		Arguments: body.Arguments, ArgumentsSHA256: body.ArgumentsSHA256, DecidedAt: s.cfg.Now().UTC(),
 	}
-	if body.Answer != nil {
-		vote.Answer = &contracts.Answer{Action: body.Answer.Action, Content: body.Answer.Content}
-	}
+	vote.Answer = body.contractAnswer()
 	// The arbiter decides, but an approver's edit or answer that fails the
 	// request's schema is answered here at once, with the failing value's
 	// pointer. Anyone else's vote goes to the arbiter, which refuses and
@@ -221,51 +221,50 @@ func (s *Server) castVote(ctx context.Context, vote contracts.Vote) (voteResult,
 // exist yet before it is answered unknown_event.
 const unknownEventWait = 2 * time.Second
 
+// validateVote checks what only the HTTP API allows of a vote: its vote_id
+// when the client chose one, and via. What every surface checks of a vote
+// is checkVote's.
 func validateVote(b *voteBody) *apiError {
 	bad := func(field, format string, args ...any) *apiError {
 		return fieldError(http.StatusBadRequest, CodeInvalidField, field, format, args...)
 	}
 	switch {
-	case b.Decision == "":
-		return bad("decision", "decision is required (approve, reject, edit, respond, answer)")
-	case !slices.Contains(decisions, b.Decision):
-		return bad("decision", "unknown decision %q (approve, reject, edit, respond, answer)", b.Decision)
 	case b.VoteID != "" && !validClientID(b.VoteID):
 		return bad("vote_id", "vote_id must be 1 to %d characters of A-Z, a-z, 0-9 and - _ . :", maxClientID)
 	case b.Via != "" && b.Via != contracts.ViaAPI && b.Via != contracts.ViaCLI:
 		return bad("via", "via must be api or cli")
-	case len(b.Comment) > 16<<10:
-		return bad("comment", "comment must be at most 16 KiB")
-	}
-	switch b.Decision {
-	case contracts.DecisionEdit:
-		if args := strings.TrimSpace(string(b.Arguments)); args == "" || args[0] != '{' {
-			return fieldError(http.StatusBadRequest, CodeInvalidArguments, "arguments", "an edit must carry the new arguments as a JSON object")
-		}
-		if _, err := contracts.ArgumentsSHA256(b.Arguments); err != nil {
-			return fieldError(http.StatusBadRequest, CodeInvalidArguments, "arguments", "arguments: %v", err)
-		}
-	case contracts.DecisionRespond:
-		if strings.TrimSpace(b.Comment) == "" {
-			return bad("comment", "respond needs a comment: the text returned to the agent as the tool result")
-		}
-	case contracts.DecisionAnswer:
-		switch {
-		case b.Answer == nil:
-			return bad("answer", "an answer needs answer: {action: accept|decline|cancel, content}")
-		case b.Answer.Action != "accept" && b.Answer.Action != "decline" && b.Answer.Action != "cancel":
-			return bad("answer.action", "answer.action must be accept, decline or cancel")
-		case b.Answer.Action != "accept" && len(bytes.TrimSpace(b.Answer.Content)) > 0 && string(bytes.TrimSpace(b.Answer.Content)) != "null":
-			return bad("answer.content", "only an accepted answer carries content")
-		}
-	}
-	if len(b.Arguments) > 0 && b.Decision != contracts.DecisionEdit {
-		return bad("arguments", "only an edit carries arguments")
-	}
-	if b.Answer != nil && b.Decision != contracts.DecisionAnswer {
-		return bad("answer", "only an answer vote carries an answer")
 	}
 	return nil
+}
+
+func (b *voteBody) contractAnswer() *contracts.Answer {
+	if b.Answer == nil {
+		return nil
+	}
+	return &contracts.Answer{Action: b.Answer.Action, Content: b.Answer.Content}
+}
+
+// checkVote applies the contract's rules for a vote (contracts.Limits.CheckVote),
+// the same the channels' resolver and the arbiter apply: a malformed field is
+// invalid_field (400), bad arguments invalid_arguments (400), and what is
+// over its size limit too_large (413).
+func checkVote(lim contracts.Limits, v contracts.Vote) *apiError {
+	e := lim.CheckVote(&v)
+	if e == nil {
+		return nil
+	}
+	return contractError(e)
+}
+
+// contractError is the answer to a broken rule of the contract.
+func contractError(e *contracts.FieldError) *apiError {
+	switch e.Code {
+	case contracts.ReasonTooLarge:
+		return fieldError(http.StatusRequestEntityTooLarge, CodeTooLarge, e.Field, "%s", e.Message)
+	case contracts.ReasonInvalidArguments:
+		return fieldError(http.StatusBadRequest, CodeInvalidArguments, e.Field, "%s", e.Message)
+	}
+	return fieldError(http.StatusBadRequest, CodeInvalidField, e.Field, "%s", e.Message)
 }
 
 // listedApprover reports whether id may vote on rec: an open approver
