@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -88,7 +89,7 @@ type Arbiter struct {
 	// lim is the size budget, from the server's max payload.
 	lim     contracts.Limits
 	waiting *unknownWaits
-	locks   *keyLocks
+	commits *commits
 }
 
 type metrics struct {
@@ -161,7 +162,7 @@ func New(ctx context.Context, cfg Config) (*Arbiter, error) {
 		cfg: cfg, kv: kv, m: newMetrics(cfg.Registerer),
 		lim:     contracts.LimitsFor(cfg.JS.Conn().MaxPayload()),
 		waiting: newUnknownWaits(),
-		locks:   newKeyLocks(),
+		commits: newCommits(),
 	}, nil
 }
 
@@ -472,87 +473,174 @@ type op struct {
 
 // apply runs o on the current record and writes the result with
 // compare-and-set, retrying on conflicts with other replicas.
+//
+// Operations on one record that arrive together are applied as a group
+// (see commits): the first one in applies every operation queued behind it
+// to the record in order and writes the record once for all, so a flood of
+// votes on one approval costs a few writes, and the consume loop's workers
+// stay free for every other approval.
 func (a *Arbiter) apply(ctx context.Context, msg jetstream.Msg, o op) error {
-	unlock := a.locks.lock(o.eventID)
-	defer unlock()
-	for attempt := 0; ; attempt++ {
-		entry, err := a.kv.Get(ctx, o.eventID)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			if o.missing != nil {
-				return o.missing()
-			}
-			return a.unknownEvent(msg, o.eventID)
+	p := &queuedOp{msg: msg, o: o, done: make(chan struct{})}
+	batch, leader := a.commits.join(o.eventID, p)
+	if !leader {
+		<-p.done
+		return p.err
+	}
+	for ; len(batch) > 0; batch = a.commits.next(o.eventID) {
+		a.applyGroup(ctx, batch)
+	}
+	return p.err
+}
+
+// applyGroup applies the operations of one record, in order, to the
+// record, writes it once, then announces each operation's effect. Each
+// operation's error is its own.
+func (a *Arbiter) applyGroup(ctx context.Context, group []*queuedOp) {
+	defer func() {
+		for _, p := range group {
+			close(p.done)
 		}
-		if md, err := msg.Metadata(); err == nil && md.Stream == contracts.StreamResolutions {
-			a.waiting.done(md.Sequence.Stream)
+	}()
+	eventID := group[0].o.eventID
+	for attempt := 0; ; attempt++ {
+		entry, err := a.kv.Get(ctx, eventID)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			for _, p := range group {
+				if p.o.missing != nil {
+					p.err = p.o.missing()
+				} else {
+					p.err = a.unknownEvent(p.msg, eventID)
+				}
+			}
+			return
+		}
+		for _, p := range group {
+			if md, err := p.msg.Metadata(); err == nil && md.Stream == contracts.StreamResolutions {
+				a.waiting.done(md.Sequence.Stream)
+			}
 		}
 		if err != nil {
-			return err
+			setErr(group, err)
+			return
 		}
 		var rec contracts.Record
 		if err := json.Unmarshal(entry.Value(), &rec); err != nil {
-			return events.Poison(fmt.Errorf("record %s is unreadable: %w", o.eventID, err))
+			setErr(group, events.Poison(fmt.Errorf("record %s is unreadable: %w", eventID, err)))
+			return
 		}
-		res := o.apply(rec)
-		data, res, err := a.encode(rec, res, o)
-		if err != nil {
-			return err
-		}
-		if res.Duplicate {
-			if rec.Terminal() {
-				// The outcome may not have been announced if a replica died
-				// between its write and its publish.
-				return a.reannounce(ctx, rec, entry.Revision())
-			}
-			if o.after != nil {
-				return o.after(ctx, rec)
-			}
-			return nil
-		}
-		if !res.Changed {
-			// Refused without a write (commands): the record stays as it is.
-			a.m.refused.WithLabelValues(res.Refusal).Inc()
-			ch := o.refused(res.Refusal)
-			ch.Status = rec.Status
-			return a.publishChanged(ctx, o.eventID, ch, entry.Revision(), msg)
-		}
-		rev, err := a.kv.Update(ctx, o.eventID, data, entry.Revision())
-		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSequence(err) {
-			a.m.conflict.Inc()
-			if attempt < 50 {
+		// Apply each operation to the record the ones before it made.
+		cur, data := rec, []byte(nil)
+		for _, p := range group {
+			p.before = cur
+			p.res, p.err, p.written = Result{}, nil, false
+			res := p.o.apply(cur)
+			d, res, err := a.encode(cur, res, p.o)
+			p.res = res
+			if err != nil {
+				p.err = err
 				continue
 			}
-			return events.Retry(10*time.Millisecond, err)
-		}
-		if err != nil {
-			return err
-		}
-		if res.Refusal != "" {
-			// Refused and recorded in the record (votes).
-			a.m.refused.WithLabelValues(res.Refusal).Inc()
-			ch := o.refused(res.Refusal)
-			ch.Status = res.Record.Status
-			return a.publishChanged(ctx, o.eventID, ch, rev, msg)
-		}
-		if res.Decided {
-			a.m.decided.WithLabelValues(res.Record.Status).Inc()
-			a.cfg.Logger.Info("approval decided", "event_id", o.eventID, "run_id", res.Record.Request.Run.ID,
-				"status", res.Record.Status, "decided_by", res.Record.Outcome.DecidedBy,
-				"trace_id", contracts.TraceID(res.Record.Request.Traceparent), "by_trace_id", contracts.TraceID(contracts.TraceparentFrom(ctx)))
-			a.m.latency.WithLabelValues(res.Record.Request.Risk).Observe(res.Record.Outcome.DecidedAt.Sub(res.Record.Request.CreatedAt).Seconds())
-			return a.announce(ctx, res.Record, rev)
-		}
-		if ch := o.counted(); ch != nil {
-			ch.Status = res.Record.Status
-			if err := a.publishChanged(ctx, o.eventID, ch, rev, msg); err != nil {
-				return err
+			if res.Changed && !res.Duplicate {
+				cur, data, p.written = res.Record, d, true
 			}
 		}
+		rev := entry.Revision()
+		if data != nil {
+			rev, err = a.kv.Update(ctx, eventID, data, entry.Revision())
+			if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSequence(err) {
+				a.m.conflict.Inc()
+				if attempt < 50 {
+					continue
+				}
+				err = events.Retry(10*time.Millisecond, err)
+			}
+			if err != nil {
+				for _, p := range group {
+					if p.written {
+						p.err = err
+					}
+				}
+				// The others did not depend on the write; announce them.
+				rev = entry.Revision()
+			}
+		}
+		// Refusals are announced side by side (a flood of them must not
+		// take a round trip each in turn); the rest in order.
+		var wg sync.WaitGroup
+		slots := make(chan struct{}, 16)
+		for _, p := range group {
+			if p.err != nil {
+				continue
+			}
+			if p.res.Refusal == "" || p.res.Duplicate {
+				p.err = a.finish(ctx, p, rev)
+				continue
+			}
+			wg.Add(1)
+			slots <- struct{}{}
+			go func() {
+				defer func() { <-slots; wg.Done() }()
+				p.err = a.finish(ctx, p, rev)
+			}()
+		}
+		wg.Wait()
+		return
+	}
+}
+
+func setErr(group []*queuedOp, err error) {
+	for _, p := range group {
+		p.err = err
+	}
+}
+
+// finish announces what one operation of a group did, once the record is
+// written at rev.
+func (a *Arbiter) finish(ctx context.Context, p *queuedOp, rev uint64) error {
+	o, res, eventID := p.o, p.res, p.o.eventID
+	if res.Duplicate {
+		if p.before.Terminal() {
+			// The outcome may not have been announced if a replica died
+			// between its write and its publish.
+			return a.reannounce(ctx, p.before, rev)
+		}
 		if o.after != nil {
-			return o.after(ctx, res.Record)
+			return o.after(ctx, p.before)
 		}
 		return nil
 	}
+	if !res.Changed {
+		// Refused without a write (commands): the record stays as it is.
+		a.m.refused.WithLabelValues(res.Refusal).Inc()
+		ch := o.refused(res.Refusal)
+		ch.Status = p.before.Status
+		return a.publishChanged(ctx, eventID, ch, rev, p.msg)
+	}
+	if res.Refusal != "" {
+		// Refused and recorded in the record (votes).
+		a.m.refused.WithLabelValues(res.Refusal).Inc()
+		ch := o.refused(res.Refusal)
+		ch.Status = res.Record.Status
+		return a.publishChanged(ctx, eventID, ch, rev, p.msg)
+	}
+	if res.Decided {
+		a.m.decided.WithLabelValues(res.Record.Status).Inc()
+		a.cfg.Logger.Info("approval decided", "event_id", eventID, "run_id", res.Record.Request.Run.ID,
+			"status", res.Record.Status, "decided_by", res.Record.Outcome.DecidedBy,
+			"trace_id", contracts.TraceID(res.Record.Request.Traceparent), "by_trace_id", contracts.TraceID(contracts.TraceparentFrom(ctx)))
+		a.m.latency.WithLabelValues(res.Record.Request.Risk).Observe(res.Record.Outcome.DecidedAt.Sub(res.Record.Request.CreatedAt).Seconds())
+		return a.announce(ctx, res.Record, rev)
+	}
+	if ch := o.counted(); ch != nil {
+		ch.Status = res.Record.Status
+		if err := a.publishChanged(ctx, eventID, ch, rev, p.msg); err != nil {
+			return err
+		}
+	}
+	if o.after != nil {
+		return o.after(ctx, res.Record)
+	}
+	return nil
 }
 
 // encode encodes the record res makes, the last line of defence of the

@@ -3,6 +3,10 @@ package arbiter
 import (
 	"sync"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/countersign/countersign/contracts"
 )
 
 // Bounds on the votes and commands that wait, Nak'd with a delay, for a
@@ -78,39 +82,56 @@ func (w *unknownWaits) dropLocked(seq uint64) {
 	}
 }
 
-// keyLocks serializes, within one process, the writes to one record: votes
-// that arrive together for the same approval take turns instead of racing
-// each other's compare-and-set (a flood on one approval would otherwise
-// spend most of its work on conflicts). Replicas still meet at the CAS.
-type keyLocks struct {
+// commits groups, within one process, the operations on one record that
+// arrive while another is being applied: the first one in applies them all
+// (one read, one write) instead of each racing the others' compare-and-set
+// or waiting its turn. Replicas still meet at the CAS.
+type commits struct {
 	mu sync.Mutex
-	m  map[string]*keyLock
+	// queued holds, per record being applied, the operations waiting for
+	// the next group; a key is present while its leader runs.
+	queued map[string][]*queuedOp
 }
 
-type keyLock struct {
-	mu   sync.Mutex
-	refs int
+// queuedOp is one operation waiting in, or applied by, a group.
+type queuedOp struct {
+	msg  jetstream.Msg
+	o    op
+	done chan struct{}
+	// Set by the group: the record before the operation, its result,
+	// whether it changed what is written, and its error.
+	before  contracts.Record
+	res     Result
+	written bool
+	err     error
 }
 
-func newKeyLocks() *keyLocks { return &keyLocks{m: map[string]*keyLock{}} }
+func newCommits() *commits { return &commits{queued: map[string][]*queuedOp{}} }
 
-// lock locks key and returns its unlock.
-func (k *keyLocks) lock(key string) func() {
-	k.mu.Lock()
-	l := k.m[key]
-	if l == nil {
-		l = &keyLock{}
-		k.m[key] = l
+// join queues p for key. The first operation on a key that is not being
+// applied leads: it gets its group (itself) and leader true, and must call
+// next until it returns nothing. Any other waits for p.done.
+func (c *commits) join(key string, p *queuedOp) (group []*queuedOp, leader bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if q, running := c.queued[key]; running {
+		c.queued[key] = append(q, p)
+		return nil, false
 	}
-	l.refs++
-	k.mu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		k.mu.Lock()
-		if l.refs--; l.refs == 0 {
-			delete(k.m, key)
-		}
-		k.mu.Unlock()
+	c.queued[key] = nil
+	return []*queuedOp{p}, true
+}
+
+// next returns the operations queued for key since the last group, or
+// nothing, and then key is no longer being applied.
+func (c *commits) next(key string) []*queuedOp {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := c.queued[key]
+	if len(q) == 0 {
+		delete(c.queued, key)
+		return nil
 	}
+	c.queued[key] = nil
+	return q
 }
