@@ -159,11 +159,17 @@ func TestVerifyRequest(t *testing.T) {
 		{name: "another version", reason: contracts.RefusalRuleMismatch, want: "checked against",
 			req: edit(big, func(r *contracts.ApprovalRequested) { r.Policy.Version = "v6" })},
 		{name: "a call the policy allows", reason: contracts.RefusalNotGated, want: "allows this call",
-			req: edit(big, func(r *contracts.ApprovalRequested) { r.ToolCall = &contracts.ToolCall{Name: "db.read", Arguments: json.RawMessage(`{}`)} })},
+			req: edit(big, func(r *contracts.ApprovalRequested) {
+				r.ToolCall = &contracts.ToolCall{Name: "db.read", Arguments: json.RawMessage(`{}`)}
+			})},
 		{name: "a call the policy denies", reason: contracts.RefusalNotGated, want: "denies this call",
-			req: edit(big, func(r *contracts.ApprovalRequested) { r.ToolCall = &contracts.ToolCall{Name: "db.drop", Arguments: json.RawMessage(`{}`)} })},
+			req: edit(big, func(r *contracts.ApprovalRequested) {
+				r.ToolCall = &contracts.ToolCall{Name: "db.drop", Arguments: json.RawMessage(`{}`)}
+			})},
 		{name: "arguments another rule decides", reason: contracts.RefusalRuleMismatch, want: `rule "small-payments"`,
-			req: edit(big, func(r *contracts.ApprovalRequested) { r.ToolCall = &contracts.ToolCall{Name: "payments.send", Arguments: json.RawMessage(`{"amount":5}`)} })},
+			req: edit(big, func(r *contracts.ApprovalRequested) {
+				r.ToolCall = &contracts.ToolCall{Name: "payments.send", Arguments: json.RawMessage(`{"amount":5}`)}
+			})},
 		{name: "a lower quorum", reason: contracts.RefusalWeakerThanPolicy, want: "quorum.required 1 is below the rule's 2",
 			req: edit(big, func(r *contracts.ApprovalRequested) { r.Quorum.Required = 1 })},
 		{name: "a zero quorum", reason: contracts.RefusalWeakerThanPolicy, want: "quorum.required 1 is below the rule's 2",
@@ -181,19 +187,30 @@ func TestVerifyRequest(t *testing.T) {
 		{name: "a group name as an approver", reason: contracts.RefusalWeakerThanPolicy, want: `approver "group:other"`,
 			req: edit(small, func(r *contracts.ApprovalRequested) { r.Quorum.Approvers = []string{"group:other"} })},
 		{name: "an edit the rule does not allow", reason: contracts.RefusalWeakerThanPolicy, want: `"edit"`,
-			req: edit(big, func(r *contracts.ApprovalRequested) { r.AllowedDecisions = append(r.AllowedDecisions, contracts.DecisionEdit) })},
+			req: edit(big, func(r *contracts.ApprovalRequested) {
+				r.AllowedDecisions = append(r.AllowedDecisions, contracts.DecisionEdit)
+			})},
 		{name: "every decision (empty list)", reason: contracts.RefusalWeakerThanPolicy, want: `"respond"`,
 			req: edit(big, func(r *contracts.ApprovalRequested) { r.AllowedDecisions = nil })},
 		{name: "a later deadline", reason: contracts.RefusalWeakerThanPolicy, want: "more than the rule's timeout 2h0m0s after created_at",
 			req: edit(big, func(r *contracts.ApprovalRequested) { r.ExpiresAt = r.CreatedAt.Add(3 * time.Hour) })},
 		{name: "a later deadline from a created_at in the future", reason: contracts.RefusalWeakerThanPolicy, want: "after the request was stored",
-			req: edit(big, func(r *contracts.ApprovalRequested) { r.CreatedAt = stored.Add(time.Hour); r.ExpiresAt = r.CreatedAt.Add(2 * time.Hour) })},
+			req: edit(big, func(r *contracts.ApprovalRequested) {
+				r.CreatedAt = stored.Add(time.Hour)
+				r.ExpiresAt = r.CreatedAt.Add(2 * time.Hour)
+			})},
 		{name: "approval by timeout sooner than the rule's", reason: contracts.RefusalWeakerThanPolicy, want: "approves on timeout sooner",
 			req: edit(small, func(r *contracts.ApprovalRequested) { r.ExpiresAt = stored.Add(time.Second) })},
 		{name: "approval by timeout from a created_at in the past", reason: contracts.RefusalWeakerThanPolicy, want: "approves on timeout sooner",
-			req: edit(small, func(r *contracts.ApprovalRequested) { r.CreatedAt = stored.Add(-10 * time.Minute); r.ExpiresAt = stored })},
+			req: edit(small, func(r *contracts.ApprovalRequested) {
+				r.CreatedAt = stored.Add(-10 * time.Minute)
+				r.ExpiresAt = stored
+			})},
 		{name: "escalation from a created_at in the past", reason: contracts.RefusalWeakerThanPolicy, want: "created_at",
-			req: edit(big, func(r *contracts.ApprovalRequested) { r.CreatedAt = stored.Add(-90 * time.Minute); r.ExpiresAt = r.CreatedAt.Add(2 * time.Hour) })},
+			req: edit(big, func(r *contracts.ApprovalRequested) {
+				r.CreatedAt = stored.Add(-90 * time.Minute)
+				r.ExpiresAt = r.CreatedAt.Add(2 * time.Hour)
+			})},
 		{name: "no escalation", reason: contracts.RefusalWeakerThanPolicy, want: "escalation has 0 tiers where the rule has 1",
 			req: edit(big, func(r *contracts.ApprovalRequested) { r.Escalation = nil })},
 		{name: "an earlier escalation", reason: contracts.RefusalWeakerThanPolicy, want: `escalation[0].after "1m0s"`,
