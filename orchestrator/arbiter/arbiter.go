@@ -46,6 +46,16 @@ type Config struct {
 	Retention time.Duration
 	// OnDeadLetter is told about every dead-lettered message.
 	OnDeadLetter func(stream, reason string)
+	// Policies are policies the arbiter trusts without reading them from
+	// the hitl_policy bucket: those a Gate serves from memory rather than
+	// from the bucket (see Policies). Every request is checked against the
+	// policy version it names: one of these, the built-in default, or a
+	// version applied to the bucket; a request naming none is refused.
+	Policies PolicySet
+	// ClockSkew is how far a request's created_at may be from the moment
+	// the server stored it, and the slack of its deadline checks (default
+	// one minute).
+	ClockSkew time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -67,6 +77,9 @@ func (c *Config) setDefaults() {
 	if c.Retention == 0 {
 		c.Retention = events.DefaultRetention
 	}
+	if c.ClockSkew == 0 {
+		c.ClockSkew = time.Minute
+	}
 }
 
 func (c *Config) validate() error {
@@ -77,14 +90,18 @@ func (c *Config) validate() error {
 	if c.UnknownEventAttempts < 2 {
 		errs = append(errs, errors.New("arbiter: Config.UnknownEventAttempts must be at least 2"))
 	}
+	if c.ClockSkew < 0 || c.ClockSkew > time.Hour {
+		errs = append(errs, errors.New("arbiter: Config.ClockSkew must be between 0 and one hour"))
+	}
 	return errors.Join(errs...)
 }
 
 // Arbiter consumes requests, votes and commands and keeps the records.
 type Arbiter struct {
-	cfg Config
-	kv  jetstream.KeyValue
-	m   metrics
+	cfg      Config
+	kv       jetstream.KeyValue
+	policies *policyBook
+	m        metrics
 }
 
 type metrics struct {
@@ -97,6 +114,8 @@ type metrics struct {
 	timerLag *prometheus.HistogramVec
 	// reminders and escalations count announced reminders and tiers reached.
 	reminders, escalations prometheus.Counter
+	// requestsRefused counts requests refused against their policy version.
+	requestsRefused *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) metrics {
@@ -129,15 +148,19 @@ func newMetrics(reg prometheus.Registerer) metrics {
 		escalations: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "countersign_escalations_total", Help: "Escalation tiers reached by pending approvals.",
 		}),
+		requestsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "countersign_requests_refused_total",
+			Help: "Approval requests refused because they ask for less than the policy version they name gives, or name no known version, by refusal.",
+		}, []string{"reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.created, m.decided, m.refused, m.conflict, m.latency, m.timerLag, m.reminders, m.escalations)
+		reg.MustRegister(m.created, m.decided, m.refused, m.conflict, m.latency, m.timerLag, m.reminders, m.escalations, m.requestsRefused)
 	}
 	return m
 }
 
-// New opens the approvals bucket and returns an Arbiter. The streams and
-// bucket must have been provisioned (events.Provision).
+// New opens the approvals and policy buckets and returns an Arbiter. The
+// streams and buckets must have been provisioned (events.Provision).
 func New(ctx context.Context, cfg Config) (*Arbiter, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
@@ -147,7 +170,11 @@ func New(ctx context.Context, cfg Config) (*Arbiter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("arbiter: open bucket %s: %w", contracts.BucketApprovals, err)
 	}
-	return &Arbiter{cfg: cfg, kv: kv, m: newMetrics(cfg.Registerer)}, nil
+	pkv, err := cfg.JS.KeyValue(ctx, contracts.BucketPolicy)
+	if err != nil {
+		return nil, fmt.Errorf("arbiter: open bucket %s: %w", contracts.BucketPolicy, err)
+	}
+	return &Arbiter{cfg: cfg, kv: kv, policies: newPolicyBook(pkv, cfg.Policies), m: newMetrics(cfg.Registerer)}, nil
 }
 
 // Run consumes until ctx ends. If one consume loop fails, the others are
@@ -271,6 +298,19 @@ func (a *Arbiter) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 	if req.Quorum.Required < 1 {
 		req.Quorum.Required = 1
 	}
+	md, err := msg.Metadata()
+	if err != nil {
+		return events.Poison(fmt.Errorf("request without stream metadata: %w", err))
+	}
+	// The snapshot is checked against the policy version it names, timed by
+	// the server's clock (when the request was stored), not the publisher's.
+	ref, err := a.verify(ctx, &req, md.Timestamp)
+	if err != nil {
+		return err
+	}
+	if ref != nil {
+		return a.refuse(ctx, req, ref)
+	}
 	rec := NewRecord(req, a.cfg.Now())
 	data, err := json.Marshal(rec)
 	if err != nil {
@@ -280,24 +320,9 @@ func (a *Arbiter) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return err
 		}
-		// A re-published or redelivered request: the record stands, but its
-		// expiry may not have been scheduled if the first attempt failed
-		// after the create. Scheduling again replaces the same schedule.
-		entry, err := a.kv.Get(ctx, req.EventID)
-		if err != nil {
-			return err
-		}
-		var cur contracts.Record
-		if err := json.Unmarshal(entry.Value(), &cur); err != nil {
-			return events.Poison(fmt.Errorf("record %s is unreadable: %w", req.EventID, err))
-		}
-		if cur.Status != contracts.StatusPending {
-			return nil
-		}
-		if err := a.scheduleExpiry(ctx, cur); err != nil {
-			return err
-		}
-		return a.scheduleTimers(ctx, cur)
+		// A re-published or redelivered request: the record stands.
+		_, err := a.existing(ctx, req.EventID)
+		return err
 	}
 	a.m.created.Inc()
 	a.cfg.Logger.Info("approval requested", "event_id", req.EventID, "run_id", req.Run.ID, "agent", req.Run.Agent,
@@ -307,6 +332,29 @@ func (a *Arbiter) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 		return err
 	}
 	return a.scheduleTimers(ctx, rec)
+}
+
+// existing finishes what a request for a record that already exists may
+// have left undone: a pending record's timers may not have been scheduled
+// if the first attempt failed after the create (scheduling again replaces
+// the same schedules), and a terminal one's decided event may not have been
+// published (it is published only if missing).
+func (a *Arbiter) existing(ctx context.Context, eventID string) (contracts.Record, error) {
+	entry, err := a.kv.Get(ctx, eventID)
+	if err != nil {
+		return contracts.Record{}, err
+	}
+	var cur contracts.Record
+	if err := json.Unmarshal(entry.Value(), &cur); err != nil {
+		return cur, events.Poison(fmt.Errorf("record %s is unreadable: %w", eventID, err))
+	}
+	if cur.Status != contracts.StatusPending {
+		return cur, a.reannounce(ctx, cur, entry.Revision())
+	}
+	if err := a.scheduleExpiry(ctx, cur); err != nil {
+		return cur, err
+	}
+	return cur, a.scheduleTimers(ctx, cur)
 }
 
 func (a *Arbiter) handleResolution(ctx context.Context, msg jetstream.Msg) error {
