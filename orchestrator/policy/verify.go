@@ -195,11 +195,10 @@ func checkLadder(req *contracts.ApprovalRequested, d Decision, base *approvers) 
 	return ps
 }
 
-// approvers is who a rule names: people, and whether a group the policy
-// does not define (resolved by the orchestrator's directory) is among them.
+// approvers is who a rule names: people, and groups the policy does not
+// define (resolved by the orchestrator's directory).
 type approvers struct {
-	people []string
-	groups bool
+	people, groups []string
 }
 
 func approverSet(list []string) approvers {
@@ -207,10 +206,10 @@ func approverSet(list []string) approvers {
 }
 
 func (s approvers) with(list []string) approvers {
-	s.people = slices.Clone(s.people)
+	s.people, s.groups = slices.Clone(s.people), slices.Clone(s.groups)
 	for _, a := range list {
 		if strings.HasPrefix(a, groupPrefix) {
-			s.groups = true
+			s.groups = append(s.groups, a)
 		} else {
 			s.people = append(s.people, a)
 		}
@@ -218,14 +217,15 @@ func (s approvers) with(list []string) approvers {
 	return s
 }
 
-// admits reports whether a may be one of s: one of its people, or, when s
-// names a directory group, anyone but a group name (the member cannot be
-// checked here).
+// admits reports whether a may stand in a snapshot for s: one of its
+// people; one of its groups left as written (no directory knew it, so
+// nobody can approve as it); or, when s names a group, anyone else but a
+// group name, as a member the directory gave (which is not checked here).
 func (s approvers) admits(a string) bool {
-	if slices.Contains(s.people, a) {
+	if slices.Contains(s.people, a) || slices.Contains(s.groups, a) {
 		return true
 	}
-	return s.groups && !strings.HasPrefix(a, groupPrefix)
+	return len(s.groups) > 0 && !strings.HasPrefix(a, groupPrefix)
 }
 
 // checkDecisions requires the allowed decisions to be among the rule's.
