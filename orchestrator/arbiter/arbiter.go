@@ -159,8 +159,8 @@ func newMetrics(reg prometheus.Registerer) metrics {
 	return m
 }
 
-// New opens the approvals and policy buckets and returns an Arbiter. The
-// streams and buckets must have been provisioned (events.Provision).
+// New opens the approvals bucket and returns an Arbiter. The streams and
+// buckets must have been provisioned (events.Provision).
 func New(ctx context.Context, cfg Config) (*Arbiter, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
@@ -170,11 +170,8 @@ func New(ctx context.Context, cfg Config) (*Arbiter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("arbiter: open bucket %s: %w", contracts.BucketApprovals, err)
 	}
-	pkv, err := cfg.JS.KeyValue(ctx, contracts.BucketPolicy)
-	if err != nil {
-		return nil, fmt.Errorf("arbiter: open bucket %s: %w", contracts.BucketPolicy, err)
-	}
-	return &Arbiter{cfg: cfg, kv: kv, policies: newPolicyBook(pkv, cfg.Policies), m: newMetrics(cfg.Registerer)}, nil
+	// hitl_policy is opened when a request first needs a stored version.
+	return &Arbiter{cfg: cfg, kv: kv, policies: newPolicyBook(cfg.JS, cfg.Policies), m: newMetrics(cfg.Registerer)}, nil
 }
 
 // Run consumes until ctx ends. If one consume loop fails, the others are

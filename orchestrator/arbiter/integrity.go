@@ -74,16 +74,31 @@ func RefusedRecord(req contracts.ApprovalRequested, reason, detail string, now t
 // built-in default, or an applied one read from hitl_policy (kept once read:
 // an applied version never changes).
 type policyBook struct {
-	kv      jetstream.KeyValue
+	js      jetstream.JetStream
 	trusted PolicySet
 	builtin *policy.Policy
 
 	mu     sync.Mutex
+	kv     jetstream.KeyValue // opened at the first read
 	stored map[string]*policy.Policy
 }
 
-func newPolicyBook(kv jetstream.KeyValue, trusted PolicySet) *policyBook {
-	return &policyBook{kv: kv, trusted: trusted, builtin: policy.Default(), stored: map[string]*policy.Policy{}}
+func newPolicyBook(js jetstream.JetStream, trusted PolicySet) *policyBook {
+	return &policyBook{js: js, trusted: trusted, builtin: policy.Default(), stored: map[string]*policy.Policy{}}
+}
+
+// bucket opens hitl_policy once.
+func (b *policyBook) bucket(ctx context.Context) (jetstream.KeyValue, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.kv == nil {
+		kv, err := b.js.KeyValue(ctx, contracts.BucketPolicy)
+		if err != nil {
+			return nil, fmt.Errorf("open bucket %s: %w", contracts.BucketPolicy, err)
+		}
+		b.kv = kv
+	}
+	return b.kv, nil
 }
 
 // find returns the policy with the version, a refusal when there is none,
@@ -109,7 +124,11 @@ func (b *policyBook) find(ctx context.Context, version string) (*policy.Policy, 
 	if version == "" {
 		return nil, unknown("the request names no policy version"), nil
 	}
-	doc, err := orchestrator.ReadPolicyVersion(ctx, b.kv, version)
+	kv, err := b.bucket(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	doc, err := orchestrator.ReadPolicyVersion(ctx, kv, version)
 	switch {
 	case errors.Is(err, orchestrator.ErrUnknownPolicyVersion):
 		return nil, unknown(fmt.Sprintf("policy version %q was never applied (%v)", version, err)), nil
