@@ -118,8 +118,8 @@ func forged(t *testing.T, r contracts.Run, callID, rule, version string) contrac
 		Run:      r,
 		ToolCall: &contracts.ToolCall{ID: callID, Name: "payments.send", Arguments: args, ArgumentsSHA256: sum},
 		Risk:     contracts.RiskLow, Summary: "routine",
-		Policy:   contracts.PolicyRef{Rule: rule, Version: version},
-		Quorum:   contracts.Quorum{Approvers: []string{}, Order: contracts.OrderAny},
+		Policy:     contracts.PolicyRef{Rule: rule, Version: version},
+		Quorum:     contracts.Quorum{Approvers: []string{}, Order: contracts.OrderAny},
 		Escalation: []contracts.EscalationTier{}, Reminders: []string{}, AllowedDecisions: []string{}, Channels: []string{},
 		ExpiresAt: now.Add(2 * time.Second), OnTimeout: contracts.OnTimeoutApprove, CreatedAt: now,
 	}
