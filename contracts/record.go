@@ -2,6 +2,7 @@ package contracts
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
 )
 
@@ -44,6 +45,43 @@ const MaxRefusedVotes = 100
 
 // DecidedByTimeout is the decided_by entry of an outcome that time decided.
 const DecidedByTimeout = "timeout"
+
+// DecidedByCountersign is the decided_by entry of an outcome the arbiter
+// decided on its own: a request it refused because the policy version the
+// request names does not give it (see RequestRefused).
+const DecidedByCountersign = "countersign"
+
+// ReasonRequestRefused opens the outcome reason of a refused request,
+// "request_refused:<refusal>", and is the code a review or question returns
+// for it. A refused request is recorded as rejected, so it never runs.
+const ReasonRequestRefused = "request_refused"
+
+// Refusals of a request: why the arbiter refused to open it.
+const (
+	// RefusalUnknownPolicyVersion: the policy version the request names was
+	// never applied (nor is it built in or configured), so nothing vouches
+	// for the snapshot.
+	RefusalUnknownPolicyVersion = "unknown_policy_version"
+	// RefusalNotGated: the named version allows or denies this call
+	// outright; no approval request should exist for it.
+	RefusalNotGated = "not_gated"
+	// RefusalRuleMismatch: the named version decides this call by another
+	// rule than the request says.
+	RefusalRuleMismatch = "rule_mismatch"
+	// RefusalWeakerThanPolicy: the snapshot asks for less than the rule
+	// gives (fewer approvals, other approvers, no veto, self-approval,
+	// approval on timeout, a later or earlier deadline, ...).
+	RefusalWeakerThanPolicy = "weaker_than_policy"
+)
+
+// RequestRefusal reports whether o is the outcome of a refused request, and
+// the refusal ("weaker_than_policy", ...).
+func RequestRefusal(o *Outcome) (refusal string, ok bool) {
+	if o == nil || len(o.DecidedBy) != 1 || o.DecidedBy[0] != DecidedByCountersign {
+		return "", false
+	}
+	return strings.CutPrefix(o.Reason, ReasonRequestRefused+":")
+}
 
 // RefusedVote is a vote the arbiter did not count, with the reason.
 type RefusedVote struct {

@@ -55,7 +55,10 @@ type Answer struct {
 	AnsweredBy string `json:"answered_by,omitempty"`
 	// Reason says why there is no answer, in words for the model.
 	Reason string `json:"reason,omitempty"`
-	Rule   string `json:"rule,omitempty"`
+	// Code is CodeRequestRefused when Countersign refused the question's
+	// request itself (Status is then VerdictDenied).
+	Code string `json:"code,omitempty"`
+	Rule string `json:"rule,omitempty"`
 }
 
 // ToolResult is the answer as the result of a request_human_input tool call,
@@ -203,6 +206,12 @@ func AnswerFor(rec *contracts.Record) Answer {
 		a.Status, a.Reason = VerdictExpired, "No human answered this question before its deadline."
 	case contracts.StatusCancelled:
 		a.Status, a.Reason = VerdictCancelled, "This question was cancelled before a human answered it."
+	case contracts.StatusRejected:
+		a.Status, a.Reason = VerdictDenied, "Unexpected status "+rec.Status+" for a question; no answer."
+		if refusal, ok := contracts.RequestRefusal(out); ok {
+			a.Code, a.Reason = CodeRequestRefused, "Countersign refused to ask this question ("+refusal+
+				"): it does not match the policy in force. Tell an operator."
+		}
 	default:
 		a.Status, a.Reason = VerdictDenied, "Unexpected status "+rec.Status+" for a question; no answer."
 	}

@@ -33,6 +33,18 @@ const (
 	VerdictPending = "pending"
 )
 
+// CodeRequestRefused is the Code of a verdict or answer whose approval
+// request Countersign refused: the request asked for less than the policy
+// version it names gives (or named none), so nobody could approve it. It
+// is denied, never run.
+const CodeRequestRefused = contracts.ReasonRequestRefused
+
+// RefusedReason is the message for the model about a refused request.
+func RefusedReason(refusal string) string {
+	return "Countersign refused the approval request for this call (" + refusal +
+		"): it does not match the policy in force, so it was not run. Tell an operator."
+}
+
 // Errors a caller can branch on.
 var (
 	// ErrArgumentsChanged: a review re-used run and tool call ids with other arguments.
@@ -83,7 +95,11 @@ type Verdict struct {
 	// Reason is a message the agent can hand the model as the tool result
 	// when the call does not run.
 	Reason string `json:"reason,omitempty"`
-	Rule   string `json:"rule,omitempty"`
+	// Code is a stable code for a verdict the agent may want to branch on:
+	// CodeRequestRefused when Countersign refused the approval request
+	// itself (the call is denied; the record's outcome reason says why).
+	Code string `json:"code,omitempty"`
+	Rule string `json:"rule,omitempty"`
 	// Arguments are the arguments to run with (possibly edited by a human),
 	// or the answer of a human_input request.
 	Arguments json.RawMessage `json:"arguments,omitempty"`
@@ -568,6 +584,10 @@ func (g *Gate) verdictFor(rec *contracts.Record, toolCallID, sha string) Verdict
 		}
 	case contracts.StatusRejected:
 		v.Verdict = VerdictDenied
+		if refusal, ok := contracts.RequestRefusal(out); ok {
+			v.Code, v.Reason = CodeRequestRefused, RefusedReason(refusal)
+			break
+		}
 		v.Reason = "A human reviewer rejected this tool call."
 		if out.Comment != "" {
 			v.Reason += " Reason: " + out.Comment

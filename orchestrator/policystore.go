@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,9 +25,89 @@ const SpecPolicyDocument = "countersign.policy/v1"
 // PolicyKey is the key of the live policy in the hitl_policy bucket.
 const PolicyKey = "current"
 
+// PolicyVersionsPrefix opens the key of every applied policy version in
+// hitl_policy (see PolicyVersionKey). A version's key is written once and
+// never changed, so every version that ever gated a request stays readable.
+const PolicyVersionsPrefix = "versions."
+
+// PolicyVersionKey is the hitl_policy key of a policy version: the version
+// itself when it is a plain name (letters, digits, '-', '_' and inner dots,
+// at most 128 bytes), else "=" and the hex SHA-256 of the version. The two
+// forms cannot collide: a plain name has no '='.
+func PolicyVersionKey(version string) string {
+	if plainVersion(version) {
+		return PolicyVersionsPrefix + version
+	}
+	sum := sha256.Sum256([]byte(version))
+	return PolicyVersionsPrefix + "=" + hex.EncodeToString(sum[:])
+}
+
+func plainVersion(v string) bool {
+	if v == "" || len(v) > 128 || v[0] == '.' || v[len(v)-1] == '.' || strings.Contains(v, "..") {
+		return false
+	}
+	for _, c := range []byte(v) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == '.':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// ErrUnknownPolicyVersion means no policy with the version was ever applied
+// to the bucket (or the history that still holds it has moved on).
+var ErrUnknownPolicyVersion = errors.New("unknown_policy_version: no applied policy has this version")
+
+// ReadPolicyVersion returns the stored document of an applied policy
+// version: from its own key, or, for a version applied before versions had
+// keys of their own, from the history of the live policy's key. It returns
+// ErrUnknownPolicyVersion when neither holds it.
+func ReadPolicyVersion(ctx context.Context, kv jetstream.KeyValue, version string) (PolicyDocument, error) {
+	e, err := kv.Get(ctx, PolicyVersionKey(version))
+	switch {
+	case err == nil:
+		doc, derr := decodePolicyDocument(e.Value())
+		if derr != nil || doc.Version != version {
+			return PolicyDocument{}, fmt.Errorf("%w: the document stored for it is unreadable", ErrUnknownPolicyVersion)
+		}
+		return doc, nil
+	case !errors.Is(err, jetstream.ErrKeyNotFound):
+		return PolicyDocument{}, fmt.Errorf("orchestrator: read policy version %q: %w", version, err)
+	}
+	history, err := kv.History(ctx, PolicyKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrNoKeysFound) {
+		return PolicyDocument{}, ErrUnknownPolicyVersion
+	}
+	if err != nil {
+		return PolicyDocument{}, fmt.Errorf("orchestrator: read the history of the live policy: %w", err)
+	}
+	for i := len(history) - 1; i >= 0; i-- {
+		if history[i].Operation() != jetstream.KeyValuePut {
+			continue
+		}
+		if doc, err := decodePolicyDocument(history[i].Value()); err == nil && doc.Version == version {
+			return doc, nil
+		}
+	}
+	return PolicyDocument{}, ErrUnknownPolicyVersion
+}
+
+func decodePolicyDocument(value []byte) (PolicyDocument, error) {
+	var doc PolicyDocument
+	if err := json.Unmarshal(value, &doc); err != nil {
+		return doc, err
+	}
+	if doc.Spec != SpecPolicyDocument {
+		return doc, fmt.Errorf("unknown spec %q", doc.Spec)
+	}
+	return doc, nil
+}
+
 // ErrPolicyVersionExists means a policy with the same version but other
-// content is already live: a changed policy needs a new version.
-var ErrPolicyVersionExists = errors.New("version_exists: the live policy has this version with other content; bump the version")
+// content was already applied: a changed policy needs a new version.
+var ErrPolicyVersionExists = errors.New("version_exists: a policy with this version and other content was already applied; bump the version")
 
 // ErrPolicyConflict means another apply changed the live policy at the same time.
 var ErrPolicyConflict = errors.New("policy_conflict: the live policy changed while applying; try again")
@@ -214,9 +295,15 @@ type ApplyResult struct {
 }
 
 // ApplyPolicy validates source and stores it as the fleet's live policy.
-// Applying the live content again changes nothing; other content under the
-// live version is refused with ErrPolicyVersionExists. A source that does not
-// compile returns the parse error (a *policy.Errors) and stores nothing.
+// Applying the live content again changes nothing; other content under a
+// version applied before is refused with ErrPolicyVersionExists. A source
+// that does not compile returns the parse error (a *policy.Errors) and
+// stores nothing.
+//
+// The version's own key (PolicyVersionKey) is written before the live
+// policy changes, so a request made under the new version can always be
+// checked against it; the live version's key is written too when a policy
+// stored by an earlier release has none yet.
 func ApplyPolicy(ctx context.Context, js jetstream.JetStream, source []byte, by string, now time.Time) (ApplyResult, error) {
 	p, err := policy.Parse(source)
 	if err != nil {
@@ -238,35 +325,82 @@ func ApplyPolicy(ctx context.Context, js jetstream.JetStream, source []byte, by 
 	e, err := kv.Get(ctx, PolicyKey)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		rev, err := kv.Create(ctx, PolicyKey, value)
-		if errors.Is(err, jetstream.ErrKeyExists) {
-			return ApplyResult{}, ErrPolicyConflict
-		}
-		if err != nil {
-			return ApplyResult{}, fmt.Errorf("orchestrator: store the policy: %w", err)
-		}
-		return ApplyResult{Document: doc, Revision: rev, Changed: true}, nil
+		e = nil
 	case err != nil:
 		return ApplyResult{}, fmt.Errorf("orchestrator: read the live policy: %w", err)
 	}
 	var live PolicyDocument
-	if json.Unmarshal(e.Value(), &live) == nil {
-		if live.SHA256 == doc.SHA256 {
-			return ApplyResult{Document: live, Revision: e.Revision()}, nil
-		}
-		if live.Version == doc.Version {
-			return ApplyResult{Document: live, Revision: e.Revision()}, ErrPolicyVersionExists
+	liveOK := false
+	if e != nil {
+		if live, err = decodePolicyDocument(e.Value()); err == nil {
+			liveOK = true
+			if live.SHA256 == doc.SHA256 {
+				// Already live; make sure its version has its own key.
+				if _, err := keepVersion(ctx, kv, live, e.Value()); err != nil {
+					return ApplyResult{}, err
+				}
+				return ApplyResult{Document: live, Revision: e.Revision()}, nil
+			}
+			if live.Version == doc.Version {
+				return ApplyResult{Document: live, Revision: e.Revision()}, ErrPolicyVersionExists
+			}
 		}
 	}
-	rev, err := kv.Update(ctx, PolicyKey, value, e.Revision())
-	if err != nil {
+	if stored, err := keepVersion(ctx, kv, doc, value); err != nil {
+		return ApplyResult{}, err
+	} else if stored.SHA256 != doc.SHA256 {
+		return ApplyResult{Document: stored}, ErrPolicyVersionExists
+	}
+	if liveOK {
+		// The version being replaced stays readable too.
+		if _, err := keepVersion(ctx, kv, live, e.Value()); err != nil {
+			return ApplyResult{}, err
+		}
+	}
+	var rev uint64
+	if e == nil {
+		rev, err = kv.Create(ctx, PolicyKey, value)
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return ApplyResult{}, ErrPolicyConflict
+		}
+	} else {
+		rev, err = kv.Update(ctx, PolicyKey, value, e.Revision())
 		var apiErr *jetstream.APIError
 		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.As(err, &apiErr) &&
 			(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 				apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
 			return ApplyResult{}, ErrPolicyConflict
 		}
+	}
+	if err != nil {
 		return ApplyResult{}, fmt.Errorf("orchestrator: store the policy: %w", err)
 	}
 	return ApplyResult{Document: doc, Revision: rev, Changed: true}, nil
+}
+
+// keepVersion stores doc (encoded as value) under its version's key unless
+// that key exists, and returns the document the key holds: doc, or the one
+// applied before under the same version.
+func keepVersion(ctx context.Context, kv jetstream.KeyValue, doc PolicyDocument, value []byte) (PolicyDocument, error) {
+	key := PolicyVersionKey(doc.Version)
+	for range 2 {
+		if _, err := kv.Create(ctx, key, value); err == nil {
+			return doc, nil
+		} else if !errors.Is(err, jetstream.ErrKeyExists) {
+			return PolicyDocument{}, fmt.Errorf("orchestrator: store policy version %q: %w", doc.Version, err)
+		}
+		e, err := kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // deleted in between: create again
+		}
+		if err != nil {
+			return PolicyDocument{}, fmt.Errorf("orchestrator: read policy version %q: %w", doc.Version, err)
+		}
+		stored, err := decodePolicyDocument(e.Value())
+		if err != nil {
+			return PolicyDocument{}, fmt.Errorf("orchestrator: policy version %q is stored unreadable: %w", doc.Version, err)
+		}
+		return stored, nil
+	}
+	return PolicyDocument{}, ErrPolicyConflict
 }

@@ -4,11 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/orchestrator"
+	"github.com/countersign/countersign/orchestrator/orchestratortest"
 	"github.com/countersign/countersign/orchestrator/policy"
 )
 
@@ -268,5 +273,112 @@ func TestConditionErrorGatesAndIsRecorded(t *testing.T) {
 	rec := e.waitRecord(t, v[0].EventID, func(*contracts.Record) bool { return true })
 	if rec.Request.Policy.Error == "" {
 		t.Fatalf("request policy = %+v, want the condition error recorded", rec.Request.Policy)
+	}
+}
+
+func policyBucket(t *testing.T, e *env) jetstream.KeyValue {
+	t.Helper()
+	kv, err := e.srv.JetStreamAs(embedded.RoleArbiter).KeyValue(context.Background(), contracts.BucketPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
+func TestAppliedPolicyVersionsStayReadable(t *testing.T) {
+	e := setup(t)
+	kv := policyBucket(t, e)
+	ctx := context.Background()
+	first := apply(t, e, policyV1)
+	apply(t, e, policyV2)
+	for _, want := range []orchestrator.PolicyDocument{first.Document} {
+		doc, err := orchestrator.ReadPolicyVersion(ctx, kv, want.Version)
+		if err != nil {
+			t.Fatalf("version %s after %s was applied: %v", want.Version, "p2", err)
+		}
+		if doc.SHA256 != want.SHA256 || doc.Source != policyV1 {
+			t.Fatalf("version %s reads %+v, want the applied document", want.Version, doc)
+		}
+	}
+	if doc, err := orchestrator.ReadPolicyVersion(ctx, kv, "p2"); err != nil || doc.Source != policyV2 {
+		t.Fatalf("live version p2: %+v, %v", doc, err)
+	}
+	if _, err := orchestrator.ReadPolicyVersion(ctx, kv, "p3"); !errors.Is(err, orchestrator.ErrUnknownPolicyVersion) {
+		t.Fatalf("a version never applied: %v, want ErrUnknownPolicyVersion", err)
+	}
+	// A version applied before cannot come back with other content, even
+	// when it is no longer live, and the stored version is untouched.
+	_, err := orchestrator.ApplyPolicy(ctx, e.js, []byte(policyV1+"\n# changed\n"), "admin", time.Now())
+	if !errors.Is(err, orchestrator.ErrPolicyVersionExists) {
+		t.Fatalf("re-applying p1 with other content: %v, want ErrPolicyVersionExists", err)
+	}
+	if doc, err := orchestrator.ReadPolicyVersion(ctx, kv, "p1"); err != nil || doc.Source != policyV1 {
+		t.Fatalf("p1 after a refused re-apply: %+v, %v", doc, err)
+	}
+	// Rolling back to p1's content is a change of the live policy.
+	if res := apply(t, e, policyV1); !res.Changed || res.Document.Version != "p1" {
+		t.Fatalf("rolling back to p1: %+v", res)
+	}
+}
+
+// TestPolicyVersionsWrittenByAnEarlierRelease: a bucket where only the live
+// key holds policies (the versions' own keys did not exist yet) still gives
+// every version its history holds, and the next apply gives the live one
+// its own key.
+func TestPolicyVersionsWrittenByAnEarlierRelease(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	admin, err := e.js.KeyValue(ctx, contracts.BucketPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range []string{policyV1, policyV2} {
+		p := orchestratortest.Policy(t, src)
+		doc := orchestrator.PolicyDocument{Spec: orchestrator.SpecPolicyDocument, Version: p.Version(), SHA256: p.SHA256(),
+			Source: src, AppliedBy: "admin", AppliedAt: time.Now().UTC()}
+		value, _ := json.Marshal(doc)
+		if _, err := admin.Put(ctx, orchestrator.PolicyKey, value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kv := policyBucket(t, e)
+	for version, src := range map[string]string{"p1": policyV1, "p2": policyV2} {
+		if doc, err := orchestrator.ReadPolicyVersion(ctx, kv, version); err != nil || doc.Source != src {
+			t.Fatalf("version %s from the live key's history: %+v, %v", version, doc, err)
+		}
+	}
+	apply(t, e, policyV3)
+	if _, err := admin.Get(ctx, orchestrator.PolicyVersionKey("p2")); err != nil {
+		t.Fatalf("the replaced live version p2 has no key of its own after an apply: %v", err)
+	}
+}
+
+const policyV3 = `
+version: "p3"
+rules:
+  - name: all
+    tools: ["*"]
+    action: require_approval
+`
+
+func TestPolicyVersionKey(t *testing.T) {
+	seen := map[string]string{}
+	for _, v := range []string{"p1", "2026-05-06.1", "sha-0123456789ab", "v 1", "v/1", "a..b", ".a", "ä", "=x", strings.Repeat("x", 200)} {
+		k := orchestrator.PolicyVersionKey(v)
+		if !strings.HasPrefix(k, orchestrator.PolicyVersionsPrefix) {
+			t.Errorf("key %q of %q", k, v)
+		}
+		for _, c := range strings.TrimPrefix(k, orchestrator.PolicyVersionsPrefix) {
+			if !strings.ContainsRune("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.=", c) {
+				t.Errorf("key %q of %q has %q, not valid in a bucket key", k, v, c)
+			}
+		}
+		if other, dup := seen[k]; dup {
+			t.Errorf("versions %q and %q share key %q", v, other, k)
+		}
+		seen[k] = v
+	}
+	if k := orchestrator.PolicyVersionKey("p1"); k != "versions.p1" {
+		t.Errorf("key of p1 = %q, want versions.p1", k)
 	}
 }

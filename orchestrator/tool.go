@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/countersign/countersign/orchestrator/policy"
 )
 
 // RequestHumanInputToolName is the name of the ready-made tool that lets a
 // model ask a human, and the tool name policy rules match questions by.
-const RequestHumanInputToolName = "request_human_input"
+const RequestHumanInputToolName = policy.HumanInputTool
 
 // ToolDefinition describes a tool to a model: the shape every LLM API takes
 // (OpenAI "function", Anthropic "tool", MCP "tool"), with the JSON Schema of

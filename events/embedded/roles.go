@@ -20,7 +20,9 @@ const (
 	// start-up and is used for nothing else.
 	RoleAdmin Role = "admin"
 	// RoleArbiter consumes requests, votes and commands, and is the only
-	// writer of the hitl_approvals bucket.
+	// writer of the hitl_approvals bucket. It reads the applied policy
+	// versions in hitl_policy (and the live key's history) to check each
+	// request against the version it names.
 	RoleArbiter Role = "arbiter"
 	// RoleOrchestrator publishes requests and commands and watches records.
 	RoleOrchestrator Role = "orchestrator"
@@ -80,6 +82,8 @@ func Permissions(r Role) *server.Permissions {
 		g.pub(kvWrite(contracts.BucketApprovals))
 		g.pub(kvRead(streamApprovals)...)
 		g.pub(kvWatch(streamApprovals)...)
+		g.pub(kvRead(streamPolicy)...)
+		g.pub(kvWatch(streamPolicy)...)
 		g.pub(durableConsumer(contracts.StreamRequests)...)
 		g.pub(durableConsumer(contracts.StreamResolutions)...)
 		g.pub(durableConsumer(contracts.StreamTimers)...)

@@ -21,6 +21,7 @@ import (
 	"github.com/countersign/countersign/notifier"
 	"github.com/countersign/countersign/notifier/dispatch"
 	"github.com/countersign/countersign/orchestrator/arbiter"
+	"github.com/countersign/countersign/orchestrator/policy"
 )
 
 const wait = 20 * time.Second
@@ -167,7 +168,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	arb, err := arbiter.New(ctx, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter)})
+	arb, err := arbiter.New(ctx, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter), Policies: refundsPolicy(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,6 +215,23 @@ func (e *env) start(cfg dispatch.Config) (stop func()) {
 	}
 	e.t.Cleanup(stop)
 	return stop
+}
+
+// refundsPolicy is the policy request() was decided by, which the arbiter
+// checks each request against.
+func refundsPolicy(t *testing.T) arbiter.Policies {
+	t.Helper()
+	p, err := policy.Parse([]byte(`
+version: v1
+rules:
+  - name: refunds
+    tools: [stripe.refund]
+    action: require_approval
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return arbiter.Policies{p}
 }
 
 func request(channels ...string) contracts.ApprovalRequested {
@@ -701,7 +719,7 @@ func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[str
 func (e *env) startArbiter() {
 	e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	arb, err := arbiter.New(ctx, arbiter.Config{JS: e.srv.JetStreamAs(embedded.RoleArbiter)})
+	arb, err := arbiter.New(ctx, arbiter.Config{JS: e.srv.JetStreamAs(embedded.RoleArbiter), Policies: refundsPolicy(e.t)})
 	if err != nil {
 		e.t.Fatal(err)
 	}

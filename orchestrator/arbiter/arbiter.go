@@ -47,6 +47,16 @@ type Config struct {
 	Retention time.Duration
 	// OnDeadLetter is told about every dead-lettered message.
 	OnDeadLetter func(stream, reason string)
+	// Policies are policies the arbiter trusts without reading them from
+	// the hitl_policy bucket: those a Gate serves from memory rather than
+	// from the bucket (see Policies). Every request is checked against the
+	// policy version it names: one of these, the built-in default, or a
+	// version applied to the bucket; a request naming none is refused.
+	Policies PolicySet
+	// ClockSkew is how far a request's created_at may be from the moment
+	// the server stored it, and the slack of its deadline checks (default
+	// one minute).
+	ClockSkew time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -68,6 +78,9 @@ func (c *Config) setDefaults() {
 	if c.Retention == 0 {
 		c.Retention = events.DefaultRetention
 	}
+	if c.ClockSkew == 0 {
+		c.ClockSkew = time.Minute
+	}
 }
 
 func (c *Config) validate() error {
@@ -78,14 +91,18 @@ func (c *Config) validate() error {
 	if c.UnknownEventAttempts < 2 {
 		errs = append(errs, errors.New("arbiter: Config.UnknownEventAttempts must be at least 2"))
 	}
+	if c.ClockSkew < 0 || c.ClockSkew > time.Hour {
+		errs = append(errs, errors.New("arbiter: Config.ClockSkew must be between 0 and one hour"))
+	}
 	return errors.Join(errs...)
 }
 
 // Arbiter consumes requests, votes and commands and keeps the records.
 type Arbiter struct {
-	cfg Config
-	kv  jetstream.KeyValue
-	m   metrics
+	cfg      Config
+	kv       jetstream.KeyValue
+	policies *policyBook
+	m        metrics
 	// lim is the size budget, from the server's max payload.
 	lim     contracts.Limits
 	waiting *unknownWaits
@@ -94,8 +111,10 @@ type Arbiter struct {
 
 type metrics struct {
 	created prometheus.Counter
-	// requestsRefused counts requests dead-lettered instead of creating a
-	// record, by reason (malformed, too_large).
+	// requestsRefused counts requests refused, by reason: dead-lettered
+	// instead of creating a record (malformed, too_large), or recorded
+	// rejected because they ask for less than the policy version they name
+	// gives (see integrity.go).
 	requestsRefused *prometheus.CounterVec
 	decided         *prometheus.CounterVec
 	refused         *prometheus.CounterVec
@@ -113,7 +132,8 @@ func newMetrics(reg prometheus.Registerer) metrics {
 			Name: "countersign_requests_created_total", Help: "Approval records created by the arbiter.",
 		}),
 		requestsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "countersign_requests_refused_total", Help: "Approval requests the arbiter refused to create a record for, by reason.",
+			Name: "countersign_requests_refused_total",
+			Help: "Approval requests the arbiter refused, by reason: malformed or too large (dead-lettered, no record), or asking for less than the policy version they name gives, or naming no known version (recorded rejected).",
 		}, []string{"reason"}),
 		decided: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "countersign_decisions_total", Help: "Approvals that reached a terminal status, by status.",
@@ -148,7 +168,7 @@ func newMetrics(reg prometheus.Registerer) metrics {
 }
 
 // New opens the approvals bucket and returns an Arbiter. The streams and
-// bucket must have been provisioned (events.Provision).
+// buckets must have been provisioned (events.Provision).
 func New(ctx context.Context, cfg Config) (*Arbiter, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
@@ -158,8 +178,9 @@ func New(ctx context.Context, cfg Config) (*Arbiter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("arbiter: open bucket %s: %w", contracts.BucketApprovals, err)
 	}
+	// hitl_policy is opened when a request first needs a stored version.
 	return &Arbiter{
-		cfg: cfg, kv: kv, m: newMetrics(cfg.Registerer),
+		cfg: cfg, kv: kv, policies: newPolicyBook(cfg.JS, cfg.Policies), m: newMetrics(cfg.Registerer),
 		lim:     contracts.LimitsFor(cfg.JS.Conn().MaxPayload()),
 		waiting: newUnknownWaits(),
 		commits: newCommits(),
@@ -296,6 +317,19 @@ func (a *Arbiter) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 	if req.Quorum.Required < 1 {
 		req.Quorum.Required = 1
 	}
+	md, err := msg.Metadata()
+	if err != nil {
+		return events.Poison(fmt.Errorf("request without stream metadata: %w", err))
+	}
+	// The snapshot is checked against the policy version it names, timed by
+	// the server's clock (when the request was stored), not the publisher's.
+	ref, err := a.verify(ctx, &req, md.Timestamp)
+	if err != nil {
+		return err
+	}
+	if ref != nil {
+		return a.refuse(ctx, req, ref)
+	}
 	rec := NewRecord(req, a.cfg.Now())
 	data, err := contracts.Marshal(rec)
 	if err != nil {
@@ -305,24 +339,9 @@ func (a *Arbiter) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return err
 		}
-		// A re-published or redelivered request: the record stands, but its
-		// expiry may not have been scheduled if the first attempt failed
-		// after the create. Scheduling again replaces the same schedule.
-		entry, err := a.kv.Get(ctx, req.EventID)
-		if err != nil {
-			return err
-		}
-		var cur contracts.Record
-		if err := json.Unmarshal(entry.Value(), &cur); err != nil {
-			return events.Poison(fmt.Errorf("record %s is unreadable: %w", req.EventID, err))
-		}
-		if cur.Status != contracts.StatusPending {
-			return nil
-		}
-		if err := a.scheduleExpiry(ctx, cur); err != nil {
-			return err
-		}
-		return a.scheduleTimers(ctx, cur)
+		// A re-published or redelivered request: the record stands.
+		_, err := a.existing(ctx, req.EventID)
+		return err
 	}
 	a.m.created.Inc()
 	a.cfg.Logger.Info("approval requested", "event_id", req.EventID, "run_id", req.Run.ID, "agent", req.Run.Agent,
@@ -332,6 +351,29 @@ func (a *Arbiter) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 		return err
 	}
 	return a.scheduleTimers(ctx, rec)
+}
+
+// existing finishes what a request for a record that already exists may
+// have left undone: a pending record's timers may not have been scheduled
+// if the first attempt failed after the create (scheduling again replaces
+// the same schedules), and a terminal one's decided event may not have been
+// published (it is published only if missing).
+func (a *Arbiter) existing(ctx context.Context, eventID string) (contracts.Record, error) {
+	entry, err := a.kv.Get(ctx, eventID)
+	if err != nil {
+		return contracts.Record{}, err
+	}
+	var cur contracts.Record
+	if err := json.Unmarshal(entry.Value(), &cur); err != nil {
+		return cur, events.Poison(fmt.Errorf("record %s is unreadable: %w", eventID, err))
+	}
+	if cur.Status != contracts.StatusPending {
+		return cur, a.reannounce(ctx, cur, entry.Revision())
+	}
+	if err := a.scheduleExpiry(ctx, cur); err != nil {
+		return cur, err
+	}
+	return cur, a.scheduleTimers(ctx, cur)
 }
 
 func (a *Arbiter) handleResolution(ctx context.Context, msg jetstream.Msg) error {

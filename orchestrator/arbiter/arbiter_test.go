@@ -22,6 +22,7 @@ import (
 	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/events/eventstest"
 	"github.com/countersign/countersign/orchestrator/arbiter"
+	"github.com/countersign/countersign/orchestrator/policy"
 )
 
 // busWait bounds every wait on the bus; a healthy run needs milliseconds.
@@ -57,12 +58,50 @@ func newBus(t *testing.T, pc events.ProvisionConfig) *bus {
 	return &bus{t: t, srv: srv, js: js, kv: kv, acks: sniffAcks(t, srv.Connect())}
 }
 
-// startArbiter runs an arbiter replica on its own connection until the test ends.
+// busPolicy is the policy the bus tests' requests were decided by: version
+// v1 of request(), whose rule refunds allows the loosest snapshot those
+// tests use (any approver, no veto, self-approval, every decision).
+const busPolicy = `
+version: v1
+rules:
+  - name: refunds
+    tools: ["*"]
+    action: require_approval
+    veto: false
+    allow_self_approval: true
+    allowed_decisions: [approve, reject, edit, respond]
+`
+
+// approveOnTimeoutPolicy lets time approve after one second.
+const approveOnTimeoutPolicy = `
+version: v1-approve-on-timeout
+rules:
+  - name: refunds
+    tools: ["*"]
+    action: require_approval
+    timeout: 1s
+    on_timeout: approve
+`
+
+func mustPolicy(t testing.TB, src string) *policy.Policy {
+	t.Helper()
+	p, err := policy.Parse([]byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// startArbiter runs an arbiter replica on its own connection until the
+// test ends. Unless cfg says otherwise it trusts the bus tests' policies.
 func (b *bus) startArbiter(cfg arbiter.Config) {
 	b.t.Helper()
 	cfg.JS = b.srv.JetStreamAs(embedded.RoleArbiter) // each replica on its own connection
 	if cfg.Now == nil {
 		cfg.Now = busNow
+	}
+	if cfg.Policies == nil {
+		cfg.Policies = arbiter.Policies{mustPolicy(b.t, busPolicy), mustPolicy(b.t, approveOnTimeoutPolicy)}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	arb, err := arbiter.New(ctx, cfg)

@@ -10,6 +10,14 @@
 // first valid terminal transition win, so a record never has two outcomes,
 // and a message handled twice changes nothing the second time.
 //
+// A request's snapshot is not taken on trust: the arbiter evaluates the
+// request's call under the policy version the request names (Config.Policies,
+// the built-in default, or a version applied to hitl_policy) and refuses a
+// snapshot that asks for less (policy.VerifyRequest). A refused request's
+// record is created rejected, decided by "countersign", with the outcome
+// reason "request_refused:<refusal>", so it can never be approved and a
+// waiting run learns of it at once (RefusedRecord).
+//
 // An edit's arguments must satisfy the request's tool_schema and an accepted
 // answer's content its question.schema (JSON Schema, compiled without
 // fetching anything); a vote that fails is refused as invalid_arguments with

@@ -93,7 +93,12 @@ func TestTimerExpiresPendingRequest(t *testing.T) {
 func TestTimerOnTimeoutApprove(t *testing.T) {
 	t.Parallel()
 	b := timerBus(t)
-	req := timedRequest(t, time.Second, func(r *contracts.ApprovalRequested) { r.OnTimeout = contracts.OnTimeoutApprove })
+	req := timedRequest(t, time.Second, func(r *contracts.ApprovalRequested) {
+		r.OnTimeout = contracts.OnTimeoutApprove
+		r.Policy.Version = "v1-approve-on-timeout"
+		r.Quorum.Veto = true
+		r.AllowedDecisions = []string{contracts.DecisionApprove, contracts.DecisionReject}
+	})
 	b.create(req)
 	rec := b.waitRecord(req.EventID, terminal)
 	assertTimedOut(t, rec, contracts.StatusApproved)

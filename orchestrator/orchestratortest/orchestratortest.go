@@ -1,10 +1,18 @@
 // Package orchestratortest starts the pieces of an approval stack that
 // tests of other packages need around them: an arbiter, and a gate on a
 // parsed policy, each stopped when the test ends.
+//
+// The arbiter checks every request against the policy version it names.
+// A gate started here on a policy held in memory (a StaticPolicy, or the
+// fallback of LivePolicy) makes that policy known to the arbiters RunArbiter
+// starts for the same test, as a deployment lists such policies in
+// arbiter.Config.Policies; policies applied to the hitl_policy bucket are
+// read from there.
 package orchestratortest
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -15,9 +23,11 @@ import (
 )
 
 // RunArbiter starts an arbiter with cfg and stops it, waiting for it, when
-// the test ends.
+// the test ends. Besides cfg.Policies, it trusts the policies of the gates
+// Gate and LivePolicy start for the same test, whenever they are started.
 func RunArbiter(tb testing.TB, cfg arbiter.Config) {
 	tb.Helper()
+	cfg.Policies = policySets{cfg.Policies, memoryPolicies(tb)}
 	ctx, cancel := context.WithCancel(context.Background())
 	arb, err := arbiter.New(ctx, cfg)
 	if err != nil {
@@ -39,9 +49,13 @@ func Policy(tb testing.TB, yaml string) *policy.Policy {
 	return p
 }
 
-// Gate returns a gate on js deciding by src, closed when the test ends.
+// Gate returns a gate on js deciding by src, closed when the test ends. A
+// StaticPolicy's policy becomes known to the test's arbiters (RunArbiter).
 func Gate(tb testing.TB, js jetstream.JetStream, src orchestrator.PolicySource) *orchestrator.Gate {
 	tb.Helper()
+	if s, ok := src.(orchestrator.StaticPolicy); ok && s.P != nil {
+		memoryPolicies(tb).add(s.P)
+	}
 	gate, err := orchestrator.NewGate(context.Background(), orchestrator.Config{JS: js, Policy: src})
 	if err != nil {
 		tb.Fatal(err)
@@ -51,13 +65,77 @@ func Gate(tb testing.TB, js jetstream.JetStream, src orchestrator.PolicySource) 
 }
 
 // LivePolicy opens the fleet's live policy store on js, serving fallback
-// until a policy is applied, closed when the test ends.
+// until a policy is applied, closed when the test ends. The fallback becomes
+// known to the test's arbiters (RunArbiter).
 func LivePolicy(tb testing.TB, js jetstream.JetStream, fallback string) *orchestrator.PolicyStore {
 	tb.Helper()
-	store, err := orchestrator.OpenPolicyStore(context.Background(), orchestrator.PolicyStoreConfig{JS: js, Fallback: Policy(tb, fallback)})
+	p := Policy(tb, fallback)
+	memoryPolicies(tb).add(p)
+	store, err := orchestrator.OpenPolicyStore(context.Background(), orchestrator.PolicyStoreConfig{JS: js, Fallback: p})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = store.Close() })
 	return store
+}
+
+// Trust makes ps known to the test's arbiters (RunArbiter), as a deployment
+// lists the policies its gates serve from memory in arbiter.Config.Policies:
+// for a gate a test builds itself on a StaticPolicy.
+func Trust(tb testing.TB, ps ...*policy.Policy) {
+	for _, p := range ps {
+		memoryPolicies(tb).add(p)
+	}
+}
+
+// memory holds, per test, the policies the test's gates serve from memory.
+var memory sync.Map // testing.TB → *memorySet
+
+type memorySet struct {
+	mu sync.Mutex
+	ps arbiter.Policies
+}
+
+func memoryPolicies(tb testing.TB) *memorySet {
+	if s, ok := memory.Load(tb); ok {
+		return s.(*memorySet)
+	}
+	s, loaded := memory.LoadOrStore(tb, &memorySet{})
+	if !loaded {
+		tb.Cleanup(func() { memory.Delete(tb) })
+	}
+	return s.(*memorySet)
+}
+
+func (s *memorySet) add(p *policy.Policy) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ps = append(s.ps, p)
+}
+
+// Policy returns the latest policy added with the version.
+func (s *memorySet) Policy(version string) *policy.Policy {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := len(s.ps) - 1; i >= 0; i-- {
+		if s.ps[i].Version() == version {
+			return s.ps[i]
+		}
+	}
+	return nil
+}
+
+// policySets asks each set in turn.
+type policySets []arbiter.PolicySet
+
+func (ss policySets) Policy(version string) *policy.Policy {
+	for _, s := range ss {
+		if s == nil {
+			continue
+		}
+		if p := s.Policy(version); p != nil {
+			return p
+		}
+	}
+	return nil
 }

@@ -211,6 +211,7 @@ type result struct {
 	Verdict    string          `json:"verdict"`
 	EventID    string          `json:"event_id"`
 	Reason     string          `json:"reason"`
+	Code       string          `json:"code"`
 	Rule       string          `json:"rule"`
 	Arguments  json.RawMessage `json:"arguments"`
 }

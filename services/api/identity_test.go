@@ -90,6 +90,7 @@ func setupDirectory(t *testing.T) (*env, func(users ...string)) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	orchestratortest.Trust(t, p) // the gate serves it from memory
 	apiJS := srv.JetStreamAs(embedded.RoleAPI)
 	gate, err := orchestrator.NewGate(ctx, orchestrator.Config{JS: apiJS, Policy: orchestrator.StaticPolicy{P: p}, Directory: dir})
 	if err != nil {

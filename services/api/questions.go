@@ -35,7 +35,9 @@ type questionAnswer struct {
 	Answer  *answerPart `json:"answer,omitempty"`
 	// Reason says why there is no answer, in words for the model.
 	Reason string `json:"reason,omitempty"`
-	Rule   string `json:"rule,omitempty"`
+	// Code is request_refused when Countersign refused the question's request.
+	Code string `json:"code,omitempty"`
+	Rule string `json:"rule,omitempty"`
 }
 
 type answerPart struct {
@@ -45,7 +47,7 @@ type answerPart struct {
 }
 
 func newQuestionAnswer(a orchestrator.Answer) questionAnswer {
-	out := questionAnswer{EventID: a.EventID, Status: a.Status, Reason: a.Reason, Rule: a.Rule}
+	out := questionAnswer{EventID: a.EventID, Status: a.Status, Reason: a.Reason, Code: a.Code, Rule: a.Rule}
 	if a.Status == orchestrator.VerdictAnswered {
 		out.Answer = &answerPart{Action: a.Action, Content: a.Content, AnsweredBy: a.AnsweredBy}
 	}

@@ -53,12 +53,15 @@ type reviewToolCall struct {
 }
 
 type reviewResult struct {
-	ToolCallID string          `json:"tool_call_id"`
-	Verdict    string          `json:"verdict"`
-	EventID    string          `json:"event_id,omitempty"`
-	Reason     string          `json:"reason,omitempty"`
-	Rule       string          `json:"rule,omitempty"`
-	Arguments  json.RawMessage `json:"arguments,omitempty"`
+	ToolCallID string `json:"tool_call_id"`
+	Verdict    string `json:"verdict"`
+	EventID    string `json:"event_id,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+	// Code is request_refused when Countersign refused the call's approval
+	// request (the verdict is then denied; the record's outcome says why).
+	Code      string          `json:"code,omitempty"`
+	Rule      string          `json:"rule,omitempty"`
+	Arguments json.RawMessage `json:"arguments,omitempty"`
 	// Explain (with ?explain=1) says how the policy in force decides the
 	// call, rule by rule.
 	Explain *explanation `json:"explain,omitempty"`
@@ -132,7 +135,8 @@ func (s *Server) postReviews(w http.ResponseWriter, r *http.Request) {
 	ans := reviewAnswer{Results: make([]reviewResult, len(verdicts))}
 	for i, v := range verdicts {
 		ans.Results[i] = reviewResult{
-			ToolCallID: v.ToolCallID, Verdict: v.Verdict, EventID: v.EventID, Reason: v.Reason, Rule: v.Rule, Arguments: v.Arguments,
+			ToolCallID: v.ToolCallID, Verdict: v.Verdict, EventID: v.EventID, Reason: v.Reason, Code: v.Code, Rule: v.Rule,
+			Arguments: v.Arguments,
 		}
 		if explain {
 			d, steps, err := s.cfg.Gate.Explain(run, calls[i])
@@ -317,6 +321,10 @@ func verdictFor(rec *contracts.Record, toolCallID, sha string) orchestrator.Verd
 		}
 	case contracts.StatusRejected:
 		v.Verdict = orchestrator.VerdictDenied
+		if refusal, ok := contracts.RequestRefusal(out); ok {
+			v.Code, v.Reason = orchestrator.CodeRequestRefused, orchestrator.RefusedReason(refusal)
+			break
+		}
 		v.Reason = "A human reviewer rejected this tool call."
 		if out.Comment != "" {
 			v.Reason += " Reason: " + out.Comment

@@ -12,6 +12,7 @@ import (
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events"
+	"github.com/countersign/countersign/orchestrator/policy"
 )
 
 // timerProbes is how many short-deadline requests measure the wake-up lag
@@ -102,6 +103,8 @@ func probeRequest(id string, created, deadline time.Time) contracts.ApprovalRequ
 		Run:      contracts.Run{ID: id, Agent: "timer-probe"},
 		ToolCall: &contracts.ToolCall{ID: "probe", Name: "bench.probe", Arguments: args, ArgumentsSHA256: sum},
 		Risk:     contracts.RiskLow, Summary: "timer probe",
+		// Decided by the built-in policy, which the arbiter checks it against.
+		Policy:     contracts.PolicyRef{Rule: "default", Version: policy.BuiltinVersion},
 		Quorum:     contracts.Quorum{Required: 1, Approvers: []string{"nobody"}, Veto: true, Order: contracts.OrderAny},
 		Escalation: []contracts.EscalationTier{}, Reminders: []string{},
 		AllowedDecisions: []string{contracts.DecisionApprove, contracts.DecisionReject}, Channels: []string{},

@@ -364,9 +364,18 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 			events.Consumer{JS: js, Stream: contracts.StreamRequests, Durable: arbiter.DurableRequests},
 			events.Consumer{JS: js, Stream: contracts.StreamResolutions, Durable: arbiter.DurableResolutions},
 			events.Consumer{JS: js, Stream: contracts.StreamTimers, Durable: arbiter.DurableTimers})
+		// The arbiter checks each request against the policy version it
+		// names: applied versions are read from hitl_policy (the API seeds
+		// --policy there), the built-in default is known, and the file given
+		// to this process is trusted as well, for an arbiter that starts
+		// before any API has seeded it.
+		var trusted arbiter.Policies
+		if polSource != nil {
+			trusted = arbiter.Policies{pol}
+		}
 		arb, err := arbiter.New(pctx, arbiter.Config{
 			JS: js, Logger: log.With("role", "arbiter"), Registerer: reg,
-			Retention: cfg.retention, OnDeadLetter: onDeadLetter,
+			Retention: cfg.retention, OnDeadLetter: onDeadLetter, Policies: trusted,
 		})
 		if err != nil {
 			return err
