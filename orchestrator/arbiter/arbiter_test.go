@@ -83,6 +83,21 @@ rules:
     on_timeout: approve
 `
 
+// approveOnTimeoutHourPolicy is busPolicy's rule with time approving after
+// an hour (the size budget's expire path).
+const approveOnTimeoutHourPolicy = `
+version: v1-approve-on-timeout-1h
+rules:
+  - name: refunds
+    tools: ["*"]
+    action: require_approval
+    veto: false
+    allow_self_approval: true
+    allowed_decisions: [approve, reject, edit, respond]
+    timeout: 1h
+    on_timeout: approve
+`
+
 func mustPolicy(t testing.TB, src string) *policy.Policy {
 	t.Helper()
 	p, err := policy.Parse([]byte(src))
@@ -101,7 +116,7 @@ func (b *bus) startArbiter(cfg arbiter.Config) {
 		cfg.Now = busNow
 	}
 	if cfg.Policies == nil {
-		cfg.Policies = arbiter.Policies{mustPolicy(b.t, busPolicy), mustPolicy(b.t, approveOnTimeoutPolicy)}
+		cfg.Policies = arbiter.Policies{mustPolicy(b.t, busPolicy), mustPolicy(b.t, approveOnTimeoutPolicy), mustPolicy(b.t, approveOnTimeoutHourPolicy)}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	arb, err := arbiter.New(ctx, cfg)

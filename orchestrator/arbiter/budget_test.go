@@ -211,7 +211,9 @@ func TestSizeBudgetEveryTerminalPath(t *testing.T) {
 				b.vote(t, v)
 			}},
 		{name: "expire", before: aliceEdits, status: contracts.StatusApproved, claim: true,
-			opts: []func(*contracts.ApprovalRequested){onTimeoutApprove},
+			opts: []func(*contracts.ApprovalRequested){onTimeoutApprove, func(r *contracts.ApprovalRequested) {
+				r.Policy.Version = "v1-approve-on-timeout-1h"
+			}},
 			decide: func(t *testing.T, id string) {
 				// Brought forward: the request expires a second from now.
 				b.command(contracts.Command{
