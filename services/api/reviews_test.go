@@ -126,7 +126,7 @@ func TestReviewValidation(t *testing.T) {
 		{"duplicate id", map[string]any{"run": run, "tool_calls": []any{map[string]any{"id": "1", "name": "x"}, map[string]any{"id": "1", "name": "y"}}}, 400, "invalid_field", "tool_calls[1].id"},
 		{"array arguments", map[string]any{"run": run, "tool_calls": []any{map[string]any{"name": "x", "arguments": []int{1}}}}, 400, "invalid_arguments", "tool_calls[0].arguments"},
 		{"string arguments", map[string]any{"run": run, "tool_calls": []any{map[string]any{"name": "x"}, map[string]any{"name": "y", "arguments": "{}"}}}, 400, "invalid_arguments", "tool_calls[1].arguments"},
-		{"duplicate argument keys", `{"run":{"agent":"a"},"tool_calls":[{"name":"x","arguments":{"a":1,"a":2}}]}`, 400, "invalid_arguments", "tool_calls[0].arguments"},
+		{"duplicate argument keys", `{"run":{"agent":"a"},"tool_calls":[{"name":"x","arguments":{"a":1,"a":2}}]}`, 400, "invalid_arguments", "tool_calls[0].arguments.a"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
