@@ -262,7 +262,7 @@ func ValidateRequest(req *contracts.ApprovalRequested) error {
 
 func (a *Arbiter) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 	var req contracts.ApprovalRequested
-	if err := json.Unmarshal(msg.Data(), &req); err != nil {
+	if err := contracts.Decode(msg.Data(), &req); err != nil {
 		return events.Poison(fmt.Errorf("decode request: %w", err))
 	}
 	if err := ValidateRequest(&req); err != nil {
@@ -288,7 +288,7 @@ func (a *Arbiter) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 			return err
 		}
 		var cur contracts.Record
-		if err := json.Unmarshal(entry.Value(), &cur); err != nil {
+		if err := contracts.Decode(entry.Value(), &cur); err != nil {
 			return events.Poison(fmt.Errorf("record %s is unreadable: %w", req.EventID, err))
 		}
 		if cur.Status != contracts.StatusPending {
@@ -314,7 +314,7 @@ func (a *Arbiter) handleResolution(ctx context.Context, msg jetstream.Msg) error
 	switch {
 	case strings.HasPrefix(subj, contracts.SubjectResolvedPrefix):
 		var v contracts.Vote
-		if err := json.Unmarshal(msg.Data(), &v); err != nil {
+		if err := contracts.Decode(msg.Data(), &v); err != nil {
 			return events.Poison(fmt.Errorf("decode vote: %w", err))
 		}
 		if err := validateVote(&v, strings.TrimPrefix(subj, contracts.SubjectResolvedPrefix)); err != nil {
@@ -335,7 +335,7 @@ func (a *Arbiter) handleResolution(ctx context.Context, msg jetstream.Msg) error
 		})
 	case strings.HasPrefix(subj, contracts.SubjectCommandPrefix):
 		var c contracts.Command
-		if err := json.Unmarshal(msg.Data(), &c); err != nil {
+		if err := contracts.Decode(msg.Data(), &c); err != nil {
 			return events.Poison(fmt.Errorf("decode command: %w", err))
 		}
 		if err := validateCommand(&c, strings.TrimPrefix(subj, contracts.SubjectCommandPrefix)); err != nil {
@@ -469,7 +469,7 @@ func (a *Arbiter) apply(ctx context.Context, msg jetstream.Msg, o op) error {
 			return err
 		}
 		var rec contracts.Record
-		if err := json.Unmarshal(entry.Value(), &rec); err != nil {
+		if err := contracts.Decode(entry.Value(), &rec); err != nil {
 			return events.Poison(fmt.Errorf("record %s is unreadable: %w", o.eventID, err))
 		}
 		res := o.apply(rec)
