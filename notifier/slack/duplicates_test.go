@@ -23,7 +23,7 @@ func TestPayloadWithARepeatedKeyIsRefused(t *testing.T) {
 		t.Fatalf("click payload %s", p)
 	}
 	for _, dup := range []string{
-		`{"user":{"id":"U0NOBODY"},` + p[1:], // a second user, first
+		`{"user":{"id":"U0NOBODY"},` + p[1:],  // a second user, first
 		`{"\u0074ype":"view_closed",` + p[1:], // a second type, escaped
 	} {
 		w := e.serve(signed("payload="+url.QueryEscape(dup), t0))
