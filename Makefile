@@ -4,7 +4,7 @@ BIN     := bin/countersign
 DATA    ?= ./data
 ADDR    ?= 127.0.0.1:8080
 
-.PHONY: all build run test browser test-short bench vet lint fmt clean chaos
+.PHONY: all build run test browser test-short bench vet lint fmt clean chaos fuzz
 
 all: build
 
@@ -49,6 +49,24 @@ CHAOS_SEED     ?= 1
 chaos:
 	$(GO) test -tags chaos -race -count=1 -timeout 60m -run '^TestChaosLong$$' -v ./test/chaos \
 		-chaos.duration=$(CHAOS_DURATION) -chaos.seed=$(CHAOS_SEED)
+
+## fuzz: run each fuzz target in turn for FUZZTIME (their seed corpora run in
+## every `go test`); a failing input is written to the package's testdata/fuzz
+FUZZTIME     ?= 30s
+FUZZMINIMIZE ?= 100x
+FUZZ_TARGETS := \
+	./contracts:FuzzCheckDuplicateKeys ./contracts:FuzzCanonicalize \
+	./services/api:FuzzHandler \
+	./orchestrator/arbiter:FuzzBusMessages ./orchestrator/arbiter:FuzzVoteInterleavings \
+	./notifier/slack:FuzzInteractions \
+	./orchestrator/policy:FuzzParse ./orchestrator/policy:FuzzParseCases ./orchestrator/policy:FuzzCondition \
+	./orchestrator/policy:FuzzDecodeArgs ./orchestrator/policy:FuzzMatch \
+	./orchestrator/policy:FuzzCovers ./orchestrator/policy:FuzzCompiledGlob
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; echo "== $$pkg $$name"; \
+		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) $$pkg; \
+	done
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -18,7 +17,7 @@ import (
 // that came due, an escalation tier reached. Other changes are acknowledged.
 func (d *Dispatcher) handleChange(ctx context.Context, msg jetstream.Msg) error {
 	var ch contracts.Changed
-	if err := json.Unmarshal(msg.Data(), &ch); err != nil {
+	if err := contracts.Decode(msg.Data(), &ch); err != nil {
 		return events.Poison(fmt.Errorf("decode changed event: %w", err))
 	}
 	if ch.Change != contracts.ChangeReminded && ch.Change != contracts.ChangeEscalated {

@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -20,7 +19,7 @@ import (
 // time to finish.
 func (d *Dispatcher) handleDecided(ctx context.Context, msg jetstream.Msg) error {
 	var ev contracts.Decided
-	if err := json.Unmarshal(msg.Data(), &ev); err != nil {
+	if err := contracts.Decode(msg.Data(), &ev); err != nil {
 		return events.Poison(fmt.Errorf("decode decided event: %w", err))
 	}
 	if !contracts.ValidEventID(ev.EventID) {

@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -269,7 +268,7 @@ func (d *Dispatcher) record(ctx context.Context, id string) (*contracts.Record, 
 		return nil, err
 	}
 	var rec contracts.Record
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+	if err := contracts.Decode(e.Value(), &rec); err != nil {
 		return nil, fmt.Errorf("record %s: %w", id, err)
 	}
 	return &rec, nil
@@ -278,7 +277,7 @@ func (d *Dispatcher) record(ctx context.Context, id string) (*contracts.Record, 
 // handleRequest delivers a new request to every target of its rule.
 func (d *Dispatcher) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 	var req contracts.ApprovalRequested
-	if err := json.Unmarshal(msg.Data(), &req); err != nil {
+	if err := contracts.Decode(msg.Data(), &req); err != nil {
 		return events.Poison(fmt.Errorf("decode request: %w", err))
 	}
 	if !contracts.ValidEventID(req.EventID) {

@@ -219,7 +219,7 @@ func (l *Links) Verify(token string, now time.Time) (Claims, error) {
 		return Claims{}, ErrTokenMalformed
 	}
 	var w wireClaims
-	if err := json.Unmarshal(data, &w); err != nil || w.EventID == "" || w.Approver == "" || w.Nonce == "" || w.Expires == 0 {
+	if err := contracts.Decode(data, &w); err != nil || w.EventID == "" || w.Approver == "" || w.Nonce == "" || w.Expires == 0 {
 		return Claims{}, ErrTokenMalformed
 	}
 	c := Claims{EventID: w.EventID, Approver: w.Approver, Expires: time.Unix(w.Expires, 0).UTC(), Nonce: w.Nonce}

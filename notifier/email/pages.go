@@ -458,6 +458,9 @@ func (p *pages) buildVote(r *http.Request, rec *contracts.Record, claims Claims)
 		if err := json.Compact(&compact, raw); err != nil {
 			return v, "Your answer is not valid JSON: " + err.Error() + ". Nothing was sent."
 		}
+		if dup, ok := errors.AsType[*contracts.DuplicateKeyError](contracts.CheckDuplicateKeys(raw)); ok {
+			return v, fmt.Sprintf("Your answer gives the key %q twice; give each key once. Nothing was sent.", dup.Path)
+		}
 		v.Answer = &contracts.Answer{Action: contracts.AnswerAccept, Content: compact.Bytes()}
 	case formDecline:
 		v.Answer = &contracts.Answer{Action: contracts.AnswerDecline}

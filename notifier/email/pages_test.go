@@ -595,6 +595,13 @@ func TestPageHumanInput(t *testing.T) {
 	mustContain(t, r, "Your answer is not valid JSON", "Nothing was sent", `{&#34;dataset&#34;: oops}</textarea>`)
 	noVotes(t, p)
 
+	r = p.post(tok, url.Values{"decision": {"answer"}, "answer": {`{"dataset": "ds-1", "dataset": "ds-9"}`}})
+	if r.status != http.StatusBadRequest {
+		t.Errorf("repeated key: status %d, want 400", r.status)
+	}
+	mustContain(t, r, "gives the key &#34;dataset&#34; twice", "Nothing was sent")
+	noVotes(t, p)
+
 	r = p.post(tok, url.Values{"decision": {"answer"}, "answer": {"{\n  \"dataset\": \"ds-9\"\n}"}, "comment": {"newest one"}})
 	votes := p.res.voteCalls()
 	if r.status != http.StatusOK || len(votes) != 1 {

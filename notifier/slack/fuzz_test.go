@@ -29,7 +29,8 @@ func (o onlyHost) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // FuzzInteractions serves signed requests with arbitrary payloads, seeded
 // with the payloads Slack sends for every Countersign button and modal: the
-// handler must answer 200 or 400 and never panic.
+// handler must answer 200 or 400, never panic, and refuse (400) every
+// payload that repeats a key.
 func FuzzInteractions(f *testing.F) {
 	fake := slacktest.New(f, botToken)
 	fake.AddChannel(channelID, channelName)
@@ -63,6 +64,10 @@ func FuzzInteractions(f *testing.F) {
 		`{"type":"block_actions","actions":[{"action_id":"countersign_approve","value":"{\"e\":\"\"}"}],"user":{"id":"U0ALICE001"}}`,
 		`{"type":"view_submission","view":{"callback_id":"countersign_edit","private_metadata":"{}"}}`,
 		`{"type":"view_submission","view":{"callback_id":"countersign_answer","private_metadata":"{\"e\":1}","state":{"values":{"countersign_input":null}}}}`,
+		// Repeated keys, which are refused wherever they are.
+		`{"type":"block_actions","user":{"id":"U0ALICE001"},"user":{"id":"U0MALLORY"},"actions":[{"action_id":"countersign_approve","value":"{\"e\":\"` + eventID + `\"}"}]}`,
+		`{"type":"block_actions","\u0074ype":"view_submission","user":{"id":"U0ALICE001"}}`,
+		`{"type":"block_actions","user":{"id":"U0ALICE001"},"actions":[{"action_id":"countersign_approve","value":"{\"e\":\"` + eventID + `\",\"e\":\"x\"}"}]}`,
 	} {
 		f.Add(s)
 	}
@@ -83,6 +88,9 @@ func FuzzInteractions(f *testing.F) {
 		h.Wait()
 		if w.Code != http.StatusOK && w.Code != http.StatusBadRequest {
 			t.Fatalf("HTTP %d for payload %q", w.Code, payload)
+		}
+		if errors.Is(contracts.CheckDuplicateKeys([]byte(payload)), contracts.ErrDuplicateKey) && w.Code != http.StatusBadRequest {
+			t.Fatalf("HTTP %d for payload %q, which repeats a key", w.Code, payload)
 		}
 	})
 }

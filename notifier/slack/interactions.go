@@ -519,7 +519,10 @@ func jsonObject(s string) (json.RawMessage, string) {
 		return nil, "Enter a JSON object."
 	}
 	var obj map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(s), &obj); err != nil {
+	if err := contracts.Decode([]byte(s), &obj); err != nil {
+		if dup, ok := errors.AsType[*contracts.DuplicateKeyError](err); ok {
+			return nil, fmt.Sprintf("The key %q appears twice; give each key once.", dup.Path)
+		}
 		var syn *json.SyntaxError
 		if errors.As(err, &syn) {
 			return nil, fmt.Sprintf("Not valid JSON (at byte %d): %s.", syn.Offset, syn.Error())

@@ -58,7 +58,7 @@ func (m modalMeta) encode() (string, error) {
 
 func parseModalMeta(s string) (modalMeta, error) {
 	var m modalMeta
-	if err := json.Unmarshal([]byte(s), &m); err != nil || m.EventID == "" {
+	if err := contracts.Decode([]byte(s), &m); err != nil || m.EventID == "" {
 		return modalMeta{}, errors.New("slack: modal metadata unreadable")
 	}
 	return m, nil

@@ -1,9 +1,10 @@
 package slack
 
 import (
-	"encoding/json"
 	"errors"
 	"net/url"
+
+	"github.com/countersign/countersign/contracts"
 )
 
 // Interaction types handled.
@@ -75,7 +76,7 @@ func parsePayload(body []byte) (*payload, error) {
 		return nil, errNoPayload
 	}
 	var p payload
-	if err := json.Unmarshal([]byte(raw), &p); err != nil {
+	if err := contracts.Decode([]byte(raw), &p); err != nil { // a repeated key is refused too
 		return nil, errBadPayload
 	}
 	return &p, nil

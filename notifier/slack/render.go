@@ -76,7 +76,7 @@ type ButtonValue struct {
 // ParseButtonValue decodes a button's value.
 func ParseButtonValue(s string) (ButtonValue, error) {
 	var v ButtonValue
-	if err := json.Unmarshal([]byte(s), &v); err != nil {
+	if err := contracts.Decode([]byte(s), &v); err != nil {
 		return ButtonValue{}, fmt.Errorf("slack: button value: %w", err)
 	}
 	if v.EventID == "" {

@@ -2,7 +2,6 @@ package arbiter
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -299,7 +298,7 @@ func ValidateRequest(req *contracts.ApprovalRequested) error {
 
 func (a *Arbiter) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 	var req contracts.ApprovalRequested
-	if err := json.Unmarshal(msg.Data(), &req); err != nil {
+	if err := contracts.Decode(msg.Data(), &req); err != nil {
 		return events.Poison(fmt.Errorf("decode request: %w", err))
 	}
 	if err := ValidateRequest(&req); err != nil {
@@ -364,7 +363,7 @@ func (a *Arbiter) existing(ctx context.Context, eventID string) (contracts.Recor
 		return contracts.Record{}, err
 	}
 	var cur contracts.Record
-	if err := json.Unmarshal(entry.Value(), &cur); err != nil {
+	if err := contracts.Decode(entry.Value(), &cur); err != nil {
 		return cur, events.Poison(fmt.Errorf("record %s is unreadable: %w", eventID, err))
 	}
 	if cur.Status != contracts.StatusPending {
@@ -381,7 +380,7 @@ func (a *Arbiter) handleResolution(ctx context.Context, msg jetstream.Msg) error
 	switch {
 	case strings.HasPrefix(subj, contracts.SubjectResolvedPrefix):
 		var v contracts.Vote
-		if err := json.Unmarshal(msg.Data(), &v); err != nil {
+		if err := contracts.Decode(msg.Data(), &v); err != nil {
 			return events.Poison(fmt.Errorf("decode vote: %w", err))
 		}
 		if err := validateVote(&v, strings.TrimPrefix(subj, contracts.SubjectResolvedPrefix)); err != nil {
@@ -405,7 +404,7 @@ func (a *Arbiter) handleResolution(ctx context.Context, msg jetstream.Msg) error
 		})
 	case strings.HasPrefix(subj, contracts.SubjectCommandPrefix):
 		var c contracts.Command
-		if err := json.Unmarshal(msg.Data(), &c); err != nil {
+		if err := contracts.Decode(msg.Data(), &c); err != nil {
 			return events.Poison(fmt.Errorf("decode command: %w", err))
 		}
 		if err := validateCommand(&c, strings.TrimPrefix(subj, contracts.SubjectCommandPrefix)); err != nil {
@@ -566,7 +565,7 @@ func (a *Arbiter) applyGroup(ctx context.Context, group []*queuedOp) {
 			return
 		}
 		var rec contracts.Record
-		if err := json.Unmarshal(entry.Value(), &rec); err != nil {
+		if err := contracts.Decode(entry.Value(), &rec); err != nil {
 			setErr(group, events.Poison(fmt.Errorf("record %s is unreadable: %w", eventID, err)))
 			return
 		}

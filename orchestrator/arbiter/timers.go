@@ -127,7 +127,7 @@ func (a *Arbiter) handleTimer(ctx context.Context, msg jetstream.Msg) error {
 		return events.Poison(fmt.Errorf("unknown timer kind %q", kind))
 	}
 	var t timer
-	if err := json.Unmarshal(msg.Data(), &t); err != nil {
+	if err := contracts.Decode(msg.Data(), &t); err != nil {
 		return events.Poison(fmt.Errorf("decode timer: %w", err))
 	}
 	if t.EventID != id || t.Kind != kind {
@@ -180,7 +180,7 @@ func (a *Arbiter) remind(ctx context.Context, msg jetstream.Msg, id string, step
 		return err
 	}
 	var rec contracts.Record
-	if err := json.Unmarshal(entry.Value(), &rec); err != nil {
+	if err := contracts.Decode(entry.Value(), &rec); err != nil {
 		return events.Poison(fmt.Errorf("record %s is unreadable: %w", id, err))
 	}
 	if rec.Status != contracts.StatusPending {

@@ -201,6 +201,7 @@ func TestParseErrors(t *testing.T) {
 		{"two documents", "users: []\n---\nusers: []\n", []string{"2: a second YAML document"}},
 		{"syntax", "users:\n\t- id: a\n", []string{"2: found character that cannot start any token"}},
 		{"duplicate key", "users:\n  - id: a\n    id: b\n", []string{`3: mapping key "id" already defined at line 2`}},
+		{"duplicate key in JSON", `{"users": [{"id": "a", "email": "a@example.com", "\u0069d": "b"}]}`, []string{`1: mapping key "id" already defined at line 1`}},
 		{"unknown top field", "users: []\nadmins: [a]\n", []string{`2: unknown field "admins"`}},
 		{"unknown user field", "users:\n  - id: a\n    mail: a@example.com\n", []string{`3: unknown field "mail"`}},
 		{"unknown token field", "users:\n  - id: a\n    tokens:\n      - {token: abc, roles: [admin]}\n", []string{`4: unknown field "token"`}},

@@ -739,6 +739,8 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate name", "rules:\n  - name: r\n    tools: [a]\n    action: allow\n  - name: r\n    tools: [b]\n    action: deny\n",
 			5, []string{`duplicate rule name "r" (first on line 2)`}},
 		{"duplicate key", "rules:\n  - name: r\n    tools: [a]\n    tools: [b]\n    action: deny\n", 4, []string{`"tools" is set twice`}},
+		{"duplicate key in JSON", `{"rules": [{"name": "r", "tools": ["a"], "action": "deny", "\u0061ction": "allow"}]}`, 1, []string{`rules[0]: "action" is set twice`}},
+		{"duplicate top-level key in JSON", `{"default": "deny", "rules": [], "default": "allow"}`, 1, []string{`"default" is set twice`}},
 		{"reserved name", "rules:\n  - name: default\n    tools: [a]\n    action: allow\n", 2, []string{`"default" is reserved`}},
 		{"default_rule action", "default_rule:\n  action: allow\n", 2, []string{"default_rule", "action cannot be set"}},
 		{"default_rule tools", "default_rule:\n  tools: [a]\n", 2, []string{"default_rule", "tools cannot be set"}},

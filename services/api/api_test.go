@@ -52,6 +52,8 @@ type env struct {
 	// cfg is the API's configuration, for more replicas on the same bus.
 	cfg api.Config
 	srv *eventstest.Server
+	// handler is the API's handler, for driving it without a connection.
+	handler http.Handler
 }
 
 // replica starts one more API server on the same bus with the setup's
@@ -74,7 +76,7 @@ func (e *env) replica(t *testing.T, edit func(*api.Config)) string {
 	return hs.URL
 }
 
-func setup(t *testing.T) *env {
+func setup(t testing.TB) *env {
 	t.Helper()
 	srv := eventstest.NewServer(t)
 	js := srv.JetStream()
@@ -109,7 +111,8 @@ func setup(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	hs := httptest.NewServer(s.Handler())
+	e.handler = s.Handler()
+	hs := httptest.NewServer(e.handler)
 	t.Cleanup(hs.Close)
 	e.url = hs.URL
 	if e.kv, err = js.KeyValue(ctx, contracts.BucketApprovals); err != nil {
@@ -125,7 +128,7 @@ type response struct {
 	body   []byte
 }
 
-func (r response) decode(t *testing.T, v any) {
+func (r response) decode(t testing.TB, v any) {
 	t.Helper()
 	if err := json.Unmarshal(r.body, v); err != nil {
 		t.Fatalf("decode %s: %v", r.body, err)
@@ -158,12 +161,12 @@ func (r response) wantError(t *testing.T, status int, code, field string) {
 
 // call sends a request as the named token ("" for none). body may be nil,
 // a string (sent as is) or a value to encode.
-func (e *env) call(t *testing.T, method, path, token string, body any) response {
+func (e *env) call(t testing.TB, method, path, token string, body any) response {
 	t.Helper()
 	return e.callCtx(context.Background(), t, method, path, token, body)
 }
 
-func (e *env) callCtx(ctx context.Context, t *testing.T, method, path, token string, body any) response {
+func (e *env) callCtx(ctx context.Context, t testing.TB, method, path, token string, body any) response {
 	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
@@ -232,7 +235,7 @@ func reviewBody(run contracts.Run, calls ...toolCall) map[string]any {
 }
 
 // review posts a review as the agent and returns its results.
-func (e *env) review(t *testing.T, query string, run contracts.Run, calls ...toolCall) []result {
+func (e *env) review(t testing.TB, query string, run contracts.Run, calls ...toolCall) []result {
 	t.Helper()
 	r := e.call(t, "POST", "/v1/reviews"+query, "agent", reviewBody(run, calls...))
 	if r.status != http.StatusOK {
@@ -249,7 +252,7 @@ func (e *env) review(t *testing.T, query string, run contracts.Run, calls ...too
 }
 
 // pendingApproval creates one approval of tool and returns its event id.
-func (e *env) pendingApproval(t *testing.T, runID, tool string) string {
+func (e *env) pendingApproval(t testing.TB, runID, tool string) string {
 	t.Helper()
 	res := e.review(t, "", contracts.Run{ID: runID, Agent: "billing-bot"}, toolCall{ID: "c1", Name: tool, Arguments: json.RawMessage(`{"amount":5}`)})
 	if res[0].Verdict != orchestrator.VerdictPending || res[0].EventID == "" {

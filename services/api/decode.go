@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/countersign/countersign/contracts"
 )
 
 // MaxBodyBytes is the largest request body accepted.
@@ -40,8 +42,23 @@ func decodeBody(w http.ResponseWriter, r *http.Request, dst any, allowEmpty bool
 	return decodeStrict(data, dst)
 }
 
-// decodeStrict checks data against dst's type, then decodes it.
+// decodeStrict checks data against dst's type, then decodes it. An object
+// that repeats a key anywhere, nested ones included, is refused with the
+// key's path: readers would disagree on which value counts.
 func decodeStrict(data []byte, dst any) *apiError {
+	checked := contracts.CheckDuplicateKeys(data)
+	if dup, ok := errors.AsType[*contracts.DuplicateKeyError](checked); ok {
+		// Within free-form JSON the code is the one that value's other
+		// faults get.
+		code := CodeInvalidJSON
+		switch rawField(reflect.TypeOf(dst), dup.Path) {
+		case "arguments", "content": // a tool call's or an edit's arguments, an answer
+			code = CodeInvalidArguments
+		case "schema":
+			code = CodeInvalidSchema
+		}
+		return fieldError(http.StatusBadRequest, code, dup.Path, "duplicate key %q: a key may appear only once in an object", dup.Path)
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	var tree any
@@ -50,6 +67,9 @@ func decodeStrict(data []byte, dst any) *apiError {
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return errorf(http.StatusBadRequest, CodeInvalidJSON, "malformed JSON: unexpected data after the top-level value")
+	}
+	if checked != nil { // not expected: encoding/json accepted what the checker refused
+		return errorf(http.StatusBadRequest, CodeInvalidJSON, "malformed JSON: %v", checked)
 	}
 	if e := checkValue(tree, reflect.TypeOf(dst).Elem(), ""); e != nil {
 		return e
@@ -60,6 +80,49 @@ func decodeStrict(data []byte, dst any) *apiError {
 		return errorf(http.StatusBadRequest, CodeInvalidJSON, "the request body does not match the expected shape: %v", err)
 	}
 	return nil
+}
+
+// rawField returns the JSON name of the json.RawMessage field of type t
+// that path leads into, past the raw value itself (free-form JSON such as
+// tool arguments), or "" if it leads into none.
+func rawField(t reflect.Type, path string) string {
+	name := ""
+	for path != "" {
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if t == rawMessageType {
+			return name
+		}
+		if path[0] == '[' {
+			end := strings.IndexByte(path, ']')
+			if end < 0 || t.Kind() != reflect.Slice && t.Kind() != reflect.Array {
+				return ""
+			}
+			t, path = t.Elem(), path[end+1:]
+			continue
+		}
+		path = strings.TrimPrefix(path, ".")
+		end := strings.IndexAny(path, ".[")
+		if end < 0 {
+			end = len(path)
+		}
+		name = path[:end]
+		switch t.Kind() {
+		case reflect.Struct:
+			ft, ok := jsonFields(t)[name]
+			if !ok {
+				return ""
+			}
+			t = ft
+		case reflect.Map:
+			t = t.Elem()
+		default:
+			return ""
+		}
+		path = path[end:]
+	}
+	return ""
 }
 
 func syntaxMessage(err error) string {

@@ -141,10 +141,11 @@ func editedArguments(text string) (json.RawMessage, string) {
 }
 
 // answerContent reads an answer: a JSON object as written, any other text
-// as {"text": ...} (the default answer schema).
+// (an object that repeats a key included) as {"text": ...} (the default
+// answer schema).
 func answerContent(text string) json.RawMessage {
 	t := strings.TrimSpace(text)
-	if strings.HasPrefix(t, "{") && json.Valid([]byte(t)) {
+	if strings.HasPrefix(t, "{") && contracts.CheckDuplicateKeys([]byte(t)) == nil {
 		var b bytes.Buffer
 		if json.Compact(&b, []byte(t)) == nil {
 			return b.Bytes()

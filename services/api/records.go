@@ -119,7 +119,7 @@ func (s *Server) getRecordSoon(ctx context.Context, id string, d time.Duration) 
 }
 
 // backendError maps a NATS failure to 503 when NATS is unreachable or slow,
-// else to 500.
+// to 413 for a message larger than the bus takes, else to 500.
 func (s *Server) backendError(what string, err error) *apiError {
 	var apiErr *jetstream.APIError
 	switch {
@@ -132,6 +132,9 @@ func (s *Server) backendError(what string, err error) *apiError {
 		return errorf(http.StatusServiceUnavailable, CodeUnavailable, "the message bus is unavailable; retry shortly")
 	case errors.Is(err, context.Canceled):
 		return errorf(http.StatusServiceUnavailable, CodeUnavailable, "the request was cancelled")
+	case errors.Is(err, nats.ErrMaxPayload):
+		// Nothing was published: the message would not fit the bus.
+		return errorf(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "the request is too large for the message bus; send smaller arguments")
 	}
 	s.log.Error("NATS request failed", "op", what, "err", err)
 	return errorf(http.StatusInternalServerError, CodeInternal, "internal error")

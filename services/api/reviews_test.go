@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -126,7 +127,7 @@ func TestReviewValidation(t *testing.T) {
 		{"duplicate id", map[string]any{"run": run, "tool_calls": []any{map[string]any{"id": "1", "name": "x"}, map[string]any{"id": "1", "name": "y"}}}, 400, "invalid_field", "tool_calls[1].id"},
 		{"array arguments", map[string]any{"run": run, "tool_calls": []any{map[string]any{"name": "x", "arguments": []int{1}}}}, 400, "invalid_arguments", "tool_calls[0].arguments"},
 		{"string arguments", map[string]any{"run": run, "tool_calls": []any{map[string]any{"name": "x"}, map[string]any{"name": "y", "arguments": "{}"}}}, 400, "invalid_arguments", "tool_calls[1].arguments"},
-		{"duplicate argument keys", `{"run":{"agent":"a"},"tool_calls":[{"name":"x","arguments":{"a":1,"a":2}}]}`, 400, "invalid_arguments", "tool_calls[0].arguments"},
+		{"duplicate argument keys", `{"run":{"agent":"a"},"tool_calls":[{"name":"x","arguments":{"a":1,"a":2}}]}`, 400, "invalid_arguments", "tool_calls[0].arguments.a"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -155,4 +156,20 @@ func TestBodyTooLarge(t *testing.T) {
 	e.call(t, "POST", "/v1/reviews", "agent", body).wantError(t, http.StatusRequestEntityTooLarge, "body_too_large", "")
 	// Exactly 1 MiB is accepted (and then judged on its content).
 	e.call(t, "POST", "/v1/reviews", "agent", body[:1<<20]).wantError(t, http.StatusBadRequest, "invalid_json", "")
+}
+
+// A review under the body limit whose request would not fit the bus's
+// max payload is refused as too large, and nothing is published.
+func TestReviewTooLargeForTheBus(t *testing.T) {
+	e := setup(t)
+	memo := strings.Repeat("x", 1<<20-300)
+	body := `{"run":{"id":"run-big","agent":"billing-bot"},"tool_calls":[{"id":"c1","name":"payments.send","arguments":{"memo":"` + memo + `"}}]}`
+	e.call(t, "POST", "/v1/reviews", "agent", body).wantError(t, http.StatusRequestEntityTooLarge, "body_too_large", "")
+	info, err := e.js.Stream(context.Background(), contracts.StreamRequests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.CachedInfo().State.Msgs; n != 0 {
+		t.Fatalf("%d requests published", n)
+	}
 }

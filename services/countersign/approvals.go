@@ -318,7 +318,10 @@ func jsonInput(file, inline, what string) (json.RawMessage, error) {
 	default:
 		data = []byte(inline)
 	}
-	if !json.Valid(data) {
+	if err := contracts.CheckDuplicateKeys(data); err != nil {
+		if dup, ok := errors.AsType[*contracts.DuplicateKeyError](err); ok {
+			return nil, fmt.Errorf("the input gives the key %q twice", dup.Path)
+		}
 		return nil, errors.New("the input is not valid JSON")
 	}
 	return json.RawMessage(bytes.TrimSpace(data)), nil

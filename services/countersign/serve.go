@@ -694,7 +694,7 @@ func loadOrCreateUsers(path string) ([]embedded.User, error) {
 	data, err := os.ReadFile(path)
 	if err == nil {
 		var users []embedded.User
-		if err := json.Unmarshal(data, &users); err != nil {
+		if err := contracts.Decode(data, &users); err != nil {
 			return nil, fmt.Errorf("serve: %s: %w", path, err)
 		}
 		return users, nil
