@@ -186,6 +186,13 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 	if err := os.MkdirAll(cfg.Data, 0o700); err != nil {
 		return fmt.Errorf("serve: data directory: %w", err)
 	}
+	// One serve per data directory: the lock comes before anything is
+	// written under it.
+	unlock, err := lockDataDir(cfg.Data)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	pol := policy.Default()
 	var polSource []byte
 	if cfg.Policy != "" {
