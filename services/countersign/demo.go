@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net/url"
@@ -82,8 +81,8 @@ var fleetScript = []struct {
 }
 
 func cmdDemo(args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	newClient := clientFlags(fs)
+	fs := newFlagSet("demo", out)
+	newClient := clientFlags(fs.FlagSet)
 	noWait := fs.Bool("no-wait", false, "propose the calls and exit without waiting for decisions")
 	rounds := fs.Int("rounds", 1, "how many times the fleet proposes its calls")
 	fleet := fs.Bool("fleet", false, "fill the web inbox: a fleet of agents (refunds, deploys, email, migrations) proposes calls and leaves them pending (implies --no-wait)")

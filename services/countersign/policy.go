@@ -31,16 +31,20 @@ type policyInfo struct {
 }
 
 func cmdPolicy(args []string, out io.Writer) error {
+	if len(args) > 0 && isHelp(args[0]) {
+		fmt.Fprint(out, usageText("policy"))
+		return flag.ErrHelp
+	}
 	if len(args) == 0 {
-		return errors.New("policy: want lint, test, apply or show")
+		return errors.New("policy: want lint, test, apply or show (see 'countersign policy --help')")
 	}
 	sub, args := args[0], args[1:]
-	fs := flag.NewFlagSet("policy "+sub, flag.ContinueOnError)
+	fs := newFlagSet("policy "+sub, out)
 	switch sub {
 	case "lint":
 		strict := fs.Bool("strict", false, "fail on warnings too")
 		dirFile := fs.String("directory", "", "approver directory file: groups it lists members of are not unknown")
-		if err := fs.Parse(reorderFlags(fs, args)); err != nil {
+		if err := fs.Parse(reorderFlags(fs.FlagSet, args)); err != nil {
 			return err
 		}
 		if fs.NArg() == 0 {
@@ -58,7 +62,7 @@ func cmdPolicy(args []string, out io.Writer) error {
 		return policyLint(out, fs.Args(), *strict, dir)
 	case "test":
 		verbose := fs.Bool("v", false, "explain every case, rule by rule")
-		if err := fs.Parse(reorderFlags(fs, args)); err != nil {
+		if err := fs.Parse(reorderFlags(fs.FlagSet, args)); err != nil {
 			return err
 		}
 		if fs.NArg() != 2 {
@@ -66,9 +70,9 @@ func cmdPolicy(args []string, out io.Writer) error {
 		}
 		return policyTest(out, fs.Arg(0), fs.Arg(1), *verbose)
 	case "apply":
-		newClient := clientFlags(fs)
+		newClient := clientFlags(fs.FlagSet)
 		dryRun := fs.Bool("dry-run", false, "validate on the server without applying")
-		if err := fs.Parse(reorderFlags(fs, args)); err != nil {
+		if err := fs.Parse(reorderFlags(fs.FlagSet, args)); err != nil {
 			return err
 		}
 		if fs.NArg() != 1 {
@@ -109,7 +113,7 @@ func cmdPolicy(args []string, out io.Writer) error {
 		}
 		return nil
 	case "show":
-		newClient := clientFlags(fs)
+		newClient := clientFlags(fs.FlagSet)
 		source := fs.Bool("source", false, "print the policy's YAML source")
 		jsonOut := fs.Bool("json", false, "print the API's JSON")
 		if err := fs.Parse(args); err != nil {

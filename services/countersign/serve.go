@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -55,8 +55,8 @@ type serveInfo struct {
 	PID     int    `json:"pid"`
 }
 
-func cmdServe(args []string) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+func cmdServe(args []string, out io.Writer) error {
+	fs := newFlagSet("serve", out)
 	configPath := fs.String("config", "", "configuration file (countersign.yaml)")
 	addr := fs.String("addr", "", "HTTP listen address for the API and the inbox (default 127.0.0.1:8080)")
 	data := fs.String("data", "", "data directory (default ./data)")
