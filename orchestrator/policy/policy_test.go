@@ -510,7 +510,7 @@ func TestFailClosedSettings(t *testing.T) {
 	// A gated rule's condition errors: its own settings, and the error.
 	d := p.Evaluate(callArgs("prod", "payments.send", `{}`))
 	want := policy.Decision{
-		Action: policy.ActionRequireApproval, Rule: "big-prod-payments", Version: "c1", Line: 7, Error: "no such key: amount",
+		Action: policy.ActionRequireApproval, Rule: "big-prod-payments", Version: "c1", Line: 7, Error: `args has no field "amount" (CEL: no such key: amount)`,
 		Risk: contracts.RiskHigh, Approvers: []string{"alice", "bob", "carol", "dave"}, Quorum: 2, Veto: true,
 		Order: contracts.OrderAny, Timeout: policy.DefaultTimeout, OnTimeout: contracts.OnTimeoutReject,
 		AllowedDecisions: []string{contracts.DecisionApprove, contracts.DecisionReject},
@@ -521,7 +521,7 @@ func TestFailClosedSettings(t *testing.T) {
 	// to high, no deny reason.
 	d = p.Evaluate(policy.Input{Run: contracts.Run{Agent: "a"}, Tool: "payments.refund", Arguments: json.RawMessage(`{}`)})
 	want = policy.Decision{
-		Action: policy.ActionRequireApproval, Rule: "refunds-to-self", Version: "c1", Line: 14, Error: "no such key: recipient",
+		Action: policy.ActionRequireApproval, Rule: "refunds-to-self", Version: "c1", Line: 14, Error: `args has no field "recipient" (CEL: no such key: recipient)`,
 		Risk: contracts.RiskHigh, Quorum: 1, Veto: true, Order: contracts.OrderAny, Timeout: policy.DefaultTimeout,
 		OnTimeout: contracts.OnTimeoutReject, AllowedDecisions: []string{contracts.DecisionApprove, contracts.DecisionReject},
 	}
