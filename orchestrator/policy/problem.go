@@ -22,6 +22,10 @@ type Problem struct {
 	Column   int    `json:"column,omitempty"`
 	Severity string `json:"severity"`
 	Message  string `json:"message"`
+	// Group is set on the warning about an approver group the policy does
+	// not define: the group's name. An approver directory may define it;
+	// see WithoutGroupsOf.
+	Group string `json:"group,omitempty"`
 }
 
 // String formats the problem as "LINE:COL: message", or "LINE: message"

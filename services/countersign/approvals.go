@@ -98,7 +98,7 @@ func cmdApprovals(args []string, out io.Writer) error {
 		return tw.Flush()
 	case "show":
 		wait := fs.Duration("wait", 0, "wait up to this long (max 60s) for a decision")
-		id, c, err := parseOne(fs, args, newClient)
+		id, c, err := parseOne(ctx, fs, args, newClient)
 		if err != nil {
 			return err
 		}
@@ -121,7 +121,7 @@ func cmdApprovals(args []string, out io.Writer) error {
 		if sub == "reject" {
 			reason = fs.String("reason", "", "why, returned to the agent")
 		}
-		id, c, err := parseOne(fs, args, newClient)
+		id, c, err := parseOne(ctx, fs, args, newClient)
 		if err != nil {
 			return err
 		}
@@ -158,6 +158,9 @@ func cmdApprovals(args []string, out io.Writer) error {
 		if err != nil {
 			return err
 		}
+		if id, err = resolveID(ctx, c, id); err != nil {
+			return err
+		}
 		// What the approver edits: the arguments under review now. The
 		// vote carries their hash, so an edit of stale arguments is refused.
 		var before recordAnswer
@@ -190,7 +193,11 @@ func cmdApprovals(args []string, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		_, err = castVote(ctx, c, out, fs.Arg(0), map[string]any{"decision": contracts.DecisionRespond, "comment": fs.Arg(1)}, *jsonOut)
+		id, err := resolveID(ctx, c, fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		_, err = castVote(ctx, c, out, id, map[string]any{"decision": contracts.DecisionRespond, "comment": fs.Arg(1)}, *jsonOut)
 		return err
 	case "answer":
 		content := fs.String("json", "", "the answer as JSON (it must satisfy the question's schema)")
@@ -226,6 +233,9 @@ func cmdApprovals(args []string, out io.Writer) error {
 		if err != nil {
 			return err
 		}
+		if id, err = resolveID(ctx, c, id); err != nil {
+			return err
+		}
 		body := map[string]any{"decision": contracts.DecisionAnswer, "answer": answer}
 		if *comment != "" {
 			body["comment"] = *comment
@@ -250,6 +260,9 @@ func cmdApprovals(args []string, out io.Writer) error {
 		if err != nil {
 			return err
 		}
+		if id, err = resolveID(ctx, c, id); err != nil {
+			return err
+		}
 		var ans recordAnswer
 		status, err := c.do(ctx, "POST", "/v1/approvals/"+url.PathEscape(id)+"/extend", body, &ans)
 		if err != nil {
@@ -266,7 +279,7 @@ func cmdApprovals(args []string, out io.Writer) error {
 		return nil
 	case "cancel":
 		reason := fs.String("reason", "", "why the request is cancelled")
-		id, c, err := parseOne(fs, args, newClient)
+		id, c, err := parseOne(ctx, fs, args, newClient)
 		if err != nil {
 			return err
 		}
@@ -390,8 +403,8 @@ func reorder(args []string) []string {
 }
 
 // parseOne parses the flags of a command on one approval and returns its
-// id and an API client.
-func parseOne(fs *flagSet, args []string, newClient func() (*client, error)) (string, *client, error) {
+// id (resolved from a prefix, see resolveID) and an API client.
+func parseOne(ctx context.Context, fs *flagSet, args []string, newClient func() (*client, error)) (string, *client, error) {
 	if err := fs.Parse(reorder(args)); err != nil {
 		return "", nil, err
 	}
@@ -401,6 +414,9 @@ func parseOne(fs *flagSet, args []string, newClient func() (*client, error)) (st
 	}
 	c, err := newClient()
 	if err != nil {
+		return "", nil, err
+	}
+	if id, err = resolveID(ctx, c, id); err != nil {
 		return "", nil, err
 	}
 	return id, c, nil

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -184,5 +186,66 @@ func TestCLIRespondAnswerExtend(t *testing.T) {
 	out, err = c.cli(t, "approvals", "answer", q2.EventID, "--cancel")
 	if err != nil || !strings.Contains(out, "Status is now answered") {
 		t.Fatalf("answer --cancel: %v\n%s", err, out)
+	}
+}
+
+// Approval ids may be shortened to a unique prefix of at least four
+// characters, as git takes commit ids; an ambiguous prefix lists the
+// candidates, a short one is refused.
+func TestCLIAcceptsAUniqueIDPrefix(t *testing.T) {
+	c := newCLIStack(t)
+	run := contracts.Run{ID: "run-cli", Agent: "billing-bot"}
+	// Two tool calls whose event ids share their first five characters.
+	byPrefix := map[string]string{}
+	var first, second string
+	for i := 0; second == ""; i++ {
+		callID := "p" + strconv.Itoa(i)
+		id := orchestrator.EventID(run, callID)
+		if other, ok := byPrefix[id[:5]]; ok {
+			first, second = other, callID
+			break
+		}
+		byPrefix[id[:5]] = callID
+	}
+	idA := c.submit(t, orchestrator.ToolCall{ID: first, Name: "stripe.refund", Arguments: json.RawMessage(`{"amount":1}`)})
+	idB := c.submit(t, orchestrator.ToolCall{ID: second, Name: "stripe.refund", Arguments: json.RawMessage(`{"amount":2}`)})
+	unique := func(id, other string) string {
+		n := 5
+		for id[:n] == other[:n] {
+			n++
+		}
+		return id[:n+1]
+	}
+
+	out, err := c.cli(t, "approvals", "show", unique(idA, idB))
+	if err != nil || !strings.Contains(out, "Approval "+idA) {
+		t.Fatalf("show by a unique prefix: %v\n%s", err, out)
+	}
+	out, err = c.cli(t, "approvals", "reject", unique(idB, idA), "--reason", "no")
+	if err != nil || !strings.Contains(out, "Vote counted: reject "+idB) {
+		t.Fatalf("reject by a unique prefix: %v\n%s", err, out)
+	}
+	out, err = c.cli(t, "audit", unique(idB, idA))
+	if err != nil || !strings.Contains(out, idB) {
+		t.Fatalf("audit by a unique prefix: %v\n%s", err, out)
+	}
+
+	_, err = c.cli(t, "approvals", "approve", idA[:5])
+	if !errors.Is(err, ErrAmbiguousID) || !strings.Contains(err.Error(), idA) || !strings.Contains(err.Error(), idB) {
+		t.Fatalf("an ambiguous prefix: %v", err)
+	}
+	if _, err := c.cli(t, "approvals", "show", idA[:3]); err == nil || !strings.Contains(err.Error(), "too short") {
+		t.Fatalf("a three-character prefix: %v", err)
+	}
+	if _, err := c.cli(t, "approvals", "show", "ffff0000"); err == nil || !strings.Contains(err.Error(), "no approval id starts with") {
+		t.Fatalf("a prefix of nothing: %v", err)
+	}
+	out, err = c.cli(t, "approvals", "show", idA, "--json")
+	var ans recordAnswer
+	if err != nil || json.Unmarshal([]byte(out), &ans) != nil {
+		t.Fatalf("show --json: %v\n%s", err, out)
+	}
+	if rec := ans.Record; rec.Status != contracts.StatusPending || len(rec.Votes)+len(rec.RefusedVotes) != 0 {
+		t.Fatalf("the ambiguous approve voted: %+v", rec)
 	}
 }
