@@ -12,8 +12,10 @@ build:
 	$(GO) build -o $(BIN) ./services/countersign
 
 ## run: build and start every role with an embedded NATS server, data under ./data
+## (the recipe execs the server: its process is serve itself, a child of make;
+## to kill -9 the server, kill serve — pkill -9 -f 'countersign serve' — not make)
 run: build
-	$(BIN) serve --data $(DATA) --addr $(ADDR) --config deploy/countersign.yaml --policy deploy/policy.yaml
+	exec $(BIN) serve --data $(DATA) --addr $(ADDR) --config deploy/countersign.yaml --policy deploy/policy.yaml
 
 ## test: every test, with the race detector, against real embedded NATS servers
 ## (installs Debian's headless Chromium first, for the web inbox's browser tests)

@@ -112,6 +112,14 @@ func TestServeDirectory(t *testing.T) {
 	}
 
 	p := startServe(t, t.TempDir(), "--policy", polFile, "--directory", dirFile)
+	// Against the running server, lint and apply know the groups of its
+	// directory: only legal is unknown.
+	for _, args := range [][]string{{"policy", "lint", polFile}, {"policy", "apply", "--dry-run", polFile}} {
+		out, err := p.cli(args...)
+		if err != nil || strings.Contains(out, `"finance"`) || !strings.Contains(out, `unknown approver group "legal"`) {
+			t.Fatalf("%v against the server: %v\n%s", args, err, out)
+		}
+	}
 	var ans reviewAnswer
 	body := map[string]any{
 		"run":        map[string]any{"id": "run-dir", "agent": "billing-bot"},

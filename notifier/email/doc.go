@@ -11,8 +11,13 @@
 // days at most). Opening the link (GET or HEAD) only shows the request and
 // a form: mail scanners and link previews fetch links, so a GET never votes.
 // Only posting the form votes, as the approver the token names, via
-// "email", with the vote id VoteID(claims). The arbiter counts a vote id
-// once, so a link answers once; opening it again shows the earlier answer.
+// "email". A link answers once: the first vote it casts has the id
+// VoteID(claims), and the arbiter counts a vote id once, so posting the form
+// twice counts once, and opening the link after a counted vote shows that
+// answer. A vote the arbiter refuses (the requester approving their own
+// request, say) does not use the link up: the page says why it was not
+// counted and shows the form again, and the next vote gets a new id
+// (AttemptVoteID).
 // Emails to addresses that are not an approver's carry no decision link,
 // only the inbox URL.
 //

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -245,10 +246,21 @@ func mac(secret []byte, kid, payload string) []byte {
 	return h.Sum(nil)
 }
 
-// VoteID is the id of every vote cast with the link of c: a UUID (version
-// 5) derived from the link's nonce under a namespace of Countersign's email
-// links. The arbiter counts a vote id once, so a link answers once; clicking
-// it again shows the earlier answer.
+// VoteID is the id of the first vote cast with the link of c: a UUID
+// (version 5) derived from the link's nonce under a namespace of
+// Countersign's email links. The arbiter counts a vote id once, so posting
+// the same answer twice counts it once.
 func VoteID(c Claims) string {
-	return uuid.NewSHA1(voteNamespace, []byte(c.Nonce)).String()
+	return AttemptVoteID(c, 0)
+}
+
+// AttemptVoteID is the id of the vote cast with the link of c after n of
+// its earlier votes were refused: a refused vote does not use up a link, so
+// the next answer through it needs a new id. AttemptVoteID(c, 0) is
+// VoteID(c).
+func AttemptVoteID(c Claims, n int) string {
+	if n == 0 {
+		return uuid.NewSHA1(voteNamespace, []byte(c.Nonce)).String()
+	}
+	return uuid.NewSHA1(voteNamespace, []byte(c.Nonce+"\n"+strconv.Itoa(n))).String()
 }

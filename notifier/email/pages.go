@@ -51,8 +51,9 @@ type PagesConfig struct {
 // GET (and HEAD) /e/{token} verifies the token and shows the request with a
 // form; it never votes, since mail scanners and link previews fetch links.
 // Only a POST of that form to the same URL casts the vote, with the
-// approver from the token, via "email", and the vote id VoteID(claims): a
-// link answers once. Every response carries no-referrer, no-store and a
+// approver from the token, via "email", and the link's next vote id
+// (VoteID(claims) first): a link answers once with a counted vote; a vote
+// the arbiter refuses leaves the form in place. Every response carries no-referrer, no-store and a
 // restrictive Content-Security-Policy.
 func NewPages(cfg PagesConfig) (http.Handler, error) {
 	var errs []error
@@ -193,29 +194,53 @@ func (p *pages) show(w http.ResponseWriter, r *http.Request) {
 		p.write(w, r, http.StatusOK, view)
 		return
 	}
+	refusedNotice(&view, rec, claims)
 	view.Form = newForm(rec, claims)
 	p.write(w, r, http.StatusOK, view)
 }
 
-// closedNotice sets the notice when claims can no longer answer rec: this
-// link answered already, its approver voted another way, or the request is
-// decided. It returns false when the form should be shown.
-func (p *pages) closedNotice(view *pageView, rec *contracts.Record, claims Claims) bool {
-	id := VoteID(claims)
-	for _, v := range rec.Votes {
-		if v.VoteID == id {
-			view.NoticeKind, view.Notice = "info", "You already answered with this link: "+decisionLabel(v.Decision, v.Answer)+"."
-			view.Detail = outcomeDetail(rec)
-			return true
-		}
-	}
+// linkState is what the link of some claims has done to a record: the vote
+// it got counted, if any; the votes of it the arbiter refused, oldest first;
+// and the id its next vote gets. Only a counted vote uses a link up.
+type linkState struct {
+	counted *contracts.Vote
+	refused []contracts.RefusedVote
+	next    string
+}
+
+func linkVotes(rec *contracts.Record, claims Claims) linkState {
+	refused := make(map[string]contracts.RefusedVote, len(rec.RefusedVotes))
 	for _, v := range rec.RefusedVotes {
-		if v.VoteID == id {
-			view.NoticeKind, view.Notice = "info", "You already answered with this link: "+decisionLabel(v.Decision, nil)+"."
-			view.Detail = "It was not counted: " + notifier.RefusalText(v.Reason) + "." + detailSuffix(v.Detail) +
-				" A link answers once; a newer email about this request, or the Countersign inbox, can still answer."
-			return true
+		refused[v.VoteID] = v
+	}
+	var st linkState
+	// The link's n-th vote is only cast after its first n were refused, so
+	// the walk ends at the first id the record does not hold.
+	for n := 0; ; n++ {
+		id := AttemptVoteID(claims, n)
+		for i := range rec.Votes {
+			if rec.Votes[i].VoteID == id {
+				st.counted = &rec.Votes[i]
+				return st
+			}
 		}
+		v, ok := refused[id]
+		if !ok {
+			st.next = id
+			return st
+		}
+		st.refused = append(st.refused, v)
+	}
+}
+
+// closedNotice sets the notice when claims can no longer answer rec: this
+// link's vote was counted, its approver voted another way, or the request
+// is decided. It returns false when the form should be shown.
+func (p *pages) closedNotice(view *pageView, rec *contracts.Record, claims Claims) bool {
+	if v := linkVotes(rec, claims).counted; v != nil {
+		view.NoticeKind, view.Notice = "info", "You already answered with this link: "+decisionLabel(v.Decision, v.Answer)+"."
+		view.Detail = outcomeDetail(rec)
+		return true
 	}
 	if rec.Terminal() {
 		view.NoticeKind, view.Notice = "info", "This request is closed: "+notifier.OutcomeLine(rec)+"."
@@ -230,6 +255,20 @@ func (p *pages) closedNotice(view *pageView, rec *contracts.Record, claims Claim
 		}
 	}
 	return false
+}
+
+// refusedNotice says, above a form, that the link's last answer was not
+// counted and why.
+func refusedNotice(view *pageView, rec *contracts.Record, claims Claims) {
+	st := linkVotes(rec, claims)
+	if len(st.refused) == 0 {
+		return
+	}
+	v := st.refused[len(st.refused)-1]
+	view.NoticeKind = "info"
+	view.Notice = "Your last answer with this link (" + decisionLabel(v.Decision, nil) + ") was not counted: " +
+		notifier.RefusalText(v.Reason) + "." + detailSuffix(v.Detail)
+	view.Detail = "This link can still answer."
 }
 
 func via(channel string) string {
@@ -387,7 +426,7 @@ func (p *pages) answer(w http.ResponseWriter, r *http.Request) {
 		p.write(w, r, http.StatusConflict, view)
 		return
 	}
-	vote, msg := p.buildVote(r, rec, claims)
+	vote, msg := p.buildVote(r, rec, claims, linkVotes(rec, claims).next)
 	if msg != "" {
 		status := http.StatusBadRequest
 		if strings.HasPrefix(msg, staleNotice) {
@@ -417,12 +456,13 @@ func (p *pages) answer(w http.ResponseWriter, r *http.Request) {
 const staleNotice = "The arguments changed"
 
 // buildVote reads the form into a vote, or returns a message for the person.
-func (p *pages) buildVote(r *http.Request, rec *contracts.Record, claims Claims) (contracts.Vote, string) {
+// The vote gets voteID: the link's next vote id.
+func (p *pages) buildVote(r *http.Request, rec *contracts.Record, claims Claims, voteID string) (contracts.Vote, string) {
 	req := &rec.Request
 	form := r.PostForm
 	v := contracts.Vote{
 		Spec:      contracts.SpecVote,
-		VoteID:    VoteID(claims),
+		VoteID:    voteID,
 		EventID:   claims.EventID,
 		Approver:  contracts.Approver{ID: claims.Approver, Via: contracts.ViaEmail},
 		Comment:   strings.TrimSpace(form.Get("comment")),
@@ -473,8 +513,8 @@ func (p *pages) buildVote(r *http.Request, rec *contracts.Record, claims Claims)
 		if h == "" {
 			return v, "The form is incomplete. Reload the page and answer again."
 		}
-		// A vote for arguments that changed is refused, and a refused vote
-		// uses up the link: show the new arguments instead.
+		// A vote for arguments that changed would be refused: show the new
+		// arguments instead.
 		if current := currentHash(rec); current != "" && h != current {
 			return v, staleNotice + " since you opened this page. Look at them again before you answer."
 		}
@@ -512,6 +552,15 @@ func (p *pages) result(w http.ResponseWriter, r *http.Request, rec *contracts.Re
 		view.NoticeKind = "error"
 		view.Notice = "Your answer was not counted: " + notifier.RefusalText(res.Refused) + "."
 		view.Detail = oneLine(res.Detail)
+		// A refused vote does not use the link up: while the request and
+		// its approver can still answer, the form stays.
+		if probe := (pageView{}); !p.closedNotice(&probe, after, claims) {
+			view.Form = newForm(after, claims)
+			if view.Detail != "" {
+				view.Detail += " "
+			}
+			view.Detail += "This link can still answer."
+		}
 		p.write(w, r, notifier.RefusalStatus(res.Refused), view)
 	}
 }

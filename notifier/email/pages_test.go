@@ -30,6 +30,9 @@ type resolver struct {
 	readErr error
 	// answer, when set, answers votes instead of the simplified arbiter.
 	answer func(contracts.Vote) notifier.VoteResult
+	// refuse, when set, names the reason the simplified arbiter refuses a
+	// vote for, or "" to apply it.
+	refuse func(contracts.Vote) string
 }
 
 func newResolver(rec contracts.Record) *resolver { return &resolver{rec: rec} }
@@ -69,8 +72,19 @@ func (r *resolver) Vote(_ context.Context, v contracts.Vote) (notifier.VoteResul
 		rec := cloneRecord(r.rec)
 		return notifier.VoteResult{Refused: reason, Record: &rec}, nil
 	}
+	for _, old := range r.rec.RefusedVotes {
+		if old.VoteID == v.VoteID {
+			rec := cloneRecord(r.rec)
+			return notifier.VoteResult{Refused: old.Reason, Record: &rec}, nil
+		}
+	}
 	if r.rec.Terminal() {
 		return refuse(contracts.ReasonClosed)
+	}
+	if r.refuse != nil {
+		if reason := r.refuse(v); reason != "" {
+			return refuse(reason)
+		}
 	}
 	for _, old := range r.rec.Votes {
 		if old.Approver.ID == v.Approver.ID {
@@ -368,15 +382,63 @@ func TestPageRefusedVote(t *testing.T) {
 	}
 }
 
-func TestPageLinkWithRefusedVoteSaysSo(t *testing.T) {
+// A link whose vote was refused says why and still shows the form: only a
+// counted vote uses a link up.
+func TestPageLinkWithRefusedVoteSaysSoAndCanStillAnswer(t *testing.T) {
 	req := toolRequest()
 	p := newPages(t, pendingRecord(req))
 	tok, claims := p.token(t, "carol")
 	p.res.rec.RefusedVotes = []contracts.RefusedVote{{VoteID: email.VoteID(claims), Approver: contracts.Approver{ID: "carol", Via: contracts.ViaEmail}, Decision: contracts.DecisionApprove, Reason: contracts.ReasonSelfApproval}}
 	r := p.get(tok)
-	mustContain(t, r, "You already answered with this link: Approve.", "It was not counted: "+notifier.RefusalText(contracts.ReasonSelfApproval))
-	mustNotContain(t, r, "<form")
+	mustContain(t, r, "Your last answer with this link (Approve) was not counted: "+notifier.RefusalText(contracts.ReasonSelfApproval),
+		"This link can still answer.", "<form")
+	mustNotContain(t, r, "You already answered")
 	noVotes(t, p)
+}
+
+// The requester approves through their link and is refused; the same link
+// then still shows the form, and a rejection through it counts, with a vote
+// id of its own.
+func TestPageRefusedVoteDoesNotUseTheLink(t *testing.T) {
+	req := toolRequest()
+	p := newPages(t, pendingRecord(req))
+	tok, claims := p.token(t, "carol")
+	p.res.refuse = func(v contracts.Vote) string {
+		if v.Approver.ID == "carol" && v.Decision == contracts.DecisionApprove {
+			return contracts.ReasonSelfApproval
+		}
+		return ""
+	}
+	r := p.post(tok, approveForm(req, ""))
+	if r.status != http.StatusForbidden {
+		t.Errorf("self-approval: status %d, want 403", r.status)
+	}
+	mustContain(t, r, "Your answer was not counted: "+notifier.RefusalText(contracts.ReasonSelfApproval), "This link can still answer.", "<form")
+
+	r = p.get(tok)
+	if r.status != http.StatusOK {
+		t.Errorf("GET after the refusal: status %d", r.status)
+	}
+	mustContain(t, r, "was not counted: "+notifier.RefusalText(contracts.ReasonSelfApproval), `name="decision" value="reject"`)
+	mustNotContain(t, r, "You already answered")
+
+	r = p.post(tok, url.Values{"decision": {"reject"}, "comment": {"not this month"}, "h": {req.ToolCall.ArgumentsSHA256}})
+	if r.status != http.StatusOK {
+		t.Fatalf("reject after the refusal: status %d:\n%s", r.status, r.body)
+	}
+	mustContain(t, r, "Your rejection was recorded.")
+	votes := p.res.voteCalls()
+	if len(votes) != 2 || votes[0].VoteID != email.VoteID(claims) || votes[1].VoteID != email.AttemptVoteID(claims, 1) ||
+		votes[1].VoteID == votes[0].VoteID {
+		t.Fatalf("votes %+v: want the link's first id, then its second", votes)
+	}
+	if p.res.rec.Status != contracts.StatusRejected {
+		t.Errorf("status %s, want rejected", p.res.rec.Status)
+	}
+	// Now the link is used up.
+	r = p.get(tok)
+	mustContain(t, r, "You already answered with this link: Reject.")
+	mustNotContain(t, r, "<form")
 }
 
 func TestPageVoteInFlight(t *testing.T) {

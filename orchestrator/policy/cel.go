@@ -70,6 +70,11 @@ type condition struct {
 	tracked   cel.Program
 	readsArgs bool // the condition reads args
 	readsRun  bool // the condition reads run
+	// ast and the program built from it on the first error, which records
+	// every value, explain what failed (see explain).
+	ast         *cel.Ast
+	explainOnce sync.Once
+	explainPrg  cel.Program
 }
 
 // celIssue is a compile problem of a condition, positioned within its text
@@ -117,7 +122,7 @@ func compileCondition(src string) (*condition, []celIssue) {
 	if unbounded.Min > CostLimit {
 		return nil, []celIssue{{line: 1, msg: fmt.Sprintf("condition always costs at least %d, over the limit of %d", unbounded.Min, CostLimit)}}
 	}
-	c := &condition{src: strings.Join(strings.Fields(src), " "), fastUpTo: math.MaxUint64}
+	c := &condition{src: strings.Join(strings.Fields(src), " "), fastUpTo: math.MaxUint64, ast: ast}
 	if unbounded.Max > CostLimit {
 		c.fastUpTo = 0
 		for m := uint64(64); m <= 1<<24; m *= 2 {
@@ -179,7 +184,7 @@ func (c *condition) eval(ctx context.Context, act *activation) (bool, error) {
 		out, _, err = prg.Eval(act)
 	}
 	if err != nil {
-		return false, err
+		return false, c.explain(act, err)
 	}
 	b, ok := out.(types.Bool)
 	if !ok {

@@ -294,6 +294,7 @@ func resolveGroups(list []string, nodes []*yaml.Node, groups map[string][]string
 		if !ok {
 			n := nodes[i]
 			ps.add(n.Line, n.Column, SeverityWarning, "%s: unknown approver group %q (define it under groups:); until it is, nobody can approve as it", what, name)
+			(*ps)[len(*ps)-1].Group = name
 			unresolved = true
 			add(a)
 			continue

@@ -37,7 +37,7 @@ rules:
 	// Output:
 	// require_approval by big-payments, approvers [alice bob], error ""
 	// allow by small-payments, approvers [], error ""
-	// require_approval by big-payments, approvers [alice bob], error "no such key: amount"
+	// require_approval by big-payments, approvers [alice bob], error "args has no field \"amount\" (CEL: no such key: amount)"
 }
 
 func ExamplePolicy_Explain() {

@@ -237,3 +237,29 @@ func TestProblemString(t *testing.T) {
 		t.Errorf("Error() = %q, want %q", got, want)
 	}
 }
+
+// A YAML syntax error is reported on the line at fault, not on the line
+// where the enclosing block began.
+func TestLintYAMLSyntaxErrorLine(t *testing.T) {
+	var lines []string
+	lines = append(lines, "# comment", "# comment", `version: "1"`, "rules:")
+	for i := 0; len(lines) < 19; i++ {
+		lines = append(lines, fmt.Sprintf("  - name: r%d", i), "    tools: [x]", "    action: allow")
+	}
+	lines = lines[:19]
+	tail := []string{"    action: deny", "  - name: last", "    tools: [y]", "    action: allow"}
+	for _, tt := range []struct{ name, line20 string }{
+		{"a key indented by one", " foo: 1"},
+		{"a tab", "\tname: x"},
+		{"an unclosed list", "    tools: [a, b"},
+		{"two colons", "    reason: a: b"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			src := strings.Join(append(append(append([]string{}, lines...), tt.line20), tail...), "\n") + "\n"
+			got := policy.Lint([]byte(src))
+			if len(got) != 1 || got[0].Line != 20 || !strings.Contains(got[0].Message, "YAML syntax") {
+				t.Errorf("Lint =\n%s\nwant one YAML syntax error on line 20 of\n%s", format(got), src)
+			}
+		})
+	}
+}

@@ -343,6 +343,61 @@ rules:
 	}
 }
 
+// A condition that fails on the values it got says which value had which
+// type, not only CEL's "no such overload".
+func TestConditionErrorNamesTheArgumentAndItsType(t *testing.T) {
+	p := mustParse(t, conditionPolicy)
+	tests := []struct {
+		name string
+		in   policy.Input
+		want string
+	}{
+		{"amount is a string", callArgs("prod", "payments.send", `{"amount": "250"}`),
+			`args.amount is a string ("250"), the condition compares it with a number (100) using >`},
+		{"missing amount", callArgs("prod", "payments.send", `{"recipient": "x"}`), `args has no field "amount"`},
+		{"amount is a list", callArgs("prod", "payments.send", `{"amount": [1]}`),
+			`args.amount is a list (a list), the condition compares it with a number (100) using >`},
+		{"no tier label", policy.Input{Run: contracts.Run{Agent: "crm-bot", Tenant: "t"}, Tool: "crm.delete"}, `labels has no field "tier"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := p.Evaluate(tt.in)
+			if d.Action != policy.ActionRequireApproval || !strings.Contains(d.Error, tt.want) {
+				t.Errorf("Evaluate: %s, error %q; want require_approval with %q", d.Action, d.Error, tt.want)
+			}
+			_, steps := p.Explain(tt.in)
+			if last := steps[len(steps)-1].Why; !strings.Contains(last, tt.want) {
+				t.Errorf("Explain: %q lacks %q", last, tt.want)
+			}
+		})
+	}
+	// A condition on the fast path and one on the tracked path explain the
+	// same way.
+	heavy := mustParse(t, `
+version: h1
+rules:
+  - name: many
+    tools: ["t"]
+    when: 'args.items.exists(i, i > 3)'
+    action: allow
+`)
+	d := heavy.Evaluate(callArgs("", "t", `{"items": [1, "x"]}`))
+	if !strings.Contains(d.Error, `i is a string ("x"), the condition compares it with a number (3) using >`) {
+		t.Errorf("comprehension: error %q", d.Error)
+	}
+	index := mustParse(t, `
+version: i1
+rules:
+  - name: by-index
+    tools: ["t"]
+    when: 'args["amount"] > 1'
+    action: allow
+`)
+	if d := index.Evaluate(callArgs("", "t", `{}`)); !strings.Contains(d.Error, `args has no key "amount"`) {
+		t.Errorf("index: error %q", d.Error)
+	}
+}
+
 // conditionPolicy gates payments by amount and tenant with CEL.
 const conditionPolicy = `
 version: c1
@@ -455,7 +510,7 @@ func TestFailClosedSettings(t *testing.T) {
 	// A gated rule's condition errors: its own settings, and the error.
 	d := p.Evaluate(callArgs("prod", "payments.send", `{}`))
 	want := policy.Decision{
-		Action: policy.ActionRequireApproval, Rule: "big-prod-payments", Version: "c1", Line: 7, Error: "no such key: amount",
+		Action: policy.ActionRequireApproval, Rule: "big-prod-payments", Version: "c1", Line: 7, Error: `args has no field "amount" (CEL: no such key: amount)`,
 		Risk: contracts.RiskHigh, Approvers: []string{"alice", "bob", "carol", "dave"}, Quorum: 2, Veto: true,
 		Order: contracts.OrderAny, Timeout: policy.DefaultTimeout, OnTimeout: contracts.OnTimeoutReject,
 		AllowedDecisions: []string{contracts.DecisionApprove, contracts.DecisionReject},
@@ -466,7 +521,7 @@ func TestFailClosedSettings(t *testing.T) {
 	// to high, no deny reason.
 	d = p.Evaluate(policy.Input{Run: contracts.Run{Agent: "a"}, Tool: "payments.refund", Arguments: json.RawMessage(`{}`)})
 	want = policy.Decision{
-		Action: policy.ActionRequireApproval, Rule: "refunds-to-self", Version: "c1", Line: 14, Error: "no such key: recipient",
+		Action: policy.ActionRequireApproval, Rule: "refunds-to-self", Version: "c1", Line: 14, Error: `args has no field "recipient" (CEL: no such key: recipient)`,
 		Risk: contracts.RiskHigh, Quorum: 1, Veto: true, Order: contracts.OrderAny, Timeout: policy.DefaultTimeout,
 		OnTimeout: contracts.OnTimeoutReject, AllowedDecisions: []string{contracts.DecisionApprove, contracts.DecisionReject},
 	}

@@ -22,6 +22,10 @@ type Problem struct {
 	Column   int    `json:"column,omitempty"`
 	Severity string `json:"severity"`
 	Message  string `json:"message"`
+	// Group is set on the warning about an approver group the policy does
+	// not define: the group's name. An approver directory may define it;
+	// see WithoutGroupsOf.
+	Group string `json:"group,omitempty"`
 }
 
 // String formats the problem as "LINE:COL: message", or "LINE: message"
@@ -95,13 +99,13 @@ func sortProblems(ps []Problem) {
 
 var yamlErrLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
-// yamlProblem turns an error of the YAML parser into a Problem, lifting the
-// line number out of its message.
-func yamlProblem(err error) Problem {
+// yamlProblem turns an error of the YAML parser on data into a Problem,
+// at the line at fault (see problemLine).
+func yamlProblem(err error, data []byte) Problem {
 	msg := err.Error()
 	if m := yamlErrLine.FindStringSubmatch(msg); m != nil {
 		line, _ := strconv.Atoi(m[1])
-		return Problem{Line: line, Severity: SeverityError, Message: "YAML syntax: " + m[2]}
+		return Problem{Line: problemLine(data, line, m[2]), Severity: SeverityError, Message: "YAML syntax: " + m[2]}
 	}
 	return Problem{Severity: SeverityError, Message: "YAML syntax: " + strings.TrimPrefix(msg, "yaml: ")}
 }

@@ -28,7 +28,7 @@ func readDocument(data []byte, ps *problems, emptyHint string) *yaml.Node {
 			break
 		}
 		if err != nil {
-			*ps = append(*ps, yamlProblem(err))
+			*ps = append(*ps, yamlProblem(err, data))
 			return nil
 		}
 		if emptyDocument(&doc) {
@@ -45,6 +45,63 @@ func readDocument(data []byte, ps *problems, emptyHint string) *yaml.Node {
 		return nil
 	}
 	return root.Content[0]
+}
+
+// syntaxError is the first error of decoding every document of data.
+func syntaxError(data []byte) error {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var doc yaml.Node
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// problemLine finds the line of a syntax error the YAML parser reported on
+// line reported with message msg. The parser names the line where the
+// enclosing block began (the top-level mapping on line 3, say) rather than
+// the line at fault, for errors such as "did not find expected key". The
+// line at fault is the first one whose text, with every line before it,
+// fails with the same message: shorter prefixes lack the offending token
+// and either parse or fail otherwise (an unfinished block ends cleanly at
+// a line break). The prefixes that fail so are the ones that reach that
+// line, so a binary search finds it.
+func problemLine(data []byte, reported int, msg string) int {
+	var ends []int // ends[i]: the offset just after line i+1
+	for i, b := range data {
+		if b == '\n' {
+			ends = append(ends, i+1)
+		}
+	}
+	if len(ends) == 0 || ends[len(ends)-1] != len(data) {
+		ends = append(ends, len(data))
+	}
+	sameFailure := func(lines int) bool {
+		err := syntaxError(data[:ends[lines-1]])
+		if err == nil {
+			return false
+		}
+		m := yamlErrLine.FindStringSubmatch(err.Error())
+		return m != nil && m[2] == msg
+	}
+	lo, hi := max(reported, 1), len(ends) // the answer is in [lo, hi]
+	if lo > hi || !sameFailure(hi) {
+		return reported
+	}
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		if sameFailure(mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
 }
 
 // emptyDocument reports whether doc holds nothing but comments or null.

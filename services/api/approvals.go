@@ -63,7 +63,7 @@ func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	for k := range q {
 		switch k {
-		case "status", "agent", "run_id", "approver", "limit", "cursor":
+		case "status", "agent", "run_id", "id_prefix", "approver", "limit", "cursor":
 		default:
 			writeError(w, fieldError(http.StatusBadRequest, CodeInvalidParameter, k, "unknown query parameter %q", k))
 			return
@@ -81,6 +81,14 @@ func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	f.agent, f.runID = q.Get("agent"), q.Get("run_id")
+	if q.Has("id_prefix") {
+		f.idPrefix = q.Get("id_prefix")
+		if !contracts.ValidEventID(f.idPrefix) {
+			writeError(w, fieldError(http.StatusBadRequest, CodeInvalidParameter, "id_prefix",
+				"id_prefix must be 1 to 64 characters of A-Z, a-z, 0-9, '-' and '_'"))
+			return
+		}
+	}
 	if v := q.Get("approver"); v == "me" {
 		f.approver = principalFrom(r.Context()).subject
 	} else {

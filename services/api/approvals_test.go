@@ -97,7 +97,21 @@ func TestListFiltersAndPaging(t *testing.T) {
 	if ids, _ = e.listAll(t, "bob", url.Values{"status": {"pending"}}, 2); !slices.Equal(ids, all[1:]) {
 		t.Fatalf("pending after a decision: %v", ids)
 	}
-	for _, q := range []string{"cursor=nope", "limit=0", "limit=x", "status=unknown", "color=red"} {
+	// id_prefix finds an approval by the start of its id.
+	for _, id := range all {
+		if ids, _ = e.listAll(t, "bob", url.Values{"id_prefix": {id[:8]}}, 50); !slices.Contains(ids, id) {
+			t.Fatalf("id_prefix %s: %v", id[:8], ids)
+		}
+		for _, got := range ids {
+			if !strings.HasPrefix(got, id[:8]) {
+				t.Fatalf("id_prefix %s lists %s", id[:8], got)
+			}
+		}
+		if ids, _ = e.listAll(t, "bob", url.Values{"id_prefix": {id}}, 50); !slices.Equal(ids, []string{id}) {
+			t.Fatalf("id_prefix %s (whole): %v", id, ids)
+		}
+	}
+	for _, q := range []string{"cursor=nope", "limit=0", "limit=x", "status=unknown", "color=red", "id_prefix=", "id_prefix=a%2Fb"} {
 		r := e.call(t, "GET", "/v1/approvals?"+q, "bob", nil)
 		if r.status != http.StatusBadRequest {
 			t.Fatalf("%s: %d %s", q, r.status, r.body)

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -191,7 +192,7 @@ func (s *Server) postClaim(w http.ResponseWriter, r *http.Request) {
 		if c.ClaimID == claimID {
 			writeJSON(w, http.StatusOK, recordAnswer{Record: rec, Revision: rev})
 		} else {
-			writeError(w, refusal(contracts.ReasonAlreadyClaimed))
+			writeError(w, claimedRefusal(c))
 		}
 		return
 	}
@@ -206,12 +207,23 @@ func (s *Server) postClaim(w http.ResponseWriter, r *http.Request) {
 		case rec.Claim != nil && rec.Claim.ClaimID == claimID:
 			return true, nil
 		case rec.Claim != nil:
-			return true, refusal(contracts.ReasonAlreadyClaimed)
+			return true, claimedRefusal(rec.Claim)
 		case rec.Status != contracts.StatusApproved:
 			return true, refusal(contracts.ReasonNotApproved)
 		}
 		return false, nil
 	})
+}
+
+// claimedRefusal refuses a claim of an approval claimed before, saying
+// what Countersign knows: when and by which claim. Whether the tool call
+// then ran, and how it ended, Countersign cannot know (a runner may die
+// right after claiming); the call must not run again either way.
+func claimedRefusal(c *contracts.Claim) *apiError {
+	e := refusal(contracts.ReasonAlreadyClaimed)
+	e.Message = fmt.Sprintf("this approval was already claimed at %s by claim %s; the outcome of the tool call is unknown to Countersign, and the call must not run again",
+		c.At.UTC().Format(time.RFC3339), c.ClaimID)
+	return e
 }
 
 // manageable answers the refusal and returns false unless p may cancel or

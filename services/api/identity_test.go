@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -99,9 +100,14 @@ func setupDirectory(t *testing.T) (*env, func(users ...string)) {
 	t.Cleanup(func() { _ = gate.Close() })
 	agentTok, agentHash, _ := api.NewToken()
 	e.tokens["agent"] = agentTok
+	adminTok, adminHash, _ := api.NewToken()
+	e.tokens["admin"] = adminTok
 	s, err := api.New(ctx, api.Config{
 		JS: apiJS, Gate: gate, Directory: dir, Registerer: reg, Gatherer: reg,
-		Tokens: []api.Token{{Name: "agent", Subject: "agent:billing", SHA256: agentHash, Roles: []string{api.RoleAgent}}},
+		Tokens: []api.Token{
+			{Name: "agent", Subject: "agent:billing", SHA256: agentHash, Roles: []string{api.RoleAgent}},
+			{Name: "admin", Subject: "ops", SHA256: adminHash, Roles: []string{api.RoleAdmin}},
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -222,5 +228,38 @@ func waitChange(t *testing.T, e *env, id, change string) {
 		if ch.Change == change {
 			return
 		}
+	}
+}
+
+// The API knows its approver directory: a policy naming a group the
+// directory defines is not warned about; one naming a group nobody defines
+// is, and GET /v1/policy names the directory's groups for policy lint.
+func TestPolicyWarningsKnowTheDirectorysGroups(t *testing.T) {
+	e, _ := setupDirectory(t)
+	src := `version: "groups-1"
+default: require_approval
+rules:
+  - name: payments
+    tools: ["payments.*"]
+    action: require_approval
+    approvers: ["group:finance", "group:legal"]
+`
+	r := e.call(t, "POST", "/v1/policy?dry_run=1", "admin", src)
+	if r.status != http.StatusOK {
+		t.Fatalf("dry run: %d %s", r.status, r.body)
+	}
+	var ans struct {
+		Warnings []policy.Problem `json:"warnings"`
+	}
+	r.decode(t, &ans)
+	if len(ans.Warnings) != 1 || ans.Warnings[0].Group != "legal" || !strings.Contains(ans.Warnings[0].Message, `unknown approver group "legal"`) {
+		t.Fatalf("warnings %+v, want only the one about legal", ans.Warnings)
+	}
+	var info struct {
+		DirectoryGroups []string `json:"directory_groups"`
+	}
+	e.call(t, "GET", "/v1/policy", "alice", nil).decode(t, &info)
+	if !slices.Equal(info.DirectoryGroups, []string{"finance", "treasury"}) {
+		t.Fatalf("directory_groups %v, want [finance treasury]", info.DirectoryGroups)
 	}
 }

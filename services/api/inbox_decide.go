@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/google/uuid"
@@ -14,8 +16,10 @@ import (
 
 // postDecide serves POST /approvals/{event_id}/decide: the form's decision
 // is cast as a vote of the signed-in person via the web, through the same
-// path as the API's votes (the arbiter decides), and the page is shown
-// again with the result.
+// path as the API's votes (the arbiter decides). A vote that was counted or
+// sent is answered with 303 See Other to the request's page, which shows
+// the result once (POST/redirect/GET: reloading that page votes nothing);
+// an error shows the page again at once, with what the person typed.
 func (in *inbox) postDecide(w http.ResponseWriter, r *http.Request, sess *session) {
 	id := r.PathValue("event_id")
 	if !contracts.ValidEventID(id) {
@@ -111,6 +115,15 @@ func (in *inbox) postDecide(w http.ResponseWriter, r *http.Request, sess *sessio
 		rec = fresh
 	}
 	in.s.log.Info("inbox vote", "event_id", id, "vote_id", vote.VoteID, "approver", sess.p.subject, "decision", decision, "result", orDash(code))
+	if resultErr == "" && argsErr == "" {
+		kind := flashCounted + decision
+		if status == http.StatusAccepted {
+			kind = flashInFlight
+		}
+		setFlash(w, r, id, kind)
+		http.Redirect(w, r, "/approvals/"+url.PathEscape(id), http.StatusSeeOther)
+		return
+	}
 	pg := in.detail(ctx, rec, sess)
 	sv := &pg.Status
 	sv.Result, sv.ResultError, sv.ResultCode, sv.ArgsError = result, resultErr, code, argsErr
@@ -122,6 +135,47 @@ func (in *inbox) postDecide(w http.ResponseWriter, r *http.Request, sess *sessio
 		}
 	}
 	in.render(w, status, "detail", pg)
+}
+
+// The flash cookie carries the result of a decision across the redirect to
+// the request's page, for that page only, once. It holds a code, not text:
+// the page words the result itself.
+const (
+	flashCookie   = "countersign_flash"
+	flashCounted  = "counted."
+	flashInFlight = "in_flight"
+)
+
+func setFlash(w http.ResponseWriter, r *http.Request, id, kind string) {
+	http.SetCookie(w, &http.Cookie{
+		Name: flashCookie, Value: kind, Path: "/approvals/" + id, HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: overTLS(r), MaxAge: 60,
+	})
+}
+
+// takeFlash returns the result a redirect after a decision on rec left
+// for its page, and clears it; "" when there is none.
+func takeFlash(w http.ResponseWriter, r *http.Request, rec *contracts.Record) string {
+	c, err := r.Cookie(flashCookie)
+	if err != nil {
+		return ""
+	}
+	http.SetCookie(w, &http.Cookie{
+		Name: flashCookie, Value: "", Path: "/approvals/" + rec.Request.EventID, HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: overTLS(r), MaxAge: -1,
+	})
+	if c.Value == flashInFlight {
+		return "Your vote was sent; the decision is still being recorded."
+	}
+	decision, ok := strings.CutPrefix(c.Value, flashCounted)
+	if !ok || (!slices.Contains(decisions, decision) && decision != "decline") {
+		return ""
+	}
+	result := "Your " + decision + " was counted."
+	if rec.Terminal() {
+		result += " " + notifier.OutcomeLine(rec) + "."
+	}
+	return result
 }
 
 // editedArguments reads the edit form's arguments: a JSON object, compacted.

@@ -566,5 +566,7 @@ func (in *inbox) getDetail(w http.ResponseWriter, r *http.Request, sess *session
 		in.renderTemplate(w, http.StatusOK, "detail", "status", in.status(r.Context(), rec, sess))
 		return
 	}
-	in.render(w, http.StatusOK, "detail", in.detail(r.Context(), rec, sess))
+	pg := in.detail(r.Context(), rec, sess)
+	pg.Status.Result = takeFlash(w, r, rec)
+	in.render(w, http.StatusOK, "detail", pg)
 }

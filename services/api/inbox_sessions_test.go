@@ -66,7 +66,7 @@ func TestInboxSessionWorksOnEveryReplica(t *testing.T) {
 	if m := csrfInput.FindSubmatch(page.body); m == nil || string(m[1]) != alice.csrf {
 		t.Fatalf("the second replica shows another CSRF token than the first")
 	}
-	if r := other.decide(id, url.Values{"decision": {"approve"}}); r.status != http.StatusOK {
+	if r := other.followDecision(id, other.decide(id, url.Values{"decision": {"approve"}})); r.status != http.StatusOK {
 		t.Fatalf("approve on the second replica: %d %s", r.status, r.body)
 	}
 	rec := e.record(t, id)

@@ -131,6 +131,16 @@ func (w *webClient) decide(id string, form url.Values) response {
 	return w.post("/approvals/"+id+"/decide", form)
 }
 
+// followDecision checks that a decision was answered with 303 See Other to
+// the request's page, and opens that page.
+func (w *webClient) followDecision(id string, r response) response {
+	w.t.Helper()
+	if r.status != http.StatusSeeOther || r.header.Get("Location") != "/approvals/"+id {
+		w.t.Fatalf("decision: %d, Location %q, want 303 to /approvals/%s\n%s", r.status, r.header.Get("Location"), id, r.body)
+	}
+	return w.get(r.header.Get("Location"))
+}
+
 func sessionCookieOf(t *testing.T, r response) *http.Cookie {
 	t.Helper()
 	for _, c := range (&http.Response{Header: r.header}).Cookies() {
@@ -224,7 +234,7 @@ func TestInboxPostWithoutCSRFIsForbiddenAndCastsNoVote(t *testing.T) {
 	req, _ := http.NewRequest("POST", e.url+"/approvals/"+id+"/decide", strings.NewReader(url.Values{"decision": {"approve"}}.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("X-CSRF-Token", alice.csrf)
-	r := alice.do(req)
+	r := alice.followDecision(id, alice.do(req))
 	if r.status != http.StatusOK || !strings.Contains(string(r.body), `id="outcome"`) {
 		t.Fatalf("approve: %d %s", r.status, r.body)
 	}
@@ -319,7 +329,7 @@ func TestInboxEditSchemaErrorShowsNextToField(t *testing.T) {
 	}
 
 	// A valid edit counts and approves the new arguments.
-	r = alice.decide(id, url.Values{"decision": {"edit"}, "h": {h[1]}, "arguments": {`{"amount": 150, "customer": "Umbrella"}`}})
+	r = alice.followDecision(id, alice.decide(id, url.Values{"decision": {"edit"}, "h": {h[1]}, "arguments": {`{"amount": 150, "customer": "Umbrella"}`}}))
 	if r.status != http.StatusOK {
 		t.Fatalf("valid edit: %d\n%s", r.status, r.body)
 	}
@@ -384,11 +394,47 @@ func TestInboxAnswersQuestionInWords(t *testing.T) {
 		strings.Contains(page, `id="approve-form"`) || !strings.Contains(page, "Which city should the &lt;b&gt;offsite&lt;/b&gt; be in?") {
 		t.Fatalf("question page:\n%s", page)
 	}
-	if r := alice.decide(q.EventID, url.Values{"decision": {"answer"}, "answer": {"Lisbon"}}); r.status != http.StatusOK {
+	if r := alice.followDecision(q.EventID, alice.decide(q.EventID, url.Values{"decision": {"answer"}, "answer": {"Lisbon"}})); r.status != http.StatusOK {
 		t.Fatalf("answer: %d\n%s", r.status, r.body)
 	}
 	rec := e.record(t, q.EventID)
 	if rec.Status != contracts.StatusAnswered || rec.Outcome == nil || string(rec.Outcome.Arguments) != `{"text":"Lisbon"}` {
 		t.Fatalf("after the answer: %s %+v", rec.Status, rec.Outcome)
+	}
+}
+
+// A decision in the inbox is answered with a redirect to the request's page
+// (POST/redirect/GET): that page shows the result once, and reloading it
+// votes nothing.
+func TestInboxDecideRedirectsToTheRequestPage(t *testing.T) {
+	e := setup(t)
+	e.applyInboxPolicy(t)
+	id := e.refund(t, "run-prg", "Globex", "", 120)
+	alice := e.signIn(t, "alice")
+
+	r := alice.decide(id, url.Values{"decision": {"approve"}, "comment": {"checked"}})
+	if r.status != http.StatusSeeOther || r.header.Get("Location") != "/approvals/"+id {
+		t.Fatalf("approve: %d, Location %q; want 303 to the request's page\n%s", r.status, r.header.Get("Location"), r.body)
+	}
+	page := alice.get(r.header.Get("Location"))
+	body := string(page.body)
+	if page.status != http.StatusOK || !strings.Contains(body, `id="result">Your approve was counted. Approved by alice`) ||
+		!strings.Contains(body, `id="outcome"`) {
+		t.Fatalf("the request's page after the redirect: %d\n%s", page.status, body)
+	}
+	// The result is shown once; the page itself stays the request's page.
+	again := alice.get("/approvals/" + id)
+	if again.status != http.StatusOK || strings.Contains(string(again.body), `id="result"`) || !strings.Contains(string(again.body), `id="outcome"`) {
+		t.Fatalf("reloaded page: %d\n%s", again.status, again.body)
+	}
+	if rec := e.record(t, id); len(rec.Votes) != 1 || len(rec.RefusedVotes) != 0 {
+		t.Fatalf("votes after the reloads: %+v / %+v", rec.Votes, rec.RefusedVotes)
+	}
+
+	// An error is shown at once, on the form, with what was typed.
+	id2 := e.refund(t, "run-prg-2", "Globex", "", 130)
+	r = alice.decide(id2, url.Values{"decision": {"respond"}})
+	if r.status != http.StatusBadRequest || !strings.Contains(string(r.body), "Write the response") {
+		t.Fatalf("respond without text: %d\n%s", r.status, r.body)
 	}
 }

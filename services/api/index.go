@@ -223,6 +223,7 @@ type listFilter struct {
 	statuses []string
 	agent    string
 	runID    string
+	idPrefix string
 	approver string
 }
 
@@ -234,6 +235,9 @@ func (f *listFilter) match(s *summary) bool {
 		return false
 	}
 	if f.runID != "" && s.runID != f.runID {
+		return false
+	}
+	if f.idPrefix != "" && !strings.HasPrefix(s.eventID, f.idPrefix) {
 		return false
 	}
 	if f.approver != "" && len(s.approvers) > 0 && !slices.Contains(s.approvers, f.approver) {

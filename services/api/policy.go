@@ -35,6 +35,30 @@ type policyAnswer struct {
 	// Changed (POST only) is false when the same content was already live.
 	Changed  *bool            `json:"changed,omitempty"`
 	Warnings []policy.Problem `json:"warnings,omitempty"`
+	// DirectoryGroups (GET only) names the groups the server's approver
+	// directory gives members: a policy may name them without defining
+	// them (policy lint asks for them).
+	DirectoryGroups []string `json:"directory_groups,omitempty"`
+}
+
+// directoryGroups names the groups the approver directory gives members.
+func (s *Server) directoryGroups() []string {
+	if s.cfg.Directory == nil {
+		return nil
+	}
+	d := s.cfg.Directory.Current()
+	var out []string
+	for _, g := range d.Groups() {
+		if len(d.Members(g.Name)) > 0 {
+			out = append(out, g.Name)
+		}
+	}
+	return out
+}
+
+// inDirectory reports whether the approver directory gives group members.
+func (s *Server) inDirectory(group string) bool {
+	return s.cfg.Directory != nil && len(s.cfg.Directory.Current().Members(group)) > 0
 }
 
 // policyError is an error answer that lists every problem of a policy.
@@ -50,18 +74,19 @@ func (s *Server) getPolicy(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr)
 		return
 	}
+	groups := s.directoryGroups()
 	if s.cfg.Policies == nil {
-		writeJSON(w, http.StatusOK, policyAnswer{Version: s.cfg.Gate.Policy().Version()})
+		writeJSON(w, http.StatusOK, policyAnswer{Version: s.cfg.Gate.Policy().Version(), DirectoryGroups: groups})
 		return
 	}
 	doc, rev, ok := s.cfg.Policies.Live()
 	if !ok {
-		writeJSON(w, http.StatusOK, policyAnswer{Version: s.cfg.Policies.Current().Version()})
+		writeJSON(w, http.StatusOK, policyAnswer{Version: s.cfg.Policies.Current().Version(), DirectoryGroups: groups})
 		return
 	}
 	ans := policyAnswer{
 		Version: doc.Version, SHA256: doc.SHA256, AppliedBy: doc.AppliedBy, AppliedAt: doc.AppliedAt,
-		Revision: rev, Live: true,
+		Revision: rev, Live: true, DirectoryGroups: groups,
 	}
 	if withSource {
 		ans.Source = doc.Source
@@ -92,7 +117,9 @@ func (s *Server) postPolicy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var errs, warnings []policy.Problem
-	for _, p := range policy.Lint(source) {
+	// Groups the approver directory defines are not unknown: the
+	// orchestrator resolves them from it.
+	for _, p := range policy.WithoutGroupsOf(policy.Lint(source), s.inDirectory) {
 		if p.Severity == "error" {
 			errs = append(errs, p)
 		} else {

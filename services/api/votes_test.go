@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -142,7 +143,18 @@ func TestClaimOnce(t *testing.T) {
 	if r := e.call(t, "POST", "/v1/approvals/"+id+"/claim", "agent", map[string]string{"claim_id": "claim-1"}); r.status != http.StatusOK {
 		t.Fatalf("retried claim: %d %s", r.status, r.body)
 	}
-	e.call(t, "POST", "/v1/approvals/"+id+"/claim", "agent", nil).wantError(t, http.StatusConflict, "already_claimed", "")
+	second := e.call(t, "POST", "/v1/approvals/"+id+"/claim", "agent", nil)
+	second.wantError(t, http.StatusConflict, "already_claimed", "")
+	// The refusal says what is known: when, and by which claim; not that
+	// the tool ran, which Countersign cannot know.
+	var refused apiErr
+	second.decode(t, &refused)
+	at := ans.Record.Claim.At.UTC().Format(time.RFC3339)
+	for _, want := range []string{"claimed at " + at, "by claim claim-1", "the outcome of the tool call is unknown to Countersign"} {
+		if !strings.Contains(refused.Error.Message, want) {
+			t.Errorf("claim refusal %q lacks %q", refused.Error.Message, want)
+		}
+	}
 	// A re-review reports the call as already executed.
 	res := e.review(t, "", contracts.Run{ID: "run-claim", Agent: "billing-bot"}, toolCall{ID: "c1", Name: "deploy", Arguments: []byte(`{"amount":5}`)})
 	if res[0].Verdict != "already_executed" {

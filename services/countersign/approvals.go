@@ -30,12 +30,16 @@ type listAnswer struct {
 }
 
 func cmdApprovals(args []string, out io.Writer) error {
+	if len(args) > 0 && isHelp(args[0]) {
+		fmt.Fprint(out, usageText("approvals"))
+		return flag.ErrHelp
+	}
 	if len(args) == 0 {
-		return errors.New("approvals: want " + approvalsSubcommands)
+		return errors.New("approvals: want " + approvalsSubcommands + " (see 'countersign approvals --help')")
 	}
 	sub, args := args[0], args[1:]
-	fs := flag.NewFlagSet("approvals "+sub, flag.ContinueOnError)
-	newClient := clientFlags(fs)
+	fs := newFlagSet("approvals "+sub, out)
+	newClient := clientFlags(fs.FlagSet)
 	jsonOut := new(bool)
 	if sub != "edit" && sub != "answer" { // there --json is the input
 		jsonOut = fs.Bool("json", false, "print the API's JSON")
@@ -94,7 +98,7 @@ func cmdApprovals(args []string, out io.Writer) error {
 		return tw.Flush()
 	case "show":
 		wait := fs.Duration("wait", 0, "wait up to this long (max 60s) for a decision")
-		id, c, err := parseOne(fs, args, newClient)
+		id, c, err := parseOne(ctx, fs, args, newClient)
 		if err != nil {
 			return err
 		}
@@ -113,8 +117,11 @@ func cmdApprovals(args []string, out io.Writer) error {
 		return nil
 	case "approve", "reject":
 		comment := fs.String("comment", "", "comment kept with the vote")
-		reason := fs.String("reason", "", "reason, returned to the agent (reject)")
-		id, c, err := parseOne(fs, args, newClient)
+		reason := new(string)
+		if sub == "reject" {
+			reason = fs.String("reason", "", "why, returned to the agent")
+		}
+		id, c, err := parseOne(ctx, fs, args, newClient)
 		if err != nil {
 			return err
 		}
@@ -151,6 +158,9 @@ func cmdApprovals(args []string, out io.Writer) error {
 		if err != nil {
 			return err
 		}
+		if id, err = resolveID(ctx, c, id); err != nil {
+			return err
+		}
 		// What the approver edits: the arguments under review now. The
 		// vote carries their hash, so an edit of stale arguments is refused.
 		var before recordAnswer
@@ -183,7 +193,11 @@ func cmdApprovals(args []string, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		_, err = castVote(ctx, c, out, fs.Arg(0), map[string]any{"decision": contracts.DecisionRespond, "comment": fs.Arg(1)}, *jsonOut)
+		id, err := resolveID(ctx, c, fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		_, err = castVote(ctx, c, out, id, map[string]any{"decision": contracts.DecisionRespond, "comment": fs.Arg(1)}, *jsonOut)
 		return err
 	case "answer":
 		content := fs.String("json", "", "the answer as JSON (it must satisfy the question's schema)")
@@ -219,6 +233,9 @@ func cmdApprovals(args []string, out io.Writer) error {
 		if err != nil {
 			return err
 		}
+		if id, err = resolveID(ctx, c, id); err != nil {
+			return err
+		}
 		body := map[string]any{"decision": contracts.DecisionAnswer, "answer": answer}
 		if *comment != "" {
 			body["comment"] = *comment
@@ -243,6 +260,9 @@ func cmdApprovals(args []string, out io.Writer) error {
 		if err != nil {
 			return err
 		}
+		if id, err = resolveID(ctx, c, id); err != nil {
+			return err
+		}
 		var ans recordAnswer
 		status, err := c.do(ctx, "POST", "/v1/approvals/"+url.PathEscape(id)+"/extend", body, &ans)
 		if err != nil {
@@ -259,7 +279,7 @@ func cmdApprovals(args []string, out io.Writer) error {
 		return nil
 	case "cancel":
 		reason := fs.String("reason", "", "why the request is cancelled")
-		id, c, err := parseOne(fs, args, newClient)
+		id, c, err := parseOne(ctx, fs, args, newClient)
 		if err != nil {
 			return err
 		}
@@ -386,8 +406,8 @@ func reorder(args []string) []string {
 }
 
 // parseOne parses the flags of a command on one approval and returns its
-// id and an API client.
-func parseOne(fs *flag.FlagSet, args []string, newClient func() (*client, error)) (string, *client, error) {
+// id (resolved from a prefix, see resolveID) and an API client.
+func parseOne(ctx context.Context, fs *flagSet, args []string, newClient func() (*client, error)) (string, *client, error) {
 	if err := fs.Parse(reorder(args)); err != nil {
 		return "", nil, err
 	}
@@ -399,10 +419,13 @@ func parseOne(fs *flag.FlagSet, args []string, newClient func() (*client, error)
 	if err != nil {
 		return "", nil, err
 	}
+	if id, err = resolveID(ctx, c, id); err != nil {
+		return "", nil, err
+	}
 	return id, c, nil
 }
 
-func oneID(fs *flag.FlagSet) (string, error) {
+func oneID(fs *flagSet) (string, error) {
 	if fs.NArg() != 1 {
 		return "", errors.New("want exactly one approval id")
 	}
@@ -425,8 +448,12 @@ func truncateText(s string, n int) string {
 
 func printRecord(out io.Writer, rec *contracts.Record, rev uint64) {
 	r := rec.Request
-	fmt.Fprintf(out, "Approval %s  (revision %d)\n", r.EventID, rev)
+	fmt.Fprintf(out, "Approval %s\n", r.EventID)
 	fmt.Fprintf(out, "  Status:    %s\n", rec.Status)
+	// The KV revision is the bucket's sequence number of the record's last
+	// write: it orders versions of this record, but it counts the writes of
+	// every approval, not this record's changes.
+	fmt.Fprintf(out, "  Revision:  %d (%s KV revision of the last write; bucket-wide, not a count of this record's changes)\n", rev, contracts.BucketApprovals)
 	fmt.Fprintf(out, "  Summary:   %s\n", r.Summary)
 	fmt.Fprintf(out, "  Agent:     %s  run %s\n", r.Run.Agent, r.Run.ID)
 	if r.ToolCall != nil {
@@ -446,6 +473,9 @@ func printRecord(out io.Writer, rec *contracts.Record, rev uint64) {
 		fmt.Fprintf(out, "  Decisions: %s\n", strings.Join(r.AllowedDecisions, ", "))
 	}
 	fmt.Fprintf(out, "  Risk:      %s   rule %s (policy %s)\n", r.Risk, r.Policy.Rule, r.Policy.Version)
+	if r.Policy.Error != "" {
+		fmt.Fprintf(out, "  Policy error: %s (a condition that errors gates the call)\n", r.Policy.Error)
+	}
 	approvers := "any approver"
 	if len(r.Quorum.Approvers) > 0 {
 		approvers = strings.Join(r.Quorum.Approvers, ", ")
@@ -501,7 +531,7 @@ func printRecord(out io.Writer, rec *contracts.Record, rev uint64) {
 			printDiff(out, o.Diff)
 		}
 	}
-	if rec.Claim != nil {
-		fmt.Fprintf(out, "  Executed:  claimed at %s\n", rec.Claim.At.Format(time.RFC3339))
+	if c := rec.Claim; c != nil {
+		fmt.Fprintf(out, "  Claimed:   at %s by claim %s; the outcome of the tool call is unknown to Countersign\n", c.At.Format(time.RFC3339), c.ClaimID)
 	}
 }

@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -35,13 +39,19 @@ rules:
     action: require_approval
     approvers: [alice]
     allowed_decisions: [approve, reject, edit, respond]
+  - name: wires
+    tools: ["wire.send"]
+    when: args.amount > 100
+    action: require_approval
+    approvers: [alice]
 `
 
 // cliStack is a real arbiter, gate and API on an embedded NATS server, and
 // the flags that point the CLI at it as alice.
 type cliStack struct {
-	gate  *orchestrator.Gate
-	flags []string
+	gate       *orchestrator.Gate
+	url, token string
+	flags      []string
 }
 
 func newCLIStack(t *testing.T) *cliStack {
@@ -59,14 +69,14 @@ func newCLIStack(t *testing.T) *cliStack {
 	}
 	reg := prometheus.NewRegistry()
 	s, err := api.New(ctx, api.Config{JS: apiJS, Gate: gate, Registerer: reg, Gatherer: reg,
-		Tokens: []api.Token{{Name: "alice", Subject: "alice", SHA256: hash, Roles: []string{api.RoleApprover}}}})
+		Tokens: []api.Token{{Name: "alice", Subject: "alice", SHA256: hash, Roles: []string{api.RoleApprover, api.RoleAgent}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	hs := httptest.NewServer(s.Handler())
 	t.Cleanup(hs.Close)
-	return &cliStack{gate: gate, flags: []string{"--url", hs.URL, "--token", tok}}
+	return &cliStack{gate: gate, url: hs.URL, token: tok, flags: []string{"--url", hs.URL, "--token", tok}}
 }
 
 // cli runs the countersign command with args and the stack's flags.
@@ -184,5 +194,113 @@ func TestCLIRespondAnswerExtend(t *testing.T) {
 	out, err = c.cli(t, "approvals", "answer", q2.EventID, "--cancel")
 	if err != nil || !strings.Contains(out, "Status is now answered") {
 		t.Fatalf("answer --cancel: %v\n%s", err, out)
+	}
+}
+
+// Approval ids may be shortened to a unique prefix of at least four
+// characters, as git takes commit ids; an ambiguous prefix lists the
+// candidates, a short one is refused.
+func TestCLIAcceptsAUniqueIDPrefix(t *testing.T) {
+	c := newCLIStack(t)
+	run := contracts.Run{ID: "run-cli", Agent: "billing-bot"}
+	// Two tool calls whose event ids share their first five characters.
+	byPrefix := map[string]string{}
+	var first, second string
+	for i := 0; second == ""; i++ {
+		callID := "p" + strconv.Itoa(i)
+		id := orchestrator.EventID(run, callID)
+		if other, ok := byPrefix[id[:5]]; ok {
+			first, second = other, callID
+			break
+		}
+		byPrefix[id[:5]] = callID
+	}
+	idA := c.submit(t, orchestrator.ToolCall{ID: first, Name: "stripe.refund", Arguments: json.RawMessage(`{"amount":1}`)})
+	idB := c.submit(t, orchestrator.ToolCall{ID: second, Name: "stripe.refund", Arguments: json.RawMessage(`{"amount":2}`)})
+	unique := func(id, other string) string {
+		n := 5
+		for id[:n] == other[:n] {
+			n++
+		}
+		return id[:n+1]
+	}
+
+	out, err := c.cli(t, "approvals", "show", unique(idA, idB))
+	if err != nil || !strings.Contains(out, "Approval "+idA) {
+		t.Fatalf("show by a unique prefix: %v\n%s", err, out)
+	}
+	out, err = c.cli(t, "approvals", "reject", unique(idB, idA), "--reason", "no")
+	if err != nil || !strings.Contains(out, "Vote counted: reject "+idB) {
+		t.Fatalf("reject by a unique prefix: %v\n%s", err, out)
+	}
+	out, err = c.cli(t, "audit", unique(idB, idA))
+	if err != nil || !strings.Contains(out, idB) {
+		t.Fatalf("audit by a unique prefix: %v\n%s", err, out)
+	}
+
+	_, err = c.cli(t, "approvals", "approve", idA[:5])
+	if !errors.Is(err, ErrAmbiguousID) || !strings.Contains(err.Error(), idA) || !strings.Contains(err.Error(), idB) {
+		t.Fatalf("an ambiguous prefix: %v", err)
+	}
+	if _, err := c.cli(t, "approvals", "show", idA[:3]); err == nil || !strings.Contains(err.Error(), "too short") {
+		t.Fatalf("a three-character prefix: %v", err)
+	}
+	if _, err := c.cli(t, "approvals", "show", "ffff0000"); err == nil || !strings.Contains(err.Error(), "no approval id starts with") {
+		t.Fatalf("a prefix of nothing: %v", err)
+	}
+	out, err = c.cli(t, "approvals", "show", idA, "--json")
+	var ans recordAnswer
+	if err != nil || json.Unmarshal([]byte(out), &ans) != nil {
+		t.Fatalf("show --json: %v\n%s", err, out)
+	}
+	if rec := ans.Record; rec.Status != contracts.StatusPending || len(rec.Votes)+len(rec.RefusedVotes) != 0 {
+		t.Fatalf("the ambiguous approve voted: %+v", rec)
+	}
+}
+
+// approvals show prints the request's policy error, the KV revision as what
+// it is (the bucket's sequence of the record's last write, as the API
+// returns it beside the record) and the claim as far as Countersign knows it.
+func TestCLIShowPolicyErrorRevisionAndClaim(t *testing.T) {
+	c := newCLIStack(t)
+	id := c.submit(t, orchestrator.ToolCall{ID: "w1", Name: "wire.send", Arguments: json.RawMessage(`{"amount":"250"}`)})
+	out, err := c.cli(t, "approvals", "show", id, "--json")
+	var ans recordAnswer
+	if err != nil || json.Unmarshal([]byte(out), &ans) != nil || ans.Revision == 0 {
+		t.Fatalf("show --json: %v\n%s", err, out)
+	}
+	out, err = c.cli(t, "approvals", "show", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`Policy error: args.amount is a string ("250"), the condition compares it with a number (100) using >`,
+		fmt.Sprintf("Revision:  %d (hitl_approvals KV revision of the last write; bucket-wide, not a count of this record's changes)", ans.Revision),
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("show lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "(revision") {
+		t.Errorf("show still calls the KV revision the record's revision:\n%s", out)
+	}
+
+	if out, err := c.cli(t, "approvals", "approve", id); err != nil {
+		t.Fatalf("approve: %v\n%s", err, out)
+	}
+	req, _ := http.NewRequest("POST", c.url+"/v1/approvals/"+id+"/claim", strings.NewReader(`{"claim_id":"claim-7"}`))
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("claim: %d", resp.StatusCode)
+	}
+	out, err = c.cli(t, "approvals", "show", id)
+	if err != nil || !strings.Contains(out, "by claim claim-7; the outcome of the tool call is unknown to Countersign") || strings.Contains(out, "Executed") {
+		t.Fatalf("show after the claim: %v\n%s", err, out)
 	}
 }

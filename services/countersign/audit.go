@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net/url"
@@ -20,14 +19,14 @@ import (
 // every vote and refusal with approver and channel, the outcome and the
 // execution claim.
 func cmdAudit(args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("audit", flag.ContinueOnError)
-	newClient := clientFlags(fs)
+	fs := newFlagSet("audit", out)
+	newClient := clientFlags(fs.FlagSet)
 	jsonOut := fs.Bool("json", false, "print the API's JSON")
-	id, c, err := parseOne(fs, args, newClient)
+	ctx := context.Background()
+	id, c, err := parseOne(ctx, fs, args, newClient)
 	if err != nil {
 		return err
 	}
-	ctx := context.Background()
 	var tl api.Timeline
 	if _, err := c.do(ctx, "GET", "/v1/approvals/"+url.PathEscape(id)+"/events", nil, &tl); err != nil {
 		return err

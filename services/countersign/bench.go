@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -12,9 +11,8 @@ import (
 	"github.com/countersign/countersign/services/bench"
 )
 
-const benchUsage = `Usage: countersign bench [flags]
-
-Measures Countersign on this machine against the budgets of DESIGN §9, with
+// benchAbout is the long help of 'countersign bench'.
+const benchAbout = `Measures Countersign on this machine against the budgets of DESIGN §9, with
 an embedded NATS server on disk in a temporary directory (TCP loopback, one
 connection per role, everything in this process). For each sync mode (fsync
 on every write, the default of 'serve', and JetStream's lazy flush) and each
@@ -34,16 +32,10 @@ and how long after the last decision the last run is woken.
 The summary gives the median of each figure over the repetitions, with its
 range, and each budget with PASS or MISS. The defaults take about three
 minutes on two cores; figures from a shared machine are noisy.
-
-Flags:
 `
 
 func cmdBench(args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), benchUsage)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("bench", out)
 	syncMode := fs.String("sync", bench.SyncBoth, "JetStream mode: always (fsync every write), lazy, both side by side, cluster (3 nodes in this process, R3, fsync), or all three")
 	duration := fs.Duration("duration", bench.DefaultDuration, "length of each timed measurement")
 	count := fs.Int("count", bench.DefaultCount, "repetitions of every mode, each on a fresh server; figures are medians")

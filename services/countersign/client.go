@@ -45,6 +45,15 @@ func (e *apiError) Error() string {
 	return s
 }
 
+// httpStatusError is a non-2xx answer without the API's error body (from a
+// proxy in front of it, say).
+type httpStatusError struct {
+	Status int
+	Body   string
+}
+
+func (e *httpStatusError) Error() string { return fmt.Sprintf("HTTP %d: %s", e.Status, e.Body) }
+
 // clientFlags registers --url, --token and --data on fs.
 func clientFlags(fs *flag.FlagSet) func() (*client, error) {
 	url := fs.String("url", "", "API URL (default $COUNTERSIGN_URL, else the local serve)")
@@ -126,7 +135,7 @@ func (c *client) send(ctx context.Context, method, path, contentType string, bod
 			Error apiError `json:"error"`
 		}
 		if json.Unmarshal(data, &e) != nil || e.Error.Code == "" {
-			return resp.StatusCode, fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(data)))
+			return resp.StatusCode, &httpStatusError{Status: resp.StatusCode, Body: strings.TrimSpace(string(data))}
 		}
 		e.Error.Status = resp.StatusCode
 		return resp.StatusCode, &e.Error

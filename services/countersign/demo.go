@@ -3,15 +3,21 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/countersign/countersign/contracts"
 )
 
 type demoCall struct {
@@ -82,8 +88,9 @@ var fleetScript = []struct {
 }
 
 func cmdDemo(args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	newClient := clientFlags(fs)
+	fs := newFlagSet("demo", out)
+	newClient := clientFlags(fs.FlagSet)
+	session := fs.String("session", "", `demo session: its runs keep their ids, so running the demo again re-attaches to the same approvals (default: the session kept in the data directory; "new" starts another)`)
 	noWait := fs.Bool("no-wait", false, "propose the calls and exit without waiting for decisions")
 	rounds := fs.Int("rounds", 1, "how many times the fleet proposes its calls")
 	fleet := fs.Bool("fleet", false, "fill the web inbox: a fleet of agents (refunds, deploys, email, migrations) proposes calls and leaves them pending (implies --no-wait)")
@@ -94,25 +101,39 @@ func cmdDemo(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	dataDir := firstNonEmpty(fs.Lookup("data").Value.String(), os.Getenv("COUNTERSIGN_DATA"), "./data")
+	sess, kept, err := demoSession(dataDir, *session)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	d := &demo{c: c, out: out, claimID: "demo-" + uuid.NewString()}
 	type runState struct {
 		agent string
 		run   map[string]any
 		calls []demoCall
 	}
-	script := demoScript
+	script, name := demoScript, "demo"
 	if *fleet {
-		script, *noWait = fleetScript, true
+		script, name, *noWait = fleetScript, "fleet", true
+	}
+	if kept {
+		fmt.Fprintf(out, "Demo session %s (kept in %s): running the demo again re-attaches to its approvals; --session new starts another.\n\n",
+			sess, filepath.Join(dataDir, fileDemoSession))
+	} else {
+		fmt.Fprintf(out, "Demo session %s: run the demo again with --session %s to re-attach to its approvals.\n\n", sess, sess)
 	}
 	var runs []runState
 	for round := 0; round < *rounds; round++ {
-		for _, s := range script {
-			runID := "demo-" + uuid.NewString()[:8]
+		for i, s := range script {
+			// Stable run ids: the same session, round and place give the
+			// same run, so reviewing it again re-attaches (DESIGN §2).
+			runID := fmt.Sprintf("%s-%s-%d-%d", name, sess, round+1, i+1)
 			calls := make([]demoCall, len(s.calls))
-			for i, call := range s.calls {
-				call.ID = fmt.Sprintf("call-%d", i+1)
-				calls[i] = call
+			for j, call := range s.calls {
+				call.ID = fmt.Sprintf("call-%d", j+1)
+				calls[j] = call
 			}
 			runs = append(runs, runState{agent: s.agent, calls: calls, run: map[string]any{
 				"id": runID, "agent": s.agent, "requested_by": "demo-user", "tenant": "demo",
@@ -124,8 +145,11 @@ func cmdDemo(args []string, out io.Writer) error {
 		var ans struct {
 			Results []reviewResult `json:"results"`
 		}
-		if _, err := c.do(ctx, "POST", "/v1/reviews", map[string]any{"run": r.run, "tool_calls": r.calls}, &ans); err != nil {
+		if err := d.retry(ctx, func() error {
+			_, err := c.do(ctx, "POST", "/v1/reviews", map[string]any{"run": r.run, "tool_calls": r.calls}, &ans)
 			return err
+		}); err != nil {
+			return quietOnInterrupt(ctx, err)
 		}
 		for i, res := range ans.Results {
 			fmt.Fprintf(out, "%-18s %-16s → %s", r.agent, r.calls[i].Name, res.Verdict)
@@ -148,7 +172,8 @@ func cmdDemo(args []string, out io.Writer) error {
 	if *noWait || pending == 0 {
 		return nil
 	}
-	fmt.Fprintf(out, "\n%d call(s) wait for a decision. Approve or reject them in the inbox, with the CLI or the API; Ctrl-C stops the demo.\n\n", pending)
+	fmt.Fprintf(out, "\n%d call(s) wait for a decision. Approve or reject them in the inbox, with the CLI or the API; Ctrl-C stops the demo,\n"+
+		"and running it again picks up where it stopped. The demo keeps waiting while the server restarts.\n\n", pending)
 	for _, r := range runs {
 		for {
 			var ans struct {
@@ -156,11 +181,11 @@ func cmdDemo(args []string, out io.Writer) error {
 			}
 			// Reviewing the same run and tool call ids again re-attaches to the
 			// same approvals; ?wait blocks until they are decided.
-			if _, err := c.do(ctx, "POST", "/v1/reviews?wait=60s", map[string]any{"run": r.run, "tool_calls": r.calls}, &ans); err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
+			if err := d.retry(ctx, func() error {
+				_, err := c.do(ctx, "POST", "/v1/reviews?wait=60s", map[string]any{"run": r.run, "tool_calls": r.calls}, &ans)
 				return err
+			}); err != nil {
+				return quietOnInterrupt(ctx, err)
 			}
 			done := true
 			for _, res := range ans.Results {
@@ -177,8 +202,15 @@ func cmdDemo(args []string, out io.Writer) error {
 				}
 				fmt.Fprintf(out, "%-18s %-16s → %s", r.agent, r.calls[i].Name, res.Verdict)
 				if res.Verdict == "allowed" {
-					_, err := c.do(ctx, "POST", "/v1/approvals/"+url.PathEscape(res.EventID)+"/claim", map[string]any{}, nil)
+					// Claim right before running: once, whatever retries it takes.
+					err := d.retry(ctx, func() error {
+						_, err := c.do(ctx, "POST", "/v1/approvals/"+url.PathEscape(res.EventID)+"/claim", map[string]any{"claim_id": d.claimID}, nil)
+						return err
+					})
 					if err != nil {
+						if ctx.Err() != nil {
+							return nil
+						}
 						fmt.Fprintf(out, " — not run: %v\n", err)
 						continue
 					}
@@ -194,4 +226,117 @@ func cmdDemo(args []string, out io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// fileDemoSession keeps the demo's session under the data directory.
+const fileDemoSession = "demo-session"
+
+// demoSession returns the demo's session: the one given, else the one kept
+// in the data directory, else a new one ("new" always starts one). A
+// session given or started is kept in the data directory when there is
+// one; kept says whether it is.
+func demoSession(dataDir, given string) (sess string, kept bool, err error) {
+	path := filepath.Join(dataDir, fileDemoSession)
+	switch given {
+	case "":
+		if b, err := os.ReadFile(path); err == nil {
+			if s := strings.TrimSpace(string(b)); validSession(s) {
+				return s, true, nil
+			}
+		}
+		sess = uuid.NewString()[:8]
+	case "new":
+		sess = uuid.NewString()[:8]
+	default:
+		if !validSession(given) {
+			return "", false, fmt.Errorf("demo: --session %q: want 1 to 32 characters of a-z, A-Z, 0-9, - and _", given)
+		}
+		sess = given
+	}
+	if st, err := os.Stat(dataDir); err == nil && st.IsDir() {
+		if err := os.WriteFile(path, []byte(sess+"\n"), 0o600); err == nil {
+			return sess, true, nil
+		}
+	}
+	return sess, false, nil
+}
+
+func validSession(s string) bool {
+	return len(s) <= 32 && contracts.ValidEventID(s)
+}
+
+// demo holds what the demo's requests share.
+type demo struct {
+	c   *client
+	out io.Writer
+	// claimID is this process's claim id: a claim it retries (the answer
+	// was lost) succeeds again; another process's claim is refused.
+	claimID string
+	away    bool // the server did not answer the last try
+}
+
+// Backoff of the demo's retries while the server is away.
+const (
+	retryFirst = 250 * time.Millisecond
+	retryMax   = 5 * time.Second
+)
+
+// retry runs call until it succeeds, fails for good, or ctx ends. While the
+// server cannot be reached or answers 502, 503 or 504 (restarting, or NATS
+// not up yet), it waits and tries again, the wait doubling up to retryMax:
+// every request of the demo can be repeated safely, since reviews
+// re-attach by id and claims carry the demo's claim id.
+func (d *demo) retry(ctx context.Context, call func() error) error {
+	wait := retryFirst
+	for {
+		err := call()
+		if err == nil || !transient(err) {
+			if err == nil && d.away {
+				d.away = false
+				fmt.Fprintf(d.out, "Countersign at %s answers again; the demo carries on.\n", d.c.url)
+			}
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !d.away {
+			d.away = true
+			fmt.Fprintf(d.out, "Countersign at %s is not answering (%v); retrying until it is back (Ctrl-C stops the demo).\n", d.c.url, err)
+		}
+		t := time.NewTimer(wait + time.Duration(rand.Int64N(int64(wait/4))))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, retryMax)
+	}
+}
+
+// transient reports whether err means the server is away for now: the
+// connection failed or broke, or it answered 502, 503 or 504.
+func transient(err error) bool {
+	var ue *url.Error
+	if errors.As(err, &ue) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+		return true
+	}
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae.Status == 502 || ae.Status == 503 || ae.Status == 504
+	}
+	var he *httpStatusError
+	if errors.As(err, &he) {
+		return he.Status == 502 || he.Status == 503 || he.Status == 504
+	}
+	return false
+}
+
+// quietOnInterrupt ends the demo without an error when Ctrl-C stopped it.
+func quietOnInterrupt(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
 }

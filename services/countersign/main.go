@@ -9,36 +9,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 )
-
-const usage = `countersign — durable human approval for AI agent tool calls
-
-Usage:
-  countersign serve [flags]                 run every role with an embedded NATS server
-  countersign approvals ls [--status S] [--agent A] [--run R] [--limit N]
-  countersign approvals show ID [--wait 30s]
-  countersign approvals approve ID [--comment TEXT]
-  countersign approvals reject ID --reason TEXT  the reason goes back to the agent
-  countersign approvals edit ID --args FILE | --json '{...}'  approve with new arguments (shows the diff)
-  countersign approvals respond ID "TEXT"    no execution; TEXT is the agent's tool result
-  countersign approvals answer ID --json '{...}' | --text TEXT | --decline | --cancel
-  countersign approvals extend ID 2h         move the deadline (or give an RFC 3339 time)
-  countersign approvals cancel ID [--reason TEXT]
-  countersign provision --nats-url URLS    create the streams and buckets on an external NATS (as admin)
-  countersign audit ID [--json]             the full timeline: request, policy, notifications, votes, outcome
-  countersign policy lint [--directory F] FILE...  check syntax, CEL types, unreachable rules, unknown groups
-  countersign policy test FILE CASES [-v]   run a table of tool calls against a policy
-  countersign policy apply FILE [--dry-run] validate and make it the fleet's live policy
-  countersign policy show [--source]        the live policy
-  countersign demo [--count N] [--no-wait]  a simulated agent proposing tool calls
-  countersign bench [flags]                 measure cycles/s, latency and pending capacity
-  countersign token new [--subject ID] [--roles agent,approver]
-  countersign version
-
-The CLI finds the API through COUNTERSIGN_URL and COUNTERSIGN_TOKEN, or, on the
-machine that runs 'countersign serve', through ./data (override with --data or
-COUNTERSIGN_DATA).
-`
 
 var version = "dev"
 
@@ -64,12 +36,12 @@ func (e exitError) Error() string { return fmt.Sprintf("exit status %d", int(e))
 
 func run(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, usageText(""))
 		return exitError(2)
 	}
 	switch args[0] {
 	case "serve":
-		return cmdServe(args[1:])
+		return cmdServe(args[1:], stdout)
 	case "approvals":
 		return cmdApprovals(args[1:], stdout)
 	case "policy":
@@ -85,12 +57,19 @@ func run(args []string, stdout, stderr io.Writer) error {
 	case "token":
 		return cmdToken(args[1:], stdout)
 	case "version":
+		if err := newFlagSet("version", stdout).Parse(args[1:]); err != nil {
+			return err
+		}
 		fmt.Fprintln(stdout, "countersign", version)
 		return nil
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
+	case "help", "-h", "--help", "-help":
+		if len(args) > 1 && args[1] != "-h" && args[1] != "--help" {
+			// "countersign help approvals show" is "countersign approvals show --help".
+			return run(append(slices.Clone(args[1:]), "--help"), stdout, stderr)
+		}
+		fmt.Fprint(stdout, usageText(""))
 		return nil
 	}
-	fmt.Fprint(stderr, usage)
+	fmt.Fprint(stderr, usageText(""))
 	return fmt.Errorf("unknown command %q", args[0])
 }

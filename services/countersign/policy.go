@@ -8,7 +8,7 @@ import (
 	"io"
 	"net/url"
 	"os"
-	"regexp"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -28,37 +28,47 @@ type policyInfo struct {
 	Source    string           `json:"source"`
 	Changed   *bool            `json:"changed"`
 	Warnings  []policy.Problem `json:"warnings"`
+	// DirectoryGroups are the groups the server's approver directory gives
+	// members.
+	DirectoryGroups []string `json:"directory_groups"`
 }
 
 func cmdPolicy(args []string, out io.Writer) error {
+	if len(args) > 0 && isHelp(args[0]) {
+		fmt.Fprint(out, usageText("policy"))
+		return flag.ErrHelp
+	}
 	if len(args) == 0 {
-		return errors.New("policy: want lint, test, apply or show")
+		return errors.New("policy: want lint, test, apply or show (see 'countersign policy --help')")
 	}
 	sub, args := args[0], args[1:]
-	fs := flag.NewFlagSet("policy "+sub, flag.ContinueOnError)
+	fs := newFlagSet("policy "+sub, out)
 	switch sub {
 	case "lint":
 		strict := fs.Bool("strict", false, "fail on warnings too")
-		dirFile := fs.String("directory", "", "approver directory file: groups it lists members of are not unknown")
-		if err := fs.Parse(reorderFlags(fs, args)); err != nil {
+		dirFile := fs.String("directory", "", "approver directory file: groups it lists members of are not unknown (default: ask the server, when one is configured)")
+		newClient := clientFlags(fs.FlagSet)
+		if err := fs.Parse(reorderFlags(fs.FlagSet, args)); err != nil {
 			return err
 		}
 		if fs.NArg() == 0 {
 			return errors.New("policy lint: want one or more policy files")
 		}
-		var dir *directory.Directory
+		var groups func(string) bool
 		if *dirFile != "" {
 			d, err := directory.Load(*dirFile)
 			if err != nil {
 				fmt.Fprintln(out, err)
 				return exitError(1)
 			}
-			dir = d
+			groups = func(g string) bool { return len(d.Members(g)) > 0 }
+		} else if serverConfigured(fs.FlagSet) {
+			groups = serverGroups(out, newClient)
 		}
-		return policyLint(out, fs.Args(), *strict, dir)
+		return policyLint(out, fs.Args(), *strict, groups)
 	case "test":
 		verbose := fs.Bool("v", false, "explain every case, rule by rule")
-		if err := fs.Parse(reorderFlags(fs, args)); err != nil {
+		if err := fs.Parse(reorderFlags(fs.FlagSet, args)); err != nil {
 			return err
 		}
 		if fs.NArg() != 2 {
@@ -66,9 +76,9 @@ func cmdPolicy(args []string, out io.Writer) error {
 		}
 		return policyTest(out, fs.Arg(0), fs.Arg(1), *verbose)
 	case "apply":
-		newClient := clientFlags(fs)
+		newClient := clientFlags(fs.FlagSet)
 		dryRun := fs.Bool("dry-run", false, "validate on the server without applying")
-		if err := fs.Parse(reorderFlags(fs, args)); err != nil {
+		if err := fs.Parse(reorderFlags(fs.FlagSet, args)); err != nil {
 			return err
 		}
 		if fs.NArg() != 1 {
@@ -109,7 +119,7 @@ func cmdPolicy(args []string, out io.Writer) error {
 		}
 		return nil
 	case "show":
-		newClient := clientFlags(fs)
+		newClient := clientFlags(fs.FlagSet)
 		source := fs.Bool("source", false, "print the policy's YAML source")
 		jsonOut := fs.Bool("json", false, "print the API's JSON")
 		if err := fs.Parse(args); err != nil {
@@ -145,11 +155,43 @@ func cmdPolicy(args []string, out io.Writer) error {
 	return fmt.Errorf("policy: unknown command %q (want lint, test, apply or show)", sub)
 }
 
-// policyLint lints each file. With a directory, the warnings about
-// approver groups the policy does not define are dropped for the groups the
-// directory lists members of: the orchestrator resolves those from the
-// directory when it creates a request.
-func policyLint(out io.Writer, files []string, strict bool, dir *directory.Directory) error {
+// serverConfigured reports whether the command is pointed at a server:
+// --url or COUNTERSIGN_URL, or the serve.json of a local serve.
+func serverConfigured(fs *flag.FlagSet) bool {
+	if fs.Lookup("url").Value.String() != "" || os.Getenv("COUNTERSIGN_URL") != "" {
+		return true
+	}
+	dir := firstNonEmpty(fs.Lookup("data").Value.String(), os.Getenv("COUNTERSIGN_DATA"), "./data")
+	_, err := os.Stat(filepath.Join(dir, fileServe))
+	return err == nil
+}
+
+// serverGroups asks the server which groups its approver directory gives
+// members (GET /v1/policy). When it cannot, it says so and returns nil:
+// then every group the policy does not define is reported.
+func serverGroups(out io.Writer, newClient func() (*client, error)) func(string) bool {
+	c, err := newClient()
+	var ans policyInfo
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err = c.do(ctx, "GET", "/v1/policy", nil, &ans)
+	}
+	if err != nil {
+		fmt.Fprintf(out, "note: the server's approver directory could not be read (%v); groups only it defines are reported as unknown\n", err)
+		return nil
+	}
+	if len(ans.DirectoryGroups) > 0 {
+		fmt.Fprintf(out, "Groups from the approver directory of %s: %s\n", c.url, strings.Join(ans.DirectoryGroups, ", "))
+	}
+	return func(g string) bool { return slices.Contains(ans.DirectoryGroups, g) }
+}
+
+// policyLint lints each file. With groups (a directory's), the warnings
+// about approver groups the policy does not define are dropped for the
+// groups it reports: the orchestrator resolves those from the directory
+// when it creates a request.
+func policyLint(out io.Writer, files []string, strict bool, groups func(string) bool) error {
 	failed := false
 	for _, f := range files {
 		data, err := os.ReadFile(f)
@@ -157,13 +199,10 @@ func policyLint(out io.Writer, files []string, strict bool, dir *directory.Direc
 			return err
 		}
 		problems := policy.Lint(data)
-		if dir != nil {
-			problems = slices.DeleteFunc(problems, func(p policy.Problem) bool {
-				m := unknownGroupRe.FindStringSubmatch(p.Message)
-				return p.Severity == policy.SeverityWarning && m != nil && len(dir.Members(m[1])) > 0
-			})
+		if groups != nil {
+			problems = policy.WithoutGroupsOf(problems, groups)
 			for i, p := range problems {
-				if p.Severity == policy.SeverityWarning && unknownGroupRe.MatchString(p.Message) {
+				if p.Group != "" {
 					problems[i].Message = strings.Replace(p.Message, "(define it under groups:)", "(define it under groups: or give it members in the directory)", 1)
 				}
 			}
@@ -237,10 +276,6 @@ func policyTest(out io.Writer, policyFile, casesFile string, verbose bool) error
 	}
 	return nil
 }
-
-// unknownGroupRe finds the group in policy.Lint's warning about an approver
-// group the policy does not define.
-var unknownGroupRe = regexp.MustCompile(`unknown approver group "([^"]+)"`)
 
 func problemsOf(ps []policy.Problem, severity string) []policy.Problem {
 	var out []policy.Problem

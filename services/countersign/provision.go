@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -19,7 +18,7 @@ import (
 // their own least-privilege users (nats.provision is off against an
 // external server).
 func cmdProvision(args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("provision", flag.ContinueOnError)
+	fs := newFlagSet("provision", out)
 	natsURL := fs.String("nats-url", os.Getenv("COUNTERSIGN_NATS_URL"), "NATS server URLs, comma-separated")
 	user := fs.String("user", firstNonEmpty(os.Getenv("COUNTERSIGN_NATS_USER"), "admin"), "NATS user (the admin role)")
 	creds := fs.String("creds", os.Getenv("COUNTERSIGN_NATS_CREDS"), "NATS credentials file instead of user and password")

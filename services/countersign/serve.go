@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -56,8 +56,8 @@ type serveInfo struct {
 	PID     int    `json:"pid"`
 }
 
-func cmdServe(args []string) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+func cmdServe(args []string, out io.Writer) error {
+	fs := newFlagSet("serve", out)
 	configPath := fs.String("config", "", "configuration file (countersign.yaml)")
 	addr := fs.String("addr", "", "HTTP listen address for the API and the inbox (default 127.0.0.1:8080)")
 	data := fs.String("data", "", "data directory (default ./data)")
@@ -237,6 +237,13 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 	if err := os.MkdirAll(cfg.Data, 0o700); err != nil {
 		return fmt.Errorf("serve: data directory: %w", err)
 	}
+	// One serve per data directory: the lock comes before anything is
+	// written under it.
+	unlock, err := lockDataDir(cfg.Data)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	pol := policy.Default()
 	var polSource []byte
 	if cfg.Policy != "" {

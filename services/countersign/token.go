@@ -11,10 +11,14 @@ import (
 )
 
 func cmdToken(args []string, out io.Writer) error {
+	if len(args) > 0 && isHelp(args[0]) {
+		fmt.Fprint(out, usageText("token"))
+		return flag.ErrHelp
+	}
 	if len(args) == 0 || args[0] != "new" {
 		return errors.New("token: want 'token new'")
 	}
-	fs := flag.NewFlagSet("token new", flag.ContinueOnError)
+	fs := newFlagSet("token new", out)
 	subject := fs.String("subject", "", "identity the token authenticates (approver or agent id)")
 	name := fs.String("name", "", "a label for the token")
 	roles := fs.String("roles", "approver", "comma-separated roles: agent, approver, admin")

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// command is one command of the CLI as its usage shows it.
+type command struct {
+	// path is the command's words after "countersign": "approvals show".
+	path string
+	// synopsis is what follows the path: the arguments and the flags worth
+	// showing in the overview. "[flags]" stands for the flags --help lists.
+	synopsis string
+	// about says what the command does, in one line.
+	about string
+	// long, when set, is printed by --help after the synopsis.
+	long string
+}
+
+// commands is every command, in the order the usage lists them. Each
+// command's --help prints its line and the flags of its real flag set; a
+// test holds the two together.
+var commands = []command{
+	{path: "serve", synopsis: "[flags]", about: "run every role with an embedded NATS server (data under ./data)"},
+	{path: "approvals ls", synopsis: "[--status S] [--agent A] [--run R] [--mine] [--limit N]", about: "list approvals (pending by default)"},
+	{path: "approvals show", synopsis: "ID [--wait 30s]", about: "one approval: request, quorum, votes, outcome"},
+	{path: "approvals approve", synopsis: "ID [--comment TEXT]", about: "approve"},
+	{path: "approvals reject", synopsis: "ID --reason TEXT [--comment TEXT]", about: "reject; the reason goes back to the agent"},
+	{path: "approvals edit", synopsis: "ID --args FILE | --json '{...}' [--comment TEXT]", about: "approve with new arguments (shows the diff)"},
+	{path: "approvals respond", synopsis: `ID "TEXT"`, about: "no execution; TEXT is the agent's tool result"},
+	{path: "approvals answer", synopsis: "ID --json '{...}' | --text TEXT | --decline | --cancel [--comment TEXT]", about: "answer a question"},
+	{path: "approvals extend", synopsis: "ID 2h", about: "move the deadline (or give an RFC 3339 time)"},
+	{path: "approvals cancel", synopsis: "ID [--reason TEXT]", about: "cancel a pending approval"},
+	{path: "audit", synopsis: "ID [--json]", about: "the full timeline: request, policy, notifications, votes, outcome"},
+	{path: "policy lint", synopsis: "[--directory F] [--strict] FILE...", about: "check syntax, CEL types, unreachable rules, unknown groups"},
+	{path: "policy test", synopsis: "POLICY CASES [-v]", about: "run a table of tool calls against a policy"},
+	{path: "policy apply", synopsis: "FILE [--dry-run]", about: "validate and make it the fleet's live policy"},
+	{path: "policy show", synopsis: "[--source]", about: "the live policy"},
+	{path: "provision", synopsis: "--nats-url URLS [--user U] [--creds FILE] [--replicas N] [--retention D]", about: "create the streams and buckets on an external NATS (as admin)"},
+	{path: "demo", synopsis: "[--session NAME] [--no-wait] [--rounds N] [--fleet]", about: "a simulated agent fleet proposing tool calls; run it again to re-attach"},
+	{path: "bench", synopsis: "[flags]", about: "measure cycles/s, latency and pending capacity", long: benchAbout},
+	{path: "token new", synopsis: "--subject ID [--name LABEL] [--roles agent,approver]", about: "a new API token and its hash"},
+	{path: "version", about: "print the version"},
+}
+
+const usageFooter = `
+Approval ids may be shortened to a unique prefix of at least 4 characters.
+'countersign COMMAND --help' lists a command's flags. The CLI finds the API
+through COUNTERSIGN_URL and COUNTERSIGN_TOKEN, or, on the machine that runs
+'countersign serve', through ./data (override with --data or COUNTERSIGN_DATA).
+`
+
+// usageText is the CLI's overview: every command whose path starts with
+// prefix ("" for all).
+func usageText(prefix string) string {
+	var b strings.Builder
+	if prefix == "" {
+		b.WriteString("countersign — durable human approval for AI agent tool calls\n\n")
+	}
+	b.WriteString("Usage:\n")
+	for _, c := range commands {
+		if prefix != "" && c.path != prefix && !strings.HasPrefix(c.path, prefix+" ") {
+			continue
+		}
+		line := "  countersign " + strings.TrimSpace(c.path+" "+c.synopsis)
+		if len(line) < 46 {
+			fmt.Fprintf(&b, "%-46s %s\n", line, c.about)
+		} else {
+			fmt.Fprintf(&b, "%s\n%-46s %s\n", line, "", c.about)
+		}
+	}
+	b.WriteString(usageFooter)
+	return b.String()
+}
+
+func findCommand(path string) (command, bool) {
+	for _, c := range commands {
+		if c.path == path {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
+// flagSet is a command's flag set. Parse errors are returned, not printed;
+// --help (or -h) prints the command's usage and flags to the command's
+// output and returns flag.ErrHelp, which exits 0.
+type flagSet struct {
+	*flag.FlagSet
+	path string
+	out  io.Writer
+}
+
+func newFlagSet(path string, out io.Writer) *flagSet {
+	fs := flag.NewFlagSet(path, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return &flagSet{FlagSet: fs, path: path, out: out}
+}
+
+func (f *flagSet) Parse(args []string) error {
+	err := f.FlagSet.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		f.printHelp()
+		return err
+	case err != nil:
+		return fmt.Errorf("%s: %w (see 'countersign %s --help')", f.path, err, f.path)
+	}
+	return nil
+}
+
+func (f *flagSet) printHelp() {
+	c, _ := findCommand(f.path)
+	fmt.Fprintf(f.out, "Usage: countersign %s\n\n", strings.TrimSpace(f.path+" "+c.synopsis))
+	if c.about != "" {
+		fmt.Fprintf(f.out, "%s.\n", strings.ToUpper(c.about[:1])+c.about[1:])
+	}
+	if c.long != "" {
+		fmt.Fprintf(f.out, "\n%s", c.long)
+	}
+	n := 0
+	f.VisitAll(func(*flag.Flag) { n++ })
+	if n == 0 {
+		return
+	}
+	fmt.Fprintln(f.out, "\nFlags:")
+	f.SetOutput(f.out)
+	f.PrintDefaults()
+	f.SetOutput(io.Discard)
+}
+
+// isHelp reports whether arg asks for help.
+func isHelp(arg string) bool {
+	return arg == "-h" || arg == "--help" || arg == "-help" || arg == "help"
+}
