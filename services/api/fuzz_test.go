@@ -21,7 +21,7 @@ import (
 // errorCodes are the codes an error answer of the API may carry.
 var errorCodes = map[string]bool{
 	api.CodeUnauthenticated: true, api.CodeForbidden: true, api.CodeNotFound: true, api.CodeMethodNotAllowed: true,
-	api.CodeInvalidJSON: true, api.CodeUnknownField: true, api.CodeBodyTooLarge: true, api.CodeInvalidField: true,
+	api.CodeInvalidJSON: true, api.CodeUnknownField: true, api.CodeBodyTooLarge: true, api.CodeTooLarge: true, api.CodeInvalidField: true,
 	api.CodeInvalidParameter: true, api.CodeInvalidArguments: true, api.CodeInvalidSchema: true,
 	api.CodeInvalidEventID: true, api.CodeApproverNotAllowed: true, api.CodeArgumentsChanged: true,
 	api.CodeUnknownEvent: true, api.CodeUnavailable: true, api.CodeNotReady: true, api.CodeInternal: true,

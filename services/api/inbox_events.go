@@ -38,6 +38,12 @@ func (in *inbox) getEvents(w http.ResponseWriter, r *http.Request) {
 			return nil, false
 		}
 		ev.Kind = m.kind
+		if m.kind == KindRequested {
+			// The request is on the bus before the arbiter has made its
+			// record: wait for the record, or the page's next fetch would
+			// not show it and nothing would tell the page again.
+			_, _, _, _ = s.watchRecord(ctx, ev.EventID, recordVisibleWait, func(*contracts.Record) bool { return true })
+		}
 		syncCtx, cancelSync := context.WithTimeout(ctx, 2*time.Second)
 		_ = s.index.catchUp(syncCtx)
 		cancelSync()

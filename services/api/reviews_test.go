@@ -159,12 +159,13 @@ func TestBodyTooLarge(t *testing.T) {
 }
 
 // A review under the body limit whose request would not fit the bus's
-// max payload is refused as too large, and nothing is published.
+// max payload is refused as too large (the size budget catches it before
+// the bus does), and nothing is published.
 func TestReviewTooLargeForTheBus(t *testing.T) {
 	e := setup(t)
 	memo := strings.Repeat("x", 1<<20-300)
 	body := `{"run":{"id":"run-big","agent":"billing-bot"},"tool_calls":[{"id":"c1","name":"payments.send","arguments":{"memo":"` + memo + `"}}]}`
-	e.call(t, "POST", "/v1/reviews", "agent", body).wantError(t, http.StatusRequestEntityTooLarge, "body_too_large", "")
+	e.call(t, "POST", "/v1/reviews", "agent", body).wantError(t, http.StatusRequestEntityTooLarge, "too_large", "tool_calls[0].arguments")
 	info, err := e.js.Stream(context.Background(), contracts.StreamRequests)
 	if err != nil {
 		t.Fatal(err)
