@@ -59,7 +59,7 @@ FUZZMINIMIZE ?= 100x
 FUZZ_TARGETS := \
 	./contracts:FuzzCheckDuplicateKeys ./contracts:FuzzCanonicalize \
 	./services/api:FuzzHandler \
-	./orchestrator/arbiter:FuzzBusMessages ./orchestrator/arbiter:FuzzVoteInterleavings \
+	./services/arbiter:FuzzBusMessages ./services/arbiter:FuzzVoteInterleavings \
 	./notifier/slack:FuzzInteractions \
 	./orchestrator/policy:FuzzParse ./orchestrator/policy:FuzzParseCases ./orchestrator/policy:FuzzCondition \
 	./orchestrator/policy:FuzzDecodeArgs ./orchestrator/policy:FuzzMatch \

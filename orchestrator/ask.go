@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/approval"
 	"github.com/countersign/countersign/events"
-	"github.com/countersign/countersign/orchestrator/internal/schema"
 	"github.com/countersign/countersign/orchestrator/policy"
 )
 
@@ -223,7 +223,7 @@ func checkSchema(raw json.RawMessage) error {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return nil
 	}
-	if err := schema.Compile(raw); err != nil {
+	if err := approval.CompileSchema(raw); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidSchema, err)
 	}
 	return nil

@@ -11,9 +11,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/approval"
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/orchestrator"
-	"github.com/countersign/countersign/orchestrator/arbiter"
 	"github.com/countersign/countersign/orchestrator/orchestratortest"
 	"github.com/countersign/countersign/orchestrator/policy"
 )
@@ -132,7 +132,7 @@ func TestEditValidatedAgainstToolSchema(t *testing.T) {
 	if len(rec.Request.ToolSchema) == 0 {
 		t.Fatal("the request does not carry the tool's schema")
 	}
-	if err := arbiter.CompileSchema(rec.Request.ToolSchema); err != nil {
+	if err := approval.CompileSchema(rec.Request.ToolSchema); err != nil {
 		t.Fatalf("the request's tool_schema: %v", err)
 	}
 
@@ -367,14 +367,14 @@ func TestRequestHumanInputTool(t *testing.T) {
 	if def.Name != "request_human_input" || def.Description == "" {
 		t.Fatalf("definition %+v", def)
 	}
-	if err := arbiter.CompileSchema(def.InputSchema); err != nil {
+	if err := approval.CompileSchema(def.InputSchema); err != nil {
 		t.Fatalf("input schema: %v", err)
 	}
 	in := json.RawMessage(`{"question":"Which plan?","answer_schema":{"type":"object","properties":{"plan":{"enum":["a","b"]}}}}`)
-	if e := arbiter.ValidateJSON(def.InputSchema, in, "input"); e != nil {
+	if e := approval.ValidateJSON(def.InputSchema, in, "input"); e != nil {
 		t.Fatalf("a valid call fails the input schema: %v", e)
 	}
-	if e := arbiter.ValidateJSON(def.InputSchema, json.RawMessage(`{"text":"x"}`), "input"); e == nil {
+	if e := approval.ValidateJSON(def.InputSchema, json.RawMessage(`{"text":"x"}`), "input"); e == nil {
 		t.Fatal("an invalid call passes the input schema")
 	}
 	q, err := orchestrator.QuestionFromToolCall("call-7", in)

@@ -20,8 +20,8 @@ import (
 	"github.com/countersign/countersign/events/eventstest"
 	"github.com/countersign/countersign/notifier"
 	"github.com/countersign/countersign/notifier/dispatch"
-	"github.com/countersign/countersign/orchestrator/arbiter"
 	"github.com/countersign/countersign/orchestrator/policy"
+	"github.com/countersign/countersign/services/arbiter"
 )
 
 const wait = 20 * time.Second

@@ -18,8 +18,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/orchestrator"
-	"github.com/countersign/countersign/orchestrator/arbiter"
 	"github.com/countersign/countersign/orchestrator/policy"
+	"github.com/countersign/countersign/services/arbiter"
 )
 
 // RunArbiter starts an arbiter with cfg and stops it, waiting for it, when

@@ -19,11 +19,11 @@ import (
 	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/events/eventstest"
 	"github.com/countersign/countersign/orchestrator"
-	"github.com/countersign/countersign/orchestrator/arbiter"
 	"github.com/countersign/countersign/orchestrator/directory"
 	"github.com/countersign/countersign/orchestrator/orchestratortest"
 	"github.com/countersign/countersign/orchestrator/policy"
 	"github.com/countersign/countersign/services/api"
+	"github.com/countersign/countersign/services/arbiter"
 )
 
 // financePolicy gates payments on the directory's finance group, which the

@@ -6,8 +6,8 @@ import (
 	"fmt"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/approval"
 	"github.com/countersign/countersign/notifier"
-	"github.com/countersign/countersign/orchestrator/arbiter"
 )
 
 // Resolver returns the notifier.Resolver through which the interactive
@@ -62,7 +62,7 @@ func (r resolver) Vote(ctx context.Context, v contracts.Vote) (notifier.VoteResu
 	// An approver's edit or answer that fails the request's schema is
 	// answered at once with the failing value's path, as over HTTP.
 	if !current.Terminal() && listedApprover(current, v.Approver.ID) {
-		if e := arbiter.CheckVoteContent(&current.Request, &v); e != nil {
+		if e := approval.CheckVoteContent(&current.Request, &v); e != nil {
 			s.m.votes.WithLabelValues(contracts.ReasonInvalidArguments).Inc()
 			return notifier.VoteResult{Refused: contracts.ReasonInvalidArguments, Detail: e.Field + ": " + e.Message, Record: current}, nil
 		}

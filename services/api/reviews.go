@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/approval"
 	"github.com/countersign/countersign/orchestrator"
-	"github.com/countersign/countersign/orchestrator/arbiter"
 	"github.com/countersign/countersign/orchestrator/policy"
 )
 
@@ -367,7 +367,7 @@ func checkSchemaField(raw json.RawMessage, field string) *apiError {
 	if trimmed[0] != '{' {
 		return fieldError(http.StatusBadRequest, CodeInvalidSchema, field, "%s must be a JSON Schema object", field)
 	}
-	if err := arbiter.CompileSchema(raw); err != nil {
+	if err := approval.CompileSchema(raw); err != nil {
 		return fieldError(http.StatusBadRequest, CodeInvalidSchema, field, "%s: %v", field, err)
 	}
 	return nil

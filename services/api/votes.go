@@ -11,9 +11,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/approval"
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/notifier"
-	"github.com/countersign/countersign/orchestrator/arbiter"
 )
 
 // arbiterWait is how long a vote or command waits for the arbiter's answer
@@ -142,7 +142,7 @@ func (s *Server) postVote(w http.ResponseWriter, r *http.Request) {
 	// pointer. Anyone else's vote goes to the arbiter, which refuses and
 	// counts it as not_an_approver.
 	if !current.Terminal() && listedApprover(current, p.subject) {
-		if e := arbiter.CheckVoteContent(&current.Request, &vote); e != nil {
+		if e := approval.CheckVoteContent(&current.Request, &vote); e != nil {
 			s.m.votes.WithLabelValues(contracts.ReasonInvalidArguments).Inc()
 			writeError(w, schemaRefusal(e.Field, e.Message))
 			return

@@ -21,7 +21,7 @@ import (
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/orchestrator"
-	"github.com/countersign/countersign/orchestrator/arbiter"
+	"github.com/countersign/countersign/services/arbiter"
 )
 
 // Connection roles. Each role has its own client connection, as each runs

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/contracts"
-	"github.com/countersign/countersign/orchestrator/arbiter"
+	"github.com/countersign/countersign/contracts/approval"
 )
 
 type recordAnswer struct {
@@ -180,7 +180,7 @@ func cmdApprovals(args []string, out io.Writer) error {
 			return err
 		}
 		fmt.Fprintln(out, "Changes (RFC 6902, from the arguments under review):")
-		printDiff(out, arbiter.Diff(underReview, edited))
+		printDiff(out, approval.Diff(underReview, edited))
 		return nil
 	case "respond":
 		if err := fs.Parse(reorder(args)); err != nil {

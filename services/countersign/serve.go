@@ -33,10 +33,10 @@ import (
 	"github.com/countersign/countersign/notifier/email"
 	"github.com/countersign/countersign/notifier/slack"
 	"github.com/countersign/countersign/orchestrator"
-	"github.com/countersign/countersign/orchestrator/arbiter"
 	"github.com/countersign/countersign/orchestrator/directory"
 	"github.com/countersign/countersign/orchestrator/policy"
 	"github.com/countersign/countersign/services/api"
+	"github.com/countersign/countersign/services/arbiter"
 )
 
 // Files serve keeps under the data directory.

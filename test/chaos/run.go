@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
-	"github.com/countersign/countersign/orchestrator/arbiter"
+	"github.com/countersign/countersign/services/arbiter"
 )
 
 // Result is what a run found.

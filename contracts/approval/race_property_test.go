@@ -1,6 +1,6 @@
 //go:build race
 
-package arbiter_test
+package approval_test
 
 // The race detector slows the JSON-heavy checks of TestVoteInterleavings
 // about tenfold and finds nothing in a single goroutine: run fewer scenarios.

@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/approval"
 )
 
 // Bounds on the votes and commands that wait, Nak'd with a delay, for a
@@ -101,7 +102,7 @@ type queuedOp struct {
 	// Set by the group: the record before the operation, its result,
 	// whether it changed what is written, and its error.
 	before  contracts.Record
-	res     Result
+	res     approval.Result
 	written bool
 	err     error
 }

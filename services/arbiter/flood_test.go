@@ -14,7 +14,7 @@ import (
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/events/embedded"
-	"github.com/countersign/countersign/orchestrator/arbiter"
+	"github.com/countersign/countersign/services/arbiter"
 )
 
 // TestFloodOfBadVotesDoesNotBlockOtherApprovals has one resolver publish

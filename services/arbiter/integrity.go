@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/approval"
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/orchestrator"
 	"github.com/countersign/countersign/orchestrator/policy"
@@ -61,7 +62,7 @@ type refusal struct {
 // from the start, decided by "countersign", with the outcome reason
 // "request_refused:<refusal>" and detail as the comment.
 func RefusedRecord(req contracts.ApprovalRequested, reason, detail string, now time.Time) contracts.Record {
-	rec := NewRecord(req, now)
+	rec := approval.NewRecord(req, now)
 	rec.Status = contracts.StatusRejected
 	rec.Outcome = &contracts.Outcome{
 		Decision: contracts.DecisionReject, DecidedBy: []string{contracts.DecidedByCountersign}, DecidedAt: now,

@@ -1,10 +1,10 @@
-package arbiter
+package approval
 
 import (
 	"encoding/json"
 
 	"github.com/countersign/countersign/contracts"
-	"github.com/countersign/countersign/orchestrator/internal/schema"
+	"github.com/countersign/countersign/contracts/approval/internal/schema"
 )
 
 // ErrInvalidSchema is wrapped by the errors of CompileSchema.

@@ -1,4 +1,4 @@
-package arbiter
+package approval
 
 import (
 	"bytes"
@@ -59,7 +59,7 @@ func ApplyVote(rec contracts.Record, v contracts.Vote, now time.Time) Result {
 		return Result{Duplicate: true}
 	}
 	if reason := refuse(rec, v); reason != "" {
-		return refused(rec, v, reason, refusalDetail(rec, v, reason), now)
+		return Refuse(rec, v, reason, refusalDetail(rec, v, reason), now)
 	}
 	next := clone(rec)
 	next.UpdatedAt = now
@@ -103,7 +103,7 @@ func ApplyVoteWithin(rec contracts.Record, v contracts.Vote, now time.Time, lim 
 		return Result{Duplicate: true}
 	}
 	if e := lim.CheckVote(&v); e != nil {
-		return refused(rec, v, e.Code, e.Field+": "+e.Message, now)
+		return Refuse(rec, v, e.Code, e.Field+": "+e.Message, now)
 	}
 	res := ApplyVote(rec, v, now)
 	if !res.Changed || res.Refusal != "" {
@@ -116,7 +116,7 @@ func ApplyVoteWithin(rec contracts.Record, v contracts.Vote, now time.Time, lim 
 		err = lim.RecordFits(&res.Record)
 	}
 	if err != nil {
-		return refused(rec, v, contracts.ReasonTooLarge, "the approval record has no room for this vote", now)
+		return Refuse(rec, v, contracts.ReasonTooLarge, "the approval record has no room for this vote", now)
 	}
 	return res
 }
@@ -392,7 +392,10 @@ func approvedArguments(out *contracts.Outcome, rec contracts.Record) {
 	}
 }
 
-func refused(rec contracts.Record, v contracts.Vote, reason, detail string, now time.Time) Result {
+// Refuse records v as refused on rec with reason and detail (cut to the
+// size the budget reserves for it): the record's refused-vote history keeps
+// the newest entries and counts the rest.
+func Refuse(rec contracts.Record, v contracts.Vote, reason, detail string, now time.Time) Result {
 	next := clone(rec)
 	next.UpdatedAt = now
 	decision := v.Decision

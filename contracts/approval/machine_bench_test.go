@@ -1,4 +1,4 @@
-package arbiter_test
+package approval_test
 
 import (
 	"encoding/json"
@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/contracts"
-	"github.com/countersign/countersign/orchestrator/arbiter"
+	"github.com/countersign/countersign/contracts/approval"
 )
 
 // benchRecord is a pending record as the arbiter keeps it for a typical
@@ -49,7 +49,7 @@ func benchRecord(b *testing.B, k int) contracts.Record {
 		OnTimeout:        contracts.OnTimeoutReject,
 		CreatedAt:        created,
 	}
-	return arbiter.NewRecord(req, created)
+	return approval.NewRecord(req, created)
 }
 
 func benchVote(rec contracts.Record, approver string) contracts.Vote {
@@ -67,7 +67,7 @@ func BenchmarkApplyVote(b *testing.B) {
 	now := v.DecidedAt
 	b.ReportAllocs()
 	for b.Loop() {
-		if res := arbiter.ApplyVote(rec, v, now); !res.Decided {
+		if res := approval.ApplyVote(rec, v, now); !res.Decided {
 			b.Fatalf("not decided: %+v", res)
 		}
 	}
@@ -77,7 +77,7 @@ func BenchmarkApplyVote(b *testing.B) {
 // counted, still pending.
 func BenchmarkApplyVoteCounted(b *testing.B) {
 	rec := benchRecord(b, 3)
-	first := arbiter.ApplyVote(rec, benchVote(rec, "alice"), rec.Request.CreatedAt.Add(time.Minute))
+	first := approval.ApplyVote(rec, benchVote(rec, "alice"), rec.Request.CreatedAt.Add(time.Minute))
 	if !first.Changed || first.Decided {
 		b.Fatalf("first vote: %+v", first)
 	}
@@ -86,7 +86,7 @@ func BenchmarkApplyVoteCounted(b *testing.B) {
 	now := v.DecidedAt
 	b.ReportAllocs()
 	for b.Loop() {
-		if res := arbiter.ApplyVote(rec, v, now); !res.Changed || res.Decided {
+		if res := approval.ApplyVote(rec, v, now); !res.Changed || res.Decided {
 			b.Fatalf("second vote: %+v", res)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/approval"
 	"github.com/countersign/countersign/events"
 )
 
@@ -105,7 +106,7 @@ func (a *Arbiter) scheduleTimers(ctx context.Context, rec contracts.Record) erro
 	return nil
 }
 
-// handleTimer applies a fired timer. Expire is pure and idempotent: a fire
+// handleTimer applies a fired timer. approval.Expire is pure and idempotent: a fire
 // for a record that is already decided, or whose deadline was extended past
 // now, changes nothing.
 func (a *Arbiter) handleTimer(ctx context.Context, msg jetstream.Msg) error {
@@ -145,7 +146,7 @@ func (a *Arbiter) handleTimer(ctx context.Context, msg jetstream.Msg) error {
 	var early time.Duration
 	err := a.apply(ctx, msg, op{
 		eventID: id,
-		apply: func(rec contracts.Record) Result {
+		apply: func(rec contracts.Record) approval.Result {
 			now := a.cfg.Now()
 			early = 0
 			if rec.Status == contracts.StatusPending && now.Before(rec.ExpiresAt) && t.At.Equal(rec.ExpiresAt) {
@@ -153,11 +154,11 @@ func (a *Arbiter) handleTimer(ctx context.Context, msg jetstream.Msg) error {
 				// clock (skew with the server): try again once it is due.
 				early = rec.ExpiresAt.Sub(now)
 			}
-			return Expire(rec, now)
+			return approval.Expire(rec, now)
 		},
 		counted: func() *contracts.Changed { return nil },
 		refused: func(reason string) *contracts.Changed {
-			return &contracts.Changed{Change: contracts.ChangeExtendRefused, Reason: reason} // Expire never refuses
+			return &contracts.Changed{Change: contracts.ChangeExtendRefused, Reason: reason} // approval.Expire never refuses
 		},
 		missing: func() error { return nil }, // the record aged out: nothing to expire
 	})
@@ -200,20 +201,20 @@ func (a *Arbiter) escalate(ctx context.Context, msg jetstream.Msg, id string, st
 	var early time.Duration
 	err := a.apply(ctx, msg, op{
 		eventID: id,
-		apply: func(rec contracts.Record) Result {
+		apply: func(rec contracts.Record) approval.Result {
 			early = 0
 			if now := a.cfg.Now(); now.Before(t.At) && rec.Status == contracts.StatusPending {
 				early = t.At.Sub(now)
-				return Result{Duplicate: true}
+				return approval.Result{Duplicate: true}
 			}
-			return Escalate(rec, step, a.cfg.Now())
+			return approval.Escalate(rec, step, a.cfg.Now())
 		},
 		counted: func() *contracts.Changed {
 			a.m.escalations.Inc()
 			return &contracts.Changed{Change: contracts.ChangeEscalated, Step: step}
 		},
 		refused: func(reason string) *contracts.Changed {
-			return &contracts.Changed{Change: contracts.ChangeEscalated, Reason: reason} // Escalate never refuses
+			return &contracts.Changed{Change: contracts.ChangeEscalated, Reason: reason} // approval.Escalate never refuses
 		},
 		missing: func() error { return nil },
 	})

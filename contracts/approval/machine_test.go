@@ -1,4 +1,4 @@
-package arbiter_test
+package approval_test
 
 import (
 	"bytes"
@@ -10,138 +10,43 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/contracts"
-	"github.com/countersign/countersign/orchestrator/arbiter"
+	"github.com/countersign/countersign/contracts/approval"
+	"github.com/countersign/countersign/contracts/approval/approvaltest"
 )
 
-var t0 = time.Date(2026, 3, 4, 9, 0, 0, 0, time.UTC)
-
-// at is a moment m minutes after the request was created.
-func at(m int) time.Time { return t0.Add(time.Duration(m) * time.Minute) }
+// The request and vote builders of the approval test kit, under the short
+// names these tests use.
+var (
+	t0               = approvaltest.T0
+	at               = approvaltest.At
+	hash             = approvaltest.Hash
+	request          = approvaltest.Request
+	quorum           = approvaltest.Quorum
+	noVeto           = approvaltest.NoVeto
+	anyApprover      = approvaltest.AnyApprover
+	allowSelf        = approvaltest.AllowSelf
+	onTimeoutApprove = approvaltest.OnTimeoutApprove
+	humanInput       = approvaltest.HumanInput
+	vote             = approvaltest.Vote
+	comment          = approvaltest.Comment
+	saw              = approvaltest.Saw
+	args             = approvaltest.Args
+	record           = approvaltest.Record
+	command          = approvaltest.Command
+)
 
 const (
-	eventID       = "312783e4-11a0-5e21-b755-806afd756c7e"
-	requestedArgs = `{"amount":100,"currency":"eur","meta":{"ticket":"T-1"},"reason":"duplicate"}`
-	editedArgs    = `{"amount":80,"currency":"eur","meta":{"ticket":"T-1","note":"partial"}}`
+	eventID       = approvaltest.EventID
+	requestedArgs = approvaltest.RequestedArgs
+	editedArgs    = approvaltest.EditedArgs
 )
-
-func hash(t *testing.T, args string) string {
-	t.Helper()
-	sum, err := contracts.ArgumentsSHA256([]byte(args))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sum
-}
-
-// request is a pending tool approval: quorum 1 of alice, bob and carol,
-// asked for by erin on behalf of frank's agent.
-func request(t *testing.T, opts ...func(*contracts.ApprovalRequested)) contracts.ApprovalRequested {
-	t.Helper()
-	req := contracts.ApprovalRequested{
-		Spec:    contracts.SpecApprovalRequested,
-		EventID: eventID,
-		Kind:    contracts.KindToolApproval,
-		Run: contracts.Run{
-			ID: "run-1", Agent: "billing", RequestedBy: "erin", Owner: "frank", Tenant: "acme",
-		},
-		ToolCall: &contracts.ToolCall{
-			ID: "call-1", Name: "stripe.refund",
-			Arguments:       json.RawMessage(requestedArgs),
-			ArgumentsSHA256: hash(t, requestedArgs),
-		},
-		Risk:    contracts.RiskHigh,
-		Summary: "billing wants to call stripe.refund",
-		Policy:  contracts.PolicyRef{Rule: "refunds", Version: "v1"},
-		Quorum: contracts.Quorum{
-			Required: 1, Approvers: []string{"alice", "bob", "carol"}, Veto: true, Order: contracts.OrderAny,
-		},
-		Escalation: []contracts.EscalationTier{},
-		Reminders:  []string{},
-		AllowedDecisions: []string{
-			contracts.DecisionApprove, contracts.DecisionReject, contracts.DecisionEdit, contracts.DecisionRespond,
-		},
-		Channels:  []string{"web"},
-		ExpiresAt: t0.Add(24 * time.Hour),
-		OnTimeout: contracts.OnTimeoutReject,
-		CreatedAt: t0,
-	}
-	for _, o := range opts {
-		o(&req)
-	}
-	return req
-}
-
-func quorum(k int) func(*contracts.ApprovalRequested) {
-	return func(r *contracts.ApprovalRequested) { r.Quorum.Required = k }
-}
-
-func noVeto(r *contracts.ApprovalRequested) { r.Quorum.Veto = false }
-
-func anyApprover(r *contracts.ApprovalRequested) { r.Quorum.Approvers = []string{} }
-
-func allowSelf(r *contracts.ApprovalRequested) { r.Quorum.AllowSelfApproval = true }
-
-func onTimeoutApprove(r *contracts.ApprovalRequested) { r.OnTimeout = contracts.OnTimeoutApprove }
-
-func humanInput(r *contracts.ApprovalRequested) {
-	r.Spec = contracts.SpecHumanInputRequested
-	r.Kind = contracts.KindHumanInput
-	r.ToolCall = nil
-	r.Question = &contracts.Question{Text: "Which cost centre?", Schema: json.RawMessage(`{"type":"object"}`)}
-	r.AllowedDecisions = []string{contracts.DecisionAnswer}
-}
-
-func vote(id, approver, decision string, opts ...func(*contracts.Vote)) contracts.Vote {
-	v := contracts.Vote{
-		Spec: contracts.SpecVote, VoteID: id, EventID: eventID, Decision: decision,
-		Approver:  contracts.Approver{ID: approver, Via: contracts.ViaWeb},
-		DecidedAt: t0,
-	}
-	for _, o := range opts {
-		o(&v)
-	}
-	return v
-}
-
-func comment(c string) func(*contracts.Vote) { return func(v *contracts.Vote) { v.Comment = c } }
-
-func saw(sha string) func(*contracts.Vote) {
-	return func(v *contracts.Vote) { v.ArgumentsSHA256 = sha }
-}
-
-func args(raw string) func(*contracts.Vote) {
-	return func(v *contracts.Vote) { v.Arguments = json.RawMessage(raw) }
-}
-
-// record is the pending record of req after votes were counted, one per
-// minute; each must count.
-func record(t *testing.T, req contracts.ApprovalRequested, votes ...contracts.Vote) contracts.Record {
-	t.Helper()
-	rec := arbiter.NewRecord(req, t0)
-	for i, v := range votes {
-		res := arbiter.ApplyVote(rec, v, at(i+1))
-		if !res.Changed || res.Refusal != "" || res.Duplicate {
-			t.Fatalf("setting up: vote %s was not counted: %+v", v.VoteID, res)
-		}
-		rec = res.Record
-	}
-	return rec
-}
-
-func command(id, cmd, by string, opts ...func(*contracts.Command)) contracts.Command {
-	c := contracts.Command{Spec: contracts.SpecCommand, CommandID: id, EventID: eventID, Command: cmd, By: by}
-	for _, o := range opts {
-		o(&c)
-	}
-	return c
-}
 
 // machineCase applies one vote, command or expiry to a record.
 type machineCase struct {
 	name  string
 	rec   func(t *testing.T) contracts.Record
-	apply func(rec contracts.Record) arbiter.Result
-	check func(t *testing.T, in contracts.Record, res arbiter.Result)
+	apply func(rec contracts.Record) approval.Result
+	check func(t *testing.T, in contracts.Record, res approval.Result)
 }
 
 func snapshot(t *testing.T, rec contracts.Record) []byte {
@@ -196,7 +101,7 @@ func scribble(rec *contracts.Record) {
 	rec.Status = "scribbled"
 }
 
-func wantPending(t *testing.T, res arbiter.Result, votes int) {
+func wantPending(t *testing.T, res approval.Result, votes int) {
 	t.Helper()
 	if !res.Changed || res.Decided || res.Duplicate || res.Refusal != "" {
 		t.Fatalf("result = changed %v decided %v duplicate %v refusal %q, want a counted vote that does not decide",
@@ -210,7 +115,7 @@ func wantPending(t *testing.T, res arbiter.Result, votes int) {
 	}
 }
 
-func wantDecided(t *testing.T, res arbiter.Result, status, decision string, by []string, now time.Time) *contracts.Outcome {
+func wantDecided(t *testing.T, res approval.Result, status, decision string, by []string, now time.Time) *contracts.Outcome {
 	t.Helper()
 	if !res.Changed || !res.Decided || res.Duplicate || res.Refusal != "" {
 		t.Fatalf("result = changed %v decided %v duplicate %v refusal %q, want a decision",
@@ -236,8 +141,8 @@ func wantDecided(t *testing.T, res arbiter.Result, status, decision string, by [
 
 // wantRefused checks a refused vote: recorded with its reason, nothing
 // else changed.
-func wantRefused(reason string, v contracts.Vote, now time.Time) func(*testing.T, contracts.Record, arbiter.Result) {
-	return func(t *testing.T, in contracts.Record, res arbiter.Result) {
+func wantRefused(reason string, v contracts.Vote, now time.Time) func(*testing.T, contracts.Record, approval.Result) {
+	return func(t *testing.T, in contracts.Record, res approval.Result) {
 		t.Helper()
 		if res.Refusal != reason {
 			t.Fatalf("refusal = %q, want %q", res.Refusal, reason)
@@ -267,8 +172,8 @@ func wantRefused(reason string, v contracts.Vote, now time.Time) func(*testing.T
 }
 
 // wantNoChange checks a result that must not be written.
-func wantNoChange(duplicate bool, refusal string) func(*testing.T, contracts.Record, arbiter.Result) {
-	return func(t *testing.T, _ contracts.Record, res arbiter.Result) {
+func wantNoChange(duplicate bool, refusal string) func(*testing.T, contracts.Record, approval.Result) {
+	return func(t *testing.T, _ contracts.Record, res approval.Result) {
 		t.Helper()
 		if res.Changed || res.Decided || res.Duplicate != duplicate || res.Refusal != refusal {
 			t.Errorf("result = changed %v decided %v duplicate %v refusal %q; want no change, duplicate %v, refusal %q",
@@ -277,16 +182,16 @@ func wantNoChange(duplicate bool, refusal string) func(*testing.T, contracts.Rec
 	}
 }
 
-func applyVote(v contracts.Vote, now time.Time) func(contracts.Record) arbiter.Result {
-	return func(rec contracts.Record) arbiter.Result { return arbiter.ApplyVote(rec, v, now) }
+func applyVote(v contracts.Vote, now time.Time) func(contracts.Record) approval.Result {
+	return func(rec contracts.Record) approval.Result { return approval.ApplyVote(rec, v, now) }
 }
 
-func applyCommand(c contracts.Command, now time.Time) func(contracts.Record) arbiter.Result {
-	return func(rec contracts.Record) arbiter.Result { return arbiter.ApplyCommand(rec, c, now) }
+func applyCommand(c contracts.Command, now time.Time) func(contracts.Record) approval.Result {
+	return func(rec contracts.Record) approval.Result { return approval.ApplyCommand(rec, c, now) }
 }
 
-func expire(now time.Time) func(contracts.Record) arbiter.Result {
-	return func(rec contracts.Record) arbiter.Result { return arbiter.Expire(rec, now) }
+func expire(now time.Time) func(contracts.Record) approval.Result {
+	return func(rec contracts.Record) approval.Result { return approval.Expire(rec, now) }
 }
 
 func wantJSON(t *testing.T, what string, got json.RawMessage, want string) {
@@ -309,7 +214,7 @@ func TestApplyVoteDecides(t *testing.T) {
 			name:  "approve with quorum 1 approves the requested arguments",
 			rec:   func(t *testing.T) contracts.Record { return record(t, request(t)) },
 			apply: applyVote(vote("v1", "alice", contracts.DecisionApprove, comment("fine"), saw(hash(t, requestedArgs))), at(5)),
-			check: func(t *testing.T, in contracts.Record, res arbiter.Result) {
+			check: func(t *testing.T, in contracts.Record, res approval.Result) {
 				out := wantDecided(t, res, contracts.StatusApproved, contracts.DecisionApprove, []string{"alice"}, at(5))
 				wantJSON(t, "outcome arguments", out.Arguments, requestedArgs)
 				if out.ArgumentsSHA256 != in.Request.ToolCall.ArgumentsSHA256 {
@@ -327,7 +232,7 @@ func TestApplyVoteDecides(t *testing.T) {
 			name:  "reject vetoes with the comment as reason",
 			rec:   func(t *testing.T) contracts.Record { return record(t, request(t, quorum(2))) },
 			apply: applyVote(vote("v1", "bob", contracts.DecisionReject, comment("wrong customer")), at(5)),
-			check: func(t *testing.T, _ contracts.Record, res arbiter.Result) {
+			check: func(t *testing.T, _ contracts.Record, res approval.Result) {
 				out := wantDecided(t, res, contracts.StatusRejected, contracts.DecisionReject, []string{"bob"}, at(5))
 				if out.Reason != "wrong customer" || len(out.Arguments) != 0 || out.ArgumentsSHA256 != "" {
 					t.Errorf("outcome reason %q arguments %s sha %q, want the comment and no arguments", out.Reason, out.Arguments, out.ArgumentsSHA256)
@@ -338,7 +243,7 @@ func TestApplyVoteDecides(t *testing.T) {
 			name:  "without veto one reject of three approvers for quorum 2 does not decide",
 			rec:   func(t *testing.T) contracts.Record { return record(t, request(t, quorum(2), noVeto)) },
 			apply: applyVote(vote("v1", "alice", contracts.DecisionReject), at(5)),
-			check: func(t *testing.T, _ contracts.Record, res arbiter.Result) { wantPending(t, res, 1) },
+			check: func(t *testing.T, _ contracts.Record, res approval.Result) { wantPending(t, res, 1) },
 		},
 		{
 			name: "without veto a second reject makes approval impossible",
@@ -346,7 +251,7 @@ func TestApplyVoteDecides(t *testing.T) {
 				return record(t, request(t, quorum(2), noVeto), vote("v1", "alice", contracts.DecisionReject))
 			},
 			apply: applyVote(vote("v2", "bob", contracts.DecisionReject, comment("no")), at(5)),
-			check: func(t *testing.T, _ contracts.Record, res arbiter.Result) {
+			check: func(t *testing.T, _ contracts.Record, res approval.Result) {
 				out := wantDecided(t, res, contracts.StatusRejected, contracts.DecisionReject, []string{"bob"}, at(5))
 				if out.Reason != "no" {
 					t.Errorf("reason = %q, want no", out.Reason)
@@ -360,7 +265,7 @@ func TestApplyVoteDecides(t *testing.T) {
 					vote("v1", "alice", contracts.DecisionReject), vote("v2", "bob", contracts.DecisionApprove))
 			},
 			apply: applyVote(vote("v3", "carol", contracts.DecisionApprove), at(5)),
-			check: func(t *testing.T, _ contracts.Record, res arbiter.Result) {
+			check: func(t *testing.T, _ contracts.Record, res approval.Result) {
 				wantDecided(t, res, contracts.StatusApproved, contracts.DecisionApprove, []string{"bob", "carol"}, at(5))
 			},
 		},
@@ -368,7 +273,7 @@ func TestApplyVoteDecides(t *testing.T) {
 			name:  "quorum 2: the first approval does not decide",
 			rec:   func(t *testing.T) contracts.Record { return record(t, request(t, quorum(2))) },
 			apply: applyVote(vote("v1", "alice", contracts.DecisionApprove), at(5)),
-			check: func(t *testing.T, _ contracts.Record, res arbiter.Result) { wantPending(t, res, 1) },
+			check: func(t *testing.T, _ contracts.Record, res approval.Result) { wantPending(t, res, 1) },
 		},
 		{
 			name: "quorum 2: a second distinct approver decides",
@@ -376,7 +281,7 @@ func TestApplyVoteDecides(t *testing.T) {
 				return record(t, request(t, quorum(2)), vote("v1", "alice", contracts.DecisionApprove))
 			},
 			apply: applyVote(vote("v2", "carol", contracts.DecisionApprove), at(5)),
-			check: func(t *testing.T, _ contracts.Record, res arbiter.Result) {
+			check: func(t *testing.T, _ contracts.Record, res approval.Result) {
 				out := wantDecided(t, res, contracts.StatusApproved, contracts.DecisionApprove, []string{"alice", "carol"}, at(5))
 				wantJSON(t, "outcome arguments", out.Arguments, requestedArgs)
 			},
@@ -385,7 +290,7 @@ func TestApplyVoteDecides(t *testing.T) {
 			name:  "respond decides without execution",
 			rec:   func(t *testing.T) contracts.Record { return record(t, request(t)) },
 			apply: applyVote(vote("v1", "carol", contracts.DecisionRespond, comment("use a credit note instead")), at(5)),
-			check: func(t *testing.T, _ contracts.Record, res arbiter.Result) {
+			check: func(t *testing.T, _ contracts.Record, res approval.Result) {
 				out := wantDecided(t, res, contracts.StatusResponded, contracts.DecisionRespond, []string{"carol"}, at(5))
 				if out.Comment != "use a credit note instead" || len(out.Arguments) != 0 {
 					t.Errorf("outcome comment %q arguments %s, want the feedback and no arguments", out.Comment, out.Arguments)
@@ -398,7 +303,7 @@ func TestApplyVoteDecides(t *testing.T) {
 			apply: applyVote(vote("v1", "bob", contracts.DecisionAnswer, func(v *contracts.Vote) {
 				v.Answer = &contracts.Answer{Action: "accept", Content: json.RawMessage(`{"cost_centre":"CC-200"}`)}
 			}), at(5)),
-			check: func(t *testing.T, _ contracts.Record, res arbiter.Result) {
+			check: func(t *testing.T, _ contracts.Record, res approval.Result) {
 				out := wantDecided(t, res, contracts.StatusAnswered, contracts.DecisionAnswer, []string{"bob"}, at(5))
 				wantJSON(t, "answer content", out.Arguments, `{"cost_centre":"CC-200"}`)
 			},
@@ -413,7 +318,7 @@ func TestApplyVoteDecides(t *testing.T) {
 				return rec
 			},
 			apply: applyVote(vote("v1", "dana", contracts.DecisionApprove), at(150)),
-			check: func(t *testing.T, _ contracts.Record, res arbiter.Result) {
+			check: func(t *testing.T, _ contracts.Record, res approval.Result) {
 				wantDecided(t, res, contracts.StatusApproved, contracts.DecisionApprove, []string{"dana"}, at(150))
 			},
 		},
@@ -421,7 +326,7 @@ func TestApplyVoteDecides(t *testing.T) {
 			name:  "reject by the requester is allowed",
 			rec:   func(t *testing.T) contracts.Record { return record(t, request(t, anyApprover)) },
 			apply: applyVote(vote("v1", "erin", contracts.DecisionReject, comment("I asked by mistake")), at(5)),
-			check: func(t *testing.T, _ contracts.Record, res arbiter.Result) {
+			check: func(t *testing.T, _ contracts.Record, res approval.Result) {
 				wantDecided(t, res, contracts.StatusRejected, contracts.DecisionReject, []string{"erin"}, at(5))
 			},
 		},
@@ -429,7 +334,7 @@ func TestApplyVoteDecides(t *testing.T) {
 			name:  "the requester approves when self approval is allowed",
 			rec:   func(t *testing.T) contracts.Record { return record(t, request(t, anyApprover, allowSelf)) },
 			apply: applyVote(vote("v1", "erin", contracts.DecisionApprove), at(5)),
-			check: func(t *testing.T, _ contracts.Record, res arbiter.Result) {
+			check: func(t *testing.T, _ contracts.Record, res approval.Result) {
 				wantDecided(t, res, contracts.StatusApproved, contracts.DecisionApprove, []string{"erin"}, at(5))
 			},
 		},
@@ -437,7 +342,7 @@ func TestApplyVoteDecides(t *testing.T) {
 			name:  "the owner approves when self approval is allowed",
 			rec:   func(t *testing.T) contracts.Record { return record(t, request(t, anyApprover, allowSelf)) },
 			apply: applyVote(vote("v1", "frank", contracts.DecisionApprove), at(5)),
-			check: func(t *testing.T, _ contracts.Record, res arbiter.Result) {
+			check: func(t *testing.T, _ contracts.Record, res approval.Result) {
 				wantDecided(t, res, contracts.StatusApproved, contracts.DecisionApprove, []string{"frank"}, at(5))
 			},
 		},
@@ -445,7 +350,7 @@ func TestApplyVoteDecides(t *testing.T) {
 			name:  "anyone may approve with an open approver list",
 			rec:   func(t *testing.T) contracts.Record { return record(t, request(t, anyApprover)) },
 			apply: applyVote(vote("v1", "zoe", contracts.DecisionApprove), at(5)),
-			check: func(t *testing.T, _ contracts.Record, res arbiter.Result) {
+			check: func(t *testing.T, _ contracts.Record, res approval.Result) {
 				wantDecided(t, res, contracts.StatusApproved, contracts.DecisionApprove, []string{"zoe"}, at(5))
 			},
 		},
@@ -560,7 +465,7 @@ func TestApplyVoteDuplicates(t *testing.T) {
 		{
 			name: "a refused vote_id again changes nothing",
 			rec: func(t *testing.T) contracts.Record {
-				res := arbiter.ApplyVote(record(t, request(t)), vote("v1", "mallory", contracts.DecisionApprove), at(1))
+				res := approval.ApplyVote(record(t, request(t)), vote("v1", "mallory", contracts.DecisionApprove), at(1))
 				if res.Refusal != contracts.ReasonNotAnApprover {
 					t.Fatalf("setting up: refusal %q", res.Refusal)
 				}
@@ -608,7 +513,7 @@ func TestApplyVoteEdit(t *testing.T) {
 			rec:  func(t *testing.T) contracts.Record { return record(t, request(t)) },
 			apply: applyVote(vote("v1", "alice", contracts.DecisionEdit, args(editedArgs), saw(requested),
 				comment("refund 80 only")), at(5)),
-			check: func(t *testing.T, _ contracts.Record, res arbiter.Result) {
+			check: func(t *testing.T, _ contracts.Record, res approval.Result) {
 				out := wantDecided(t, res, contracts.StatusApproved, contracts.DecisionEdit, []string{"alice"}, at(5))
 				wantEdited(t, out)
 				if out.Comment != "refund 80 only" {
@@ -620,7 +525,7 @@ func TestApplyVoteEdit(t *testing.T) {
 			name:  "edit without the hash the approver saw",
 			rec:   func(t *testing.T) contracts.Record { return record(t, request(t)) },
 			apply: applyVote(vote("v1", "alice", contracts.DecisionEdit, args(editedArgs)), at(5)),
-			check: func(t *testing.T, _ contracts.Record, res arbiter.Result) {
+			check: func(t *testing.T, _ contracts.Record, res approval.Result) {
 				wantEdited(t, wantDecided(t, res, contracts.StatusApproved, contracts.DecisionEdit, []string{"alice"}, at(5)))
 			},
 		},
@@ -629,7 +534,7 @@ func TestApplyVoteEdit(t *testing.T) {
 			rec:  func(t *testing.T) contracts.Record { return record(t, request(t)) },
 			apply: applyVote(vote("v1", "alice", contracts.DecisionEdit, saw(requested),
 				args(`{"reason":"duplicate","meta":{"ticket":"T-1"},"currency":"eur","amount":100.0}`)), at(5)),
-			check: func(t *testing.T, _ contracts.Record, res arbiter.Result) {
+			check: func(t *testing.T, _ contracts.Record, res approval.Result) {
 				out := wantDecided(t, res, contracts.StatusApproved, contracts.DecisionEdit, []string{"alice"}, at(5))
 				if out.ArgumentsSHA256 != requested || len(out.Diff) != 0 {
 					t.Errorf("outcome sha %s diff %s, want the request's hash and no diff", out.ArgumentsSHA256, out.Diff)
@@ -642,7 +547,7 @@ func TestApplyVoteEdit(t *testing.T) {
 				return record(t, request(t, quorum(2)), vote("v1", "alice", contracts.DecisionApprove, saw(requested)))
 			},
 			apply: applyVote(vote("v2", "bob", contracts.DecisionEdit, args(editedArgs), saw(requested)), at(5)),
-			check: func(t *testing.T, _ contracts.Record, res arbiter.Result) { wantPending(t, res, 2) },
+			check: func(t *testing.T, _ contracts.Record, res approval.Result) { wantPending(t, res, 2) },
 		},
 		{
 			name: "quorum 2: an approval of the edited arguments decides",
@@ -652,7 +557,7 @@ func TestApplyVoteEdit(t *testing.T) {
 					vote("v2", "bob", contracts.DecisionEdit, args(editedArgs), saw(requested)))
 			},
 			apply: applyVote(vote("v3", "carol", contracts.DecisionApprove, saw(edited)), at(5)),
-			check: func(t *testing.T, _ contracts.Record, res arbiter.Result) {
+			check: func(t *testing.T, _ contracts.Record, res approval.Result) {
 				out := wantDecided(t, res, contracts.StatusApproved, contracts.DecisionApprove, []string{"bob", "carol"}, at(5))
 				wantEdited(t, out)
 			},
@@ -679,7 +584,7 @@ func TestApplyVoteCapsRefusedVotes(t *testing.T) {
 		in := rec
 		before := snapshot(t, in)
 		v := vote(fmt.Sprintf("r%03d", i), fmt.Sprintf("mallory%d", i), contracts.DecisionApprove)
-		res := arbiter.ApplyVote(in, v, at(i))
+		res := approval.ApplyVote(in, v, at(i))
 		if res.Refusal != contracts.ReasonNotAnApprover || !res.Changed {
 			t.Fatalf("vote %d: refusal %q changed %v", i, res.Refusal, res.Changed)
 		}
@@ -703,7 +608,7 @@ func TestApplyVoteCapsRefusedVotes(t *testing.T) {
 		t.Errorf("status %s with %d votes, want pending with none", rec.Status, len(rec.Votes))
 	}
 	// The record still decides normally.
-	res := arbiter.ApplyVote(rec, vote("v1", "alice", contracts.DecisionApprove), at(total+1))
+	res := approval.ApplyVote(rec, vote("v1", "alice", contracts.DecisionApprove), at(total+1))
 	wantDecided(t, res, contracts.StatusApproved, contracts.DecisionApprove, []string{"alice"}, at(total+1))
 	if len(res.Record.RefusedVotes) != contracts.MaxRefusedVotes || res.Record.RefusedVotesOmitted != extra {
 		t.Errorf("deciding changed the refused votes: %d kept, %d omitted", len(res.Record.RefusedVotes), res.Record.RefusedVotesOmitted)
@@ -715,8 +620,8 @@ func TestApplyVoteCapsRefusedVotes(t *testing.T) {
 func TestApplyVoteIndependentResults(t *testing.T) {
 	rec := record(t, request(t, quorum(3)), vote("v1", "alice", contracts.DecisionApprove))
 	rec.Votes = slices.Grow(rec.Votes, 8) // spare capacity an append could share
-	a := arbiter.ApplyVote(rec, vote("v2", "bob", contracts.DecisionApprove), at(5))
-	b := arbiter.ApplyVote(rec, vote("v3", "carol", contracts.DecisionApprove), at(6))
+	a := approval.ApplyVote(rec, vote("v2", "bob", contracts.DecisionApprove), at(5))
+	b := approval.ApplyVote(rec, vote("v3", "carol", contracts.DecisionApprove), at(6))
 	if len(a.Record.Votes) != 2 || a.Record.Votes[1].VoteID != "v2" {
 		t.Errorf("first result votes = %+v, want v1 and v2", a.Record.Votes)
 	}
@@ -734,7 +639,7 @@ func TestApplyCommand(t *testing.T) {
 		return record(t, request(t), vote("v1", "alice", contracts.DecisionApprove))
 	}
 	claimed := func(t *testing.T) contracts.Record {
-		res := arbiter.ApplyCommand(approved(t), command("c1", contracts.CommandClaim, "billing",
+		res := approval.ApplyCommand(approved(t), command("c1", contracts.CommandClaim, "billing",
 			func(c *contracts.Command) { c.ClaimID = "claim-1" }), at(10))
 		if !res.Changed || res.Record.Claim == nil {
 			t.Fatalf("setting up: claim not applied: %+v", res)
@@ -742,7 +647,7 @@ func TestApplyCommand(t *testing.T) {
 		return res.Record
 	}
 	cancelled := func(t *testing.T) contracts.Record {
-		res := arbiter.ApplyCommand(pending(t), command("c1", contracts.CommandCancel, "frank"), at(10))
+		res := approval.ApplyCommand(pending(t), command("c1", contracts.CommandCancel, "frank"), at(10))
 		if !res.Decided {
 			t.Fatalf("setting up: cancel not applied: %+v", res)
 		}
@@ -770,7 +675,7 @@ func TestApplyCommand(t *testing.T) {
 		},
 		{
 			name: "claim of an approved approval", rec: approved, apply: applyCommand(claim("c1", "claim-1"), at(20)),
-			check: func(t *testing.T, in contracts.Record, res arbiter.Result) {
+			check: func(t *testing.T, in contracts.Record, res approval.Result) {
 				if !res.Changed || res.Decided || res.Duplicate || res.Refusal != "" {
 					t.Fatalf("result %+v, want the claim applied", res)
 				}
@@ -794,7 +699,7 @@ func TestApplyCommand(t *testing.T) {
 		{
 			name: "cancel of a pending approval", rec: pending,
 			apply: applyCommand(command("c1", contracts.CommandCancel, "frank"), at(20)),
-			check: func(t *testing.T, _ contracts.Record, res arbiter.Result) {
+			check: func(t *testing.T, _ contracts.Record, res approval.Result) {
 				out := wantDecided(t, res, contracts.StatusCancelled, contracts.CommandCancel, []string{"frank"}, at(20))
 				if len(out.Arguments) != 0 || out.ArgumentsSHA256 != "" {
 					t.Errorf("a cancelled outcome carries arguments %s %s", out.Arguments, out.ArgumentsSHA256)
@@ -818,7 +723,7 @@ func TestApplyCommand(t *testing.T) {
 		},
 		{
 			name: "extend moves the deadline", rec: pending, apply: applyCommand(extend("c1", t0.Add(48*time.Hour)), at(20)),
-			check: func(t *testing.T, in contracts.Record, res arbiter.Result) {
+			check: func(t *testing.T, in contracts.Record, res approval.Result) {
 				if !res.Changed || res.Decided || res.Refusal != "" {
 					t.Fatalf("result %+v, want the extension applied", res)
 				}
@@ -835,7 +740,7 @@ func TestApplyCommand(t *testing.T) {
 		},
 		{
 			name: "extend can shorten the deadline", rec: pending, apply: applyCommand(extend("c1", at(60)), at(20)),
-			check: func(t *testing.T, _ contracts.Record, res arbiter.Result) {
+			check: func(t *testing.T, _ contracts.Record, res approval.Result) {
 				if !res.Changed || !res.Record.ExpiresAt.Equal(at(60)) {
 					t.Errorf("result changed %v expires_at %s, want %s", res.Changed, res.Record.ExpiresAt, at(60))
 				}
@@ -847,7 +752,7 @@ func TestApplyCommand(t *testing.T) {
 		},
 		{
 			name: "extend into the past", rec: pending, apply: applyCommand(extend("c1", at(19)), at(20)),
-			check: func(t *testing.T, _ contracts.Record, res arbiter.Result) {
+			check: func(t *testing.T, _ contracts.Record, res approval.Result) {
 				if res.Changed || res.Refusal == "" || res.Duplicate {
 					t.Errorf("result changed %v duplicate %v refusal %q, want a refusal", res.Changed, res.Duplicate, res.Refusal)
 				}
@@ -855,7 +760,7 @@ func TestApplyCommand(t *testing.T) {
 		},
 		{
 			name: "extend to now", rec: pending, apply: applyCommand(extend("c1", at(20)), at(20)),
-			check: func(t *testing.T, _ contracts.Record, res arbiter.Result) {
+			check: func(t *testing.T, _ contracts.Record, res approval.Result) {
 				if res.Changed || res.Refusal == "" {
 					t.Errorf("result changed %v refusal %q, want a refusal", res.Changed, res.Refusal)
 				}
@@ -879,7 +784,7 @@ func TestExpire(t *testing.T) {
 			name:  "before the deadline",
 			rec:   func(t *testing.T) contracts.Record { return record(t, request(t)) },
 			apply: expire(deadline.Add(-time.Nanosecond)),
-			check: func(t *testing.T, _ contracts.Record, res arbiter.Result) {
+			check: func(t *testing.T, _ contracts.Record, res approval.Result) {
 				if res.Changed || res.Decided {
 					t.Errorf("result changed %v decided %v, want no change", res.Changed, res.Decided)
 				}
@@ -889,7 +794,7 @@ func TestExpire(t *testing.T) {
 			name:  "at the deadline",
 			rec:   func(t *testing.T) contracts.Record { return record(t, request(t)) },
 			apply: expire(deadline),
-			check: func(t *testing.T, _ contracts.Record, res arbiter.Result) {
+			check: func(t *testing.T, _ contracts.Record, res approval.Result) {
 				wantDecided(t, res, contracts.StatusExpired, contracts.DecisionReject, []string{contracts.DecidedByTimeout}, deadline)
 			},
 		},
@@ -899,7 +804,7 @@ func TestExpire(t *testing.T) {
 				return record(t, request(t, quorum(2)), vote("v1", "alice", contracts.DecisionApprove))
 			},
 			apply: expire(deadline.Add(time.Second)),
-			check: func(t *testing.T, _ contracts.Record, res arbiter.Result) {
+			check: func(t *testing.T, _ contracts.Record, res approval.Result) {
 				out := wantDecided(t, res, contracts.StatusExpired, contracts.DecisionReject,
 					[]string{contracts.DecidedByTimeout}, deadline.Add(time.Second))
 				if len(out.Arguments) != 0 || out.ArgumentsSHA256 != "" {
@@ -924,7 +829,7 @@ func TestExpire(t *testing.T) {
 			name:  "on_timeout approve approves the requested arguments",
 			rec:   func(t *testing.T) contracts.Record { return record(t, request(t, onTimeoutApprove)) },
 			apply: expire(deadline.Add(time.Second)),
-			check: func(t *testing.T, in contracts.Record, res arbiter.Result) {
+			check: func(t *testing.T, in contracts.Record, res approval.Result) {
 				out := wantDecided(t, res, contracts.StatusApproved, contracts.DecisionApprove,
 					[]string{contracts.DecidedByTimeout}, deadline.Add(time.Second))
 				wantJSON(t, "outcome arguments", out.Arguments, requestedArgs)
@@ -939,7 +844,7 @@ func TestExpire(t *testing.T) {
 				return record(t, request(t), vote("v1", "alice", contracts.DecisionReject))
 			},
 			apply: expire(deadline.Add(time.Hour)),
-			check: func(t *testing.T, in contracts.Record, res arbiter.Result) {
+			check: func(t *testing.T, in contracts.Record, res approval.Result) {
 				if res.Changed || res.Decided {
 					t.Errorf("result changed %v decided %v, want no change", res.Changed, res.Decided)
 				}
@@ -948,14 +853,14 @@ func TestExpire(t *testing.T) {
 		{
 			name: "an expired record does not expire again",
 			rec: func(t *testing.T) contracts.Record {
-				res := arbiter.Expire(record(t, request(t)), deadline)
+				res := approval.Expire(record(t, request(t)), deadline)
 				if !res.Decided {
 					t.Fatal("setting up: not expired")
 				}
 				return res.Record
 			},
 			apply: expire(deadline.Add(time.Hour)),
-			check: func(t *testing.T, _ contracts.Record, res arbiter.Result) {
+			check: func(t *testing.T, _ contracts.Record, res approval.Result) {
 				if res.Changed || res.Decided {
 					t.Errorf("result changed %v decided %v, want no change", res.Changed, res.Decided)
 				}
@@ -966,7 +871,7 @@ func TestExpire(t *testing.T) {
 
 func TestNewRecord(t *testing.T) {
 	req := request(t)
-	rec := arbiter.NewRecord(req, at(1))
+	rec := approval.NewRecord(req, at(1))
 	if rec.Spec != contracts.SpecRecord || rec.Status != contracts.StatusPending || rec.Terminal() {
 		t.Errorf("spec %s status %s, want a pending %s", rec.Spec, rec.Status, contracts.SpecRecord)
 	}
@@ -1024,7 +929,7 @@ func TestDiff(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := arbiter.Diff(json.RawMessage(tc.from), json.RawMessage(tc.to))
+			got := approval.Diff(json.RawMessage(tc.from), json.RawMessage(tc.to))
 			if !json.Valid(got) {
 				t.Fatalf("Diff = %s, not JSON", got)
 			}

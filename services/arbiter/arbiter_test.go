@@ -18,11 +18,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/approval"
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/events/eventstest"
-	"github.com/countersign/countersign/orchestrator/arbiter"
 	"github.com/countersign/countersign/orchestrator/policy"
+	"github.com/countersign/countersign/services/arbiter"
 )
 
 // busWait bounds every wait on the bus; a healthy run needs milliseconds.
@@ -793,7 +794,7 @@ func TestArbiterReannouncesOnlyMissingDecisions(t *testing.T) {
 
 	// terminal is the record a replica writes when alice's vote decides.
 	terminal := func(t *testing.T, v contracts.Vote) contracts.Record {
-		res := arbiter.ApplyVote(arbiter.NewRecord(request(t), busNow()), v, busNow())
+		res := approval.ApplyVote(approval.NewRecord(request(t), busNow()), v, busNow())
 		if !res.Decided {
 			t.Fatalf("setting up: %+v", res)
 		}

@@ -1,4 +1,4 @@
-package arbiter_test
+package approval_test
 
 import (
 	"encoding/json"
@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/countersign/countersign/contracts"
-	"github.com/countersign/countersign/orchestrator/arbiter"
+	"github.com/countersign/countersign/contracts/approval"
 )
 
 // refundSchema is the JSON Schema of the refund tool's arguments.
@@ -45,8 +45,8 @@ func answer(action, content string) func(*contracts.Vote) {
 
 // wantSchemaRefusal checks a vote refused as invalid_arguments whose
 // detail names the failing value's pointer.
-func wantSchemaRefusal(field string) func(*testing.T, contracts.Record, arbiter.Result) {
-	return func(t *testing.T, in contracts.Record, res arbiter.Result) {
+func wantSchemaRefusal(field string) func(*testing.T, contracts.Record, approval.Result) {
+	return func(t *testing.T, in contracts.Record, res approval.Result) {
 		t.Helper()
 		if res.Refusal != contracts.ReasonInvalidArguments || !res.Changed || res.Decided {
 			t.Fatalf("result = refusal %q changed %v decided %v, want invalid_arguments recorded", res.Refusal, res.Changed, res.Decided)
@@ -91,7 +91,7 @@ func TestApplyVoteSchemas(t *testing.T) {
 			name:  "an edit that conforms approves with the diff",
 			rec:   func(t *testing.T) contracts.Record { return record(t, request(t, withToolSchema)) },
 			apply: applyVote(vote("v1", "alice", contracts.DecisionEdit, args(`{"amount":80,"currency":"eur","meta":{"ticket":"T-1"}}`)), at(5)),
-			check: func(t *testing.T, _ contracts.Record, res arbiter.Result) {
+			check: func(t *testing.T, _ contracts.Record, res approval.Result) {
 				out := wantDecided(t, res, contracts.StatusApproved, contracts.DecisionEdit, []string{"alice"}, at(5))
 				wantJSON(t, "outcome arguments", out.Arguments, `{"amount":80,"currency":"eur","meta":{"ticket":"T-1"}}`)
 				wantJSON(t, "diff", out.Diff, `[{"op":"replace","path":"/amount","value":80},{"op":"remove","path":"/reason"}]`)
@@ -101,7 +101,7 @@ func TestApplyVoteSchemas(t *testing.T) {
 			name:  "an approval is not checked: the requested arguments are the agent's",
 			rec:   func(t *testing.T) contracts.Record { return record(t, request(t, withToolSchema)) },
 			apply: applyVote(vote("v1", "alice", contracts.DecisionApprove), at(5)),
-			check: func(t *testing.T, _ contracts.Record, res arbiter.Result) {
+			check: func(t *testing.T, _ contracts.Record, res approval.Result) {
 				wantDecided(t, res, contracts.StatusApproved, contracts.DecisionApprove, []string{"alice"}, at(5))
 			},
 		},
@@ -129,7 +129,7 @@ func TestApplyVoteSchemas(t *testing.T) {
 			name:  "an accepted answer that conforms is the outcome",
 			rec:   func(t *testing.T) contracts.Record { return record(t, request(t, cityQuestion)) },
 			apply: applyVote(vote("v1", "bob", contracts.DecisionAnswer, answer("accept", `{"city":"Lisbon","nights":3}`)), at(5)),
-			check: func(t *testing.T, _ contracts.Record, res arbiter.Result) {
+			check: func(t *testing.T, _ contracts.Record, res approval.Result) {
 				out := wantDecided(t, res, contracts.StatusAnswered, contracts.DecisionAnswer, []string{"bob"}, at(5))
 				wantJSON(t, "answer content", out.Arguments, `{"city":"Lisbon","nights":3}`)
 				if out.Action != "accept" {
@@ -141,7 +141,7 @@ func TestApplyVoteSchemas(t *testing.T) {
 			name:  "a decline needs no content and is not checked",
 			rec:   func(t *testing.T) contracts.Record { return record(t, request(t, cityQuestion)) },
 			apply: applyVote(vote("v1", "bob", contracts.DecisionAnswer, answer("decline", "")), at(5)),
-			check: func(t *testing.T, _ contracts.Record, res arbiter.Result) {
+			check: func(t *testing.T, _ contracts.Record, res approval.Result) {
 				out := wantDecided(t, res, contracts.StatusAnswered, contracts.DecisionAnswer, []string{"bob"}, at(5))
 				if out.Action != "decline" || len(out.Arguments) != 0 {
 					t.Errorf("outcome action %q content %s, want decline without content", out.Action, out.Arguments)
@@ -152,7 +152,7 @@ func TestApplyVoteSchemas(t *testing.T) {
 			name:  "a cancel is recorded as such",
 			rec:   func(t *testing.T) contracts.Record { return record(t, request(t, cityQuestion)) },
 			apply: applyVote(vote("v1", "bob", contracts.DecisionAnswer, answer("cancel", "")), at(5)),
-			check: func(t *testing.T, _ contracts.Record, res arbiter.Result) {
+			check: func(t *testing.T, _ contracts.Record, res approval.Result) {
 				out := wantDecided(t, res, contracts.StatusAnswered, contracts.DecisionAnswer, []string{"bob"}, at(5))
 				if out.Action != "cancel" {
 					t.Errorf("outcome action %q, want cancel", out.Action)
@@ -167,13 +167,13 @@ func TestApplyVoteSchemas(t *testing.T) {
 // arguments no longer counts once bob edits them.
 func TestApplyVoteSchemaEditResetsApprovals(t *testing.T) {
 	rec := record(t, request(t, withToolSchema, quorum(2)), vote("v1", "alice", contracts.DecisionApprove))
-	bad := arbiter.ApplyVote(rec, vote("v2", "bob", contracts.DecisionEdit, args(`{"amount":-1,"currency":"eur"}`)), at(2))
+	bad := approval.ApplyVote(rec, vote("v2", "bob", contracts.DecisionEdit, args(`{"amount":-1,"currency":"eur"}`)), at(2))
 	if bad.Refusal != contracts.ReasonInvalidArguments {
 		t.Fatalf("refusal %q, want invalid_arguments", bad.Refusal)
 	}
-	res := arbiter.ApplyVote(bad.Record, vote("v3", "bob", contracts.DecisionEdit, args(`{"amount":80,"currency":"eur"}`)), at(3))
+	res := approval.ApplyVote(bad.Record, vote("v3", "bob", contracts.DecisionEdit, args(`{"amount":80,"currency":"eur"}`)), at(3))
 	wantPending(t, res, 2)
-	res = arbiter.ApplyVote(res.Record, vote("v4", "carol", contracts.DecisionApprove, saw(hash(t, `{"amount":80,"currency":"eur"}`))), at(4))
+	res = approval.ApplyVote(res.Record, vote("v4", "carol", contracts.DecisionApprove, saw(hash(t, `{"amount":80,"currency":"eur"}`))), at(4))
 	out := wantDecided(t, res, contracts.StatusApproved, contracts.DecisionApprove, []string{"bob", "carol"}, at(4))
 	wantJSON(t, "outcome arguments", out.Arguments, `{"amount":80,"currency":"eur"}`)
 }
@@ -196,11 +196,11 @@ func TestCompileSchema(t *testing.T) {
 		{"not JSON", `{`, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := arbiter.CompileSchema(json.RawMessage(tc.schema))
+			err := approval.CompileSchema(json.RawMessage(tc.schema))
 			if (err == nil) != tc.ok {
 				t.Fatalf("CompileSchema = %v, want ok %v", err, tc.ok)
 			}
-			if err != nil && !errors.Is(err, arbiter.ErrInvalidSchema) {
+			if err != nil && !errors.Is(err, approval.ErrInvalidSchema) {
 				t.Errorf("error %v does not wrap ErrInvalidSchema", err)
 			}
 		})
@@ -209,15 +209,15 @@ func TestCompileSchema(t *testing.T) {
 
 func TestValidateJSON(t *testing.T) {
 	schema := json.RawMessage(refundSchema)
-	if e := arbiter.ValidateJSON(schema, json.RawMessage(`{"amount":1,"currency":"usd"}`), "arguments"); e != nil {
+	if e := approval.ValidateJSON(schema, json.RawMessage(`{"amount":1,"currency":"usd"}`), "arguments"); e != nil {
 		t.Fatalf("a conforming value: %v", e)
 	}
-	e := arbiter.ValidateJSON(schema, json.RawMessage(`{"amount":5000,"currency":"usd"}`), "arguments")
+	e := approval.ValidateJSON(schema, json.RawMessage(`{"amount":5000,"currency":"usd"}`), "arguments")
 	if e == nil || e.Field != "arguments/amount" || e.Message != "must be at most 1000 (got 5000)" {
 		t.Fatalf("got %+v, want arguments/amount naming the maximum", e)
 	}
 	// Pointer tokens are escaped (RFC 6901).
-	e = arbiter.ValidateJSON(json.RawMessage(`{"properties":{"a/b~c":{"type":"string"}}}`), json.RawMessage(`{"a/b~c":1}`), "x")
+	e = approval.ValidateJSON(json.RawMessage(`{"properties":{"a/b~c":{"type":"string"}}}`), json.RawMessage(`{"a/b~c":1}`), "x")
 	if e == nil || e.Field != "x/a~1b~0c" {
 		t.Fatalf("got %+v, want x/a~1b~0c", e)
 	}
@@ -227,15 +227,15 @@ func TestValidateRequestChecksSchemas(t *testing.T) {
 	req := request(t, func(r *contracts.ApprovalRequested) {
 		r.ToolSchema = json.RawMessage(`{"$ref":"https://example.com/x"}`)
 	})
-	if err := arbiter.ValidateRequest(&req); err == nil || !strings.Contains(err.Error(), "tool_schema") {
+	if err := approval.ValidateRequest(&req); err == nil || !strings.Contains(err.Error(), "tool_schema") {
 		t.Errorf("a tool_schema with a remote $ref: %v", err)
 	}
 	req = request(t, humanInput, func(r *contracts.ApprovalRequested) { r.Question.Schema = json.RawMessage(`{"type":1}`) })
-	if err := arbiter.ValidateRequest(&req); err == nil || !strings.Contains(err.Error(), "question.schema") {
+	if err := approval.ValidateRequest(&req); err == nil || !strings.Contains(err.Error(), "question.schema") {
 		t.Errorf("a question.schema that does not compile: %v", err)
 	}
 	req = request(t, withToolSchema)
-	if err := arbiter.ValidateRequest(&req); err != nil {
+	if err := approval.ValidateRequest(&req); err != nil {
 		t.Errorf("a valid request: %v", err)
 	}
 }

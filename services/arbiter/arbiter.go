@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/approval"
 	"github.com/countersign/countersign/events"
 )
 
@@ -239,69 +240,12 @@ func (a *Arbiter) Run(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// ValidateRequest checks a request the way the arbiter does before it
-// creates a record; the API uses it to refuse bad input early.
-func ValidateRequest(req *contracts.ApprovalRequested) error {
-	var errs []error
-	if req.Spec != contracts.SpecApprovalRequested && req.Spec != contracts.SpecHumanInputRequested {
-		errs = append(errs, fmt.Errorf("unknown spec %q", req.Spec))
-	}
-	if !contracts.ValidEventID(req.EventID) {
-		errs = append(errs, fmt.Errorf("invalid event_id %q", req.EventID))
-	}
-	if req.Run.Agent == "" {
-		errs = append(errs, errors.New("run.agent is required"))
-	}
-	switch req.Kind {
-	case contracts.KindToolApproval:
-		if req.ToolCall == nil || req.ToolCall.Name == "" {
-			errs = append(errs, errors.New("tool_call.name is required"))
-		} else if sha, err := contracts.ArgumentsSHA256(req.ToolCall.Arguments); err != nil {
-			errs = append(errs, fmt.Errorf("tool_call.arguments: %w", err))
-		} else if sha != req.ToolCall.ArgumentsSHA256 {
-			errs = append(errs, errors.New("tool_call.arguments_sha256 does not match the arguments"))
-		}
-	case contracts.KindHumanInput:
-		if req.Question == nil || req.Question.Text == "" {
-			errs = append(errs, errors.New("question.text is required"))
-		} else if len(req.Question.Schema) > 0 {
-			if err := CompileSchema(req.Question.Schema); err != nil {
-				errs = append(errs, fmt.Errorf("question.schema: %w", err))
-			}
-		}
-	default:
-		errs = append(errs, fmt.Errorf("unknown kind %q", req.Kind))
-	}
-	if len(req.ToolSchema) > 0 {
-		if err := CompileSchema(req.ToolSchema); err != nil {
-			errs = append(errs, fmt.Errorf("tool_schema: %w", err))
-		}
-	}
-	if req.ExpiresAt.IsZero() {
-		errs = append(errs, errors.New("expires_at is required"))
-	}
-	for i, s := range req.Reminders {
-		if d, err := time.ParseDuration(s); err != nil || d <= 0 {
-			errs = append(errs, fmt.Errorf("reminders[%d]: %q is not a positive duration", i, s))
-		}
-	}
-	for i, tier := range req.Escalation {
-		if d, err := time.ParseDuration(tier.After); err != nil || d <= 0 {
-			errs = append(errs, fmt.Errorf("escalation[%d].after: %q is not a positive duration", i, tier.After))
-		}
-		if len(tier.Approvers) == 0 {
-			errs = append(errs, fmt.Errorf("escalation[%d].approvers: at least one approver is required", i))
-		}
-	}
-	return errors.Join(errs...)
-}
-
 func (a *Arbiter) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 	var req contracts.ApprovalRequested
 	if err := contracts.Decode(msg.Data(), &req); err != nil {
 		return events.Poison(fmt.Errorf("decode request: %w", err))
 	}
-	if err := ValidateRequest(&req); err != nil {
+	if err := approval.ValidateRequest(&req); err != nil {
 		a.m.requestsRefused.WithLabelValues(contracts.ReasonMalformed).Inc()
 		return events.Poison(fmt.Errorf("invalid request: %w", err))
 	}
@@ -329,7 +273,7 @@ func (a *Arbiter) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 	if ref != nil {
 		return a.refuse(ctx, req, ref)
 	}
-	rec := NewRecord(req, a.cfg.Now())
+	rec := approval.NewRecord(req, a.cfg.Now())
 	data, err := contracts.Marshal(rec)
 	if err != nil {
 		return events.Poison(err)
@@ -389,11 +333,11 @@ func (a *Arbiter) handleResolution(ctx context.Context, msg jetstream.Msg) error
 		}
 		return a.apply(ctx, msg, op{
 			eventID: v.EventID,
-			apply: func(rec contracts.Record) Result {
-				return ApplyVoteWithin(rec, v, a.cfg.Now(), a.lim)
+			apply: func(rec contracts.Record) approval.Result {
+				return approval.ApplyVoteWithin(rec, v, a.cfg.Now(), a.lim)
 			},
-			tooLarge: func(rec contracts.Record) Result {
-				return refused(rec, v, contracts.ReasonTooLarge, "the approval record has no room for this vote", a.cfg.Now())
+			tooLarge: func(rec contracts.Record) approval.Result {
+				return approval.Refuse(rec, v, contracts.ReasonTooLarge, "the approval record has no room for this vote", a.cfg.Now())
 			},
 			counted: func() *contracts.Changed {
 				return &contracts.Changed{Change: contracts.ChangeVoteCounted, VoteID: v.VoteID, Approver: &v.Approver}
@@ -417,11 +361,11 @@ func (a *Arbiter) handleResolution(ctx context.Context, msg jetstream.Msg) error
 		}
 		return a.apply(ctx, msg, op{
 			eventID: c.EventID,
-			apply: func(rec contracts.Record) Result {
+			apply: func(rec contracts.Record) approval.Result {
 				if c.Command == contracts.CommandExtend && c.Until.After(rec.Request.CreatedAt.Add(a.cfg.Retention)) {
 					c.Until = rec.Request.CreatedAt.Add(a.cfg.Retention)
 				}
-				return ApplyCommand(rec, c, a.cfg.Now())
+				return approval.ApplyCommand(rec, c, a.cfg.Now())
 			},
 			counted: func() *contracts.Changed {
 				switch c.Command {
@@ -441,7 +385,7 @@ func (a *Arbiter) handleResolution(ctx context.Context, msg jetstream.Msg) error
 			refused: func(reason string) *contracts.Changed {
 				return &contracts.Changed{Change: commandRefusedChange(c.Command), By: c.By, Reason: reason}
 			},
-			tooLarge: func(contracts.Record) Result { return Result{Refusal: contracts.ReasonTooLarge} },
+			tooLarge: func(contracts.Record) approval.Result { return approval.Result{Refusal: contracts.ReasonTooLarge} },
 		})
 	}
 	return events.Poison(fmt.Errorf("unexpected subject %s", subj))
@@ -450,7 +394,7 @@ func (a *Arbiter) handleResolution(ctx context.Context, msg jetstream.Msg) error
 // validateVote checks what ties a vote to its approval and approver
 // (contracts.CheckVoteIdentity) and that it names the subject's approval.
 // A vote that fails cannot be recorded on an approval and is dead-lettered;
-// what it carries is checked when it is applied (ApplyVoteWithin), and a
+// what it carries is checked when it is applied (approval.ApplyVoteWithin), and a
 // vote that breaks those rules is recorded as refused.
 func validateVote(v *contracts.Vote, subjectID string) error {
 	if v.Spec != contracts.SpecVote {
@@ -492,8 +436,8 @@ func commandRefusedChange(command string) string {
 // op is one vote or command to apply to a record.
 type op struct {
 	eventID string
-	// apply is the pure transition (ApplyVote, ApplyCommand).
-	apply func(contracts.Record) Result
+	// apply is the pure transition (approval.ApplyVote, approval.ApplyCommand).
+	apply func(contracts.Record) approval.Result
 	// counted is the change announced when apply changed the record without
 	// deciding it or refusing; nil announces nothing.
 	counted func() *contracts.Changed
@@ -509,7 +453,7 @@ type op struct {
 	// tooLarge, when set, is the result instead of a change whose record
 	// would not fit the max payload: a refusal. Without it such a change is
 	// a permanent error (dead-lettered).
-	tooLarge func(contracts.Record) Result
+	tooLarge func(contracts.Record) approval.Result
 }
 
 // apply runs o on the current record and writes the result with
@@ -573,7 +517,7 @@ func (a *Arbiter) applyGroup(ctx context.Context, group []*queuedOp) {
 		cur, data := rec, []byte(nil)
 		for _, p := range group {
 			p.before = cur
-			p.res, p.err, p.written = Result{}, nil, false
+			p.res, p.err, p.written = approval.Result{}, nil, false
 			res := p.o.apply(cur)
 			d, res, err := a.encode(cur, res, p.o)
 			p.res = res
@@ -687,7 +631,7 @@ func (a *Arbiter) finish(ctx context.Context, p *queuedOp, rev uint64) error {
 // encode encodes the record res makes, the last line of defence of the
 // size budget: a change whose record would not fit the max payload becomes
 // o.tooLarge's refusal, never a write that fails and is retried.
-func (a *Arbiter) encode(rec contracts.Record, res Result, o op) ([]byte, Result, error) {
+func (a *Arbiter) encode(rec contracts.Record, res approval.Result, o op) ([]byte, approval.Result, error) {
 	if !res.Changed {
 		return nil, res, nil
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/contracts"
-	"github.com/countersign/countersign/orchestrator/arbiter"
+	"github.com/countersign/countersign/contracts/approval"
 )
 
 // FuzzBusMessages reads a request and a message that follows it (a vote,
@@ -74,14 +74,14 @@ func FuzzBusMessages(f *testing.F) {
 				t.Fatalf("a %s that repeats a key was decoded", kind)
 			}
 		}
-		if err != nil || arbiter.ValidateRequest(&r) != nil {
+		if err != nil || approval.ValidateRequest(&r) != nil {
 			return
 		}
 		if r.Quorum.Required < 1 {
 			r.Quorum.Required = 1
 		}
-		current := arbiter.NewRecord(r, now)
-		check := func(res arbiter.Result) {
+		current := approval.NewRecord(r, now)
+		check := func(res approval.Result) {
 			if !res.Changed {
 				return
 			}
@@ -96,12 +96,12 @@ func FuzzBusMessages(f *testing.F) {
 		}
 		if decoded["vote"] == nil {
 			v.EventID = r.EventID
-			check(arbiter.ApplyVote(current, v, now))
+			check(approval.ApplyVote(current, v, now))
 		}
 		if decoded["command"] == nil {
 			c.EventID = r.EventID
-			check(arbiter.ApplyCommand(current, c, now))
+			check(approval.ApplyCommand(current, c, now))
 		}
-		check(arbiter.Expire(current, r.ExpiresAt.Add(time.Second)))
+		check(approval.Expire(current, r.ExpiresAt.Add(time.Second)))
 	})
 }

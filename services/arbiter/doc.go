@@ -1,11 +1,16 @@
-// Package arbiter is the only writer of the hitl_approvals bucket. It turns
+// Package arbiter is the arbiter role: the only writer of the hitl_approvals
+// bucket, run by `countersign serve` (roles arbiter) in any number of
+// replicas. It turns
 // requests into pending records, applies votes and commands (claim, cancel,
 // extend) with compare-and-set on the record's KV revision, records refused
 // votes with their reason, and announces each terminal outcome once on
 // hitl.approval.decided.<event_id>.
 //
-// The rules live in pure functions (ApplyVote, ApplyCommand, Expire) with no
-// I/O; Arbiter wraps them with durable consumers and KV writes. Any number of
+// The rules of an approval live in package contracts/approval as pure
+// functions (approval.ApplyVote, approval.ApplyCommand, approval.Expire,
+// approval.Escalate) with no I/O, shared with every surface that checks a
+// vote before sending it; Arbiter wraps them with durable consumers and KV
+// writes. Any number of
 // arbiter replicas may share the durable consumers: compare-and-set makes the
 // first valid terminal transition win, so a record never has two outcomes,
 // and a message handled twice changes nothing the second time.

@@ -16,7 +16,7 @@ import (
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/events/embedded"
-	"github.com/countersign/countersign/orchestrator/arbiter"
+	"github.com/countersign/countersign/services/arbiter"
 )
 
 // hardText is n bytes of valid text that costs the most once encoded:

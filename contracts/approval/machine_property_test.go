@@ -1,4 +1,4 @@
-package arbiter_test
+package approval_test
 
 // Property tests of the pure approval state machine (issue 4): for any
 // interleaving of votes, commands and timer fires, a record reaches at most
@@ -27,7 +27,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/contracts"
-	"github.com/countersign/countersign/orchestrator/arbiter"
+	"github.com/countersign/countersign/contracts/approval"
 )
 
 const (
@@ -374,7 +374,7 @@ func runScenarioStats(t testing.TB, data []byte, stats map[string]int) contracts
 		r.reqSHA = r.req.ToolCall.ArgumentsSHA256
 	}
 	r.reqJSON = mustJSON(t, r.req)
-	r.rec = arbiter.NewRecord(r.req, propT0)
+	r.rec = approval.NewRecord(r.req, propT0)
 	r.logf("request: tool_schema=%v quorum %d of %v veto=%v self=%v on_timeout=%s kind=%s requester=%q owner=%q allowed=%v escalation=%v expires=+%s",
 		cfg.toolSchema, cfg.required, cfg.approvers, cfg.veto, cfg.allowSelf, r.req.OnTimeout, r.req.Kind, cfg.requester, cfg.owner,
 		cfg.allowed, cfg.escalationTier, cfg.expiresIn)
@@ -390,7 +390,7 @@ func runScenarioStats(t testing.TB, data []byte, stats map[string]int) contracts
 			}
 			// Applied without the per-step checks, which would dominate
 			// the run time; the invariants are checked on the result.
-			res := arbiter.ApplyVote(r.rec, v, propT0)
+			res := approval.ApplyVote(r.rec, v, propT0)
 			if res.Refusal != contracts.ReasonMalformed || !res.Changed {
 				r.fatalf("prefill vote %s: %+v", v.VoteID, flags(res))
 			}
@@ -400,7 +400,7 @@ func runScenarioStats(t testing.TB, data []byte, stats map[string]int) contracts
 		}
 		r.logf("%d refused votes recorded", propPrefill)
 	}
-	r.check(r.rec, r.rec, arbiter.Result{}, "start")
+	r.check(r.rec, r.rec, approval.Result{}, "start")
 	for _, op := range ops {
 		r.now = r.now.Add(op.dt)
 		switch op.kind {
@@ -495,7 +495,7 @@ func (r *propRun) voteFor(op propOp) contracts.Vote {
 // same result, the result shares no writable memory with the input, the
 // stored JSON form of the record gives the same result) and the
 // record-level invariants.
-func (r *propRun) apply(what string, f func(contracts.Record) arbiter.Result) (prev, next contracts.Record, res arbiter.Result) {
+func (r *propRun) apply(what string, f func(contracts.Record) approval.Result) (prev, next contracts.Record, res approval.Result) {
 	r.t.Helper()
 	prev = r.rec
 	before := mustJSON(r.t, prev)
@@ -551,7 +551,7 @@ func (r *propRun) vote(v contracts.Vote) {
 	retained := slices.ContainsFunc(r.rec.Votes, func(o contracts.Vote) bool { return o.VoteID == v.VoteID }) ||
 		slices.ContainsFunc(r.rec.RefusedVotes, func(o contracts.RefusedVote) bool { return o.VoteID == v.VoteID })
 	reasons := modelReasons(r.t, r.rec, v, r.reqSHA)
-	prev, next, res := r.apply(what, func(rec contracts.Record) arbiter.Result { return arbiter.ApplyVote(rec, v, r.now) })
+	prev, next, res := r.apply(what, func(rec contracts.Record) approval.Result { return approval.ApplyVote(rec, v, r.now) })
 	if !bytes.Equal(vBefore, mustJSON(r.t, v)) {
 		r.fatalf("ApplyVote mutated the vote")
 	}
@@ -638,7 +638,7 @@ func (r *propRun) command(c contracts.Command) {
 	case contracts.CommandExtend:
 		what += " until +" + c.Until.Sub(propT0).String()
 	}
-	prev, next, res := r.apply(what, func(rec contracts.Record) arbiter.Result { return arbiter.ApplyCommand(rec, c, r.now) })
+	prev, next, res := r.apply(what, func(rec contracts.Record) approval.Result { return approval.ApplyCommand(rec, c, r.now) })
 	switch c.Command {
 	case contracts.CommandClaim:
 		switch {
@@ -699,7 +699,7 @@ func (r *propRun) command(c contracts.Command) {
 
 func (r *propRun) expire() {
 	r.t.Helper()
-	prev, next, res := r.apply("timer fires", func(rec contracts.Record) arbiter.Result { return arbiter.Expire(rec, r.now) })
+	prev, next, res := r.apply("timer fires", func(rec contracts.Record) approval.Result { return approval.Expire(rec, r.now) })
 	if prev.Status != contracts.StatusPending || r.now.Before(prev.ExpiresAt) {
 		if res.Changed || res.Decided {
 			r.fatalf("a timer fire before the deadline (%s) or after the decision must change nothing: %+v",
@@ -728,7 +728,7 @@ func (r *propRun) escalate() {
 }
 
 // check asserts the invariants of one step from prev to next.
-func (r *propRun) check(prev, next contracts.Record, res arbiter.Result, what string) {
+func (r *propRun) check(prev, next contracts.Record, res approval.Result, what string) {
 	r.t.Helper()
 	q := r.req.Quorum
 	need := max(1, q.Required)
@@ -882,7 +882,7 @@ func (r *propRun) check(prev, next contracts.Record, res arbiter.Result, what st
 }
 
 // count notes what a step reached, to show that the generator explores.
-func (r *propRun) count(prev, next contracts.Record, res arbiter.Result) {
+func (r *propRun) count(prev, next contracts.Record, res approval.Result) {
 	if r.stats == nil {
 		return
 	}
@@ -920,7 +920,7 @@ func (r *propRun) count(prev, next contracts.Record, res arbiter.Result) {
 	}
 }
 
-func refusedNow(res arbiter.Result) int {
+func refusedNow(res approval.Result) int {
 	if res.Refusal != "" && res.Changed {
 		return 1
 	}
@@ -1107,7 +1107,7 @@ func sameJSON(t testing.TB, a, b any) bool {
 	return bytes.Equal(mustJSON(t, a), mustJSON(t, b))
 }
 
-func resultJSON(t testing.TB, res arbiter.Result) []byte {
+func resultJSON(t testing.TB, res approval.Result) []byte {
 	t.Helper()
 	return mustJSON(t, res)
 }
@@ -1126,7 +1126,7 @@ type resultFlags struct {
 	Refusal                     string
 }
 
-func flags(res arbiter.Result) resultFlags {
+func flags(res approval.Result) resultFlags {
 	return resultFlags{res.Changed, res.Decided, res.Duplicate, res.Refusal}
 }
 
@@ -1470,7 +1470,7 @@ func TestVoteInterleavings(t *testing.T) {
 // FuzzVoteInterleavings: any request, any interleaving of votes, commands
 // and timer fires.
 //
-//	go test -run '^$' -fuzz FuzzVoteInterleavings -fuzztime 60s ./orchestrator/arbiter/
+//	go test -run '^$' -fuzz FuzzVoteInterleavings -fuzztime 60s ./contracts/approval/
 func FuzzVoteInterleavings(f *testing.F) {
 	for _, s := range propSeeds {
 		f.Add(s.data)

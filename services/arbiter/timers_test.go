@@ -11,8 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/approval"
 	"github.com/countersign/countersign/events"
-	"github.com/countersign/countersign/orchestrator/arbiter"
+	"github.com/countersign/countersign/services/arbiter"
 )
 
 // timedRequest is a pending tool approval created now that expires after d,
@@ -306,25 +307,25 @@ func TestTimerEscalationAddsApproversAndADecisionStopsTheLadder(t *testing.T) {
 }
 
 func TestEscalateIsMonotonic(t *testing.T) {
-	rec := arbiter.NewRecord(request(t, ladder(nil,
+	rec := approval.NewRecord(request(t, ladder(nil,
 		contracts.EscalationTier{After: "1h", Approvers: []string{"a"}},
 		contracts.EscalationTier{After: "2h", Approvers: []string{"b"}})), t0)
 	now := t0.Add(3 * time.Hour)
-	r := arbiter.Escalate(rec, 2, now)
+	r := approval.Escalate(rec, 2, now)
 	if !r.Changed || r.Record.EscalationLevel != 2 {
 		t.Fatalf("escalate to 2: %+v", r)
 	}
 	for _, level := range []int{1, 2, 3} {
-		if res := arbiter.Escalate(r.Record, level, now); res.Changed || !res.Duplicate {
+		if res := approval.Escalate(r.Record, level, now); res.Changed || !res.Duplicate {
 			t.Errorf("escalate a level-2 record to %d: %+v, want no change", level, res)
 		}
 	}
 	decided := r.Record
 	decided.Status = contracts.StatusRejected
-	if res := arbiter.Escalate(rec, 1, now); !res.Changed {
+	if res := approval.Escalate(rec, 1, now); !res.Changed {
 		t.Fatal("a pending record must escalate")
 	}
-	if res := arbiter.Escalate(decided, 3, now); res.Changed {
+	if res := approval.Escalate(decided, 3, now); res.Changed {
 		t.Error("a decided record escalated")
 	}
 }
