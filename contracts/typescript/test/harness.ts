@@ -26,7 +26,7 @@ rules:
     action: deny
     reason: "Agents may not run shell commands."
   - name: payments
-    tools: ["payments.*"]
+    tools: ["payments.*", "payments_*"]
     action: require_approval
     risk: high
     summary: "Pay {{args.amount}} to {{args.recipient}}"
