@@ -28,6 +28,18 @@ describe('review, claim and run against the real API', () => {
     assert.equal(out.output, 'found');
   });
 
+  test('tool calls in OpenAI and Anthropic shapes are reviewed as they come from the model', async () => {
+    const cs = server.agentClient();
+    const results = await cs.review({ id: runId() }, [
+      { id: 'call_1', type: 'function', function: { name: 'lookup_invoice', arguments: '{"n":42}' } },
+      { type: 'tool_use', id: 'toolu_2', name: 'lookup_customer', input: { name: 'Globex' } },
+    ]);
+    assert.deepEqual(
+      results.map((r) => [r.tool_call_id, r.verdict, r.arguments]),
+      [['call_1', 'allowed', { n: 42 }], ['toolu_2', 'allowed', { name: 'Globex' }]],
+    );
+  });
+
   test('a call the policy denies never runs, and says why', async () => {
     const cs = server.agentClient();
     const out = await cs.run({ id: runId() }, { id: 'c1', name: 'shell.exec', arguments: { cmd: 'rm -rf /' } }, () => {
