@@ -4,7 +4,7 @@ BIN     := bin/countersign
 DATA    ?= ./data
 ADDR    ?= 127.0.0.1:8080
 
-.PHONY: all build run test browser test-short bench vet lint fmt clean chaos fuzz
+.PHONY: all build run test browser test-short test-ts bench vet lint fmt clean chaos fuzz
 
 all: build
 
@@ -22,9 +22,17 @@ run: build
 test: browser
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
+	$(MAKE) test-ts
 
 browser:
 	@sh test/browser/install-chromium.sh
+
+## test-ts: the TypeScript client's tests (contracts/typescript) against a real
+## countersign serve: installs Debian's nodejs and npm first if node is missing,
+## then npm ci from the committed lockfile and npm test (needs Go, like test)
+test-ts:
+	@sh contracts/typescript/scripts/install-node.sh
+	cd contracts/typescript && npm ci --no-audit --no-fund && npm test
 
 ## test-short: the packages' own tests, without the race detector, the
 ## end-to-end processes (test/) and the browser (test/browser)

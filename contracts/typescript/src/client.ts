@@ -1,0 +1,616 @@
+import { CountersignError, Codes } from './errors.js';
+import { parseEvents } from './sse.js';
+import { toCall, type AnyToolCall, type Call } from './toolcalls.js';
+import {
+  terminalStatuses,
+  type ApprovalState,
+  type Decided,
+  type HumanAnswer,
+  type QuestionInput,
+  type Result,
+  type RunInfo,
+  type VoteInput,
+} from './types.js';
+import type { ApprovalRecord, Run } from './schema.gen.js';
+
+/** The longest wait the API grants one request. */
+const maxWaitMs = 60_000;
+
+/** Options of a Countersign client. */
+export interface CountersignOptions {
+  /** The API's base URL, e.g. http://127.0.0.1:8080 (default: $COUNTERSIGN_URL). */
+  url?: string;
+  /** A bearer token with the agent role (default: $COUNTERSIGN_TOKEN). */
+  token?: string;
+  /** The agent's name, used for every run that names none. */
+  agent?: string;
+  /** The fetch to send requests with (default: the platform's). */
+  fetch?: typeof fetch;
+  /** How transient failures are retried. */
+  retry?: RetryOptions;
+}
+
+/**
+ * Transient failures — the network, 502, 503, 504, and a claim or vote the
+ * arbiter has not applied yet (202) — are retried with exponential backoff
+ * and jitter until `forMs` has passed. Refusals (4xx) never are.
+ */
+export interface RetryOptions {
+  /** How long to keep retrying one request (default 30 000 ms). */
+  forMs?: number;
+  /** First wait between attempts (default 100 ms); it doubles up to maxBackoffMs. */
+  minBackoffMs?: number;
+  /** Longest wait between attempts (default 2 000 ms). */
+  maxBackoffMs?: number;
+}
+
+/** Options of review. */
+export interface ReviewOptions {
+  /**
+   * false (default): answer at once; gated calls not decided yet are
+   * `pending`. true: wait until no call is pending (or `signal` aborts). A
+   * number: wait at most that many milliseconds.
+   */
+  wait?: boolean | number;
+  signal?: AbortSignal;
+}
+
+/** Options of guard. */
+export interface GuardOptions<A extends unknown[]> {
+  /** The tool's name as the model calls it (default: the tool's `name`). */
+  name?: string;
+  /** The run of a call, or how to find it from the execute function's arguments. */
+  run?: RunInfo | ((...args: A) => RunInfo);
+  /**
+   * The model's id of the call, from the execute function's arguments. The
+   * default finds it where the AI SDK (`options.toolCallId`), the OpenAI
+   * Agents SDK (`details.toolCall.callId`) and LangChain (`config.toolCall.id`)
+   * put it.
+   */
+  callId?: (...args: A) => string | undefined;
+  /** JSON Schema of the arguments, so a human's edit is checked against it. */
+  toolSchema?: Record<string, unknown>;
+  /**
+   * What the tool returns when the call may not run (default: the result's
+   * reason, a message meant for the model).
+   */
+  onBlocked?: (result: Result) => unknown;
+}
+
+/** Options of decisions. */
+export interface DecisionsOptions {
+  /**
+   * The approvals the caller is waiting on. Each time the stream (re)connects
+   * their records are read again and those already decided are yielded, so a
+   * decision made while the stream was down is not missed.
+   */
+  watch?: () => Iterable<string>;
+  signal?: AbortSignal;
+  /** Bounds of the wait before reconnecting (default 200 ms to 5 000 ms). */
+  minBackoffMs?: number;
+  maxBackoffMs?: number;
+}
+
+/** What run reports. */
+export interface RunOutcome<T> {
+  result: Result;
+  /** Whether the function ran. */
+  ran: boolean;
+  /** What it returned, when it ran. */
+  output?: T;
+}
+
+/** newClaimId returns a fresh claim id. Keep it with the run to retry a claim whose answer was lost. */
+export function newClaimId(): string {
+  return 'claim-' + globalThis.crypto.randomUUID();
+}
+
+function env(name: string): string | undefined {
+  const p = (globalThis as { process?: { env?: Record<string, string | undefined> } }).process;
+  return p?.env?.[name];
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const t = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(t);
+      reject(signal!.reason);
+    };
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+function waitParam(ms: number): string {
+  return `${Math.max(0, Math.min(ms, maxWaitMs))}ms`;
+}
+
+/**
+ * A client of Countersign's HTTP API: it gates an agent's tool calls (review
+ * → wait → claim → run), asks humans, follows decisions, and decides.
+ * Nothing but the platform's fetch; safe to share.
+ */
+export class Countersign {
+  readonly url: string;
+  readonly agent: string | undefined;
+  readonly #token: string;
+  readonly #fetch: typeof fetch;
+  readonly #retry: Required<RetryOptions>;
+
+  constructor(options: CountersignOptions = {}) {
+    const url = options.url ?? env('COUNTERSIGN_URL');
+    const token = options.token ?? env('COUNTERSIGN_TOKEN');
+    if (!url) throw new CountersignError(0, Codes.invalidConfig, 'url is required (or set COUNTERSIGN_URL)', 'url');
+    let parsed: URL;
+    try {
+      parsed = new URL(url);
+    } catch {
+      throw new CountersignError(0, Codes.invalidConfig, 'url is not a URL', 'url');
+    }
+    if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
+      throw new CountersignError(0, Codes.invalidConfig, 'url must be http or https', 'url');
+    }
+    if (!token) throw new CountersignError(0, Codes.invalidConfig, 'token is required (or set COUNTERSIGN_TOKEN)', 'token');
+    this.url = url.replace(/\/+$/, '').replace(/\/v1$/, '');
+    this.#token = token;
+    this.agent = options.agent;
+    this.#fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
+    const r = options.retry ?? {};
+    this.#retry = { forMs: r.forMs ?? 30_000, minBackoffMs: r.minBackoffMs ?? 100, maxBackoffMs: r.maxBackoffMs ?? 2_000 };
+    if (this.#retry.forMs < 0 || this.#retry.minBackoffMs < 0 || this.#retry.maxBackoffMs < this.#retry.minBackoffMs) {
+      throw new CountersignError(0, Codes.invalidConfig, 'retry bounds must be positive, minBackoffMs ≤ maxBackoffMs', 'retry');
+    }
+  }
+
+  /** The run with the client's agent filled in. */
+  runOf(run: RunInfo = {}): Run {
+    const agent = run.agent ?? this.agent;
+    if (!agent) throw new CountersignError(0, Codes.invalidConfig, 'run.agent is required (or give the client an agent)', 'run.agent');
+    return { ...run, agent };
+  }
+
+  /**
+   * review submits tool calls of one run, in any accepted shape (see toCall),
+   * and returns one Result per call. Reviewing the same run id and call ids
+   * again re-attaches to the same approvals; such a review is also retried
+   * on transient failures (one without ids is not, since it would ask twice).
+   */
+  async review(run: RunInfo, calls: Array<AnyToolCall | Call>, options: ReviewOptions = {}): Promise<Result[]> {
+    const body = { run: this.runOf(run), tool_calls: calls.map((c) => toCall(c)) };
+    if (body.tool_calls.length === 0) throw new CountersignError(0, Codes.invalidField, 'calls must list at least one call', 'tool_calls');
+    const idempotent = !!body.run.id && body.tool_calls.every((c) => c.id);
+    const { wait = false, signal } = options;
+    const deadline = wait === true ? Infinity : wait === false ? 0 : Date.now() + wait;
+    for (;;) {
+      const left = deadline - Date.now();
+      const path = left > 0 ? `/v1/reviews?wait=${waitParam(left)}` : '/v1/reviews';
+      const out = await this.#request<{ results: Result[] }>('POST', path, body, { transient: idempotent, signal });
+      if (!out.data || out.data.results.length !== body.tool_calls.length) {
+        throw new CountersignError(out.status, 'unexpected_answer', 'the API answered a different number of results than calls');
+      }
+      const results = out.data.results;
+      if (!results.some((r) => r.verdict === 'pending') || Date.now() >= deadline) return results;
+      signal?.throwIfAborted();
+    }
+  }
+
+  /**
+   * claim marks the approval eventId as used, right before the tool runs. It
+   * succeeds once per approval: again with the same claimId (after a lost
+   * answer or a restart), never with another (code "already_claimed"). An
+   * approval not approved fails with "not_approved". A claim the arbiter has
+   * not confirmed yet (202), 502/503/504 and network failures are retried.
+   */
+  async claim(eventId: string, options: { claimId: string; signal?: AbortSignal }): Promise<ApprovalRecord> {
+    if (!options?.claimId) throw new CountersignError(0, Codes.invalidField, 'claim needs a claimId (see newClaimId)', 'claim_id');
+    const out = await this.#request<{ record: ApprovalRecord }>(
+      'POST',
+      `/v1/approvals/${encodeURIComponent(eventId)}/claim`,
+      { claim_id: options.claimId },
+      { transient: true, accepted: true, signal: options.signal },
+    );
+    return out.data!.record;
+  }
+
+  /** approval reads an approval; with waitMs it returns once it is terminal or the wait (≤ 60 s) ends. */
+  async approval(eventId: string, options: { waitMs?: number; signal?: AbortSignal } = {}): Promise<ApprovalState> {
+    let path = `/v1/approvals/${encodeURIComponent(eventId)}`;
+    if (options.waitMs) path += `?wait=${waitParam(options.waitMs)}`;
+    const out = await this.#request<ApprovalState>('GET', path, undefined, { transient: true, signal: options.signal });
+    return out.data!;
+  }
+
+  /** approvals lists approvals, newest first (filters as the API's: status, agent, run_id, approver=me, limit, cursor). */
+  async approvals(
+    query: Record<string, string> = {},
+    options: { signal?: AbortSignal } = {},
+  ): Promise<{ items: ApprovalState[]; next_cursor?: string }> {
+    const qs = new URLSearchParams(query).toString();
+    const out = await this.#request<{ items: ApprovalState[]; next_cursor?: string }>(
+      'GET',
+      '/v1/approvals' + (qs ? '?' + qs : ''),
+      undefined,
+      { transient: true, signal: options.signal },
+    );
+    return out.data!;
+  }
+
+  /**
+   * ask asks a human (request_human_input) and waits for the answer, or for
+   * why there is none (expired, cancelled, denied). Give the question an id
+   * (the tool call's) to re-attach after a restart.
+   */
+  async ask(question: string | QuestionInput, options: { run?: RunInfo; wait?: boolean | number; signal?: AbortSignal } = {}): Promise<HumanAnswer> {
+    const q = typeof question === 'string' ? { text: question } : question;
+    const run = this.runOf(options.run);
+    const body: Record<string, unknown> = { run, question: { text: q.text, ...(q.schema ? { schema: q.schema } : {}) } };
+    if (q.id) body.id = q.id;
+    const { wait = true, signal } = options;
+    const deadline = wait === true ? Infinity : wait === false ? 0 : Date.now() + wait;
+    const idempotent = !!run.id && !!q.id;
+    let eventId: string | undefined;
+    for (;;) {
+      const left = deadline - Date.now();
+      let a: HumanAnswer;
+      if (eventId && !idempotent) {
+        // Without ids the question cannot be asked again: wait on its approval.
+        const { record } = await this.approval(eventId, { waitMs: Math.min(left, maxWaitMs), signal });
+        a = answerOf(record);
+      } else {
+        const path = left > 0 ? `/v1/questions?wait=${waitParam(left)}` : '/v1/questions';
+        a = (await this.#request<HumanAnswer>('POST', path, body, { transient: idempotent, signal })).data!;
+      }
+      eventId ??= a.event_id;
+      if (a.status !== 'pending' || Date.now() >= deadline) return a;
+      signal?.throwIfAborted();
+    }
+  }
+
+  /**
+   * decide votes on an approval as the token's subject and returns the
+   * record once the vote is counted. A refused vote fails with the refusal's
+   * code (self_approval, not_an_approver, closed, stale_arguments, ...).
+   */
+  async decide(eventId: string, vote: VoteInput, options: { signal?: AbortSignal } = {}): Promise<ApprovalRecord> {
+    const body = { ...vote, vote_id: vote.vote_id ?? 'vote-' + globalThis.crypto.randomUUID() };
+    const out = await this.#request<{ record: ApprovalRecord }>(
+      'POST',
+      `/v1/approvals/${encodeURIComponent(eventId)}/votes`,
+      body,
+      { transient: true, accepted: true, signal: options.signal },
+    );
+    return out.data!.record;
+  }
+
+  /** cancel cancels a pending approval. */
+  async cancel(eventId: string, options: { reason?: string; signal?: AbortSignal } = {}): Promise<ApprovalRecord> {
+    const out = await this.#request<{ record: ApprovalRecord }>(
+      'POST',
+      `/v1/approvals/${encodeURIComponent(eventId)}/cancel`,
+      options.reason ? { reason: options.reason } : {},
+      { transient: true, accepted: true, signal: options.signal },
+    );
+    return out.data!.record;
+  }
+
+  /**
+   * run gates one call: review, wait for the decision, claim, then call fn
+   * with the arguments to run (possibly edited by a human). A call the policy
+   * allows outright runs with no claim. A call that may not run is not
+   * passed to fn; its result's reason says why. fn runs at most once per
+   * approval across every worker: a call whose approval was already claimed
+   * (say by a worker that crashed after claiming) comes back
+   * `already_executed`.
+   */
+  async run<T>(
+    run: RunInfo,
+    call: AnyToolCall | Call,
+    fn: (args: Record<string, unknown>) => T | Promise<T>,
+    options: { claimId?: string; signal?: AbortSignal } = {},
+  ): Promise<RunOutcome<T>> {
+    const [result] = await this.review(run, [call], { wait: true, signal: options.signal });
+    if (result!.verdict !== 'allowed') return { result: result!, ran: false };
+    if (result!.event_id) {
+      try {
+        await this.claim(result!.event_id, { claimId: options.claimId ?? newClaimId(), signal: options.signal });
+      } catch (err) {
+        if (err instanceof CountersignError && err.code === Codes.alreadyClaimed) {
+          return {
+            result: {
+              ...result!,
+              verdict: 'already_executed',
+              reason: 'This approved call was already claimed; it may have run once and will not run again.',
+            },
+            ran: false,
+          };
+        }
+        throw err;
+      }
+    }
+    const args = result!.arguments ?? toCall(call).arguments ?? {};
+    return { result: result!, ran: true, output: await fn(args) };
+  }
+
+  /**
+   * guard wraps a tool's execute function so that every call goes review →
+   * wait → claim → execute, with the arguments Countersign approved (a
+   * human's edit replaces the model's). A call that may not run is not
+   * executed: the tool returns the reason instead (see onBlocked), which the
+   * framework hands the model as the tool result. Works with any tool object
+   * whose execute takes the arguments first: the AI SDK's tool(), the OpenAI
+   * Agents SDK's tool() options, LangChain's tool functions.
+   */
+  guard<T extends { execute?: (input: any, ...rest: any[]) => any; name?: string }>(
+    tool: T,
+    options: GuardOptions<Parameters<NonNullable<T['execute']>> extends [any, ...infer R] ? R : never> = {},
+  ): T {
+    const execute = tool.execute;
+    if (!execute) throw new CountersignError(0, Codes.invalidField, 'guard needs a tool with an execute function', 'execute');
+    return { ...tool, execute: this.guardFunction(execute, { ...options, name: options.name ?? tool.name }) };
+  }
+
+  /** guardFunction is guard for a bare function whose first argument is the tool's arguments. */
+  guardFunction<A extends unknown[], R>(
+    execute: (input: any, ...rest: A) => R | Promise<R>,
+    options: GuardOptions<A>,
+  ): (input: any, ...rest: A) => Promise<R | unknown> {
+    const name = options.name;
+    if (!name) throw new CountersignError(0, Codes.invalidField, 'guard needs the tool name', 'name');
+    return async (input: any, ...rest: A) => {
+      const run = typeof options.run === 'function' ? options.run(...rest) : options.run ?? {};
+      const id = (options.callId ?? findCallId)(...rest);
+      const call: Call = { id, name, arguments: input ?? {} };
+      if (options.toolSchema) call.tool_schema = options.toolSchema;
+      const out = await this.run(run, call, (args) => execute(args, ...rest), { signal: findSignal(rest) });
+      if (out.ran) return out.output as R;
+      return options.onBlocked ? options.onBlocked(out.result) : blockedMessage(out.result);
+    };
+  }
+
+  /**
+   * decisions follows GET /v1/events and yields every outcome
+   * (countersign.approval.decided/v1) once. When the stream drops it
+   * reconnects with backoff, sending Last-Event-ID; after every (re)connect
+   * it also re-reads the approvals `watch` names and yields those decided
+   * meanwhile, since the server may not replay what the stream missed.
+   * Break out of the loop or abort `signal` to stop.
+   */
+  async *decisions(options: DecisionsOptions = {}): AsyncGenerator<Decided> {
+    const minBackoff = options.minBackoffMs ?? 200;
+    const maxBackoff = options.maxBackoffMs ?? 5_000;
+    const stop = new AbortController();
+    const onAbort = () => stop.abort(options.signal?.reason);
+    options.signal?.addEventListener('abort', onAbort, { once: true });
+    if (options.signal?.aborted) stop.abort(options.signal.reason);
+    const seen = new RecentSet(10_000);
+    let lastEventId: string | undefined;
+    let backoff = minBackoff;
+    try {
+      while (!stop.signal.aborted) {
+        let resp: Response;
+        try {
+          const headers: Record<string, string> = { Authorization: `Bearer ${this.#token}`, Accept: 'text/event-stream' };
+          if (lastEventId) headers['Last-Event-ID'] = lastEventId;
+          resp = await this.#fetch(this.url + '/v1/events', { headers, signal: stop.signal });
+        } catch (err) {
+          if (stop.signal.aborted) return;
+          await this.#pause(backoff, stop.signal);
+          backoff = Math.min(backoff * 2, maxBackoff);
+          continue;
+        }
+        if (!resp.ok || !resp.body) {
+          const err = await errorOf(resp);
+          if (!err.transient && resp.status !== 429) throw err;
+          await this.#pause(backoff, stop.signal);
+          backoff = Math.min(backoff * 2, maxBackoff);
+          continue;
+        }
+        backoff = minBackoff;
+        // Look back: what was decided before this connection is read, not streamed.
+        for (const id of options.watch?.() ?? []) {
+          if (seen.has(id)) continue;
+          let state: ApprovalState;
+          try {
+            state = await this.approval(id, { signal: stop.signal });
+          } catch (err) {
+            if (err instanceof CountersignError && err.code === Codes.unknownEvent) continue;
+            throw err;
+          }
+          if (terminalStatuses.has(state.record.status)) {
+            seen.add(id);
+            yield decidedOf(state);
+          }
+        }
+        try {
+          for await (const ev of parseEvents(resp.body)) {
+            if (ev.id) lastEventId = ev.id;
+            if (ev.event !== 'decided') continue;
+            let d: Decided;
+            try {
+              d = JSON.parse(ev.data) as Decided;
+            } catch {
+              continue;
+            }
+            if (!d.event_id || seen.has(d.event_id)) continue;
+            seen.add(d.event_id);
+            yield d;
+          }
+        } catch {
+          if (stop.signal.aborted) return;
+        }
+        // The stream ended: reconnect.
+        await this.#pause(backoff, stop.signal);
+        backoff = Math.min(backoff * 2, maxBackoff);
+      }
+    } finally {
+      options.signal?.removeEventListener('abort', onAbort);
+      stop.abort();
+    }
+  }
+
+  /** The last Last-Event-ID is kept by the generator; this pauses without throwing on abort. */
+  async #pause(ms: number, signal: AbortSignal): Promise<void> {
+    try {
+      await sleep(jitter(ms), signal);
+    } catch {
+      /* aborted: the caller's loop ends */
+    }
+  }
+
+  /**
+   * #request sends one JSON request and retries what `opts` allows until
+   * retry.forMs has passed. A 2xx answer's body is decoded; others are a
+   * CountersignError.
+   */
+  async #request<T>(
+    method: string,
+    path: string,
+    body: unknown,
+    opts: { transient: boolean; accepted?: boolean; signal?: AbortSignal },
+  ): Promise<{ status: number; data: T | undefined }> {
+    const payload = body === undefined ? undefined : JSON.stringify(body);
+    const deadline = Date.now() + this.#retry.forMs;
+    let backoff = this.#retry.minBackoffMs;
+    for (;;) {
+      let again = false;
+      let failure: CountersignError | undefined;
+      let resp: Response | undefined;
+      try {
+        const headers: Record<string, string> = { Authorization: `Bearer ${this.#token}`, Accept: 'application/json' };
+        if (payload !== undefined) headers['Content-Type'] = 'application/json';
+        resp = await this.#fetch(this.url + path, { method, headers, body: payload, signal: opts.signal });
+      } catch (err) {
+        if (opts.signal?.aborted) throw opts.signal.reason;
+        failure = new CountersignError(0, Codes.network, `${method} ${path}: the API did not answer`, undefined, { cause: err });
+        again = opts.transient;
+      }
+      if (resp) {
+        if (resp.status === 202 && opts.accepted) {
+          await resp.body?.cancel();
+          failure = new CountersignError(202, Codes.inFlight, 'the arbiter has not applied it yet; it is durable, read the approval later');
+          again = true;
+        } else if (resp.ok) {
+          const text = await resp.text();
+          let data: T | undefined;
+          if (text) {
+            try {
+              data = JSON.parse(text) as T;
+            } catch (err) {
+              throw new CountersignError(resp.status, 'unexpected_answer', `${method} ${path}: the answer is not JSON`, undefined, { cause: err });
+            }
+          }
+          return { status: resp.status, data };
+        } else {
+          failure = await errorOf(resp);
+          again = opts.transient && failure.transient;
+        }
+      }
+      if (!again || Date.now() + backoff > deadline) throw failure!;
+      await sleep(jitter(backoff), opts.signal);
+      backoff = Math.min(backoff * 2, this.#retry.maxBackoffMs);
+    }
+  }
+}
+
+/** Between half and all of ms, so that retrying clients spread out. */
+function jitter(ms: number): number {
+  return ms / 2 + Math.random() * (ms / 2);
+}
+
+async function errorOf(resp: Response): Promise<CountersignError> {
+  const text = await resp.text().catch(() => '');
+  try {
+    const env = JSON.parse(text) as { error?: { code?: string; message?: string; field?: string } };
+    if (env.error?.code) return new CountersignError(resp.status, env.error.code, env.error.message ?? '', env.error.field || undefined);
+  } catch {
+    /* not the API's error body */
+  }
+  return new CountersignError(resp.status, `http_${resp.status}`, text.trim().slice(0, 500) || resp.statusText);
+}
+
+/** A message for the model when a guarded call does not run. */
+export function blockedMessage(r: Result): string {
+  if (r.reason) return r.reason;
+  switch (r.verdict) {
+    case 'denied':
+      return 'This tool call was denied; it was not run.';
+    case 'expired':
+      return 'No human decided on this tool call before its deadline; it was not run.';
+    case 'cancelled':
+      return 'The approval request for this tool call was cancelled; it was not run.';
+    case 'already_executed':
+      return 'This approved call was already executed once; it will not run again.';
+    default:
+      return `This tool call was not run (${r.verdict}).`;
+  }
+}
+
+/** The call id the agent frameworks pass next to a tool's arguments. */
+export function findCallId(...rest: unknown[]): string | undefined {
+  for (const a of rest) {
+    if (typeof a !== 'object' || a === null) continue;
+    const o = a as Record<string, any>;
+    if (typeof o.toolCallId === 'string') return o.toolCallId;
+    const tc = o.toolCall;
+    if (tc && typeof tc === 'object') {
+      if (typeof tc.callId === 'string') return tc.callId;
+      if (typeof tc.call_id === 'string') return tc.call_id;
+      if (typeof tc.id === 'string') return tc.id;
+    }
+  }
+  return undefined;
+}
+
+function findSignal(rest: unknown[]): AbortSignal | undefined {
+  for (const a of rest) {
+    if (typeof a === 'object' && a !== null) {
+      const s = (a as { abortSignal?: unknown; signal?: unknown }).abortSignal ?? (a as { signal?: unknown }).signal;
+      if (s instanceof AbortSignal) return s;
+    }
+  }
+  return undefined;
+}
+
+/** decidedOf is the outcome event of a terminal record, as the stream would carry it. */
+export function decidedOf(state: ApprovalState): Decided {
+  const rec = state.record;
+  const req = rec.request;
+  const d: Decided = {
+    spec: 'countersign.approval.decided/v1',
+    event_id: req.event_id,
+    status: rec.status as Decided['status'],
+    agent: req.run.agent,
+    outcome: rec.outcome ?? { decision: 'cancel', decided_by: [], decided_at: rec.updated_at },
+    revision: state.revision,
+    decided_at: rec.outcome?.decided_at ?? rec.updated_at,
+  };
+  if (req.run.id) d.run_id = req.run.id;
+  if (req.tool_call) d.tool_name = req.tool_call.name;
+  return d;
+}
+
+function answerOf(rec: ApprovalRecord): HumanAnswer {
+  const a: HumanAnswer = { event_id: rec.request.event_id, status: rec.status };
+  if (rec.outcome?.reason) a.reason = rec.outcome.reason;
+  if (rec.status === 'answered' && rec.outcome) {
+    a.answer = { action: rec.outcome.action ?? 'accept', ...(rec.outcome.arguments ? { content: rec.outcome.arguments } : {}) };
+  }
+  return a;
+}
+
+/** A set that forgets its oldest entries beyond a bound. */
+class RecentSet {
+  #items = new Set<string>();
+  constructor(readonly max: number) {}
+  has(k: string): boolean {
+    return this.#items.has(k);
+  }
+  add(k: string): void {
+    this.#items.add(k);
+    if (this.#items.size > this.max) this.#items.delete(this.#items.values().next().value!);
+  }
+}

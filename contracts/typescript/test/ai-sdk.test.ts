@@ -1,0 +1,112 @@
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { generateText, jsonSchema, stepCountIs, tool, type ModelMessage } from 'ai';
+import { gate } from '@countersign/client/ai-sdk';
+import { Server, runId } from './harness.js';
+import { scriptedAiModel, type ScriptedCall } from './models.js';
+
+let server: Server;
+before(async () => {
+  server = await Server.start();
+});
+after(async () => {
+  await server?.stop();
+});
+
+const pay: ScriptedCall = { id: 'call_pay', name: 'payments_send', arguments: { amount: 1250, recipient: 'Globex GmbH' } };
+const lookup: ScriptedCall = { id: 'call_lookup', name: 'lookup_invoice', arguments: { n: 42 } };
+
+function setup(calls: ScriptedCall[]) {
+  const id = runId('ai');
+  const ran: Array<{ tool: string; args: unknown }> = [];
+  const g = gate(server.agentClient('ts-ai-agent'), { run: { id, requested_by: 'carol' } });
+  const tools = g.tools({
+    payments_send: tool({
+      description: 'Send a payment',
+      inputSchema: jsonSchema<{ amount: number; recipient: string }>({
+        type: 'object',
+        properties: { amount: { type: 'number' }, recipient: { type: 'string' } },
+        required: ['amount', 'recipient'],
+      }),
+      execute: async (args) => {
+        ran.push({ tool: 'payments_send', args });
+        return `sent ${args.amount} to ${args.recipient}`;
+      },
+    }),
+    lookup_invoice: tool({
+      description: 'Find an invoice',
+      inputSchema: jsonSchema<{ n: number }>({ type: 'object', properties: { n: { type: 'number' } }, required: ['n'] }),
+      execute: async (args) => {
+        ran.push({ tool: 'lookup_invoice', args });
+        return `invoice ${args.n}`;
+      },
+    }),
+  });
+  const { model, prompts } = scriptedAiModel(calls);
+  return { id, ran, g, tools, model, prompts };
+}
+
+describe('Vercel AI SDK, blocking tools', () => {
+  test('an allowed call runs; a gated one waits inside execute and runs once after approval', async () => {
+    const { id, ran, tools, model } = setup([lookup, pay]);
+    const generating = generateText({ model, tools, prompt: 'Pay invoice 42', stopWhen: stepCountIs(3) });
+    const req = await server.requestFor(id, 'call_pay');
+    await server.alice().decide(req.event_id, { decision: 'approve' });
+    const result = await generating;
+    assert.deepEqual(ran.map((r) => r.tool).sort(), ['lookup_invoice', 'payments_send']);
+    assert.match(result.text, /call_pay: "sent 1250 to Globex GmbH"/);
+    assert.match(result.text, /call_lookup: "invoice 42"/);
+  });
+
+  test('a rejection reaches the model as the tool result', async () => {
+    const { id, ran, tools, model } = setup([pay]);
+    const generating = generateText({ model, tools, prompt: 'Pay invoice 42', stopWhen: stepCountIs(3) });
+    const req = await server.requestFor(id, 'call_pay');
+    await server.alice().decide(req.event_id, { decision: 'reject', comment: 'wrong account' });
+    const result = await generating;
+    assert.deepEqual(ran, []);
+    assert.match(result.text, /call_pay: "A human reviewer rejected this tool call\. Reason: wrong account"/);
+  });
+});
+
+describe('Vercel AI SDK, toolApproval', () => {
+  test('a gated call suspends as a tool-approval-request; after an edit it runs once with the edited arguments', async () => {
+    const { id, ran, g, tools, model } = setup([pay, lookup]);
+    const messages: ModelMessage[] = [{ role: 'user', content: 'Pay invoice 42' }];
+    const first = await generateText({ model, tools, messages, toolApproval: g.toolApproval, stopWhen: stepCountIs(3) });
+    const requests = first.content.filter((p) => p.type === 'tool-approval-request');
+    assert.equal(requests.length, 1);
+    assert.deepEqual(ran.map((r) => r.tool), ['lookup_invoice'], 'the allowed call ran, the gated one is suspended');
+    messages.push(...first.response.messages);
+
+    const req = await server.requestFor(id, 'call_pay');
+    await server.alice().decide(req.event_id, { decision: 'edit', arguments: { amount: 1000, recipient: 'Globex GmbH' } });
+    const responses = await g.approvalResponses(first.content);
+    assert.ok(responses);
+    messages.push(responses);
+    const second = await generateText({ model, tools, messages, toolApproval: g.toolApproval, stopWhen: stepCountIs(3) });
+    assert.deepEqual(ran.filter((r) => r.tool === 'payments_send'), [{ tool: 'payments_send', args: { amount: 1000, recipient: 'Globex GmbH' } }]);
+    assert.match(second.text, /call_pay: "sent 1000 to Globex GmbH"/);
+  });
+
+  test('a rejection is answered as a denied approval with the reason', async () => {
+    const { id, ran, g, tools, model } = setup([pay]);
+    const messages: ModelMessage[] = [{ role: 'user', content: 'Pay invoice 42' }];
+    const first = await generateText({ model, tools, messages, toolApproval: g.toolApproval, stopWhen: stepCountIs(3) });
+    messages.push(...first.response.messages);
+    const req = await server.requestFor(id, 'call_pay');
+    await server.alice().decide(req.event_id, { decision: 'reject', comment: 'wrong account' });
+    messages.push((await g.approvalResponses(first.content))!);
+    const second = await generateText({ model, tools, messages, toolApproval: g.toolApproval, stopWhen: stepCountIs(3) });
+    assert.deepEqual(ran, []);
+    assert.match(second.text, /call_pay: denied: A human reviewer rejected this tool call\. Reason: wrong account/);
+  });
+
+  test('a call the policy denies is denied by the hook without asking anyone', async () => {
+    const { g, tools, model } = setup([{ id: 'call_sh', name: 'shell.exec', arguments: { cmd: 'ls' } }]);
+    const status = await g.toolApproval({ toolCall: { toolCallId: 'call_sh', toolName: 'shell.exec', input: { cmd: 'ls' } } });
+    assert.deepEqual(status, { type: 'denied', reason: 'Agents may not run shell commands.' });
+    void tools;
+    void model;
+  });
+});

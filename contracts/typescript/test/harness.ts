@@ -1,0 +1,185 @@
+// The test harness: a real `countersign serve` built from this repository,
+// with an embedded NATS server under a temporary data directory, a policy
+// for the tests, an approver directory (alice), and optional webhooks.
+import { spawn, execFile, type ChildProcess } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { Countersign, parseEvents, type ToolApprovalRequest, type HumanInputRequest } from '@countersign/client';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+/** contracts/typescript, from build-test/test. */
+export const pkgDir = path.resolve(here, '../..');
+const repoRoot = path.resolve(pkgDir, '../..');
+
+export const testPolicy = `version: "ts-client-test-1"
+default: require_approval
+rules:
+  - name: lookups
+    tools: ["lookup_*"]
+    action: allow
+  - name: no-shell
+    tools: ["shell.*"]
+    action: deny
+    reason: "Agents may not run shell commands."
+  - name: payments
+    tools: ["payments.*", "payments_*"]
+    action: require_approval
+    risk: high
+    summary: "Pay {{args.amount}} to {{args.recipient}}"
+    allowed_decisions: [approve, reject, edit, respond]
+`;
+
+let built: Promise<string> | undefined;
+
+/** The countersign binary, built once per test process with the Go toolchain. */
+export function binary(): Promise<string> {
+  built ??= (async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'countersign-bin-'));
+    const bin = path.join(dir, 'countersign');
+    await promisify(execFile)('go', ['build', '-o', bin, './services/countersign'], { cwd: repoRoot });
+    return bin;
+  })();
+  return built;
+}
+
+export interface ServerOptions {
+  policy?: string;
+  /** Extra lines of countersign.yaml (e.g. notify: webhooks). */
+  config?: string;
+  env?: Record<string, string>;
+}
+
+/** A running server and clients of it. */
+export class Server {
+  url = '';
+  /** The development token: agent, approver and admin. */
+  token = '';
+  /** alice's approver token, from the directory. */
+  readonly aliceToken = 'alice-' + randomBytes(24).toString('hex');
+  dataDir = '';
+  #proc: ChildProcess | undefined;
+  #stderr: string[] = [];
+  #requests: Array<ToolApprovalRequest | HumanInputRequest> = [];
+  #waiters: Array<() => void> = [];
+  #feed = new AbortController();
+
+  private constructor(readonly options: ServerOptions) {}
+
+  static async start(options: ServerOptions = {}): Promise<Server> {
+    const s = new Server(options);
+    s.dataDir = await mkdtemp(path.join(tmpdir(), 'countersign-ts-'));
+    await s.#launch();
+    await s.#follow();
+    return s;
+  }
+
+  async #launch(): Promise<void> {
+    const bin = await binary();
+    const policy = path.join(this.dataDir, 'policy.yaml');
+    const directory = path.join(this.dataDir, 'directory.yaml');
+    const config = path.join(this.dataDir, 'countersign.yaml');
+    await writeFile(policy, this.options.policy ?? testPolicy);
+    const hash = createHash('sha256').update(this.aliceToken).digest('hex');
+    await writeFile(
+      directory,
+      `users:\n  - id: alice\n    name: Alice\n    email: alice@example.com\n    tokens:\n      - {name: alice-test, sha256: ${hash}, roles: [approver]}\n`,
+    );
+    await writeFile(config, `retention: 720h\n${this.options.config ?? ''}`);
+    const proc = spawn(
+      bin,
+      ['serve', '--config', config, '--data', this.dataDir, '--addr', '127.0.0.1:0', '--nats-listen', 'off',
+        '--policy', policy, '--directory', directory, '--log-level', 'warn', '--sync', 'lazy'],
+      { env: { ...process.env, USER: 'ts-test-developer', ...this.options.env }, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    this.#proc = proc;
+    proc.stderr!.setEncoding('utf8').on('data', (d: string) => {
+      this.#stderr.push(d);
+      if (this.#stderr.length > 200) this.#stderr.shift();
+    });
+    this.url = await new Promise<string>((resolve, reject) => {
+      let out = '';
+      const onData = (d: string) => {
+        out += d;
+        const m = /API:\s+(http:\/\/\S+?)\/v1\b/.exec(out);
+        if (m) {
+          proc.stdout!.off('data', onData);
+          resolve(m[1]!);
+        }
+      };
+      proc.stdout!.setEncoding('utf8').on('data', onData);
+      proc.once('exit', (code) => reject(new Error(`countersign serve exited (${code}) before it was ready:\n${this.#stderr.join('')}`)));
+    });
+    proc.stdout!.resume();
+    this.token = (await readFile(path.join(this.dataDir, 'dev-token'), 'utf8')).trim();
+  }
+
+  /** Follows the server's event stream, so tests can wait for a request by signal, not by polling. */
+  async #follow(): Promise<void> {
+    const resp = await fetch(this.url + '/v1/events', {
+      headers: { Authorization: `Bearer ${this.token}` },
+      signal: this.#feed.signal,
+    });
+    if (!resp.ok || !resp.body) throw new Error(`GET /v1/events: ${resp.status}`);
+    (async () => {
+      try {
+        for await (const ev of parseEvents(resp.body!)) {
+          if (ev.event !== 'requested') continue;
+          this.#requests.push(JSON.parse(ev.data));
+          for (const w of this.#waiters.splice(0)) w();
+        }
+      } catch {
+        /* the feed ends with the server */
+      }
+    })();
+  }
+
+  /** The first request (newest feed order) matching pred, waiting for it to arrive. */
+  async requested(pred: (r: ToolApprovalRequest | HumanInputRequest) => boolean): Promise<ToolApprovalRequest | HumanInputRequest> {
+    for (;;) {
+      const found = this.#requests.find(pred);
+      if (found) return found;
+      await new Promise<void>((resolve) => this.#waiters.push(resolve));
+    }
+  }
+
+  /** The request of a tool call, by run id and tool call id. */
+  requestFor(runId: string, callId: string): Promise<ToolApprovalRequest | HumanInputRequest> {
+    return this.requested((r) => r.run.id === runId && r.tool_call?.id === callId);
+  }
+
+  /** A client with the development token (the agent). */
+  agentClient(agent = 'ts-agent'): Countersign {
+    return new Countersign({ url: this.url, token: this.token, agent });
+  }
+
+  /** A client with alice's approver token. */
+  alice(): Countersign {
+    return new Countersign({ url: this.url, token: this.aliceToken });
+  }
+
+  /** The last lines the server logged, for failure messages. */
+  get logs(): string {
+    return this.#stderr.join('');
+  }
+
+  async stop(): Promise<void> {
+    this.#feed.abort();
+    const p = this.#proc;
+    if (p && p.exitCode === null) {
+      const exited = new Promise((r) => p.once('exit', r));
+      p.kill('SIGTERM');
+      await exited;
+    }
+    await rm(this.dataDir, { recursive: true, force: true });
+  }
+}
+
+let seq = 0;
+/** A run id unique to this test process. */
+export function runId(prefix = 'run'): string {
+  return `${prefix}-${process.pid}-${Date.now()}-${++seq}`;
+}

@@ -1,0 +1,114 @@
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { END, MemorySaver, MessagesAnnotation, START, StateGraph } from '@langchain/langgraph';
+import { ToolNode } from '@langchain/langgraph/prebuilt';
+import { AIMessage, HumanMessage, ToolMessage } from '@langchain/core/messages';
+import { tool } from '@langchain/core/tools';
+import { z } from 'zod';
+import { gate } from '@countersign/client/langgraph';
+import { Server, runId } from './harness.js';
+
+let server: Server;
+before(async () => {
+  server = await Server.start();
+});
+after(async () => {
+  await server?.stop();
+});
+
+const payArgs = { amount: 1250, recipient: 'Globex GmbH' };
+
+/** A graph with no model: the agent node is scripted, the approval node is Countersign's. */
+function build(checkpointer = new MemorySaver()) {
+  const ran: unknown[] = [];
+  const g = gate(server.agentClient('ts-langgraph-agent'), { run: { requested_by: 'carol' } });
+  const send = tool(
+    g.guard('payments_send', async (args: { amount: number; recipient: string }) => {
+      ran.push(args);
+      return `sent ${args.amount} to ${args.recipient}`;
+    }),
+    { name: 'payments_send', description: 'Send a payment', schema: z.object({ amount: z.number(), recipient: z.string() }) },
+  );
+  const agent = (state: typeof MessagesAnnotation.State) => {
+    const last = state.messages.at(-1)!;
+    if (HumanMessage.isInstance(last)) {
+      return { messages: [new AIMessage({ id: 'ai-1', content: '', tool_calls: [{ id: 'call_pay', name: 'payments_send', args: payArgs }] })] };
+    }
+    const results = state.messages.filter((m) => ToolMessage.isInstance(m)).map((m) => `${(m as ToolMessage).tool_call_id}: ${m.content}`);
+    return { messages: [new AIMessage({ content: results.join('\n') })] };
+  };
+  const app = new StateGraph(MessagesAnnotation)
+    .addNode('agent', agent)
+    .addNode('approve', g.node({ tools: 'tools', agent: 'agent' }), { ends: ['tools', 'agent'] })
+    .addNode('tools', new ToolNode([send]))
+    .addEdge(START, 'agent')
+    .addConditionalEdges('agent', (s) => ((s.messages.at(-1) as AIMessage).tool_calls?.length ? 'approve' : END), ['approve', END])
+    .addEdge('tools', 'agent')
+    .compile({ checkpointer });
+  return { app, g, ran, checkpointer };
+}
+
+async function suspended(app: ReturnType<typeof build>['app'], config: { configurable: { thread_id: string } }) {
+  await app.invoke({ messages: [new HumanMessage('Pay invoice 42')] }, config);
+  const st = await app.getState(config);
+  const waits = st.tasks.flatMap((t) => t.interrupts).map((i) => i.value as { countersign: Array<{ event_id: string; tool_call_id: string }> });
+  assert.equal(waits.length, 1, 'the graph is suspended at the approval node');
+  return waits[0]!.countersign[0]!;
+}
+
+describe('LangGraph JS', () => {
+  for (const c of [
+    { decision: 'approve' as const, vote: { decision: 'approve' as const }, ran: [payArgs], says: /call_pay: sent 1250 to Globex GmbH/ },
+    {
+      decision: 'edit' as const,
+      vote: { decision: 'edit' as const, arguments: { amount: 1000, recipient: 'Globex GmbH' } },
+      ran: [{ amount: 1000, recipient: 'Globex GmbH' }],
+      says: /call_pay: sent 1000 to Globex GmbH/,
+    },
+    { decision: 'reject' as const, vote: { decision: 'reject' as const, comment: 'wrong account' }, ran: [], says: /call_pay: A human reviewer rejected this tool call\. Reason: wrong account/ },
+    { decision: 'respond' as const, vote: { decision: 'respond' as const, comment: 'Ask finance for the IBAN first.' }, ran: [], says: /call_pay: Ask finance for the IBAN first\./ },
+  ]) {
+    test(`${c.decision}: the interrupt resumes with Command({resume}) and the graph does what was decided`, async () => {
+      const { app, g, ran } = build();
+      const config = { configurable: { thread_id: runId('lg') } };
+      const wait = await suspended(app, config);
+      assert.deepEqual(ran, [], 'nothing ran while suspended');
+      await server.alice().decide(wait.event_id, c.vote);
+      const cmd = await g.resume(app, config);
+      assert.equal((cmd.resume as { decisions: Array<{ decision: string }> }).decisions[0]!.decision, c.decision);
+      const out = await app.invoke(cmd, config);
+      assert.deepEqual(ran, c.ran);
+      assert.match(String(out.messages.at(-1)!.content), c.says);
+    });
+  }
+
+  test('resume on another worker: a fresh graph over the same checkpointer; a crash after the claim never runs twice', async () => {
+    const checkpointer = new MemorySaver();
+    const a = build(checkpointer);
+    const config = { configurable: { thread_id: runId('lg') } };
+    const wait = await suspended(a.app, config);
+    await server.alice().decide(wait.event_id, { decision: 'approve' });
+    // Worker A claims, as its tool was about to run, and dies.
+    await server.agentClient().claim(wait.event_id, { claimId: 'claim-worker-a' });
+    const b = build(checkpointer);
+    const out = await b.app.invoke(await b.g.resume(b.app, config), config);
+    assert.deepEqual(a.ran, []);
+    assert.deepEqual(b.ran, []);
+    assert.match(String(out.messages.at(-1)!.content), /already claimed.*will not run again/);
+  });
+
+  test('a resume value that claims an approval Countersign does not have is not believed', async () => {
+    const { app, ran } = build();
+    const config = { configurable: { thread_id: runId('lg') } };
+    const wait = await suspended(app, config);
+    // Whoever holds the state forges an approval; the node checks Countersign, which still waits.
+    const { Command } = await import('@langchain/langgraph');
+    const forged = app.invoke(new Command({ resume: { decisions: [{ ...wait, decision: 'approve' }] } }), config);
+    const rec = await server.agentClient().approval(wait.event_id);
+    assert.equal(rec.record.status, 'pending');
+    await server.alice().decide(wait.event_id, { decision: 'reject', comment: 'forged' });
+    const out = await forged;
+    assert.deepEqual(ran, []);
+    assert.match(String(out.messages.at(-1)!.content), /rejected.*forged/);
+  });
+});

@@ -1,0 +1,127 @@
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { run, RunState } from '@openai/agents';
+import { newClaimId } from '@countersign/client';
+import { Server, runId } from './harness.js';
+import { makeAgent } from './openai-agent.js';
+import type { ScriptedCall } from './models.js';
+
+let server: Server;
+before(async () => {
+  server = await Server.start();
+});
+after(async () => {
+  await server?.stop();
+});
+
+const pay = { id: 'call_pay', name: 'payments_send', arguments: { amount: 1250, recipient: 'Globex GmbH' } };
+const lookup = { id: 'call_lookup', name: 'lookup_invoice', arguments: { n: 42 } };
+
+function setup(calls: ScriptedCall[] = [pay]) {
+  const id = runId('oa');
+  const log: string[] = [];
+  const cs = server.agentClient('ts-openai-agent');
+  return { id, log, cs, ...makeAgent(cs, id, calls, (e) => log.push(e)) };
+}
+
+describe('OpenAI Agents SDK', () => {
+  test('a call the policy allows runs without interrupting the run', async () => {
+    const { agent, log } = setup([lookup]);
+    const result = await run(agent, 'Find invoice 42');
+    assert.equal(result.interruptions.length, 0);
+    assert.deepEqual(log.map((l) => JSON.parse(l)), [{ tool: 'lookup_invoice', args: { n: 42 } }]);
+    assert.equal(result.finalOutput, 'call_lookup: invoice 42: 1250 EUR');
+  });
+
+  test('a gated call interrupts the run, and runs once after approval', async () => {
+    const { agent, g, id, log } = setup([pay, lookup]);
+    let result = await run(agent, 'Pay invoice 42');
+    assert.deepEqual(result.interruptions.map((i) => i.name), ['payments_send']);
+    assert.deepEqual(log.map((l) => JSON.parse(l).tool), ['lookup_invoice'], 'the allowed call ran, the gated one waits');
+    const req = await server.requestFor(id, 'call_pay');
+    await server.alice().decide(req.event_id, { decision: 'approve', comment: 'ok' });
+    result = await g.resume(agent, result.state);
+    assert.equal(log.filter((l) => JSON.parse(l).tool === 'payments_send').length, 1);
+    assert.match(String(result.finalOutput), /call_pay: sent 1250 to Globex GmbH/);
+  });
+
+  test('a rejection reaches the model as the tool result', async () => {
+    const { agent, g, id, log, model } = setup();
+    const result = await run(agent, 'Pay invoice 42');
+    const req = await server.requestFor(id, 'call_pay');
+    await server.alice().decide(req.event_id, { decision: 'reject', comment: 'wrong account' });
+    const final = await g.resume(agent, result.state);
+    assert.deepEqual(log, []);
+    assert.match(String(final.finalOutput), /call_pay: A human reviewer rejected this tool call\. Reason: wrong account/);
+    const seen = JSON.stringify(model.requests.at(-1)!.input);
+    assert.match(seen, /wrong account/);
+  });
+
+  test('an edit runs with the edited arguments', async () => {
+    const { agent, g, id, log } = setup();
+    const result = await run(agent, 'Pay invoice 42');
+    const req = await server.requestFor(id, 'call_pay');
+    await server.alice().decide(req.event_id, { decision: 'edit', arguments: { amount: 1000, recipient: 'Globex GmbH' } });
+    const final = await g.resume(agent, result.state);
+    assert.deepEqual(log.map((l) => JSON.parse(l)), [{ tool: 'payments_send', args: { amount: 1000, recipient: 'Globex GmbH' } }]);
+    assert.match(String(final.finalOutput), /sent 1000/);
+  });
+
+  test('a worker that crashed between claim and run: resuming elsewhere does not run the call again', async () => {
+    const { agent, id, cs } = setup();
+    const result = await run(agent, 'Pay invoice 42');
+    const serialized = result.state.toString();
+    const req = await server.requestFor(id, 'call_pay');
+    await server.alice().decide(req.event_id, { decision: 'approve' });
+    // Worker A claimed (its tool was about to run) and died.
+    await cs.claim(req.event_id, { claimId: newClaimId() });
+    // Worker B: fresh objects, only the serialized state.
+    const b = setup();
+    const bAgent = makeAgent(server.agentClient('ts-openai-agent'), id, [pay], (e) => b.log.push(e));
+    const final = await bAgent.g.resume(bAgent.agent, serialized);
+    assert.deepEqual(b.log, []);
+    assert.match(String(final.finalOutput), /already claimed.*will not run again/);
+    void agent;
+  });
+
+  test('resume on any worker: A suspends and exits, B resumes from the serialized RunState, the tool runs once', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'oa-workers-'));
+    const stateFile = path.join(dir, 'state.json');
+    const logFile = path.join(dir, 'tool.log');
+    await writeFile(logFile, '');
+    const id = runId('oa-workers');
+    const worker = path.join(path.dirname(fileURLToPath(import.meta.url)), 'openai-worker.js');
+    const env = { ...process.env, COUNTERSIGN_URL: server.url, COUNTERSIGN_TOKEN: server.token };
+    const exec = (mode: string) =>
+      promisify(execFile)(process.execPath, [worker, mode, stateFile, id, JSON.stringify([pay]), logFile], { env });
+
+    const a = await exec('suspend'); // worker A exits after writing the state
+    assert.deepEqual(JSON.parse(a.stdout), { interruptions: ['payments_send'] });
+    assert.ok((await readFile(stateFile, 'utf8')).length > 0);
+    const req = await server.requestFor(id, 'call_pay');
+    await server.alice().decide(req.event_id, { decision: 'approve' });
+
+    const b = await exec('resume');
+    assert.match(JSON.parse(b.stdout).finalOutput, /call_pay: sent 1250 to Globex GmbH/);
+    // A third worker resuming the same state does not run it again.
+    const c = await exec('resume');
+    assert.match(JSON.parse(c.stdout).finalOutput, /already claimed.*will not run again/);
+    const runs = (await readFile(logFile, 'utf8')).trim().split('\n').filter(Boolean);
+    assert.deepEqual(runs.map((l) => JSON.parse(l)), [{ tool: 'payments_send', args: pay.arguments }]);
+    const record = (await server.agentClient().approval(req.event_id)).record;
+    assert.ok(record.claim?.claim_id, 'the approval was claimed');
+  });
+
+  test('a serialized state restores into a RunState with the same interruption', async () => {
+    const { agent } = setup();
+    const result = await run(agent, 'Pay invoice 42');
+    const restored = await RunState.fromString(agent, result.state.toString());
+    assert.deepEqual(restored.getInterruptions().map((i) => i.name), ['payments_send']);
+  });
+});
