@@ -210,7 +210,8 @@ export interface ApprovalChanged {
     | 'malformed'
     | 'already_claimed'
     | 'not_approved'
-    | 'out_of_order';
+    | 'out_of_order'
+    | 'too_large';
   revision: number;
   at: string;
   [k: string]: unknown;
@@ -397,7 +398,8 @@ export interface RefusedVote {
     | 'malformed'
     | 'already_claimed'
     | 'not_approved'
-    | 'out_of_order';
+    | 'out_of_order'
+    | 'too_large';
   /**
    * More for people, e.g. the JSON pointer and message where an edit fails the tool's schema.
    */
