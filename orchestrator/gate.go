@@ -103,6 +103,10 @@ type Verdict struct {
 	// Arguments are the arguments to run with (possibly edited by a human),
 	// or the answer of a human_input request.
 	Arguments json.RawMessage `json:"arguments,omitempty"`
+	// Edited says a human approved other arguments than the agent proposed;
+	// Diff is the change, an RFC 6902 JSON Patch from the proposed ones.
+	Edited bool            `json:"edited,omitempty"`
+	Diff   json.RawMessage `json:"diff,omitempty"`
 	// Permit must be claimed right before an allowed call runs. Only an
 	// allowed verdict carries one; every other verdict has none.
 	Permit *Permit `json:"-"`
@@ -559,8 +563,22 @@ func Summary(tmpl string, run contracts.Run, tool string, args json.RawMessage) 
 }
 
 // verdictFor turns a terminal record into the verdict for the call whose
-// arguments hash to sha.
+// arguments hash to sha, with a permit when it is allowed.
 func (g *Gate) verdictFor(rec *contracts.Record, toolCallID, sha string) Verdict {
+	v := VerdictFor(rec, toolCallID, sha)
+	if v.Verdict == VerdictAllowed {
+		v.Permit = &Permit{
+			g: g, eventID: rec.Request.EventID, sha: rec.Outcome.ArgumentsSHA256, args: rec.Outcome.Arguments,
+			by: rec.Request.Run.Agent, claimID: uuid.Must(uuid.NewV7()).String(),
+		}
+	}
+	return v
+}
+
+// VerdictFor turns a terminal record into the verdict, with its message for
+// the model, for the call whose arguments hash to sha: the one mapping the
+// Go library and the HTTP API share. It carries no permit (see Gate).
+func VerdictFor(rec *contracts.Record, toolCallID, sha string) Verdict {
 	v := Verdict{ToolCallID: toolCallID, EventID: rec.Request.EventID, Rule: rec.Request.Policy.Rule}
 	out := rec.Outcome
 	if out == nil {
@@ -578,9 +596,8 @@ func (g *Gate) verdictFor(rec *contracts.Record, toolCallID, sha string) Verdict
 			return v
 		}
 		v.Verdict, v.Arguments = VerdictAllowed, out.Arguments
-		v.Permit = &Permit{
-			g: g, eventID: rec.Request.EventID, sha: out.ArgumentsSHA256, args: out.Arguments, by: rec.Request.Run.Agent,
-			claimID: uuid.Must(uuid.NewV7()).String(),
+		if out.ArgumentsSHA256 != "" && out.ArgumentsSHA256 != sha {
+			v.Edited, v.Diff = true, out.Diff
 		}
 	case contracts.StatusRejected:
 		v.Verdict = VerdictDenied

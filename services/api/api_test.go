@@ -217,6 +217,8 @@ type result struct {
 	Code       string          `json:"code"`
 	Rule       string          `json:"rule"`
 	Arguments  json.RawMessage `json:"arguments"`
+	Edited     bool            `json:"edited"`
+	Diff       json.RawMessage `json:"diff"`
 }
 
 type recordAnswer struct {

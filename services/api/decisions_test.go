@@ -196,6 +196,11 @@ func TestEditValidatedAgainstToolSchema(t *testing.T) {
 		t.Fatalf("re-review: %+v", again)
 	}
 	wantSameJSON(t, "allowed arguments", again.Arguments, edited)
+	// ... and is told a human changed them, and how.
+	if !again.Edited {
+		t.Errorf("re-review of an edited approval: edited false")
+	}
+	wantSameJSON(t, "review diff", again.Diff, `[{"op":"replace","path":"/amount","value":80},{"op":"remove","path":"/reason"}]`)
 }
 
 func (e *env) waitRefusedVote(t *testing.T, id, voteID string) contracts.RefusedVote {

@@ -62,6 +62,10 @@ type reviewResult struct {
 	Code      string          `json:"code,omitempty"`
 	Rule      string          `json:"rule,omitempty"`
 	Arguments json.RawMessage `json:"arguments,omitempty"`
+	// Edited says a human approved other arguments than were proposed;
+	// Diff is the change (RFC 6902 JSON Patch from the proposed arguments).
+	Edited bool            `json:"edited,omitempty"`
+	Diff   json.RawMessage `json:"diff,omitempty"`
 	// Explain (with ?explain=1) says how the policy in force decides the
 	// call, rule by rule.
 	Explain *explanation `json:"explain,omitempty"`
@@ -136,7 +140,7 @@ func (s *Server) postReviews(w http.ResponseWriter, r *http.Request) {
 	for i, v := range verdicts {
 		ans.Results[i] = reviewResult{
 			ToolCallID: v.ToolCallID, Verdict: v.Verdict, EventID: v.EventID, Reason: v.Reason, Code: v.Code, Rule: v.Rule,
-			Arguments: v.Arguments,
+			Arguments: v.Arguments, Edited: v.Edited, Diff: v.Diff,
 		}
 		if explain {
 			d, steps, err := s.cfg.Gate.Explain(run, calls[i])
@@ -278,7 +282,7 @@ func (s *Server) awaitVerdicts(ctx context.Context, verdicts []orchestrator.Verd
 			st, ok := w.state()
 			switch {
 			case ok && st.rec.Terminal():
-				verdicts[i] = verdictFor(st.rec, verdicts[i].ToolCallID, hashes[i])
+				verdicts[i] = orchestrator.VerdictFor(st.rec, verdicts[i].ToolCallID, hashes[i])
 				delete(watches, i)
 			case ok && !terminalOnly:
 				delete(watches, i)
@@ -297,52 +301,6 @@ func (s *Server) awaitVerdicts(ctx context.Context, verdicts []orchestrator.Verd
 			return
 		}
 	}
-}
-
-// verdictFor turns a terminal record into the verdict for the call whose
-// arguments hash to sha, with the same verdicts and messages as the Go
-// library's Gate.
-func verdictFor(rec *contracts.Record, toolCallID, sha string) orchestrator.Verdict {
-	v := orchestrator.Verdict{ToolCallID: toolCallID, EventID: rec.Request.EventID, Rule: rec.Request.Policy.Rule}
-	out := rec.Outcome
-	if out == nil {
-		out = &contracts.Outcome{}
-	}
-	switch rec.Status {
-	case contracts.StatusApproved:
-		switch {
-		case rec.Request.ToolCall == nil || rec.Request.ToolCall.ArgumentsSHA256 != sha:
-			v.Verdict, v.Reason = orchestrator.VerdictDenied, "The approval on record is for other arguments; this call was not approved."
-		case rec.Claim != nil:
-			v.Verdict = orchestrator.VerdictAlreadyExecuted
-			v.Reason = "This approved call was already executed once; it will not run again."
-		default:
-			v.Verdict, v.Arguments = orchestrator.VerdictAllowed, out.Arguments
-		}
-	case contracts.StatusRejected:
-		v.Verdict = orchestrator.VerdictDenied
-		if refusal, ok := contracts.RequestRefusal(out); ok {
-			v.Code, v.Reason = orchestrator.CodeRequestRefused, orchestrator.RefusedReason(refusal)
-			break
-		}
-		v.Reason = "A human reviewer rejected this tool call."
-		if out.Comment != "" {
-			v.Reason += " Reason: " + out.Comment
-		}
-	case contracts.StatusResponded:
-		v.Verdict, v.Reason = orchestrator.VerdictResponded, out.Comment
-	case contracts.StatusAnswered:
-		v.Verdict, v.Arguments = orchestrator.VerdictAnswered, out.Arguments
-	case contracts.StatusExpired:
-		v.Verdict = orchestrator.VerdictExpired
-		v.Reason = "No human decided on this tool call before its deadline; it was not run."
-	case contracts.StatusCancelled:
-		v.Verdict = orchestrator.VerdictCancelled
-		v.Reason = "The approval request for this tool call was cancelled; it was not run."
-	default:
-		v.Verdict, v.Reason = orchestrator.VerdictDenied, "Unknown approval status "+rec.Status+"; failing closed."
-	}
-	return v
 }
 
 // tooLargeError is the answer to a request the gate found too large for
