@@ -8,19 +8,9 @@ import (
 	"github.com/countersign/countersign/contracts"
 )
 
-// Channel names of the built-in channels. A channel's name is one NATS
-// subject token (see ValidChannelName); it appears in request snapshots
-// (channels[]) and in receipt subjects.
-const (
-	ChannelSlack   = "slack"
-	ChannelEmail   = "email"
-	ChannelWebhook = "webhook"
-	ChannelInbox   = "inbox"
-)
-
 // DeliveringChannels are the built-in channels that deliver and publish
 // receipts (the inbox lists every request and delivers nothing).
-var DeliveringChannels = []string{ChannelSlack, ChannelEmail, ChannelWebhook}
+var DeliveringChannels = []string{contracts.ChannelSlack, contracts.ChannelEmail, contracts.ChannelWebhook}
 
 // Kinds of notification. A kind is part of the idempotency key: two
 // notifications of different kinds to the same target are both delivered.
@@ -118,19 +108,4 @@ func (n Notification) EventID() string { return n.Request.EventID }
 // receiving side; see IdempotencyKey.
 func (n Notification) IdempotencyKey() string {
 	return IdempotencyKey(n.Request.EventID, n.Target.Channel, n.Target.Address, n.Kind)
-}
-
-// ValidChannelName reports whether name can be a channel's name: 1 to 32
-// characters of [a-z0-9_-], so that it is one subject token.
-func ValidChannelName(name string) bool {
-	if name == "" || len(name) > 32 {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
 }

@@ -92,7 +92,7 @@ func TestIdempotencyKeyDistinct(t *testing.T) {
 
 func TestNotificationKeyUsesEventChannelAddressKind(t *testing.T) {
 	req := contracts.ApprovalRequested{EventID: event}
-	slack := notifier.Target{Channel: notifier.ChannelSlack, Address: address, Approver: "alice"}
+	slack := notifier.Target{Channel: contracts.ChannelSlack, Address: address, Approver: "alice"}
 
 	requested := notifier.Requested(req, slack)
 	if got, want := requested.IdempotencyKey(), notifier.IdempotencyKey(event, "slack", address, "requested"); got != want {
@@ -123,6 +123,6 @@ func TestNotificationKeyUsesEventChannelAddressKind(t *testing.T) {
 // ExampleIdempotencyKey shows the key a webhook channel would send as the
 // webhook-id header.
 func ExampleIdempotencyKey() {
-	fmt.Println(notifier.IdempotencyKey("0190d1a2-7b3c-7def-8123-456789abcdef", notifier.ChannelSlack, "U024BE7LH", notifier.KindRequested))
+	fmt.Println(notifier.IdempotencyKey("0190d1a2-7b3c-7def-8123-456789abcdef", contracts.ChannelSlack, "U024BE7LH", notifier.KindRequested))
 	// Output: f7fdaaf6b890eb43ced32daadf4b9dd0
 }

@@ -17,7 +17,7 @@ import (
 func TestNewReceipt(t *testing.T) {
 	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.FixedZone("CET", 3600))
 	n := notifier.Requested(contracts.ApprovalRequested{EventID: event},
-		notifier.Target{Channel: notifier.ChannelEmail, Address: "alice@example.com", Approver: "alice"})
+		notifier.Target{Channel: contracts.ChannelEmail, Address: "alice@example.com", Approver: "alice"})
 
 	ok := notifier.NewReceipt(n, "<msg-1@example.com>", nil, at)
 	want := notifier.Receipt{
@@ -71,13 +71,13 @@ func TestReceiptSubject(t *testing.T) {
 }
 
 func TestValidChannelName(t *testing.T) {
-	for _, name := range []string{notifier.ChannelSlack, notifier.ChannelEmail, notifier.ChannelWebhook, notifier.ChannelInbox, "teams_2", "my-bot"} {
-		if !notifier.ValidChannelName(name) {
+	for _, name := range []string{contracts.ChannelSlack, contracts.ChannelEmail, contracts.ChannelWebhook, contracts.ChannelInbox, "teams_2", "my-bot"} {
+		if !contracts.ValidChannelName(name) {
 			t.Errorf("ValidChannelName(%q) = false", name)
 		}
 	}
 	for _, name := range []string{"", "Slack", "a.b", "a*", "a>", "a b", "slack\n", "abcdefghijklmnopqrstuvwxyz0123456"} {
-		if notifier.ValidChannelName(name) {
+		if contracts.ValidChannelName(name) {
 			t.Errorf("ValidChannelName(%q) = true", name)
 		}
 	}

@@ -153,7 +153,7 @@ func New(ctx context.Context, cfg Config) (*Dispatcher, error) {
 		events: &events.StreamHandle{JS: cfg.JS, Name: contracts.StreamEvents}}
 	for _, ch := range cfg.Channels {
 		name := ch.Name()
-		if !notifier.ValidChannelName(name) {
+		if !contracts.ValidChannelName(name) {
 			return nil, fmt.Errorf("dispatch: channel name %q is not a subject token", name)
 		}
 		if _, dup := d.channels[name]; dup {
@@ -296,7 +296,7 @@ func (d *Dispatcher) handleRequest(ctx context.Context, msg jetstream.Msg) error
 		// Decided before anyone was told: people need not be asked any
 		// more (they get the outcome), but webhooks, which feed automation
 		// and audit, still get every request event.
-		targets = slices.DeleteFunc(targets, func(t notifier.Target) bool { return t.Channel != notifier.ChannelWebhook })
+		targets = slices.DeleteFunc(targets, func(t notifier.Target) bool { return t.Channel != contracts.ChannelWebhook })
 		problems = nil
 		d.log.Debug("request decided before delivery; webhooks only", "event_id", req.EventID, "status", rec.Status)
 	}

@@ -1,7 +1,7 @@
 // Package dispatch is the notifier role: it reads approval requests and
 // outcomes from the bus with durable consumers shared by any number of
 // replicas, turns each into notifications for the targets its rule routes
-// to (see notifier.ParseRoute), hands them to the channels (Slack, email,
+// to (see contracts.ParseRoute), hands them to the channels (Slack, email,
 // webhooks), and publishes a receipt for every delivery on
 // hitl.notify.<channel>.<event_id>.
 //

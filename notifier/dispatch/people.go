@@ -68,7 +68,7 @@ func TargetsFor(approvers []string, routes []string, people People, endpoints []
 		}
 	}
 	for _, raw := range routes {
-		r, err := notifier.ParseRoute(raw)
+		r, err := contracts.ParseRoute(raw)
 		if err != nil {
 			problems = append(problems, Problem{Channel: channelOf(raw), Route: raw, Reason: err.Error()})
 			continue
@@ -84,13 +84,13 @@ func TargetsFor(approvers []string, routes []string, people People, endpoints []
 				return
 			}
 			switch r.Channel {
-			case notifier.ChannelSlack:
+			case contracts.ChannelSlack:
 				if p.SlackUserID == "" {
 					miss("%s has no Slack user id in the directory", id)
 					return
 				}
 				add(notifier.Target{Channel: r.Channel, Address: p.SlackUserID, Approver: p.ID})
-			case notifier.ChannelEmail:
+			case contracts.ChannelEmail:
 				if p.Email == "" {
 					miss("%s has no email address in the directory", id)
 					return
@@ -99,15 +99,15 @@ func TargetsFor(approvers []string, routes []string, people People, endpoints []
 			}
 		}
 		switch r.Kind {
-		case notifier.RouteNone:
-		case notifier.RouteApprovers:
+		case contracts.RouteNone:
+		case contracts.RouteApprovers:
 			if len(approvers) == 0 {
 				miss("the request names no approvers (anyone may approve); route to a channel, group or address instead")
 			}
 			for _, id := range approvers {
 				person(id)
 			}
-		case notifier.RouteGroup:
+		case contracts.RouteGroup:
 			members, ok := people.Members(r.Value)
 			if !ok {
 				miss("no group %q in the directory", r.Value)
@@ -115,8 +115,8 @@ func TargetsFor(approvers []string, routes []string, people People, endpoints []
 			for _, id := range members {
 				person(id)
 			}
-		case notifier.RouteUser:
-			if r.Channel == notifier.ChannelSlack && notifier.IsSlackUserID(r.Value) {
+		case contracts.RouteUser:
+			if r.Channel == contracts.ChannelSlack && contracts.IsSlackUserID(r.Value) {
 				t := notifier.Target{Channel: r.Channel, Address: r.Value}
 				if p, ok := people.BySlackID(r.Value); ok {
 					t.Approver = p.ID
@@ -125,17 +125,17 @@ func TargetsFor(approvers []string, routes []string, people People, endpoints []
 				continue
 			}
 			person(r.Value)
-		case notifier.RouteConversation:
+		case contracts.RouteConversation:
 			add(notifier.Target{Channel: r.Channel, Address: r.Value})
-		case notifier.RouteAddress:
+		case contracts.RouteAddress:
 			t := notifier.Target{Channel: r.Channel, Address: r.Value}
 			if p, ok := people.ByEmail(r.Value); ok {
 				t.Approver = p.ID
 			}
 			add(t)
-		case notifier.RouteEndpoint:
+		case contracts.RouteEndpoint:
 			add(notifier.Target{Channel: r.Channel, Address: r.Value})
-		case notifier.RouteAll:
+		case contracts.RouteAll:
 			if len(endpoints) == 0 {
 				miss("no webhook endpoints are configured")
 			}
@@ -149,7 +149,7 @@ func TargetsFor(approvers []string, routes []string, people People, endpoints []
 
 func channelOf(route string) string {
 	ch, _, _ := strings.Cut(route, ":")
-	if notifier.ValidChannelName(ch) {
+	if contracts.ValidChannelName(ch) {
 		return ch
 	}
 	return "unknown"

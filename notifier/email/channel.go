@@ -12,6 +12,7 @@ import (
 
 	mail "github.com/wneessen/go-mail"
 
+	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/notifier"
 )
 
@@ -48,7 +49,7 @@ func New(cfg Config) (*Channel, error) {
 }
 
 // Name is "email".
-func (c *Channel) Name() string { return notifier.ChannelEmail }
+func (c *Channel) Name() string { return contracts.ChannelEmail }
 
 // Notify emails the pending request (or a reminder of it) to
 // n.Target.Address. When n.Target.Approver is set the email carries a

@@ -49,7 +49,7 @@ func toolRequest() contracts.ApprovalRequested {
 }
 
 func aliceTarget() notifier.Target {
-	return notifier.Target{Channel: notifier.ChannelEmail, Address: "alice@example.com", Approver: "alice"}
+	return notifier.Target{Channel: contracts.ChannelEmail, Address: "alice@example.com", Approver: "alice"}
 }
 
 func testContext(t *testing.T) context.Context {
@@ -296,7 +296,7 @@ func TestNotifyStripsControlCharactersFromAgentText(t *testing.T) {
 func TestNotifyWithoutApproverHasNoDecisionLink(t *testing.T) {
 	srv := smtptest.Start(t)
 	ch := newChannel(t, srv, newLinks(t))
-	target := notifier.Target{Channel: notifier.ChannelEmail, Address: "ops@example.com"}
+	target := notifier.Target{Channel: contracts.ChannelEmail, Address: "ops@example.com"}
 	if _, err := ch.Notify(testContext(t), notifier.Requested(toolRequest(), target)); err != nil {
 		t.Fatal(err)
 	}
@@ -456,7 +456,7 @@ func TestNotifyServerDownIsTransient(t *testing.T) {
 func TestNotifyBadRecipientIsPermanent(t *testing.T) {
 	srv := smtptest.Start(t)
 	ch := newChannel(t, srv, newLinks(t))
-	target := notifier.Target{Channel: notifier.ChannelEmail, Address: "not an address", Approver: "alice"}
+	target := notifier.Target{Channel: contracts.ChannelEmail, Address: "not an address", Approver: "alice"}
 	_, err := ch.Notify(testContext(t), notifier.Requested(toolRequest(), target))
 	if !errors.Is(err, notifier.ErrPermanent) {
 		t.Errorf("error %v, want permanent", err)

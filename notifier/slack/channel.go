@@ -11,6 +11,7 @@ import (
 
 	slackgo "github.com/slack-go/slack"
 
+	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/notifier"
 )
 
@@ -106,8 +107,8 @@ func New(cfg Config) (*Channel, error) {
 	}, nil
 }
 
-// Name is notifier.ChannelSlack.
-func (c *Channel) Name() string { return notifier.ChannelSlack }
+// Name is contracts.ChannelSlack.
+func (c *Channel) Name() string { return contracts.ChannelSlack }
 
 // Notify posts the pending request n.Request to n.Target.Address: a
 // conversation id (C…, G…, D…), a user id (U…, W…) for a direct message, or

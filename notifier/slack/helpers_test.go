@@ -129,7 +129,7 @@ func newChannel(t *testing.T, fake *slacktest.Server, change ...func(*slack.Conf
 }
 
 // target is the payments channel as a notification target.
-var target = notifier.Target{Channel: notifier.ChannelSlack, Address: channelID}
+var target = notifier.Target{Channel: contracts.ChannelSlack, Address: channelID}
 
 // notify posts req and returns the stored message.
 func notify(t *testing.T, fake *slacktest.Server, ch *slack.Channel, req contracts.ApprovalRequested) slacktest.Message {

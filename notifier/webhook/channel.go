@@ -87,8 +87,8 @@ func New(cfg Config) (*Channel, error) {
 	return &Channel{client: &client, now: cfg.Now, log: cfg.Logger, endpoints: eps}, nil
 }
 
-// Name is notifier.ChannelWebhook.
-func (c *Channel) Name() string { return notifier.ChannelWebhook }
+// Name is contracts.ChannelWebhook.
+func (c *Channel) Name() string { return contracts.ChannelWebhook }
 
 // Notify POSTs n.Request, the contracts.ApprovalRequested event, to the
 // endpoint named n.Target.Address. n.Kind must be notifier.KindRequested, a
@@ -218,7 +218,7 @@ func (c *Channel) endpoint(name string) (*endpoint, error) {
 	if ep, ok := c.endpoints[name]; ok {
 		return ep, nil
 	}
-	if !notifier.ValidChannelName(name) {
+	if !contracts.ValidChannelName(name) {
 		// Not a name; it could be a URL put where a name belongs.
 		return nil, fmt.Errorf("%w: webhook: target address is not an endpoint name", notifier.ErrPermanent)
 	}

@@ -50,7 +50,7 @@ func request() contracts.ApprovalRequested {
 		Policy:           contracts.PolicyRef{Rule: "refunds", Version: "3"},
 		Quorum:           contracts.Quorum{Required: 1, Approvers: []string{"bob"}, Veto: true, Order: contracts.OrderAny},
 		AllowedDecisions: []string{contracts.DecisionApprove, contracts.DecisionReject},
-		Channels:         []string{notifier.ChannelWebhook},
+		Channels:         []string{contracts.ChannelWebhook},
 		ExpiresAt:        start.Add(time.Hour),
 		OnTimeout:        contracts.OnTimeoutReject,
 		CreatedAt:        start,
@@ -58,7 +58,7 @@ func request() contracts.ApprovalRequested {
 }
 
 func target(name string) notifier.Target {
-	return notifier.Target{Channel: notifier.ChannelWebhook, Address: name}
+	return notifier.Target{Channel: contracts.ChannelWebhook, Address: name}
 }
 
 // clock is a settable clock.

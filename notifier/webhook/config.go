@@ -8,7 +8,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/countersign/countersign/notifier"
+	"github.com/countersign/countersign/contracts"
 )
 
 // DefaultTimeout bounds one delivery attempt to an endpoint whose Timeout is
@@ -70,7 +70,7 @@ func (c *Config) endpoints() (map[string]*endpoint, error) {
 	for i, e := range c.Endpoints {
 		ep, problems := newEndpoint(e)
 		where := fmt.Sprintf("webhook: Config.Endpoints[%d]", i)
-		if notifier.ValidChannelName(e.Name) {
+		if contracts.ValidChannelName(e.Name) {
 			where += fmt.Sprintf(" (%q)", e.Name)
 		}
 		for _, p := range problems {
@@ -94,7 +94,7 @@ func (c *Config) endpoints() (map[string]*endpoint, error) {
 // newEndpoint returns the validated endpoint, or nil and the problems of e.
 func newEndpoint(e Endpoint) (*endpoint, []error) {
 	var errs []error
-	if !notifier.ValidChannelName(e.Name) {
+	if !contracts.ValidChannelName(e.Name) {
 		// The value is not shown: a misplaced URL must not reach a log.
 		errs = append(errs, errors.New("Name: want 1 to 32 characters of [a-z0-9_-]"))
 	}

@@ -9,7 +9,6 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/countersign/countersign/contracts"
-	"github.com/countersign/countersign/notifier"
 )
 
 // This file reads a policy file into specs: what the file says, checked
@@ -443,7 +442,7 @@ func readChannels(v *yaml.Node, what, where string, ps *problems) []string {
 	list, nodes := ps.strList(v, what)
 	var out []string
 	for j, c := range list {
-		if _, err := notifier.ParseRoute(c); err != nil {
+		if _, err := contracts.ParseRoute(c); err != nil {
 			ps.add(nodes[j].Line, nodes[j].Column, SeverityError, "%s: %v", where, err)
 			continue
 		}

@@ -1,8 +1,18 @@
-package notifier
+package contracts
 
 import (
 	"fmt"
 	"strings"
+)
+
+// Channel names of the built-in channels. A channel's name is one NATS
+// subject token (see ValidChannelName); it appears in request snapshots
+// (channels[]) and in receipt subjects.
+const (
+	ChannelSlack   = "slack"
+	ChannelEmail   = "email"
+	ChannelWebhook = "webhook"
+	ChannelInbox   = "inbox"
 )
 
 // Route kinds: what a channel entry of a policy rule names.
@@ -192,6 +202,21 @@ func validAddress(s string) bool {
 	}
 	for _, label := range strings.Split(domain, ".") {
 		if label == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidChannelName reports whether name can be a channel's name: 1 to 32
+// characters of [a-z0-9_-], so that it is one subject token.
+func ValidChannelName(name string) bool {
+	if name == "" || len(name) > 32 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
 			return false
 		}
 	}

@@ -1,10 +1,10 @@
-package notifier_test
+package contracts_test
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/countersign/countersign/notifier"
+	"github.com/countersign/countersign/contracts"
 )
 
 func TestParseRoute(t *testing.T) {
@@ -13,22 +13,22 @@ func TestParseRoute(t *testing.T) {
 		ch, kind   string
 		value, out string
 	}{
-		{"inbox", "inbox", notifier.RouteNone, "", "inbox"},
-		{"slack", "slack", notifier.RouteApprovers, "", "slack"},
-		{"slack:#payments-approvals", "slack", notifier.RouteConversation, "#payments-approvals", "slack:#payments-approvals"},
-		{"slack:C024BE91L", "slack", notifier.RouteConversation, "C024BE91L", "slack:C024BE91L"},
-		{"slack:@alice", "slack", notifier.RouteUser, "alice", "slack:@alice"},
-		{"slack:@U012AB3CD", "slack", notifier.RouteUser, "U012AB3CD", "slack:@U012AB3CD"},
-		{"slack:group:oncall", "slack", notifier.RouteGroup, "oncall", "slack:group:oncall"},
-		{"email", "email", notifier.RouteApprovers, "", "email"},
-		{"email:group:finance", "email", notifier.RouteGroup, "finance", "email:group:finance"},
-		{"email:alice", "email", notifier.RouteUser, "alice", "email:alice"},
-		{"email:ops@example.com", "email", notifier.RouteAddress, "ops@example.com", "email:ops@example.com"},
-		{"webhook", "webhook", notifier.RouteAll, "", "webhook"},
-		{"webhook:audit-log", "webhook", notifier.RouteEndpoint, "audit-log", "webhook:audit-log"},
+		{"inbox", "inbox", contracts.RouteNone, "", "inbox"},
+		{"slack", "slack", contracts.RouteApprovers, "", "slack"},
+		{"slack:#payments-approvals", "slack", contracts.RouteConversation, "#payments-approvals", "slack:#payments-approvals"},
+		{"slack:C024BE91L", "slack", contracts.RouteConversation, "C024BE91L", "slack:C024BE91L"},
+		{"slack:@alice", "slack", contracts.RouteUser, "alice", "slack:@alice"},
+		{"slack:@U012AB3CD", "slack", contracts.RouteUser, "U012AB3CD", "slack:@U012AB3CD"},
+		{"slack:group:oncall", "slack", contracts.RouteGroup, "oncall", "slack:group:oncall"},
+		{"email", "email", contracts.RouteApprovers, "", "email"},
+		{"email:group:finance", "email", contracts.RouteGroup, "finance", "email:group:finance"},
+		{"email:alice", "email", contracts.RouteUser, "alice", "email:alice"},
+		{"email:ops@example.com", "email", contracts.RouteAddress, "ops@example.com", "email:ops@example.com"},
+		{"webhook", "webhook", contracts.RouteAll, "", "webhook"},
+		{"webhook:audit-log", "webhook", contracts.RouteEndpoint, "audit-log", "webhook:audit-log"},
 	}
 	for _, c := range ok {
-		r, err := notifier.ParseRoute(c.in)
+		r, err := contracts.ParseRoute(c.in)
 		if err != nil {
 			t.Errorf("ParseRoute(%q): %v", c.in, err)
 			continue
@@ -56,7 +56,7 @@ func TestParseRoute(t *testing.T) {
 		{"inbox:alice", "takes no target"},
 	}
 	for _, c := range bad {
-		_, err := notifier.ParseRoute(c.in)
+		_, err := contracts.ParseRoute(c.in)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("ParseRoute(%q) error = %v, want one containing %q", c.in, err, c.want)
 		}
@@ -65,7 +65,7 @@ func TestParseRoute(t *testing.T) {
 
 func TestIsSlackUserID(t *testing.T) {
 	for s, want := range map[string]bool{"U012AB3CD": true, "W012AB3CD": true, "C024BE91L": false, "alice": false, "U01": false} {
-		if got := notifier.IsSlackUserID(s); got != want {
+		if got := contracts.IsSlackUserID(s); got != want {
 			t.Errorf("IsSlackUserID(%q) = %v, want %v", s, got, want)
 		}
 	}
