@@ -148,13 +148,7 @@ func ValidClientID(id string) bool {
 }
 
 // ValidDecision reports whether d is one of the decisions a vote can carry.
-func ValidDecision(d string) bool {
-	switch d {
-	case DecisionApprove, DecisionReject, DecisionEdit, DecisionRespond, DecisionAnswer:
-		return true
-	}
-	return false
-}
+func ValidDecision(d string) bool { return Decision(d).Valid() }
 
 // ValidAnswerAction reports whether a is accept, decline or cancel.
 func ValidAnswerAction(a string) bool {

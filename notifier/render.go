@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"net/url"
 	"strings"
 	"unicode/utf8"
@@ -186,58 +185,6 @@ func OutcomeLine(rec *contracts.Record) string {
 		s += ": " + o.Comment
 	}
 	return s
-}
-
-// RefusalStatus is the HTTP status of a refused vote, the same wherever
-// it was cast (the API, the inbox, an email link): 403 for who may not
-// decide, 409 for a state that no longer allows it, 404 for an unknown
-// request, 400 for invalid arguments, 422 for anything else.
-func RefusalStatus(reason string) int {
-	switch reason {
-	case contracts.ReasonNotAnApprover, contracts.ReasonSelfApproval, contracts.ReasonDecisionNotAllowed:
-		return http.StatusForbidden
-	case contracts.ReasonOutOfOrder, contracts.ReasonClosed, contracts.ReasonDuplicateVote, contracts.ReasonStaleArguments,
-		contracts.ReasonAlreadyClaimed, contracts.ReasonNotApproved:
-		return http.StatusConflict
-	case contracts.ReasonUnknownEvent:
-		return http.StatusNotFound
-	case contracts.ReasonInvalidArguments:
-		return http.StatusBadRequest
-	case contracts.ReasonTooLarge:
-		return http.StatusRequestEntityTooLarge
-	default:
-		return http.StatusUnprocessableEntity
-	}
-}
-
-// RefusalText explains a refusal reason code to the person whose vote it was.
-func RefusalText(reason string) string {
-	switch reason {
-	case contracts.ReasonNotAnApprover:
-		return "you are not one of the approvers of this request"
-	case contracts.ReasonSelfApproval:
-		return "you requested this call (or own the run), and this rule does not allow approving your own request"
-	case contracts.ReasonDuplicateVote:
-		return "you have already voted on this request"
-	case contracts.ReasonClosed:
-		return "the request was already decided"
-	case contracts.ReasonStaleArguments:
-		return "the arguments changed since you saw them; look at the request again"
-	case contracts.ReasonInvalidArguments:
-		return "the arguments do not match the tool's schema"
-	case contracts.ReasonDecisionNotAllowed:
-		return "this decision is not allowed for this request"
-	case contracts.ReasonUnknownEvent:
-		return "the request does not exist (or has been removed)"
-	case contracts.ReasonOutOfOrder:
-		return "the approvers of this request vote in order, and it is not your turn yet"
-	case contracts.ReasonTooLarge:
-		return "what you sent is too large"
-	case "":
-		return ""
-	default:
-		return "refused (" + reason + ")"
-	}
 }
 
 // ApprovalURL is the web inbox page of an approval under base (the public

@@ -88,33 +88,6 @@ func TestOutcomeLineAndProgress(t *testing.T) {
 	}
 }
 
-func TestRefusalTextCoversEveryReason(t *testing.T) {
-	for _, r := range []string{contracts.ReasonNotAnApprover, contracts.ReasonSelfApproval, contracts.ReasonDuplicateVote,
-		contracts.ReasonClosed, contracts.ReasonStaleArguments, contracts.ReasonInvalidArguments,
-		contracts.ReasonDecisionNotAllowed, contracts.ReasonUnknownEvent, contracts.ReasonOutOfOrder} {
-		if got := notifier.RefusalText(r); got == "" || strings.Contains(got, r) {
-			t.Errorf("RefusalText(%q) = %q, want an explanation in words", r, got)
-		}
-	}
-	if got := notifier.RefusalText("new_reason"); !strings.Contains(got, "new_reason") {
-		t.Errorf("unknown reason: %q", got)
-	}
-}
-
-// Every surface answers a refused vote with the same status.
-func TestRefusalStatus(t *testing.T) {
-	for reason, want := range map[string]int{
-		contracts.ReasonNotAnApprover: 403, contracts.ReasonSelfApproval: 403, contracts.ReasonDecisionNotAllowed: 403,
-		contracts.ReasonClosed: 409, contracts.ReasonDuplicateVote: 409, contracts.ReasonStaleArguments: 409,
-		contracts.ReasonOutOfOrder: 409, contracts.ReasonAlreadyClaimed: 409, contracts.ReasonNotApproved: 409,
-		contracts.ReasonUnknownEvent: 404, contracts.ReasonInvalidArguments: 400, contracts.ReasonMalformed: 422,
-	} {
-		if got := notifier.RefusalStatus(reason); got != want {
-			t.Errorf("RefusalStatus(%q) = %d, want %d", reason, got, want)
-		}
-	}
-}
-
 func TestApprovalURL(t *testing.T) {
 	if got := notifier.ApprovalURL("https://cs.example.com/", "a/b"); got != "https://cs.example.com/approvals/a%2Fb" {
 		t.Errorf("ApprovalURL = %q", got)

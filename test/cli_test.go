@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/contracts"
-	"github.com/countersign/countersign/notifier"
 )
 
 // A second serve on a data directory a running serve holds refuses at
@@ -256,7 +255,7 @@ func TestEmailLinkRefusedVoteLeavesTheLinkUsable(t *testing.T) {
 		t.Fatalf("GET %d:\n%s", code, body)
 	}
 	code, body = page(http.PostForm(link, url.Values{"decision": {"approve"}, "h": {h[1]}}))
-	if code != http.StatusForbidden || !strings.Contains(body, htmlEscape(notifier.RefusalText(contracts.ReasonSelfApproval))) || !strings.Contains(body, "<form") {
+	if code != http.StatusForbidden || !strings.Contains(body, htmlEscape(contracts.Reason(contracts.ReasonSelfApproval).Message())) || !strings.Contains(body, "<form") {
 		t.Fatalf("self-approval: %d\n%s", code, body)
 	}
 	code, body = page(http.Get(link))

@@ -267,7 +267,7 @@ func refusedNotice(view *pageView, rec *contracts.Record, claims Claims) {
 	v := st.refused[len(st.refused)-1]
 	view.NoticeKind = "info"
 	view.Notice = "Your last answer with this link (" + decisionLabel(v.Decision, nil) + ") was not counted: " +
-		notifier.RefusalText(v.Reason) + "." + detailSuffix(v.Detail)
+		contracts.Reason(v.Reason).Message() + "." + detailSuffix(v.Detail)
 	view.Detail = "This link can still answer."
 }
 
@@ -550,7 +550,7 @@ func (p *pages) result(w http.ResponseWriter, r *http.Request, rec *contracts.Re
 	default:
 		log.LogAttrs(r.Context(), slog.LevelInfo, "email vote refused", slog.String(logReason, res.Refused))
 		view.NoticeKind = "error"
-		view.Notice = "Your answer was not counted: " + notifier.RefusalText(res.Refused) + "."
+		view.Notice = "Your answer was not counted: " + contracts.Reason(res.Refused).Message() + "."
 		view.Detail = oneLine(res.Detail)
 		// A refused vote does not use the link up: while the request and
 		// its approver can still answer, the form stays.
@@ -561,7 +561,7 @@ func (p *pages) result(w http.ResponseWriter, r *http.Request, rec *contracts.Re
 			}
 			view.Detail += "This link can still answer."
 		}
-		p.write(w, r, notifier.RefusalStatus(res.Refused), view)
+		p.write(w, r, contracts.Reason(res.Refused).HTTPStatus(), view)
 	}
 }
 

@@ -376,7 +376,7 @@ func TestPageRefusedVote(t *testing.T) {
 	if r.status != http.StatusForbidden {
 		t.Errorf("status %d, want 403", r.status)
 	}
-	mustContain(t, r, "Your answer was not counted: "+notifier.RefusalText(contracts.ReasonNotAnApprover), "approvers are alice and bob")
+	mustContain(t, r, "Your answer was not counted: "+contracts.Reason(contracts.ReasonNotAnApprover).Message(), "approvers are alice and bob")
 	if n := len(p.res.voteCalls()); n != 1 {
 		t.Errorf("%d votes, want 1", n)
 	}
@@ -390,7 +390,7 @@ func TestPageLinkWithRefusedVoteSaysSoAndCanStillAnswer(t *testing.T) {
 	tok, claims := p.token(t, "carol")
 	p.res.rec.RefusedVotes = []contracts.RefusedVote{{VoteID: email.VoteID(claims), Approver: contracts.Approver{ID: "carol", Via: contracts.ViaEmail}, Decision: contracts.DecisionApprove, Reason: contracts.ReasonSelfApproval}}
 	r := p.get(tok)
-	mustContain(t, r, "Your last answer with this link (Approve) was not counted: "+notifier.RefusalText(contracts.ReasonSelfApproval),
+	mustContain(t, r, "Your last answer with this link (Approve) was not counted: "+contracts.Reason(contracts.ReasonSelfApproval).Message(),
 		"This link can still answer.", "<form")
 	mustNotContain(t, r, "You already answered")
 	noVotes(t, p)
@@ -413,13 +413,13 @@ func TestPageRefusedVoteDoesNotUseTheLink(t *testing.T) {
 	if r.status != http.StatusForbidden {
 		t.Errorf("self-approval: status %d, want 403", r.status)
 	}
-	mustContain(t, r, "Your answer was not counted: "+notifier.RefusalText(contracts.ReasonSelfApproval), "This link can still answer.", "<form")
+	mustContain(t, r, "Your answer was not counted: "+contracts.Reason(contracts.ReasonSelfApproval).Message(), "This link can still answer.", "<form")
 
 	r = p.get(tok)
 	if r.status != http.StatusOK {
 		t.Errorf("GET after the refusal: status %d", r.status)
 	}
-	mustContain(t, r, "was not counted: "+notifier.RefusalText(contracts.ReasonSelfApproval), `name="decision" value="reject"`)
+	mustContain(t, r, "was not counted: "+contracts.Reason(contracts.ReasonSelfApproval).Message(), `name="decision" value="reject"`)
 	mustNotContain(t, r, "You already answered")
 
 	r = p.post(tok, url.Values{"decision": {"reject"}, "comment": {"not this month"}, "h": {req.ToolCall.ArgumentsSHA256}})

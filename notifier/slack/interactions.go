@@ -274,7 +274,7 @@ func (h *Interactions) castClick(ctx context.Context, log *slog.Logger, v contra
 	switch {
 	case errors.Is(err, notifier.ErrUnknownEvent):
 		log.Info("slack vote on an unknown approval")
-		h.ephemeral(ctx, responseURL, "Your vote was not counted: "+notifier.RefusalText(contracts.ReasonUnknownEvent)+".")
+		h.ephemeral(ctx, responseURL, "Your vote was not counted: "+contracts.Reason(contracts.ReasonUnknownEvent).Message()+".")
 	case errors.Is(err, context.DeadlineExceeded):
 		log.Warn("slack vote not confirmed in time", attrError, err)
 		h.ephemeral(ctx, responseURL, textVoteUnsure)
@@ -317,7 +317,7 @@ func (h *Interactions) recordAfter(ctx context.Context, log *slog.Logger, eventI
 
 // refusalText tells a voter why the vote did not count.
 func refusalText(res notifier.VoteResult) string {
-	s := "Your vote was not counted: " + notifier.RefusalText(res.Refused)
+	s := "Your vote was not counted: " + contracts.Reason(res.Refused).Message()
 	if res.Detail != "" {
 		s += ": " + res.Detail
 	}
@@ -356,7 +356,7 @@ func (h *Interactions) openModal(r *http.Request, log *slog.Logger, p *payload, 
 	switch {
 	case errors.Is(err, notifier.ErrUnknownEvent):
 		h.background(r, func(ctx context.Context) {
-			h.ephemeral(ctx, p.ResponseURL, "This request cannot be answered: "+notifier.RefusalText(contracts.ReasonUnknownEvent)+".")
+			h.ephemeral(ctx, p.ResponseURL, "This request cannot be answered: "+contracts.Reason(contracts.ReasonUnknownEvent).Message()+".")
 		})
 		return
 	case err != nil || rec == nil:
@@ -471,7 +471,7 @@ func (h *Interactions) viewSubmission(w http.ResponseWriter, r *http.Request, p 
 	cancel()
 	switch {
 	case errors.Is(err, notifier.ErrUnknownEvent):
-		viewErrors(w, "Not counted: "+notifier.RefusalText(contracts.ReasonUnknownEvent)+".")
+		viewErrors(w, "Not counted: "+contracts.Reason(contracts.ReasonUnknownEvent).Message()+".")
 	case errors.Is(err, context.DeadlineExceeded):
 		log.Warn("slack submission not confirmed in time", attrError, err)
 		viewErrors(w, textVoteUnsure)

@@ -230,12 +230,12 @@ func TestClickResults(t *testing.T) {
 		want  string
 	}{
 		{"refused", func(r *resolver) { r.refuse, r.detail = contracts.ReasonSelfApproval, "dave owns the run" },
-			"Your vote was not counted: " + notifier.RefusalText(contracts.ReasonSelfApproval) + ": dave owns the run."},
+			"Your vote was not counted: " + contracts.Reason(contracts.ReasonSelfApproval).Message() + ": dave owns the run."},
 		{"stale", func(r *resolver) { r.refuse = contracts.ReasonStaleArguments },
-			notifier.RefusalText(contracts.ReasonStaleArguments)},
+			contracts.Reason(contracts.ReasonStaleArguments).Message()},
 		{"in flight", func(r *resolver) { r.inFlight = true }, "Your vote is being counted."},
 		{"unknown approval", func(r *resolver) { r.records = map[string]*contracts.Record{} },
-			notifier.RefusalText(contracts.ReasonUnknownEvent)},
+			contracts.Reason(contracts.ReasonUnknownEvent).Message()},
 		{"resolver down", func(r *resolver) { r.err = errors.New("no responders on the bus") },
 			"could not record your vote"},
 	}
@@ -271,7 +271,7 @@ func TestClickOnADecidedRequest(t *testing.T) {
 		r.records[eventID], r.refuse = &rec, contracts.ReasonClosed
 	})
 	e.click(t, slack.ActionApprove, slackAlice)
-	if eph := e.ephemerals(); len(eph) != 1 || !strings.Contains(eph[0], notifier.RefusalText(contracts.ReasonClosed)) {
+	if eph := e.ephemerals(); len(eph) != 1 || !strings.Contains(eph[0], contracts.Reason(contracts.ReasonClosed).Message()) {
 		t.Errorf("ephemerals %q", eph)
 	}
 	if m := e.current(t); m.HasActions() || !strings.Contains(joined(m.Texts()), "Approved by bob") {
@@ -397,7 +397,7 @@ func TestEditSubmissions(t *testing.T) {
 		v := e.openModal(t, slack.ActionEdit)
 		got := decodeView(t, e.submit(t, v, slackAlice, `{"amount":5000,"currency":"EUR","to":"acme"}`))
 		msg := got.Errors[slack.InputBlockID]
-		if got.ResponseAction != "errors" || !strings.Contains(msg, notifier.RefusalText(contracts.ReasonInvalidArguments)) || !strings.Contains(msg, detail) {
+		if got.ResponseAction != "errors" || !strings.Contains(msg, contracts.Reason(contracts.ReasonInvalidArguments).Message()) || !strings.Contains(msg, detail) {
 			t.Errorf("response %+v", got)
 		}
 	})
@@ -406,7 +406,7 @@ func TestEditSubmissions(t *testing.T) {
 		e.res.set(func(r *resolver) { r.refuse = contracts.ReasonDuplicateVote })
 		v := e.openModal(t, slack.ActionEdit)
 		got := decodeView(t, e.submit(t, v, slackAlice, `{"amount":1}`))
-		if got.ResponseAction != "errors" || !strings.Contains(got.Errors[slack.InputBlockID], notifier.RefusalText(contracts.ReasonDuplicateVote)) {
+		if got.ResponseAction != "errors" || !strings.Contains(got.Errors[slack.InputBlockID], contracts.Reason(contracts.ReasonDuplicateVote).Message()) {
 			t.Errorf("response %+v", got)
 		}
 	})

@@ -26,10 +26,13 @@ var errorCodes = map[string]bool{
 	api.CodeInvalidEventID: true, api.CodeApproverNotAllowed: true, api.CodeArgumentsChanged: true,
 	api.CodeUnknownEvent: true, api.CodeUnavailable: true, api.CodeNotReady: true, api.CodeInternal: true,
 	api.CodeInvalidPolicy: true, api.CodeVersionExists: true, api.CodePolicyConflict: true, api.CodeNoLivePolicy: true,
-	contracts.ReasonNotAnApprover: true, contracts.ReasonSelfApproval: true, contracts.ReasonDuplicateVote: true,
-	contracts.ReasonClosed: true, contracts.ReasonStaleArguments: true, contracts.ReasonDecisionNotAllowed: true,
-	contracts.ReasonMalformed: true, contracts.ReasonAlreadyClaimed: true, contracts.ReasonNotApproved: true,
-	contracts.ReasonOutOfOrder: true,
+}
+
+func init() {
+	// Every refusal reason (contracts.Reasons) is an API error code too.
+	for _, r := range contracts.Reasons() {
+		errorCodes[string(r)] = true
+	}
 }
 
 var fuzzMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch, http.MethodHead}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
 
 	"github.com/google/uuid"
@@ -92,8 +91,8 @@ func (in *inbox) postDecide(w http.ResponseWriter, r *http.Request, sess *sessio
 		case res.InFlight:
 			status, result = http.StatusAccepted, "Your vote was sent; the decision is still being recorded."
 		case res.Refused != "":
-			status, code = notifier.RefusalStatus(res.Refused), res.Refused
-			resultErr = "Your vote was refused: " + notifier.RefusalText(res.Refused) + "."
+			status, code = contracts.Reason(res.Refused).HTTPStatus(), res.Refused
+			resultErr = "Your vote was refused: " + contracts.Reason(res.Refused).Message() + "."
 			if res.Refused == contracts.ReasonInvalidArguments && res.Detail != "" {
 				if decision == contracts.DecisionEdit {
 					argsErr = res.Detail
@@ -168,7 +167,7 @@ func takeFlash(w http.ResponseWriter, r *http.Request, rec *contracts.Record) st
 		return "Your vote was sent; the decision is still being recorded."
 	}
 	decision, ok := strings.CutPrefix(c.Value, flashCounted)
-	if !ok || (!slices.Contains(decisions, decision) && decision != "decline") {
+	if !ok || (!contracts.ValidDecision(decision) && decision != "decline") {
 		return ""
 	}
 	result := "Your " + decision + " was counted."

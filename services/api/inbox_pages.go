@@ -528,7 +528,7 @@ func changeText(ch contracts.Changed, votes map[string]contracts.Vote) string {
 		}
 		return s
 	case contracts.ChangeVoteRefused:
-		return fmt.Sprintf("Vote by %s refused: %s", who, notifier.RefusalText(ch.Reason))
+		return fmt.Sprintf("Vote by %s refused: %s", who, contracts.Reason(ch.Reason).Message())
 	case contracts.ChangeReminded:
 		return fmt.Sprintf("Reminder %d due", ch.Step)
 	case contracts.ChangeEscalated:

@@ -13,7 +13,6 @@ import (
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/approval"
 	"github.com/countersign/countersign/events"
-	"github.com/countersign/countersign/notifier"
 )
 
 // arbiterWait is how long a vote or command waits for the arbiter's answer
@@ -50,33 +49,11 @@ type inFlightAnswer struct {
 // characters of A-Z, a-z, 0-9 and - _ . :
 func validClientID(id string) bool { return contracts.ValidClientID(id) }
 
-var refusalMessages = map[string]string{
-	contracts.ReasonNotAnApprover:      "you are not an approver of this request",
-	contracts.ReasonSelfApproval:       "the requester and owner of a request cannot approve it",
-	contracts.ReasonDecisionNotAllowed: "this decision is not allowed for this request",
-	contracts.ReasonClosed:             "this approval is already closed",
-	contracts.ReasonDuplicateVote:      "you have already voted on this request",
-	contracts.ReasonStaleArguments:     "the arguments changed since you looked at them; review them again",
-	contracts.ReasonInvalidArguments:   "the arguments or answer of this vote are not valid",
-	contracts.ReasonMalformed:          "the vote is malformed",
-	contracts.ReasonAlreadyClaimed:     "this approval was already claimed; the call must not run again",
-	contracts.ReasonNotApproved:        "this approval is not approved",
-	contracts.ReasonUnknownEvent:       "no such approval",
-	contracts.ReasonOutOfOrder:         "approvals of this request go in order, and it is not your turn yet",
-	contracts.ReasonTooLarge:           "the vote is too large",
-}
-
+// refusal answers a refused vote or command with its reason's one HTTP
+// status and message (contracts.Reason).
 func refusal(reason string) *apiError {
-	msg := refusalMessages[reason]
-	if msg == "" {
-		msg = "refused: " + reason
-	}
-	return &apiError{Status: notifier.RefusalStatus(reason), Code: reason, Message: msg}
-}
-
-var decisions = []string{
-	contracts.DecisionApprove, contracts.DecisionReject, contracts.DecisionEdit,
-	contracts.DecisionRespond, contracts.DecisionAnswer,
+	r := contracts.Reason(reason)
+	return &apiError{Status: r.HTTPStatus(), Code: reason, Message: r.Message()}
 }
 
 // limits is the size budget of the server the API publishes to.
