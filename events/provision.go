@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -164,7 +163,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig)
 	// retried until ctx ends.
 	for {
 		err := provision(ctx, js, cfg)
-		if err == nil || !strings.Contains(err.Error(), "no suitable peers") {
+		if err == nil || !noPeersYet(err) {
 			return err
 		}
 		select {
@@ -196,4 +195,15 @@ func provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig)
 		return fmt.Errorf("events: provision bucket %s: %w", contracts.BucketSessions, err)
 	}
 	return readsFromLeader(ctx, js, "KV_"+contracts.BucketSessions, cfg.Replicas)
+}
+
+// jsErrCodeClusterNoPeers is the JetStream API error a cluster answers when
+// it cannot place a stream's replicas ("no suitable peers for placement").
+const jsErrCodeClusterNoPeers jetstream.ErrorCode = 10005
+
+// noPeersYet reports whether err is the cluster refusing to place replicas
+// (by the JetStream error code, not the text).
+func noPeersYet(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeClusterNoPeers
 }

@@ -122,7 +122,7 @@ func (g *Gate) SubmitQuestion(ctx context.Context, run contracts.Run, q Question
 		q.Schema = DefaultAnswerSchema
 	}
 	if err := checkSchema(q.Schema); err != nil {
-		return Answer{}, fmt.Errorf("orchestrator: question.schema: %w", err)
+		return Answer{}, fieldErr(ErrInvalidSchema, "question.schema", err, "%s", err.Message)
 	}
 	if e := g.limits().CheckRequestFields(&contracts.ApprovalRequested{
 		Question: &contracts.Question{Text: q.Text, Schema: compactJSON(q.Schema)},
@@ -151,7 +151,7 @@ func (g *Gate) SubmitQuestion(ctx context.Context, run contracts.Run, q Question
 			return a, fmt.Errorf("orchestrator: record %s is unreadable: %w", eventID, err)
 		}
 		if rec.Request.Kind != contracts.KindHumanInput || rec.Request.Question == nil || rec.Request.Question.Text != q.Text {
-			return a, fmt.Errorf("orchestrator: %w", ErrArgumentsChanged)
+			return a, fieldErr(ErrArgumentsChanged, "id", nil, "the run and question id were already used for another question")
 		}
 		if rec.Terminal() {
 			return AnswerFor(&rec), nil
@@ -219,12 +219,12 @@ func AnswerFor(rec *contracts.Record) Answer {
 }
 
 // checkSchema checks an optional JSON Schema.
-func checkSchema(raw json.RawMessage) error {
+func checkSchema(raw json.RawMessage) *Error {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return nil
 	}
 	if err := approval.CompileSchema(raw); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidSchema, err)
+		return fieldErr(ErrInvalidSchema, "", err, "%v", err)
 	}
 	return nil
 }

@@ -45,24 +45,11 @@ func RefusedReason(refusal string) string {
 		"): it does not match the policy in force, so it was not run. Tell an operator."
 }
 
-// Errors a caller can branch on.
-var (
-	// ErrArgumentsChanged: a review re-used run and tool call ids with other arguments.
-	ErrArgumentsChanged = errors.New("arguments_changed: the run and tool call ids were already reviewed with other arguments")
-	// ErrInvalidArguments: tool call arguments are not a JSON object.
-	ErrInvalidArguments = errors.New("invalid_arguments: tool call arguments must be a JSON object")
-	// ErrAlreadyExecuted: the approval was already claimed by another execution.
-	ErrAlreadyExecuted = errors.New("already_executed: this approval was already claimed")
-	// ErrNotApproved: a permit was claimed for a record that is not approved for these arguments.
-	ErrNotApproved = errors.New("not_approved: no approval for these arguments")
-	// ErrInvalidSchema: a tool's or a question's JSON Schema is not a usable
-	// schema (not an object, does not compile, or refers to other documents).
-	ErrInvalidSchema = errors.New("invalid_schema: not a usable JSON Schema")
-	// ErrTooLarge: arguments, a schema or a question do not fit the size
-	// budget the server's max payload allows (contracts.Limits); nothing
-	// was published. It is contracts.ErrTooLarge, code too_large.
-	ErrTooLarge = contracts.ErrTooLarge
-)
+// ErrTooLarge: arguments, a schema or a question do not fit the size budget
+// the server's max payload allows (contracts.Limits); nothing was
+// published. It is contracts.ErrTooLarge (code too_large): match it with
+// errors.Is, and read the field with errors.As on *contracts.FieldError.
+var ErrTooLarge = contracts.ErrTooLarge
 
 // EventNamespace is the UUIDv5 namespace of derived event ids.
 var EventNamespace = uuid.MustParse("886a1d92-e7fc-5f25-afdd-55b3e40e8255")
@@ -321,20 +308,20 @@ func (g *Gate) Submit(ctx context.Context, run contracts.Run, calls []ToolCall) 
 	// leaves the calls before it half submitted.
 	for i, c := range calls {
 		if c.Name == "" {
-			return nil, fmt.Errorf("orchestrator: tool_calls[%d].name is required", i)
+			return nil, fieldErr(ErrInvalidField, fmt.Sprintf("tool_calls[%d].name", i), nil, "tool_calls[%d].name is required", i)
 		}
 		if c.ID != "" {
 			if seen[c.ID] {
-				return nil, fmt.Errorf("orchestrator: tool_calls[%d].id %q is used twice", i, c.ID)
+				return nil, fieldErr(ErrInvalidField, fmt.Sprintf("tool_calls[%d].id", i), nil, "tool_calls[%d].id %q is used twice", i, c.ID)
 			}
 			seen[c.ID] = true
 		}
 		args, sha, err := canonicalArgs(c.Arguments)
 		if err != nil {
-			return nil, fmt.Errorf("orchestrator: tool_calls[%d]: %w", i, err)
+			return nil, fieldErr(ErrInvalidArguments, fmt.Sprintf("tool_calls[%d].arguments", i), err, "%s", err.Message)
 		}
 		if err := checkSchema(c.Schema); err != nil {
-			return nil, fmt.Errorf("orchestrator: tool_calls[%d].schema: %w", i, err)
+			return nil, fieldErr(ErrInvalidSchema, fmt.Sprintf("tool_calls[%d].schema", i), err, "%s", err.Message)
 		}
 		if e := lim.CheckRequestFields(&contracts.ApprovalRequested{
 			ToolCall: &contracts.ToolCall{Arguments: args}, ToolSchema: compactJSON(c.Schema),
@@ -366,7 +353,7 @@ func (g *Gate) Submit(ctx context.Context, run contracts.Run, calls []ToolCall) 
 
 // canonicalArgs checks that raw is a JSON object and returns its canonical
 // form and hash. Missing arguments are an empty object.
-func canonicalArgs(raw json.RawMessage) (json.RawMessage, string, error) {
+func canonicalArgs(raw json.RawMessage) (json.RawMessage, string, *Error) {
 	trimmed := strings.TrimSpace(string(raw))
 	if trimmed == "" || trimmed == "null" {
 		raw = json.RawMessage(`{}`)
@@ -375,11 +362,11 @@ func canonicalArgs(raw json.RawMessage) (json.RawMessage, string, error) {
 	}
 	canon, err := contracts.Canonicalize(raw)
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: %v", ErrInvalidArguments, err)
+		return nil, "", fieldErr(ErrInvalidArguments, "", err, "tool call arguments must be a JSON object: %v", err)
 	}
 	sha, err := contracts.ArgumentsSHA256(canon)
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: %v", ErrInvalidArguments, err)
+		return nil, "", fieldErr(ErrInvalidArguments, "", err, "tool call arguments must be a JSON object: %v", err)
 	}
 	return canon, sha, nil
 }

@@ -82,13 +82,10 @@ func (s *Server) postQuestions(w http.ResponseWriter, r *http.Request) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
 	a, err := s.cfg.Gate.SubmitQuestion(sctx, req.Run.contractRun(), q)
 	cancel()
+	var oe *orchestrator.Error
 	switch {
-	case errors.Is(err, orchestrator.ErrArgumentsChanged):
-		writeError(w, fieldError(http.StatusConflict, CodeArgumentsChanged, "id",
-			"the run and question id were already used for another question"))
-		return
-	case errors.Is(err, orchestrator.ErrInvalidSchema):
-		writeError(w, fieldError(http.StatusBadRequest, CodeInvalidSchema, "question.schema", "%s", strings.TrimPrefix(err.Error(), "orchestrator: ")))
+	case errors.As(err, &oe):
+		writeError(w, gateError(oe))
 		return
 	case errors.Is(err, orchestrator.ErrTooLarge):
 		writeError(w, tooLargeError(err, "question"))

@@ -117,16 +117,10 @@ func (s *Server) postReviews(w http.ResponseWriter, r *http.Request) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
 	verdicts, err := s.cfg.Gate.Submit(sctx, run, calls)
 	cancel()
+	var oe *orchestrator.Error
 	switch {
-	case errors.Is(err, orchestrator.ErrArgumentsChanged):
-		writeError(w, errorf(http.StatusConflict, CodeArgumentsChanged,
-			"%s", strings.TrimPrefix(err.Error(), "orchestrator: ")))
-		return
-	case errors.Is(err, orchestrator.ErrInvalidSchema):
-		writeError(w, errorf(http.StatusBadRequest, CodeInvalidSchema, "%s", strings.TrimPrefix(err.Error(), "orchestrator: ")))
-		return
-	case errors.Is(err, orchestrator.ErrInvalidArguments):
-		writeError(w, errorf(http.StatusBadRequest, CodeInvalidArguments, "%s", strings.TrimPrefix(err.Error(), "orchestrator: ")))
+	case errors.As(err, &oe):
+		writeError(w, gateError(oe))
 		return
 	case errors.Is(err, orchestrator.ErrTooLarge):
 		writeError(w, tooLargeError(err, "tool_calls"))
@@ -303,12 +297,21 @@ func (s *Server) awaitVerdicts(ctx context.Context, verdicts []orchestrator.Verd
 	}
 }
 
+// gateError answers an error of the gate with its code, field and message.
+func gateError(e *orchestrator.Error) *apiError {
+	status := http.StatusBadRequest
+	if e.Code == CodeArgumentsChanged {
+		status = http.StatusConflict
+	}
+	return fieldError(status, e.Code, e.Field, "%s", e.Message)
+}
+
 // tooLargeError is the answer to a request the gate found too large for
 // the size budget (after the per-field checks, only a whole request can
 // be: its record with room for every terminal state).
 func tooLargeError(err error, field string) *apiError {
+	msg := "it does not fit the size budget of the server's max payload"
 	var e *contracts.FieldError
-	msg := strings.TrimPrefix(err.Error(), "orchestrator: ")
 	if errors.As(err, &e) {
 		msg = e.Message
 	}
