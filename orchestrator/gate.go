@@ -138,22 +138,40 @@ type Gate struct {
 	ownWait bool
 }
 
+func (c *Config) setDefaults() {
+	if c.Policy == nil {
+		c.Policy = StaticPolicy{P: policy.Default()}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Retention == 0 {
+		c.Retention = events.DefaultRetention
+	}
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.JS == nil {
+		errs = append(errs, errors.New("orchestrator: Config.JS is required"))
+	}
+	if c.Retention < 0 {
+		errs = append(errs, fmt.Errorf("orchestrator: Config.Retention must be positive, got %s", c.Retention))
+	}
+	if p, ok := c.Policy.(StaticPolicy); ok && p.P == nil {
+		errs = append(errs, errors.New("orchestrator: Config.Policy is a StaticPolicy without a policy"))
+	}
+	return errors.Join(errs...)
+}
+
 // NewGate returns a Gate. The streams and bucket must exist (events.Provision).
 func NewGate(ctx context.Context, cfg Config) (*Gate, error) {
-	if cfg.JS == nil {
-		return nil, errors.New("orchestrator: Config.JS is required")
-	}
-	if cfg.Policy == nil {
-		cfg.Policy = StaticPolicy{P: policy.Default()}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Retention == 0 {
-		cfg.Retention = events.DefaultRetention
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	kv, err := cfg.JS.KeyValue(ctx, contracts.BucketApprovals)
 	if err != nil {
@@ -202,8 +220,11 @@ func (g *Gate) Review(ctx context.Context, run contracts.Run, calls []ToolCall) 
 }
 
 // ReviewAsync submits the calls and calls done once with every verdict, or
-// with ctx's error if ctx ends first. It starts no goroutine per call: a
-// runtime can hold any number of pending reviews cheaply.
+// with ctx's error if ctx ends first. It starts no goroutine while a review
+// waits: a runtime can hold any number of pending reviews cheaply. done runs
+// on a goroutine of its own once the review is over (on the caller's when
+// nothing had to wait), so a slow or blocking done never holds up other
+// waits.
 func (g *Gate) ReviewAsync(ctx context.Context, run contracts.Run, calls []ToolCall, done func([]Verdict, error)) error {
 	verdicts, err := g.Submit(ctx, run, calls)
 	if err != nil {
@@ -238,10 +259,10 @@ func (g *Gate) ReviewAsync(ctx context.Context, run contracts.Run, calls []ToolC
 			stop()
 		}
 		if err != nil {
-			done(nil, err)
+			go done(nil, err)
 			return
 		}
-		done(verdicts, nil)
+		go done(verdicts, nil)
 	}
 	for i := range verdicts {
 		if verdicts[i].Verdict != VerdictPending {

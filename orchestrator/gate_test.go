@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
@@ -402,5 +403,78 @@ rules:
 	}
 	if v[0].Verdict != orchestrator.VerdictExpired || v[0].Reason == "" || v[0].Permit != nil {
 		t.Fatalf("verdict %+v, want expired with a reason and no permit", v[0])
+	}
+}
+
+// The waiter follows reconnects of the caller's connection without
+// replacing the caller's own reconnect handler, set before or after.
+func TestWaiterKeepsTheCallersReconnectHandlers(t *testing.T) {
+	srv := eventstest.NewServer(t)
+	srv.Provision(srv.JetStream())
+	before, after := make(chan struct{}, 1), make(chan struct{}, 1)
+	nc := srv.ConnectAs(embedded.RoleOrchestrator, nats.ReconnectHandler(func(*nats.Conn) {
+		select {
+		case before <- struct{}{}:
+		default:
+		}
+	}))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := orchestrator.NewWaiter(context.Background(), js, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	nc.SetReconnectHandler(func(*nats.Conn) {
+		select {
+		case before <- struct{}{}:
+		default:
+		}
+		select {
+		case after <- struct{}{}:
+		default:
+		}
+	})
+	srv.Restart()
+	for _, ch := range []chan struct{}{before, after} {
+		select {
+		case <-ch:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the caller's reconnect handler was not called after a server restart")
+		}
+	}
+}
+
+// A ReviewAsync callback that blocks holds up nothing else: here the first
+// review's callback waits for the second's, which could never run if
+// callbacks ran on the waiter's dispatch loop.
+func TestReviewAsyncCallbackNeverStallsOtherWaits(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	first := orchestrator.ToolCall{ID: "slow-cb", Name: "payments.send", Arguments: json.RawMessage(`{"amount":1}`)}
+	second := orchestrator.ToolCall{ID: "fast-cb", Name: "payments.send", Arguments: json.RawMessage(`{"amount":2}`)}
+	secondDone, firstDone := make(chan struct{}), make(chan struct{})
+	if err := e.gate.ReviewAsync(ctx, run, []orchestrator.ToolCall{first}, func([]orchestrator.Verdict, error) {
+		<-secondDone // blocks until the other review's callback has run
+		close(firstDone)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.gate.ReviewAsync(ctx, run, []orchestrator.ToolCall{second}, func([]orchestrator.Verdict, error) {
+		close(secondDone)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []orchestrator.ToolCall{first, second} {
+		id := orchestrator.EventID(run, c.ID)
+		e.waitRecord(t, id, pending)
+		e.vote(t, id, "dave", contracts.DecisionApprove, "")
+	}
+	select {
+	case <-firstDone:
+	case <-time.After(20 * time.Second):
+		t.Fatal("a blocked ReviewAsync callback stalled another review's callback")
 	}
 }

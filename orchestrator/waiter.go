@@ -37,6 +37,10 @@ type Waiter struct {
 	watcher jetstream.KeyWatcher
 	closed  bool
 	running sync.WaitGroup
+
+	// statuses tells of reconnects of nc without touching its handlers.
+	nc       *nats.Conn
+	statuses chan nats.Status
 }
 
 type wait struct {
@@ -61,15 +65,17 @@ func NewWaiter(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*
 	}
 	// After a reconnect the watch is replaced at once and every pending wait
 	// re-reads its record, instead of waiting for the old watch to notice
-	// missed heartbeats.
+	// missed heartbeats. A status listener leaves the handlers of the
+	// connection, which the caller owns, as they are.
 	nc := js.Conn()
-	prev := nc.Opts.ReconnectedCB
-	nc.SetReconnectHandler(func(c *nats.Conn) {
-		if prev != nil {
-			prev(c)
+	w.statuses, w.nc = nc.StatusChanged(nats.CONNECTED), nc
+	w.running.Add(1)
+	go func() {
+		defer w.running.Done()
+		for range w.statuses {
+			w.reconnected()
 		}
-		go w.Reconnected()
-	})
+	}()
 	return w, nil
 }
 
@@ -97,19 +103,20 @@ func (w *Waiter) startWatch(ctx context.Context) error {
 	return nil
 }
 
-// Reconnected renews the watch and re-reads every pending wait's record.
+// reconnected renews the watch and re-reads every pending wait's record.
 // It is called on reconnects of the waiter's connection.
-func (w *Waiter) Reconnected() {
+func (w *Waiter) reconnected() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := w.startWatch(ctx); err != nil {
 		w.log.Warn("renewing the approvals watch failed; the old watch recovers on its own", "err", err)
 	}
-	w.Recheck(ctx)
+	w.recheck(ctx)
 }
 
 // Close stops the watch. Pending waits are never called again.
 func (w *Waiter) Close() error {
+	w.nc.RemoveStatusListener(w.statuses) // closes the channel: the listener ends
 	w.watchMu.Lock()
 	w.closed = true
 	var err error
@@ -233,10 +240,10 @@ func (w *Waiter) Pending() int {
 	return n
 }
 
-// Recheck reads the record of every pending wait again. Call it after the
+// recheck reads the record of every pending wait again. Call it after the
 // NATS connection reconnected: the watch resumes where it stopped, and this
 // closes any gap while the connection was down.
-func (w *Waiter) Recheck(ctx context.Context) {
+func (w *Waiter) recheck(ctx context.Context) {
 	w.mu.Lock()
 	keys := make([]string, 0, len(w.waits))
 	for k := range w.waits {
