@@ -1141,12 +1141,12 @@ func seedHeader(required int, approvers []int, flags byte, requester, owner int,
 }
 
 func seedVote(dt, approver, decision, argIdx, sha int) []byte {
-	return []byte{byte(dt<<4 | 0), byte(approver), byte(decision), byte(argIdx | sha<<3 | 0<<5)}
+	return []byte{byte(dt << 4), byte(approver), byte(decision), byte(argIdx | sha<<3)} // low bits of byte 0 and bits 5-7 of byte 3: zero
 }
 
 // seedAnswer is an answer vote; action 0..2 is accept, decline, cancel.
 func seedAnswer(dt, approver, argIdx, action int) []byte {
-	return []byte{byte(dt<<4 | 0), byte(approver), dAnswer, byte(argIdx | action<<5)}
+	return []byte{byte(dt << 4), byte(approver), dAnswer, byte(argIdx | action<<5)}
 }
 
 // seedRevote re-sends the vote id back ids ago with another body.

@@ -10,7 +10,6 @@ var (
 	quorum           = approvaltest.Quorum
 	noVeto           = approvaltest.NoVeto
 	anyApprover      = approvaltest.AnyApprover
-	allowSelf        = approvaltest.AllowSelf
 	onTimeoutApprove = approvaltest.OnTimeoutApprove
 	humanInput       = approvaltest.HumanInput
 	vote             = approvaltest.Vote

@@ -64,7 +64,8 @@ func lockDataDir(dir string) (release func(), err error) {
 		return nil, fmt.Errorf("serve: lock %s: %w", path, err)
 	}
 	data, _ := json.Marshal(lockInfo{PID: os.Getpid()})
-	if err := f.Truncate(0); err == nil {
+	err = f.Truncate(0)
+	if err == nil {
 		_, err = f.WriteAt(append(data, '\n'), 0)
 	}
 	if err != nil {
