@@ -23,20 +23,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/events/embedded"
-	"github.com/countersign/countersign/notifier/dispatch"
-	"github.com/countersign/countersign/notifier/email"
-	"github.com/countersign/countersign/notifier/slack"
 	"github.com/countersign/countersign/orchestrator"
-	"github.com/countersign/countersign/orchestrator/directory"
 	"github.com/countersign/countersign/orchestrator/policy"
 	"github.com/countersign/countersign/services/api"
-	"github.com/countersign/countersign/services/arbiter"
 )
 
 // Files serve keeps under the data directory.
@@ -244,18 +238,9 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 		return err
 	}
 	defer unlock()
-	pol := policy.Default()
-	var polSource []byte
-	if cfg.Policy != "" {
-		src, err := os.ReadFile(cfg.Policy)
-		if err != nil {
-			return fmt.Errorf("serve: policy: %w", err)
-		}
-		p, err := policy.Parse(src)
-		if err != nil {
-			return fmt.Errorf("serve: policy %s: %w", cfg.Policy, err)
-		}
-		pol, polSource = p, src
+	pol, polSource, err := readPolicyFile(cfg.Policy)
+	if err != nil {
+		return err
 	}
 	cs, err := connect(cfg, log)
 	if err != nil {
@@ -267,253 +252,46 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	adminJS, err := jetstream.New(cs.admin)
-	if err != nil {
+	if err := provisionIfAsked(pctx, cfg, cs, log); err != nil {
 		return err
 	}
-	if cfg.NATS.Provision == "true" || (cfg.NATS.Provision == "auto" && cfg.NATS.URL == "") {
-		replicas := cfg.NATS.Replicas
-		if replicas == 0 {
-			replicas = autoReplicas(cs.admin)
-		}
-		log.Info("provisioning streams and buckets", "replicas", replicas)
-		if err := events.Provision(pctx, adminJS, events.ProvisionConfig{Replicas: replicas, Retention: cfg.retention}); err != nil {
-			return fmt.Errorf("%w (provisioning needs the admin user; role users run with provision false)", err)
-		}
-	}
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	deadLetters := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "countersign_dead_letters_total", Help: "Messages copied to a dead-letter subject, by stream and reason.",
-	}, []string{"stream", "reason"})
-	reg.MustRegister(deadLetters, cs.denied.denied)
-	onDeadLetter := func(stream, reason string) { deadLetters.WithLabelValues(stream, reason).Inc() }
-
-	var wg sync.WaitGroup
 	runCtx, cancelRun := context.WithCancel(ctx)
-	defer func() { cancelRun(); wg.Wait() }()
-	errc := make(chan error, 4)
-
-	var dir directory.Source // stays a nil interface without a directory
-	var dirWatch *directory.Watcher
-	if cfg.Directory != "" && (cfg.has(roleAPI) || cfg.has(roleNotifier)) {
-		dirWatch, err = directory.Watch(runCtx, directory.WatchConfig{
-			Path: cfg.Directory, Signals: []os.Signal{syscall.SIGHUP}, Logger: log.With("role", "directory"),
-		})
-		if err != nil {
-			return fmt.Errorf("serve: %w", err)
-		}
-		defer dirWatch.Close()
-		dir = dirWatch
-	}
-	var ln net.Listener
-	url := ""
-	if cfg.has(roleAPI) {
-		if ln, err = net.Listen("tcp", cfg.Addr); err != nil {
-			return fmt.Errorf("serve: listen %s: %w", cfg.Addr, err)
-		}
-		defer ln.Close()
-		url = "http://" + ln.Addr().String()
-	}
-	publicURL := cfg.PublicURL
-	if publicURL == "" {
-		publicURL = url
-		if publicURL == "" {
-			publicURL = "http://" + cfg.Addr
-		}
-	}
-	publicURL = strings.TrimRight(publicURL, "/")
-	parts, err := buildChannels(cfg, publicURL, log)
-	if err != nil {
+	n := &node{cfg: cfg, log: log, cs: cs, pol: pol, polSource: polSource, runCtx: runCtx, errc: make(chan error, 4)}
+	defer func() { cancelRun(); n.wg.Wait(); n.close() }()
+	if err := n.prepare(pctx); err != nil {
 		return err
 	}
-	who := people{src: dir}
-
 	// The backlog of the durable consumers this process runs, one
 	// collector for all of them.
 	var lagged []events.Consumer
 	if cfg.has(roleNotifier) {
-		js, err := jetstream.New(cs.notifier)
+		c, err := n.startNotifier(pctx)
 		if err != nil {
 			return err
 		}
-		lagged = append(lagged,
-			events.Consumer{JS: js, Stream: contracts.StreamRequests, Durable: dispatch.DurableRequests},
-			events.Consumer{JS: js, Stream: contracts.StreamEvents, Durable: dispatch.DurableDecided},
-			events.Consumer{JS: js, Stream: contracts.StreamEvents, Durable: dispatch.DurableChanges})
-		retry, err := cfg.Notify.Retry.policy()
-		if err != nil {
-			return err
-		}
-		d, err := dispatch.New(pctx, dispatch.Config{
-			JS: js, Channels: parts.channels, People: who, Endpoints: parts.endpoints, Retry: retry,
-			Logger: log.With("role", "notifier"), Registerer: reg, OnDeadLetter: onDeadLetter,
-		})
-		if err != nil {
-			return err
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := d.Run(runCtx); err != nil {
-				errc <- fmt.Errorf("notifier: %w", err)
-			}
-		}()
+		lagged = append(lagged, c...)
 	}
-
 	if cfg.has(roleArbiter) {
-		js, err := jetstream.New(cs.arbiter)
+		c, err := n.startArbiter(pctx)
 		if err != nil {
 			return err
 		}
-		lagged = append(lagged,
-			events.Consumer{JS: js, Stream: contracts.StreamRequests, Durable: arbiter.DurableRequests},
-			events.Consumer{JS: js, Stream: contracts.StreamResolutions, Durable: arbiter.DurableResolutions},
-			events.Consumer{JS: js, Stream: contracts.StreamTimers, Durable: arbiter.DurableTimers})
-		// The arbiter checks each request against the policy version it
-		// names: applied versions are read from hitl_policy (the API seeds
-		// --policy there), the built-in default is known, and the file given
-		// to this process is trusted as well, for an arbiter that starts
-		// before any API has seeded it.
-		var trusted arbiter.Policies
-		if polSource != nil {
-			trusted = arbiter.Policies{pol}
-		}
-		arb, err := arbiter.New(pctx, arbiter.Config{
-			JS: js, Logger: log.With("role", "arbiter"), Registerer: reg,
-			Retention: cfg.retention, OnDeadLetter: onDeadLetter, Policies: trusted,
-		})
-		if err != nil {
-			return err
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := arb.Run(runCtx); err != nil {
-				errc <- fmt.Errorf("arbiter: %w", err)
-			}
-		}()
+		lagged = append(lagged, c...)
 	}
-
 	if len(lagged) > 0 {
 		// Each consumer is read through its own role's connection: the
 		// roles may describe only their own consumers.
-		reg.MustRegister(events.NewLagCollector(lagged...))
+		n.reg.MustRegister(events.NewLagCollector(lagged...))
 		if err := awaitConsumers(pctx, lagged, cs.denied, cfg.Roles); err != nil {
 			return err
 		}
 	}
-
 	if cfg.has(roleAPI) {
-		tokens, devToken, err := apiTokens(cfg, log)
-		if err != nil {
+		if err := n.startAPI(pctx, out); err != nil {
 			return err
 		}
-		js, err := jetstream.New(cs.api)
-		if err != nil {
-			return err
-		}
-		waiter, err := orchestrator.NewWaiter(pctx, js, log.With("role", "waiter"))
-		if err != nil {
-			return err
-		}
-		defer waiter.Close()
-		if polSource != nil {
-			if err := seedPolicy(pctx, js, polSource, cfg.Policy, log); err != nil {
-				return err
-			}
-		}
-		policies, err := orchestrator.OpenPolicyStore(pctx, orchestrator.PolicyStoreConfig{
-			JS: js, Fallback: pol, Logger: log.With("role", "orchestrator"),
-		})
-		if err != nil {
-			return err
-		}
-		defer policies.Close()
-		gate, err := orchestrator.NewGate(pctx, orchestrator.Config{
-			JS: js, Policy: policies, Waiter: waiter, Directory: dir,
-			Logger: log.With("role", "orchestrator"), Retention: cfg.retention,
-		})
-		if err != nil {
-			return err
-		}
-		nc := cs.api
-		srv, err := api.New(pctx, api.Config{
-			JS: js, Gate: gate, Waiter: waiter, Policies: policies, Tokens: tokens, Directory: dir, Logger: log.With("role", "api"),
-			Registerer: reg, Gatherer: reg,
-			Ready: func(context.Context) error {
-				if !nc.IsConnected() {
-					return errors.New("NATS is not connected")
-				}
-				return nil
-			},
-		})
-		if err != nil {
-			return err
-		}
-		defer srv.Close()
-		var slackH, emailH http.Handler
-		if parts.slackCfg != nil {
-			sc := *parts.slackCfg
-			sc.Resolver, sc.Users = srv.Resolver(), who.slackUsers
-			h, err := slack.NewInteractions(sc)
-			if err != nil {
-				return fmt.Errorf("serve: slack interactions: %w", err)
-			}
-			defer h.Wait()
-			slackH = h
-		}
-		if parts.links != nil {
-			h, err := email.NewPages(email.PagesConfig{Links: parts.links, Resolver: srv.Resolver(), Logger: log.With("channel", "email")})
-			if err != nil {
-				return fmt.Errorf("serve: email pages: %w", err)
-			}
-			emailH = h
-		}
-		serveHTTP(runCtx, &wg, errc, ln, channelRoutes(srv.Handler(), slackH, emailH))
-		info := serveInfo{URL: url, NATSURL: cs.natsURL, PID: os.Getpid()}
-		if err := writeJSON(filepath.Join(cfg.Data, fileServe), info, 0o600); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "Countersign is running.\n")
-		fmt.Fprintf(out, "  Inbox:          %s/  (sign in with a token)\n", url)
-		fmt.Fprintf(out, "  API:            %s/v1  (OpenAPI at %s/openapi.json)\n", url, url)
-		if cs.natsURL != "" {
-			fmt.Fprintf(out, "  NATS:           %s (credentials in %s)\n", cs.natsURL, filepath.Join(cfg.Data, fileResolver))
-		}
-		if devToken != "" {
-			fmt.Fprintf(out, "  Dev token:      %s\n", devToken)
-			fmt.Fprintf(out, "                  (shown once; kept in %s, mode 0600, for the CLI on this machine)\n", filepath.Join(cfg.Data, fileDevToken))
-		} else if len(cfg.Tokens) == 0 {
-			fmt.Fprintf(out, "  Dev token:      in %s\n", filepath.Join(cfg.Data, fileDevToken))
-		}
-		if dirWatch != nil {
-			d := dirWatch.Current()
-			fmt.Fprintf(out, "  Directory:      %s (%d users, %d groups; reloaded when it changes and on SIGHUP)\n", cfg.Directory, d.Len(), len(d.Groups()))
-		}
-		if cfg.has(roleNotifier) {
-			if len(parts.summary) == 0 {
-				fmt.Fprintf(out, "  Notifications:  none configured (add notify: to the config; see README)\n")
-			} else {
-				fmt.Fprintf(out, "  Notifications:  %s (links to %s)\n", strings.Join(parts.summary, "; "), publicURL)
-			}
-		}
-		if doc, _, ok := policies.Live(); ok {
-			fmt.Fprintf(out, "  Policy:         version %s, live (applied by %s; change it with 'countersign policy apply FILE')\n", doc.Version, doc.AppliedBy)
-		} else {
-			fmt.Fprintf(out, "  Policy:         %s (version %s)\n", policyName(cfg.Policy), pol.Version())
-		}
-	} else {
-		// Roles without the API still answer health checks and serve their
-		// metrics, on the same address.
-		ln, err := net.Listen("tcp", cfg.Addr)
-		if err != nil {
-			return fmt.Errorf("serve: listen %s: %w", cfg.Addr, err)
-		}
-		serveHTTP(runCtx, &wg, errc, ln, healthHandler(cs, reg))
-		fmt.Fprintf(out, "Countersign is running roles %s.\n", strings.Join(cfg.Roles, ","))
-		fmt.Fprintf(out, "  Health:         http://%s/healthz, /readyz, /metrics\n", ln.Addr())
+	} else if err := n.startHealth(out); err != nil {
+		return err
 	}
 	// Every role has started: a refusal from now on degrades the one
 	// request path that met it (503 with a code), counted and logged.
@@ -524,9 +302,47 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 	case <-ctx.Done():
 		log.Info("shutting down")
 		return nil
-	case err := <-errc:
+	case err := <-n.errc:
 		return err
 	}
+}
+
+// readPolicyFile reads and parses the policy file given to serve, or
+// returns the built-in default (every call requires approval) without one.
+func readPolicyFile(path string) (*policy.Policy, []byte, error) {
+	if path == "" {
+		return policy.Default(), nil, nil
+	}
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("serve: policy: %w", err)
+	}
+	p, err := policy.Parse(src)
+	if err != nil {
+		return nil, nil, fmt.Errorf("serve: policy %s: %w", path, err)
+	}
+	return p, src, nil
+}
+
+// provisionIfAsked creates or updates the streams and buckets as admin when
+// the configuration says so (by default only with the embedded server).
+func provisionIfAsked(ctx context.Context, cfg serveConfig, cs *conns, log *slog.Logger) error {
+	if !(cfg.NATS.Provision == "true" || (cfg.NATS.Provision == "auto" && cfg.NATS.URL == "")) {
+		return nil
+	}
+	adminJS, err := jetstream.New(cs.admin)
+	if err != nil {
+		return err
+	}
+	replicas := cfg.NATS.Replicas
+	if replicas == 0 {
+		replicas = autoReplicas(cs.admin)
+	}
+	log.Info("provisioning streams and buckets", "replicas", replicas)
+	if err := events.Provision(ctx, adminJS, events.ProvisionConfig{Replicas: replicas, Retention: cfg.retention}); err != nil {
+		return fmt.Errorf("%w (provisioning needs the admin user; role users run with provision false)", err)
+	}
+	return nil
 }
 
 // serveHTTP serves h on ln until ctx ends, then shuts the server down

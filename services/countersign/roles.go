@@ -1,0 +1,310 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/events"
+	"github.com/countersign/countersign/notifier/dispatch"
+	"github.com/countersign/countersign/notifier/email"
+	"github.com/countersign/countersign/notifier/slack"
+	"github.com/countersign/countersign/orchestrator"
+	"github.com/countersign/countersign/orchestrator/directory"
+	"github.com/countersign/countersign/orchestrator/policy"
+	"github.com/countersign/countersign/services/api"
+	"github.com/countersign/countersign/services/arbiter"
+)
+
+// node is what the roles of one serve process share: the configuration,
+// the role connections, the metrics registry, the approver directory, the
+// notification channels and the lifetime of the role loops. Each role has a
+// start function; what a role opens is closed by close, in reverse order.
+type node struct {
+	cfg       serveConfig
+	log       *slog.Logger
+	cs        *conns
+	pol       *policy.Policy // the policy file's, or the built-in default
+	polSource []byte         // the policy file's text (nil without one)
+
+	reg          *prometheus.Registry
+	onDeadLetter func(stream, reason string)
+	dirWatch     *directory.Watcher
+	dir          directory.Source // stays a nil interface without a directory
+	who          people
+	ln           net.Listener // the HTTP listener of the API
+	url          string       // http:// address of ln
+	publicURL    string       // where links in notifications point
+	parts        *notifierParts
+
+	runCtx  context.Context
+	wg      sync.WaitGroup
+	errc    chan error
+	closers []func()
+}
+
+// close closes what the roles opened, last first.
+func (n *node) close() {
+	for i := len(n.closers) - 1; i >= 0; i-- {
+		n.closers[i]()
+	}
+}
+
+// run runs a role's loop until the process stops; an error ends serve.
+func (n *node) run(role string, loop func(context.Context) error) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		if err := loop(n.runCtx); err != nil {
+			n.errc <- fmt.Errorf("%s: %w", role, err)
+		}
+	}()
+}
+
+// prepare sets up what several roles share: metrics, the directory, the
+// API's listener (its address is in notification links) and the channels.
+func (n *node) prepare(ctx context.Context) error {
+	n.reg = prometheus.NewRegistry()
+	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	deadLetters := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "countersign_dead_letters_total", Help: "Messages copied to a dead-letter subject, by stream and reason.",
+	}, []string{"stream", "reason"})
+	n.reg.MustRegister(deadLetters, n.cs.denied.denied)
+	n.onDeadLetter = func(stream, reason string) { deadLetters.WithLabelValues(stream, reason).Inc() }
+
+	cfg := n.cfg
+	if cfg.Directory != "" && (cfg.has(roleAPI) || cfg.has(roleNotifier)) {
+		w, err := directory.Watch(n.runCtx, directory.WatchConfig{
+			Path: cfg.Directory, Signals: []os.Signal{syscall.SIGHUP}, Logger: n.log.With("role", "directory"),
+		})
+		if err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+		n.closers = append(n.closers, func() { w.Close() })
+		n.dirWatch, n.dir = w, w
+	}
+	n.who = people{src: n.dir}
+	if cfg.has(roleAPI) {
+		ln, err := net.Listen("tcp", cfg.Addr)
+		if err != nil {
+			return fmt.Errorf("serve: listen %s: %w", cfg.Addr, err)
+		}
+		n.closers = append(n.closers, func() { ln.Close() })
+		n.ln, n.url = ln, "http://"+ln.Addr().String()
+	}
+	n.publicURL = cfg.PublicURL
+	if n.publicURL == "" {
+		n.publicURL = n.url
+		if n.publicURL == "" {
+			n.publicURL = "http://" + cfg.Addr
+		}
+	}
+	n.publicURL = strings.TrimRight(n.publicURL, "/")
+	parts, err := buildChannels(cfg, n.publicURL, n.log)
+	if err != nil {
+		return err
+	}
+	n.parts = parts
+	return nil
+}
+
+// startNotifier starts the notifier role and returns its durable consumers.
+func (n *node) startNotifier(ctx context.Context) ([]events.Consumer, error) {
+	js, err := jetstream.New(n.cs.notifier)
+	if err != nil {
+		return nil, err
+	}
+	retry, err := n.cfg.Notify.Retry.policy()
+	if err != nil {
+		return nil, err
+	}
+	d, err := dispatch.New(ctx, dispatch.Config{
+		JS: js, Channels: n.parts.channels, People: n.who, Endpoints: n.parts.endpoints, Retry: retry,
+		Logger: n.log.With("role", "notifier"), Registerer: n.reg, OnDeadLetter: n.onDeadLetter,
+	})
+	if err != nil {
+		return nil, err
+	}
+	n.run("notifier", d.Run)
+	return []events.Consumer{
+		{JS: js, Stream: contracts.StreamRequests, Durable: dispatch.DurableRequests},
+		{JS: js, Stream: contracts.StreamEvents, Durable: dispatch.DurableDecided},
+		{JS: js, Stream: contracts.StreamEvents, Durable: dispatch.DurableChanges},
+	}, nil
+}
+
+// startArbiter starts the arbiter role and returns its durable consumers.
+func (n *node) startArbiter(ctx context.Context) ([]events.Consumer, error) {
+	js, err := jetstream.New(n.cs.arbiter)
+	if err != nil {
+		return nil, err
+	}
+	// The arbiter checks each request against the policy version it names:
+	// applied versions are read from hitl_policy (the API seeds --policy
+	// there), the built-in default is known, and the file given to this
+	// process is trusted as well, for an arbiter that starts before any API
+	// has seeded it.
+	var trusted arbiter.Policies
+	if n.polSource != nil {
+		trusted = arbiter.Policies{n.pol}
+	}
+	arb, err := arbiter.New(ctx, arbiter.Config{
+		JS: js, Logger: n.log.With("role", "arbiter"), Registerer: n.reg,
+		Retention: n.cfg.retention, OnDeadLetter: n.onDeadLetter, Policies: trusted,
+	})
+	if err != nil {
+		return nil, err
+	}
+	n.run("arbiter", arb.Run)
+	return []events.Consumer{
+		{JS: js, Stream: contracts.StreamRequests, Durable: arbiter.DurableRequests},
+		{JS: js, Stream: contracts.StreamResolutions, Durable: arbiter.DurableResolutions},
+		{JS: js, Stream: contracts.StreamTimers, Durable: arbiter.DurableTimers},
+	}, nil
+}
+
+// startAPI starts the API role: the gate, the HTTP API and the inbox, the
+// Slack and email endpoints, and prints where everything is.
+func (n *node) startAPI(ctx context.Context, out *os.File) error {
+	cfg := n.cfg
+	tokens, devToken, err := apiTokens(cfg, n.log)
+	if err != nil {
+		return err
+	}
+	js, err := jetstream.New(n.cs.api)
+	if err != nil {
+		return err
+	}
+	waiter, err := orchestrator.NewWaiter(ctx, js, n.log.With("role", "waiter"))
+	if err != nil {
+		return err
+	}
+	n.closers = append(n.closers, func() { waiter.Close() })
+	if n.polSource != nil {
+		if err := seedPolicy(ctx, js, n.polSource, cfg.Policy, n.log); err != nil {
+			return err
+		}
+	}
+	policies, err := orchestrator.OpenPolicyStore(ctx, orchestrator.PolicyStoreConfig{
+		JS: js, Fallback: n.pol, Logger: n.log.With("role", "orchestrator"),
+	})
+	if err != nil {
+		return err
+	}
+	n.closers = append(n.closers, func() { policies.Close() })
+	gate, err := orchestrator.NewGate(ctx, orchestrator.Config{
+		JS: js, Policy: policies, Waiter: waiter, Directory: n.dir,
+		Logger: n.log.With("role", "orchestrator"), Retention: cfg.retention,
+	})
+	if err != nil {
+		return err
+	}
+	nc := n.cs.api
+	srv, err := api.New(ctx, api.Config{
+		JS: js, Gate: gate, Waiter: waiter, Policies: policies, Tokens: tokens, Directory: n.dir, Logger: n.log.With("role", "api"),
+		Registerer: n.reg, Gatherer: n.reg,
+		Ready: func(context.Context) error {
+			if !nc.IsConnected() {
+				return errors.New("NATS is not connected")
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		return err
+	}
+	n.closers = append(n.closers, func() { srv.Close() })
+	slackH, emailH, err := n.channelHandlers(srv)
+	if err != nil {
+		return err
+	}
+	serveHTTP(n.runCtx, &n.wg, n.errc, n.ln, channelRoutes(srv.Handler(), slackH, emailH))
+	info := serveInfo{URL: n.url, NATSURL: n.cs.natsURL, PID: os.Getpid()}
+	if err := writeJSON(filepath.Join(cfg.Data, fileServe), info, 0o600); err != nil {
+		return err
+	}
+	n.printBanner(out, devToken, policies)
+	return nil
+}
+
+// channelHandlers are the HTTP endpoints of the Slack and email channels
+// that are configured (nil for the others).
+func (n *node) channelHandlers(srv *api.Server) (slackH, emailH http.Handler, err error) {
+	if n.parts.slackCfg != nil {
+		sc := *n.parts.slackCfg
+		sc.Resolver, sc.Users = srv.Resolver(), n.who.slackUsers
+		h, err := slack.NewInteractions(sc)
+		if err != nil {
+			return nil, nil, fmt.Errorf("serve: slack interactions: %w", err)
+		}
+		n.closers = append(n.closers, h.Wait)
+		slackH = h
+	}
+	if n.parts.links != nil {
+		h, err := email.NewPages(email.PagesConfig{Links: n.parts.links, Resolver: srv.Resolver(), Logger: n.log.With("channel", "email")})
+		if err != nil {
+			return nil, nil, fmt.Errorf("serve: email pages: %w", err)
+		}
+		emailH = h
+	}
+	return slackH, emailH, nil
+}
+
+// printBanner tells the person who started serve where everything is.
+func (n *node) printBanner(out *os.File, devToken string, policies *orchestrator.PolicyStore) {
+	cfg, url := n.cfg, n.url
+	fmt.Fprintf(out, "Countersign is running.\n")
+	fmt.Fprintf(out, "  Inbox:          %s/  (sign in with a token)\n", url)
+	fmt.Fprintf(out, "  API:            %s/v1  (OpenAPI at %s/openapi.json)\n", url, url)
+	if n.cs.natsURL != "" {
+		fmt.Fprintf(out, "  NATS:           %s (credentials in %s)\n", n.cs.natsURL, filepath.Join(cfg.Data, fileResolver))
+	}
+	if devToken != "" {
+		fmt.Fprintf(out, "  Dev token:      %s\n", devToken)
+		fmt.Fprintf(out, "                  (shown once; kept in %s, mode 0600, for the CLI on this machine)\n", filepath.Join(cfg.Data, fileDevToken))
+	} else if len(cfg.Tokens) == 0 {
+		fmt.Fprintf(out, "  Dev token:      in %s\n", filepath.Join(cfg.Data, fileDevToken))
+	}
+	if n.dirWatch != nil {
+		d := n.dirWatch.Current()
+		fmt.Fprintf(out, "  Directory:      %s (%d users, %d groups; reloaded when it changes and on SIGHUP)\n", cfg.Directory, d.Len(), len(d.Groups()))
+	}
+	if cfg.has(roleNotifier) {
+		if len(n.parts.summary) == 0 {
+			fmt.Fprintf(out, "  Notifications:  none configured (add notify: to the config; see docs/notifications.md)\n")
+		} else {
+			fmt.Fprintf(out, "  Notifications:  %s (links to %s)\n", strings.Join(n.parts.summary, "; "), n.publicURL)
+		}
+	}
+	if doc, _, ok := policies.Live(); ok {
+		fmt.Fprintf(out, "  Policy:         version %s, live (applied by %s; change it with 'countersign policy apply FILE')\n", doc.Version, doc.AppliedBy)
+	} else {
+		fmt.Fprintf(out, "  Policy:         %s (version %s)\n", policyName(cfg.Policy), n.pol.Version())
+	}
+}
+
+// startHealth serves /healthz, /readyz and /metrics for roles that run
+// without the API, on the same address.
+func (n *node) startHealth(out *os.File) error {
+	ln, err := net.Listen("tcp", n.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("serve: listen %s: %w", n.cfg.Addr, err)
+	}
+	serveHTTP(n.runCtx, &n.wg, n.errc, ln, healthHandler(n.cs, n.reg))
+	fmt.Fprintf(out, "Countersign is running roles %s.\n", strings.Join(n.cfg.Roles, ","))
+	fmt.Fprintf(out, "  Health:         http://%s/healthz, /readyz, /metrics\n", ln.Addr())
+	return nil
+}
