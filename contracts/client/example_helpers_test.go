@@ -1,0 +1,193 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/client"
+	"github.com/countersign/countersign/events"
+	"github.com/countersign/countersign/events/embedded"
+	"github.com/countersign/countersign/orchestrator"
+	"github.com/countersign/countersign/orchestrator/policy"
+	"github.com/countersign/countersign/services/api"
+	"github.com/countersign/countersign/services/arbiter"
+)
+
+// examplePolicy is the policy the examples' API decides by.
+const examplePolicy = `
+version: "client-example-1"
+default: require_approval
+rules:
+  - name: read-only-tools
+    tools: ["search_*"]
+    action: allow
+  - name: payments
+    tools: ["payments.*"]
+    action: require_approval
+    approvers: [alice]
+    summary: "Pay {{args.amount}} {{args.currency}} to {{args.recipient}}"
+`
+
+// exampleStack is a Countersign HTTP API in one process, as `countersign
+// serve` runs it: an embedded NATS server with one user per role, the
+// streams and buckets, an arbiter, and the API on an httptest server.
+type exampleStack struct {
+	// url is the API's base URL; agentToken authenticates an agent.
+	url        string
+	agentToken string
+
+	ctx        context.Context
+	aliceToken string
+	watcher    jetstream.JetStream
+	wg         sync.WaitGroup
+}
+
+// startExampleStack starts the stack; the returned func stops it and
+// prints any permission the NATS server refused a role (which makes the
+// example's output, and so the example, fail).
+func startExampleStack() (*exampleStack, func()) {
+	dir, err := os.MkdirTemp("", "countersign-client-example")
+	must(err)
+	users := map[embedded.Role]embedded.User{}
+	list := embedded.GenerateUsers(embedded.Roles...)
+	for _, u := range list {
+		users[u.Role] = u
+	}
+	refused := &violationLog{}
+	srv, err := embedded.Start(embedded.Config{StoreDir: dir, NoListen: true, Users: list,
+		Logger: slog.New(slog.NewTextHandler(refused, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	must(err)
+	var conns []*nats.Conn
+	connect := func(role embedded.Role) jetstream.JetStream {
+		nc, err := srv.Connect(users[role])
+		must(err)
+		conns = append(conns, nc)
+		js, err := jetstream.New(nc)
+		must(err)
+		return js
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	must(events.Provision(ctx, connect(embedded.RoleAdmin), events.ProvisionConfig{}))
+
+	pol, err := policy.Parse([]byte(examplePolicy))
+	must(err)
+	arb, err := arbiter.New(ctx, arbiter.Config{JS: connect(embedded.RoleArbiter), Policies: arbiter.Policies{pol}})
+	must(err)
+	s := &exampleStack{ctx: ctx, watcher: connect(embedded.RoleResolver)}
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); _ = arb.Run(ctx) }()
+
+	apiJS := connect(embedded.RoleAPI)
+	gate, err := orchestrator.NewGate(ctx, orchestrator.Config{JS: apiJS, Policy: orchestrator.StaticPolicy{P: pol}})
+	must(err)
+	var tokens []api.Token
+	token := func(subject, role string) string {
+		tok, hash, err := api.NewToken()
+		must(err)
+		tokens = append(tokens, api.Token{Name: subject, Subject: subject, SHA256: hash, Roles: []string{role}})
+		return tok
+	}
+	s.agentToken = token("billing-bot", api.RoleAgent)
+	s.aliceToken = token("alice", api.RoleApprover)
+	server, err := api.New(ctx, api.Config{JS: apiJS, Gate: gate, Tokens: tokens})
+	must(err)
+	hs := httptest.NewServer(server.Handler())
+	s.url = hs.URL
+
+	return s, func() {
+		cancel()
+		hs.Close()
+		_ = server.Close()
+		s.wg.Wait()
+		_ = gate.Close()
+		for _, nc := range conns {
+			nc.Close()
+		}
+		srv.Shutdown()
+		_ = os.RemoveAll(dir)
+		for _, line := range refused.lines() {
+			fmt.Println("the NATS server refused a role:", line)
+		}
+	}
+}
+
+// aliceDecides plays the approver alice: every approval that comes up
+// pending gets vote v from her, through the API with her own token, as the
+// inbox or the CLI would send it.
+func (s *exampleStack) aliceDecides(v client.Vote) {
+	alice, err := client.New(client.Config{URL: s.url, Token: s.aliceToken})
+	must(err)
+	kv, err := s.watcher.KeyValue(s.ctx, contracts.BucketApprovals)
+	must(err)
+	w, err := kv.WatchAll(s.ctx)
+	must(err)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer func() { _ = w.Stop() }()
+		voted := map[string]bool{}
+		for {
+			var e jetstream.KeyValueEntry
+			select {
+			case <-s.ctx.Done():
+				return
+			case e = <-w.Updates():
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			var rec contracts.Record
+			if json.Unmarshal(e.Value(), &rec) != nil || rec.Status != contracts.StatusPending || voted[e.Key()] {
+				continue
+			}
+			voted[e.Key()] = true
+			ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+			if _, err := alice.Decide(ctx, e.Key(), v); err != nil && s.ctx.Err() == nil {
+				fmt.Println("alice's vote:", err)
+			}
+			cancel()
+		}
+	}()
+}
+
+// violationLog keeps the permission violations the server logs. Clients
+// delete the ordered consumers of their watches where their role may not;
+// the server expires those itself, so those refusals are left out.
+type violationLog struct {
+	mu  sync.Mutex
+	bad []string
+}
+
+func (l *violationLog) Write(p []byte) (int, error) {
+	line := string(bytes.TrimSpace(p))
+	if strings.Contains(line, "Violation") && !strings.Contains(line, "$JS.API.CONSUMER.DELETE.") {
+		l.mu.Lock()
+		l.bad = append(l.bad, line)
+		l.mu.Unlock()
+	}
+	return len(p), nil
+}
+
+func (l *violationLog) lines() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.bad...)
+}
+
+func must(err error) {
+	if err != nil {
+		panic(err)
+	}
+}
