@@ -29,6 +29,32 @@ type listAnswer struct {
 	NextCursor string         `json:"next_cursor"`
 }
 
+// approvalsCmd is what every approvals subcommand gets: its flag set
+// (with the client flags and, but for edit and answer, --json), and
+// where to write.
+type approvalsCmd struct {
+	ctx       context.Context
+	sub       string
+	fs        *flagSet
+	newClient func() (*client, error)
+	out       io.Writer
+	jsonOut   *bool
+}
+
+// approvalsSubs are the approvals subcommands.
+var approvalsSubs = map[string]func(*approvalsCmd, []string) error{
+	"ls":      approvalsList,
+	"list":    approvalsList,
+	"show":    approvalsShow,
+	"approve": approvalsVote,
+	"reject":  approvalsVote,
+	"edit":    approvalsEdit,
+	"respond": approvalsRespond,
+	"answer":  approvalsAnswer,
+	"extend":  approvalsExtend,
+	"cancel":  approvalsCancel,
+}
+
 func cmdApprovals(args []string, out io.Writer) error {
 	if len(args) > 0 && isHelp(args[0]) {
 		fmt.Fprint(out, usageText("approvals"))
@@ -38,259 +64,283 @@ func cmdApprovals(args []string, out io.Writer) error {
 		return errors.New("approvals: want " + approvalsSubcommands + " (see 'countersign approvals --help')")
 	}
 	sub, args := args[0], args[1:]
+	run, ok := approvalsSubs[sub]
+	if !ok {
+		return fmt.Errorf("approvals: unknown subcommand %q (%s)", sub, approvalsSubcommands)
+	}
 	fs := newFlagSet("approvals "+sub, out)
-	newClient := clientFlags(fs.FlagSet)
-	jsonOut := new(bool)
+	a := &approvalsCmd{ctx: context.Background(), sub: sub, fs: fs, newClient: clientFlags(fs.FlagSet), out: out, jsonOut: new(bool)}
 	if sub != "edit" && sub != "answer" { // there --json is the input
-		jsonOut = fs.Bool("json", false, "print the API's JSON")
+		a.jsonOut = fs.Bool("json", false, "print the API's JSON")
 	}
-	ctx := context.Background()
-	switch sub {
-	case "ls", "list":
-		status := fs.String("status", "pending", "status filter (pending, approved, rejected, ..., or all)")
-		agent := fs.String("agent", "", "agent filter")
-		runID := fs.String("run", "", "run id filter")
-		mine := fs.Bool("mine", false, "only approvals I may decide")
-		limit := fs.Int("limit", 50, "at most this many")
-		if err := fs.Parse(args); err != nil {
-			return err
-		}
-		c, err := newClient()
-		if err != nil {
-			return err
-		}
-		q := url.Values{}
-		if *status != "all" {
-			q.Set("status", *status)
-		}
-		if *agent != "" {
-			q.Set("agent", *agent)
-		}
-		if *runID != "" {
-			q.Set("run_id", *runID)
-		}
-		if *mine {
-			q.Set("approver", "me")
-		}
-		q.Set("limit", fmt.Sprint(*limit))
-		var ans listAnswer
-		if _, err := c.do(ctx, "GET", "/v1/approvals?"+q.Encode(), nil, &ans); err != nil {
-			return err
-		}
-		if *jsonOut {
-			return printJSON(out, ans)
-		}
-		if len(ans.Items) == 0 {
-			fmt.Fprintln(out, "No approvals match.")
-			return nil
-		}
-		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "EVENT ID\tSTATUS\tRISK\tAGENT\tTOOL\tAGE\tSUMMARY")
-		for _, it := range ans.Items {
-			r := it.Record.Request
-			tool := ""
-			if r.ToolCall != nil {
-				tool = r.ToolCall.Name
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.EventID, it.Record.Status, r.Risk, r.Run.Agent, tool,
-				time.Since(r.CreatedAt).Round(time.Second), truncateText(r.Summary, 60))
-		}
-		return tw.Flush()
-	case "show":
-		wait := fs.Duration("wait", 0, "wait up to this long (max 60s) for a decision")
-		id, c, err := parseOne(ctx, fs, args, newClient)
-		if err != nil {
-			return err
-		}
-		path := "/v1/approvals/" + url.PathEscape(id)
-		if *wait > 0 {
-			path += "?wait=" + wait.String()
-		}
-		var ans recordAnswer
-		if _, err := c.do(ctx, "GET", path, nil, &ans); err != nil {
-			return err
-		}
-		if *jsonOut {
-			return printJSON(out, ans)
-		}
-		printRecord(out, &ans.Record, ans.Revision)
-		return nil
-	case "approve", "reject":
-		comment := fs.String("comment", "", "comment kept with the vote")
-		reason := new(string)
-		if sub == "reject" {
-			reason = fs.String("reason", "", "why, returned to the agent")
-		}
-		id, c, err := parseOne(ctx, fs, args, newClient)
-		if err != nil {
-			return err
-		}
-		decision := contracts.DecisionApprove
-		text := *comment
-		if sub == "reject" {
-			decision = contracts.DecisionReject
-			if *reason != "" {
-				text = *reason
-			}
-		}
-		body := map[string]any{"decision": decision}
-		if text != "" {
-			body["comment"] = text
-		}
-		_, err = castVote(ctx, c, out, id, body, *jsonOut)
+	return run(a, args)
+}
+
+func approvalsList(a *approvalsCmd, args []string) error {
+	ctx, fs, newClient, out, jsonOut := a.ctx, a.fs, a.newClient, a.out, a.jsonOut
+	status := fs.String("status", "pending", "status filter (pending, approved, rejected, ..., or all)")
+	agent := fs.String("agent", "", "agent filter")
+	runID := fs.String("run", "", "run id filter")
+	mine := fs.Bool("mine", false, "only approvals I may decide")
+	limit := fs.Int("limit", 50, "at most this many")
+	if err := fs.Parse(args); err != nil {
 		return err
-	case "edit":
-		argsFile := fs.String("args", "", "file with the new arguments (a JSON object; - reads stdin)")
-		argsJSON := fs.String("json", "", "the new arguments as a JSON object")
-		comment := fs.String("comment", "", "comment kept with the vote")
-		if err := fs.Parse(reorder(args)); err != nil {
-			return err
-		}
-		id, err := oneID(fs)
-		if err != nil {
-			return err
-		}
-		edited, err := jsonInput(*argsFile, *argsJSON, "--args FILE or --json '{...}'")
-		if err != nil {
-			return err
-		}
-		c, err := newClient()
-		if err != nil {
-			return err
-		}
-		if id, err = resolveID(ctx, c, id); err != nil {
-			return err
-		}
-		// What the approver edits: the arguments under review now. The
-		// vote carries their hash, so an edit of stale arguments is refused.
-		var before recordAnswer
-		if _, err := c.do(ctx, "GET", "/v1/approvals/"+url.PathEscape(id), nil, &before); err != nil {
-			return err
-		}
-		underReview := argumentsUnderReview(&before.Record)
-		body := map[string]any{"decision": contracts.DecisionEdit, "arguments": edited}
-		if sha, err := contracts.ArgumentsSHA256(underReview); err == nil && underReview != nil {
-			body["arguments_sha256"] = sha
-		}
-		if *comment != "" {
-			body["comment"] = *comment
-		}
-		ans, err := castVote(ctx, c, out, id, body, false)
-		if err != nil || ans == nil {
-			return err
-		}
-		fmt.Fprintln(out, "Changes (RFC 6902, from the arguments under review):")
-		printDiff(out, approval.Diff(underReview, edited))
-		return nil
-	case "respond":
-		if err := fs.Parse(reorder(args)); err != nil {
-			return err
-		}
-		if fs.NArg() != 2 || strings.TrimSpace(fs.Arg(1)) == "" {
-			return errors.New(`want an approval id and the text for the agent: approvals respond ID "text"`)
-		}
-		c, err := newClient()
-		if err != nil {
-			return err
-		}
-		id, err := resolveID(ctx, c, fs.Arg(0))
-		if err != nil {
-			return err
-		}
-		_, err = castVote(ctx, c, out, id, map[string]any{"decision": contracts.DecisionRespond, "comment": fs.Arg(1)}, *jsonOut)
+	}
+	c, err := newClient()
+	if err != nil {
 		return err
-	case "answer":
-		content := fs.String("json", "", "the answer as JSON (it must satisfy the question's schema)")
-		text := fs.String("text", "", `a free-text answer, sent as {"text": TEXT}`)
-		decline := fs.Bool("decline", false, "decline to answer")
-		cancel := fs.Bool("cancel", false, "dismiss the question without answering")
-		comment := fs.String("comment", "", "comment kept with the vote")
-		if err := fs.Parse(reorder(args)); err != nil {
-			return err
-		}
-		id, err := oneID(fs)
-		if err != nil {
-			return err
-		}
-		answer := map[string]any{}
-		switch given := countTrue(*content != "", *text != "", *decline, *cancel); {
-		case given != 1:
-			return errors.New("answer: give exactly one of --json '{...}', --text TEXT, --decline or --cancel")
-		case *decline:
-			answer["action"] = "decline"
-		case *cancel:
-			answer["action"] = "cancel"
-		case *text != "":
-			answer["action"], answer["content"] = "accept", map[string]string{"text": *text}
-		default:
-			raw, err := jsonInput("", *content, "--json")
-			if err != nil {
-				return err
-			}
-			answer["action"], answer["content"] = "accept", raw
-		}
-		c, err := newClient()
-		if err != nil {
-			return err
-		}
-		if id, err = resolveID(ctx, c, id); err != nil {
-			return err
-		}
-		body := map[string]any{"decision": contracts.DecisionAnswer, "answer": answer}
-		if *comment != "" {
-			body["comment"] = *comment
-		}
-		_, err = castVote(ctx, c, out, id, body, false)
+	}
+	q := url.Values{}
+	if *status != "all" {
+		q.Set("status", *status)
+	}
+	if *agent != "" {
+		q.Set("agent", *agent)
+	}
+	if *runID != "" {
+		q.Set("run_id", *runID)
+	}
+	if *mine {
+		q.Set("approver", "me")
+	}
+	q.Set("limit", fmt.Sprint(*limit))
+	var ans listAnswer
+	if _, err := c.do(ctx, "GET", "/v1/approvals?"+q.Encode(), nil, &ans); err != nil {
 		return err
-	case "extend":
-		if err := fs.Parse(reorder(args)); err != nil {
-			return err
-		}
-		if fs.NArg() != 2 {
-			return errors.New("want an approval id and a duration or time: approvals extend ID 2h (or 2030-01-02T15:04:05Z)")
-		}
-		id, when := fs.Arg(0), fs.Arg(1)
-		body := map[string]any{"by": when}
-		if _, err := time.Parse(time.RFC3339, when); err == nil {
-			body = map[string]any{"until": when}
-		} else if d, err := time.ParseDuration(when); err != nil || d <= 0 {
-			return fmt.Errorf("extend: %q is neither a positive duration (2h, 30m) nor an RFC 3339 time", when)
-		}
-		c, err := newClient()
-		if err != nil {
-			return err
-		}
-		if id, err = resolveID(ctx, c, id); err != nil {
-			return err
-		}
-		var ans recordAnswer
-		status, err := c.do(ctx, "POST", "/v1/approvals/"+url.PathEscape(id)+"/extend", body, &ans)
-		if err != nil {
-			return err
-		}
-		if status == 202 {
-			fmt.Fprintf(out, "Extension sent; the arbiter has not applied it yet. Check with: countersign approvals show %s\n", id)
-			return nil
-		}
-		if *jsonOut {
-			return printJSON(out, ans)
-		}
-		fmt.Fprintf(out, "Extended %s: it now expires at %s.\n", id, ans.Record.ExpiresAt.Format(time.RFC3339))
-		return nil
-	case "cancel":
-		reason := fs.String("reason", "", "why the request is cancelled")
-		id, c, err := parseOne(ctx, fs, args, newClient)
-		if err != nil {
-			return err
-		}
-		var ans recordAnswer
-		if _, err := c.do(ctx, "POST", "/v1/approvals/"+url.PathEscape(id)+"/cancel", map[string]any{"reason": *reason}, &ans); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "Cancelled %s.\n", id)
+	}
+	if *jsonOut {
+		return printJSON(out, ans)
+	}
+	if len(ans.Items) == 0 {
+		fmt.Fprintln(out, "No approvals match.")
 		return nil
 	}
-	return fmt.Errorf("approvals: unknown subcommand %q (%s)", sub, approvalsSubcommands)
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "EVENT ID\tSTATUS\tRISK\tAGENT\tTOOL\tAGE\tSUMMARY")
+	for _, it := range ans.Items {
+		r := it.Record.Request
+		tool := ""
+		if r.ToolCall != nil {
+			tool = r.ToolCall.Name
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.EventID, it.Record.Status, r.Risk, r.Run.Agent, tool,
+			time.Since(r.CreatedAt).Round(time.Second), truncateText(r.Summary, 60))
+	}
+	return tw.Flush()
+}
+
+func approvalsShow(a *approvalsCmd, args []string) error {
+	ctx, fs, newClient, out, jsonOut := a.ctx, a.fs, a.newClient, a.out, a.jsonOut
+	wait := fs.Duration("wait", 0, "wait up to this long (max 60s) for a decision")
+	id, c, err := parseOne(ctx, fs, args, newClient)
+	if err != nil {
+		return err
+	}
+	path := "/v1/approvals/" + url.PathEscape(id)
+	if *wait > 0 {
+		path += "?wait=" + wait.String()
+	}
+	var ans recordAnswer
+	if _, err := c.do(ctx, "GET", path, nil, &ans); err != nil {
+		return err
+	}
+	if *jsonOut {
+		return printJSON(out, ans)
+	}
+	printRecord(out, &ans.Record, ans.Revision)
+	return nil
+}
+
+func approvalsVote(a *approvalsCmd, args []string) error {
+	ctx, fs, newClient, out, jsonOut, sub := a.ctx, a.fs, a.newClient, a.out, a.jsonOut, a.sub
+	comment := fs.String("comment", "", "comment kept with the vote")
+	reason := new(string)
+	if sub == "reject" {
+		reason = fs.String("reason", "", "why, returned to the agent")
+	}
+	id, c, err := parseOne(ctx, fs, args, newClient)
+	if err != nil {
+		return err
+	}
+	decision := contracts.DecisionApprove
+	text := *comment
+	if sub == "reject" {
+		decision = contracts.DecisionReject
+		if *reason != "" {
+			text = *reason
+		}
+	}
+	body := map[string]any{"decision": decision}
+	if text != "" {
+		body["comment"] = text
+	}
+	_, err = castVote(ctx, c, out, id, body, *jsonOut)
+	return err
+}
+
+func approvalsEdit(a *approvalsCmd, args []string) error {
+	ctx, fs, newClient, out := a.ctx, a.fs, a.newClient, a.out
+	argsFile := fs.String("args", "", "file with the new arguments (a JSON object; - reads stdin)")
+	argsJSON := fs.String("json", "", "the new arguments as a JSON object")
+	comment := fs.String("comment", "", "comment kept with the vote")
+	if err := fs.Parse(reorder(args)); err != nil {
+		return err
+	}
+	id, err := oneID(fs)
+	if err != nil {
+		return err
+	}
+	edited, err := jsonInput(*argsFile, *argsJSON, "--args FILE or --json '{...}'")
+	if err != nil {
+		return err
+	}
+	c, err := newClient()
+	if err != nil {
+		return err
+	}
+	if id, err = resolveID(ctx, c, id); err != nil {
+		return err
+	}
+	// What the approver edits: the arguments under review now. The
+	// vote carries their hash, so an edit of stale arguments is refused.
+	var before recordAnswer
+	if _, err := c.do(ctx, "GET", "/v1/approvals/"+url.PathEscape(id), nil, &before); err != nil {
+		return err
+	}
+	underReview := argumentsUnderReview(&before.Record)
+	body := map[string]any{"decision": contracts.DecisionEdit, "arguments": edited}
+	if sha, err := contracts.ArgumentsSHA256(underReview); err == nil && underReview != nil {
+		body["arguments_sha256"] = sha
+	}
+	if *comment != "" {
+		body["comment"] = *comment
+	}
+	ans, err := castVote(ctx, c, out, id, body, false)
+	if err != nil || ans == nil {
+		return err
+	}
+	fmt.Fprintln(out, "Changes (RFC 6902, from the arguments under review):")
+	printDiff(out, approval.Diff(underReview, edited))
+	return nil
+}
+
+func approvalsRespond(a *approvalsCmd, args []string) error {
+	ctx, fs, newClient, out, jsonOut := a.ctx, a.fs, a.newClient, a.out, a.jsonOut
+	if err := fs.Parse(reorder(args)); err != nil {
+		return err
+	}
+	if fs.NArg() != 2 || strings.TrimSpace(fs.Arg(1)) == "" {
+		return errors.New(`want an approval id and the text for the agent: approvals respond ID "text"`)
+	}
+	c, err := newClient()
+	if err != nil {
+		return err
+	}
+	id, err := resolveID(ctx, c, fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	_, err = castVote(ctx, c, out, id, map[string]any{"decision": contracts.DecisionRespond, "comment": fs.Arg(1)}, *jsonOut)
+	return err
+}
+
+func approvalsAnswer(a *approvalsCmd, args []string) error {
+	ctx, fs, newClient, out := a.ctx, a.fs, a.newClient, a.out
+	content := fs.String("json", "", "the answer as JSON (it must satisfy the question's schema)")
+	text := fs.String("text", "", `a free-text answer, sent as {"text": TEXT}`)
+	decline := fs.Bool("decline", false, "decline to answer")
+	cancel := fs.Bool("cancel", false, "dismiss the question without answering")
+	comment := fs.String("comment", "", "comment kept with the vote")
+	if err := fs.Parse(reorder(args)); err != nil {
+		return err
+	}
+	id, err := oneID(fs)
+	if err != nil {
+		return err
+	}
+	answer := map[string]any{}
+	switch given := countTrue(*content != "", *text != "", *decline, *cancel); {
+	case given != 1:
+		return errors.New("answer: give exactly one of --json '{...}', --text TEXT, --decline or --cancel")
+	case *decline:
+		answer["action"] = "decline"
+	case *cancel:
+		answer["action"] = "cancel"
+	case *text != "":
+		answer["action"], answer["content"] = "accept", map[string]string{"text": *text}
+	default:
+		raw, err := jsonInput("", *content, "--json")
+		if err != nil {
+			return err
+		}
+		answer["action"], answer["content"] = "accept", raw
+	}
+	c, err := newClient()
+	if err != nil {
+		return err
+	}
+	if id, err = resolveID(ctx, c, id); err != nil {
+		return err
+	}
+	body := map[string]any{"decision": contracts.DecisionAnswer, "answer": answer}
+	if *comment != "" {
+		body["comment"] = *comment
+	}
+	_, err = castVote(ctx, c, out, id, body, false)
+	return err
+}
+
+func approvalsExtend(a *approvalsCmd, args []string) error {
+	ctx, fs, newClient, out, jsonOut := a.ctx, a.fs, a.newClient, a.out, a.jsonOut
+	if err := fs.Parse(reorder(args)); err != nil {
+		return err
+	}
+	if fs.NArg() != 2 {
+		return errors.New("want an approval id and a duration or time: approvals extend ID 2h (or 2030-01-02T15:04:05Z)")
+	}
+	id, when := fs.Arg(0), fs.Arg(1)
+	body := map[string]any{"by": when}
+	if _, err := time.Parse(time.RFC3339, when); err == nil {
+		body = map[string]any{"until": when}
+	} else if d, err := time.ParseDuration(when); err != nil || d <= 0 {
+		return fmt.Errorf("extend: %q is neither a positive duration (2h, 30m) nor an RFC 3339 time", when)
+	}
+	c, err := newClient()
+	if err != nil {
+		return err
+	}
+	if id, err = resolveID(ctx, c, id); err != nil {
+		return err
+	}
+	var ans recordAnswer
+	status, err := c.do(ctx, "POST", "/v1/approvals/"+url.PathEscape(id)+"/extend", body, &ans)
+	if err != nil {
+		return err
+	}
+	if status == 202 {
+		fmt.Fprintf(out, "Extension sent; the arbiter has not applied it yet. Check with: countersign approvals show %s\n", id)
+		return nil
+	}
+	if *jsonOut {
+		return printJSON(out, ans)
+	}
+	fmt.Fprintf(out, "Extended %s: it now expires at %s.\n", id, ans.Record.ExpiresAt.Format(time.RFC3339))
+	return nil
+}
+
+func approvalsCancel(a *approvalsCmd, args []string) error {
+	ctx, fs, newClient, out := a.ctx, a.fs, a.newClient, a.out
+	reason := fs.String("reason", "", "why the request is cancelled")
+	id, c, err := parseOne(ctx, fs, args, newClient)
+	if err != nil {
+		return err
+	}
+	var ans recordAnswer
+	if _, err := c.do(ctx, "POST", "/v1/approvals/"+url.PathEscape(id)+"/cancel", map[string]any{"reason": *reason}, &ans); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "Cancelled %s.\n", id)
+	return nil
 }
 
 const approvalsSubcommands = "ls, show, approve, reject, edit, respond, answer, extend or cancel"
