@@ -16,6 +16,8 @@ import threading
 import unittest
 from typing import Dict, List, Optional
 
+import countersign
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYROOT = os.path.dirname(HERE)
 
@@ -140,7 +142,8 @@ class Server:
                 lines.put(line)
             lines.put(None)
 
-        threading.Thread(target=read, daemon=True).start()
+        self._reader = threading.Thread(target=read, daemon=True)
+        self._reader.start()
         while True:
             try:
                 line = lines.get(timeout=60)
@@ -157,7 +160,14 @@ class Server:
         """SIGKILL: no clean shutdown."""
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
+        self._reap()
+
+    def _reap(self) -> None:
+        if self.proc:
             self.proc.wait()
+            self._reader.join()
+            if self.proc.stdout:
+                self.proc.stdout.close()
 
     def restart(self) -> None:
         self.kill()
@@ -174,8 +184,28 @@ class Server:
             try:
                 self.proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
-                self.kill()
+                self.proc.send_signal(signal.SIGKILL)
+        self._reap()
         self._log.close()
 
 
 atexit.register(shutil.rmtree, _workdir, True)
+
+
+def client_for(server: Server, who: Optional[str] = None, **kw: float) -> "countersign.Client":
+    """The agent's client (the dev token), or an approver's."""
+    token = server.token if who is None else approver_tokens()[who]
+    return countersign.Client(server.url, token, **kw)
+
+
+def async_client_for(server: Server, who: Optional[str] = None, **kw: float) -> "countersign.AsyncClient":
+    token = server.token if who is None else approver_tokens()[who]
+    return countersign.AsyncClient(server.url, token, **kw)
+
+
+def visible(server: Server, run: countersign.Run, tc: countersign.ToolCall) -> str:
+    """Reviews tc (as the agent would, re-attaching) and returns its event id
+    once its record exists: the signal that an approver can decide."""
+    (res,) = client_for(server).review(run, [tc])
+    assert res.verdict == "pending", res
+    return res.event_id

@@ -267,17 +267,24 @@ class AsyncEventStream:
 
     async def __anext__(self) -> Event:
         while True:
-            if self._closed:
-                raise StopAsyncIteration
-            if self._lines is None:
-                await self._connect()
-            assert self._lines is not None
+            ev = await self._step()
+            if ev is not None:
+                return ev
+
+    async def _step(self) -> Optional[Event]:
+        """See EventStream._step."""
+        if self._closed:
+            raise StopAsyncIteration
+        if self._lines is None:
+            await self._connect()
+            return None
+        while True:
             try:
                 line = await asyncio.wait_for(self._lines.__anext__(), _core.HEARTBEAT_TIMEOUT)
             except (StopAsyncIteration, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
                     ValueError, asyncio.TimeoutError):
                 self._drop()
-                continue
+                return None
             ev = self._parser.feed(line.decode("utf-8", "replace"))
             if ev is not None:
                 return ev
@@ -380,8 +387,8 @@ class AsyncDecisionStream:
             if self._ready:
                 d = self._ready.popleft()
             else:
-                ev = await self.events.__anext__()
-                if ev.kind != "decided" or not isinstance(ev.data, dict):
+                ev = await self.events._step()
+                if ev is None or ev.kind != "decided" or not isinstance(ev.data, dict):
                     continue
                 d = Decision.from_json(ev.data)
             if _first(self._seen, d.event_id):

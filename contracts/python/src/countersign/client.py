@@ -242,18 +242,26 @@ class EventStream(Iterator[Event]):
 
     def __next__(self) -> Event:
         while True:
-            if self._closed:
-                raise StopIteration
-            if self._resp is None:
-                self._connect()
-            assert self._resp is not None
+            ev = self._step()
+            if ev is not None:
+                return ev
+
+    def _step(self) -> Optional[Event]:
+        """Reads up to the next event; None after (re)connecting, so that a
+        caller can act on the connection first."""
+        if self._closed:
+            raise StopIteration
+        if self._resp is None:
+            self._connect()
+            return None
+        while True:
             try:
                 line = self._resp.readline(_core.MAX_ANSWER)
             except (OSError, http.client.HTTPException):
                 line = b""
             if not line:  # the server went away, or stayed silent too long
                 self._drop()
-                continue
+                return None
             ev = self._parser.feed(line.decode("utf-8", "replace"))
             if ev is not None:
                 return ev
@@ -354,8 +362,8 @@ class DecisionStream(Iterator[Decision]):
             if self._ready:
                 d = self._ready.popleft()
             else:
-                ev = next(self.events)
-                if ev.kind != "decided" or not isinstance(ev.data, dict):
+                ev = self.events._step()
+                if ev is None or ev.kind != "decided" or not isinstance(ev.data, dict):
                     continue
                 d = Decision.from_json(ev.data)
             if _first(self._seen, d.event_id):

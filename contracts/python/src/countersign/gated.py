@@ -151,6 +151,11 @@ class GatedTool(_Base[P, R]):
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Union[R, Denied]:
         return self._gate(self._direct(args, kwargs))
 
+    def tool_call(self, *args: P.args, **kwargs: P.kwargs) -> ToolCall:
+        """The tool call a direct call with these arguments submits (its id
+        gives the event id: ``event_id_for(run, tool_call["id"])``)."""
+        return self._direct(args, kwargs)
+
     def invoke(self, tool_call: ToolCallLike) -> Union[R, Denied]:
         """Runs the model's tool call (OpenAI, Anthropic or Countersign shape)."""
         return self._gate(self._from_model(tool_call))
@@ -182,6 +187,10 @@ class AsyncGatedTool(_Base[P, R]):
 
     async def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Union[R, Denied]:
         return await self._gate(self._direct(args, kwargs))
+
+    def tool_call(self, *args: P.args, **kwargs: P.kwargs) -> ToolCall:
+        """See :meth:`GatedTool.tool_call`."""
+        return self._direct(args, kwargs)
 
     async def invoke(self, tool_call: ToolCallLike) -> Union[R, Denied]:
         return await self._gate(self._from_model(tool_call))
