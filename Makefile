@@ -4,7 +4,7 @@ BIN     := bin/countersign
 DATA    ?= ./data
 ADDR    ?= 127.0.0.1:8080
 
-.PHONY: all build run test browser test-short test-ts bench vet lint fmt clean chaos fuzz
+.PHONY: all build run test browser test-short test-ts test-py bench vet lint fmt clean chaos fuzz
 
 all: build
 
@@ -23,6 +23,7 @@ test: browser
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
 	$(MAKE) test-ts
+	$(MAKE) test-py
 
 browser:
 	@sh test/browser/install-chromium.sh
@@ -38,6 +39,16 @@ test-ts:
 ## end-to-end processes (test/) and the browser (test/browser)
 test-short:
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v -e '/test$$' -e '/test/')
+
+## test-py: the Python client (contracts/python): mypy --strict (Debian's
+## python3-mypy, installed if missing), then its tests against real
+## `countersign serve` processes built from this tree
+PYTHON ?= python3
+test-py:
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "test-py: $(PYTHON) is missing: install Debian's python3 (apt-get install python3), or set PYTHON" >&2; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || { echo "test-py: $(PYTHON) is older than 3.10" >&2; exit 1; }
+	sh contracts/python/typecheck.sh
+	cd contracts/python && $(PYTHON) -m unittest discover -v
 
 ## vet: go vet over every package
 vet:

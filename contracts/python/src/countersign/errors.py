@@ -1,0 +1,214 @@
+"""Errors of the Countersign client.
+
+Every answer of the API other than 2xx is a :class:`CountersignError` that
+carries the HTTP ``status`` and the API's stable ``code``, ``message`` and
+``field``. Branch on the subclass (``except AlreadyClaimed``) or on the code
+(``err.code == codes.ALREADY_CLAIMED``), never on the message text.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Optional, Type
+
+
+class codes:
+    """The stable error and refusal codes of the API (DESIGN §5, §7)."""
+
+    # Refusals recorded by the arbiter (votes and commands).
+    NOT_AN_APPROVER = "not_an_approver"
+    SELF_APPROVAL = "self_approval"
+    DUPLICATE_VOTE = "duplicate_vote"
+    CLOSED = "closed"
+    STALE_ARGUMENTS = "stale_arguments"
+    INVALID_ARGUMENTS = "invalid_arguments"
+    DECISION_NOT_ALLOWED = "decision_not_allowed"
+    UNKNOWN_EVENT = "unknown_event"
+    OUT_OF_ORDER = "out_of_order"
+    ALREADY_CLAIMED = "already_claimed"
+    NOT_APPROVED = "not_approved"
+    # Errors of the HTTP API.
+    ARGUMENTS_CHANGED = "arguments_changed"
+    UNAUTHENTICATED = "unauthenticated"
+    FORBIDDEN = "forbidden"
+    NOT_FOUND = "not_found"
+    INVALID_JSON = "invalid_json"
+    UNKNOWN_FIELD = "unknown_field"
+    BODY_TOO_LARGE = "body_too_large"
+    INVALID_FIELD = "invalid_field"
+    INVALID_PARAMETER = "invalid_parameter"
+    INVALID_SCHEMA = "invalid_schema"
+    INVALID_EVENT_ID = "invalid_event_id"
+    APPROVER_NOT_ALLOWED = "approver_not_allowed"
+    UNAVAILABLE = "unavailable"
+    NOT_READY = "not_ready"
+    # Codes of this client (no API answer behind them).
+    UNREACHABLE = "unreachable"
+    IN_FLIGHT = "in_flight"
+    INVALID_TOOL_CALL = "invalid_tool_call"
+    BAD_ANSWER = "bad_answer"
+    # Webhook verification.
+    INVALID_SECRET = "invalid_secret"
+    MISSING_HEADERS = "missing_headers"
+    BAD_TIMESTAMP = "bad_timestamp"
+    TOO_OLD = "too_old"
+    TOO_NEW = "too_new"
+    NO_MATCHING_SIGNATURE = "no_matching_signature"
+
+
+class CountersignError(Exception):
+    """An error of the API or of this client.
+
+    ``status`` is the HTTP status of the API's answer (0 when there was none:
+    the network failed, or the client refused the input itself); ``code`` is
+    stable and machine-readable; ``field`` names the request field at fault.
+    """
+
+    def __init__(self, code: str, message: str = "", *, status: int = 0, field: Optional[str] = None) -> None:
+        self.status = status
+        self.code = code
+        self.message = message
+        self.field = field
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        s = f"countersign: {self.code}"
+        if self.status:
+            s += f" ({self.status})"
+        if self.message:
+            s += f": {self.message}"
+        if self.field:
+            s += f" [field {self.field}]"
+        return s
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(code={self.code!r}, status={self.status}, field={self.field!r})"
+
+
+class Refused(CountersignError):
+    """The arbiter refused a vote or a command (403 or 409 with a reason code)."""
+
+
+class AlreadyClaimed(Refused):
+    """The approval was claimed already, under another claim id: do not run the tool."""
+
+
+class NotApproved(Refused):
+    """A claim on an approval that is not approved (pending, rejected, expired...)."""
+
+
+class NotAnApprover(Refused):
+    """The voter is not among the request's approvers."""
+
+
+class SelfApproval(Refused):
+    """The requester or owner may not approve their own request."""
+
+
+class DuplicateVote(Refused):
+    """This approver has voted already; a vote cannot be changed."""
+
+
+class Closed(Refused):
+    """The approval is decided already."""
+
+
+class StaleArguments(Refused):
+    """The vote was cast on arguments that are no longer the ones under review."""
+
+
+class DecisionNotAllowed(Refused):
+    """The rule does not allow this decision (e.g. edit)."""
+
+
+class OutOfOrder(Refused):
+    """An ordered chain of approvers: this approver's turn has not come."""
+
+
+class InvalidRequest(CountersignError):
+    """The API refused the request as malformed (400 or 413); ``field`` says where."""
+
+
+class ArgumentsChanged(CountersignError):
+    """The run and tool call ids were reviewed before with other arguments (409)."""
+
+
+class Unauthenticated(CountersignError):
+    """The token is missing, unknown or expired (401)."""
+
+
+class Forbidden(CountersignError):
+    """The token's roles do not allow this request (403)."""
+
+
+class NotFound(CountersignError):
+    """No such approval or path (404)."""
+
+
+class Unavailable(CountersignError):
+    """The API or its NATS server is unavailable (502, 503, 504), after retries."""
+
+
+class NetworkError(CountersignError):
+    """The API could not be reached or its answer could not be read, after retries."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(codes.UNREACHABLE, message)
+
+
+class InFlight(CountersignError):
+    """The API accepted a vote or claim that the arbiter had not applied yet (202).
+
+    It is durable: read the approval later to see its effect.
+    """
+
+    def __init__(self, message: str = "the arbiter has not applied it yet") -> None:
+        super().__init__(codes.IN_FLIGHT, message, status=202)
+
+
+class InvalidToolCall(CountersignError):
+    """A tool call that this client cannot read (no name, arguments not a JSON object)."""
+
+    def __init__(self, message: str, field: Optional[str] = None) -> None:
+        super().__init__(codes.INVALID_TOOL_CALL, message, field=field)
+
+
+class WebhookVerificationError(CountersignError):
+    """A webhook that must not be trusted: answer it with 400 or 401 and drop it."""
+
+
+_BY_CODE: Dict[str, Type[CountersignError]] = {
+    codes.ALREADY_CLAIMED: AlreadyClaimed,
+    codes.NOT_APPROVED: NotApproved,
+    codes.NOT_AN_APPROVER: NotAnApprover,
+    codes.SELF_APPROVAL: SelfApproval,
+    codes.DUPLICATE_VOTE: DuplicateVote,
+    codes.CLOSED: Closed,
+    codes.STALE_ARGUMENTS: StaleArguments,
+    codes.DECISION_NOT_ALLOWED: DecisionNotAllowed,
+    codes.OUT_OF_ORDER: OutOfOrder,
+    codes.ARGUMENTS_CHANGED: ArgumentsChanged,
+    codes.UNAUTHENTICATED: Unauthenticated,
+    codes.FORBIDDEN: Forbidden,
+    codes.APPROVER_NOT_ALLOWED: Forbidden,
+    codes.NOT_FOUND: NotFound,
+    codes.UNKNOWN_EVENT: NotFound,
+}
+
+_BY_STATUS: Dict[int, Type[CountersignError]] = {
+    400: InvalidRequest,
+    401: Unauthenticated,
+    403: Forbidden,
+    404: NotFound,
+    413: InvalidRequest,
+    502: Unavailable,
+    503: Unavailable,
+    504: Unavailable,
+}
+
+
+def api_error(status: int, code: str, message: str, field: Optional[str]) -> CountersignError:
+    """The error for an API answer: the class of its code, else of its status."""
+    cls = _BY_CODE.get(code) or _BY_STATUS.get(status) or CountersignError
+    if status in (409, 422) and cls is CountersignError:
+        cls = Refused
+    return cls(code, message, status=status, field=field)

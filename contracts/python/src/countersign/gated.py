@@ -1,0 +1,266 @@
+"""``@gated``: put any tool function behind Countersign.
+
+A gated call goes review → wait → claim → call: the function runs only
+after the policy allows the call or a human approves it, with the approved
+(possibly edited) arguments, and at most once per approval across every
+process that runs it. A call that may not run returns a :class:`Denied`
+(or raises :class:`CallDenied`) whose text is meant for the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import inspect
+import json
+from dataclasses import dataclass
+from typing import (Any, Awaitable, Callable, Coroutine, Dict, Generic, Mapping, Optional, ParamSpec, TypeVar, Union,
+                    cast, overload)
+
+from .aio import AsyncClient
+from .client import Client
+from .errors import AlreadyClaimed, InvalidToolCall, NotApproved
+from .ids import new_claim_id
+from .toolcalls import ToolCallLike, to_tool_call
+from .types import JSONObject, Result, Run, ToolCall
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+RunSource = Union[Run, Callable[[], Run]]
+"""The run of a gated call: a Run, or a function that returns the current one."""
+
+_MESSAGES = {
+    "denied": "A human or the policy denied this call. It did not run.",
+    "responded": "A human answered instead of approving. The call did not run.",
+    "expired": "No one approved this call in time. It did not run.",
+    "cancelled": "This call was cancelled. It did not run.",
+    "already_executed": ("This approved call was already claimed; Countersign does not know whether the tool "
+                         "then ran. It will not run again."),
+    "pending": "This call is still waiting for a human's approval. It has not run.",
+}
+
+
+@dataclass(frozen=True)
+class Denied:
+    """A gated call that did not run. ``str(denied)`` is the message for the model."""
+
+    verdict: str
+    """denied, responded, expired, cancelled, already_executed, or pending (a bounded wait ran out)."""
+    reason: str
+    tool_name: str = ""
+    tool_call_id: str = ""
+    event_id: str = ""
+    rule: str = ""
+
+    def __str__(self) -> str:
+        return self.reason or _MESSAGES.get(self.verdict, f"The call did not run ({self.verdict}).")
+
+
+class CallDenied(Exception):
+    """Raised instead of returning :class:`Denied` with ``raise_on_deny=True``."""
+
+    def __init__(self, denied: Denied) -> None:
+        self.denied = denied
+        super().__init__(str(denied))
+
+    @property
+    def reason(self) -> str:
+        return str(self.denied)
+
+
+def _denied(res: Result, name: str) -> Denied:
+    return Denied(verdict=res.verdict, reason=res.reason, tool_name=name, tool_call_id=res.tool_call_id,
+                  event_id=res.event_id, rule=res.rule)
+
+
+def _call_id(name: str, args: JSONObject) -> str:
+    canon = json.dumps([name, args], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "call-" + hashlib.sha256(canon.encode()).hexdigest()[:32]
+
+
+class _Base(Generic[P, R]):
+    def __init__(self, fn: Callable[..., Any], run: RunSource, name: Optional[str], tool_schema: Optional[JSONObject],
+                 wait: Optional[float], raise_on_deny: bool) -> None:
+        self.__wrapped__ = fn
+        self.name = name or fn.__name__
+        self.tool_schema = tool_schema
+        self._fn = fn
+        self._sig = inspect.signature(fn)
+        self._run = run
+        self._wait = wait
+        self._raise = raise_on_deny
+        functools.update_wrapper(self, fn)
+
+    def _current_run(self) -> Run:
+        return self._run() if callable(self._run) else self._run
+
+    def _direct(self, args: Any, kwargs: Any) -> ToolCall:
+        """A direct call as a tool call: its arguments by name, its id derived
+        from the tool's name and arguments (so a re-run re-attaches)."""
+        bound = self._sig.bind(*args, **kwargs)
+        arguments = dict(bound.arguments)
+        for p in self._sig.parameters.values():
+            if p.kind is inspect.Parameter.VAR_KEYWORD and p.name in arguments:
+                arguments.update(arguments.pop(p.name))
+            elif p.kind is inspect.Parameter.VAR_POSITIONAL and p.name in arguments:
+                raise TypeError(f"{self.name}: a gated tool cannot take *{p.name}")
+        try:
+            json.dumps(arguments, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"{self.name}: the arguments of a gated tool must be JSON: {e}") from None
+        return self._call({"name": self.name, "arguments": arguments})
+
+    def _call(self, tc: ToolCall) -> ToolCall:
+        if self.tool_schema is not None:
+            tc["tool_schema"] = self.tool_schema
+        if "id" not in tc:
+            tc["id"] = _call_id(tc["name"], tc.get("arguments", {}))
+        return tc
+
+    def _from_model(self, call: ToolCallLike) -> ToolCall:
+        tc = to_tool_call(call)
+        if tc["name"] != self.name:
+            raise InvalidToolCall(f"the tool call is for {tc['name']!r}, not {self.name!r}", "name")
+        return self._call(tc)
+
+    def _check(self, args: Mapping[str, Any]) -> None:
+        # Fail before the claim: an approval that cannot be called stays unused.
+        try:
+            self._sig.bind(**args)
+        except TypeError as e:
+            raise TypeError(f"{self.name}: the approved arguments do not fit the function: {e}") from None
+
+    def _deny(self, res: Result) -> Denied:
+        d = _denied(res, self.name)
+        if self._raise:
+            raise CallDenied(d)
+        return d
+
+
+class GatedTool(_Base[P, R]):
+    """A gated sync tool. Call it like the function, or :meth:`invoke` it with
+    the model's tool call. Returns the function's result, or :class:`Denied`."""
+
+    def __init__(self, client: Client, fn: Callable[P, R], run: RunSource, name: Optional[str],
+                 tool_schema: Optional[JSONObject], wait: Optional[float], raise_on_deny: bool) -> None:
+        super().__init__(fn, run, name, tool_schema, wait, raise_on_deny)
+        self._client = client
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Union[R, Denied]:
+        return self._gate(self._direct(args, kwargs))
+
+    def tool_call(self, *args: P.args, **kwargs: P.kwargs) -> ToolCall:
+        """The tool call a direct call with these arguments submits (its id
+        gives the event id: ``event_id_for(run, tool_call["id"])``)."""
+        return self._direct(args, kwargs)
+
+    def invoke(self, tool_call: ToolCallLike) -> Union[R, Denied]:
+        """Runs the model's tool call (OpenAI, Anthropic or Countersign shape)."""
+        return self._gate(self._from_model(tool_call))
+
+    def _gate(self, tc: ToolCall) -> Union[R, Denied]:
+        (res,) = self._client.review(self._current_run(), [tc], wait=self._wait)
+        if not res.allowed:
+            return self._deny(res)
+        args = res.arguments if res.arguments is not None else tc.get("arguments", {})
+        self._check(args)
+        if res.event_id:
+            try:
+                self._client.claim(res.event_id, new_claim_id())
+            except AlreadyClaimed:
+                return self._deny(Result(res.tool_call_id, "already_executed", res.event_id, "", res.rule))
+            except NotApproved as e:
+                return self._deny(Result(res.tool_call_id, "denied", res.event_id, e.message, res.rule))
+        return cast(R, self._fn(**args))
+
+
+class AsyncGatedTool(_Base[P, R]):
+    """A gated async tool: as :class:`GatedTool`, awaited."""
+
+    def __init__(self, client: Union[AsyncClient, Client], fn: Callable[P, Awaitable[R]], run: RunSource,
+                 name: Optional[str], tool_schema: Optional[JSONObject], wait: Optional[float],
+                 raise_on_deny: bool) -> None:
+        super().__init__(fn, run, name, tool_schema, wait, raise_on_deny)
+        self._client = client
+
+    async def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Union[R, Denied]:
+        return await self._gate(self._direct(args, kwargs))
+
+    def tool_call(self, *args: P.args, **kwargs: P.kwargs) -> ToolCall:
+        """See :meth:`GatedTool.tool_call`."""
+        return self._direct(args, kwargs)
+
+    async def invoke(self, tool_call: ToolCallLike) -> Union[R, Denied]:
+        return await self._gate(self._from_model(tool_call))
+
+    async def _review(self, tc: ToolCall) -> Result:
+        c = self._client
+        if isinstance(c, AsyncClient):
+            (res,) = await c.review(self._current_run(), [tc], wait=self._wait)
+        else:
+            (res,) = await asyncio.to_thread(c.review, self._current_run(), [tc], wait=self._wait)
+        return res
+
+    async def _claim(self, event_id: str) -> None:
+        c = self._client
+        if isinstance(c, AsyncClient):
+            await c.claim(event_id, new_claim_id())
+        else:
+            await asyncio.to_thread(c.claim, event_id, new_claim_id())
+
+    async def _gate(self, tc: ToolCall) -> Union[R, Denied]:
+        res = await self._review(tc)
+        if not res.allowed:
+            return self._deny(res)
+        args = res.arguments if res.arguments is not None else tc.get("arguments", {})
+        self._check(args)
+        if res.event_id:
+            try:
+                await self._claim(res.event_id)
+            except AlreadyClaimed:
+                return self._deny(Result(res.tool_call_id, "already_executed", res.event_id, "", res.rule))
+            except NotApproved as e:
+                return self._deny(Result(res.tool_call_id, "denied", res.event_id, e.message, res.rule))
+        return cast(R, await self._fn(**args))
+
+
+class _Gate:
+    def __init__(self, client: Union[Client, AsyncClient], run: RunSource, name: Optional[str],
+                 tool_schema: Optional[JSONObject], wait: Optional[float], raise_on_deny: bool) -> None:
+        self._args = (run, name, tool_schema, wait, raise_on_deny)
+        self._client = client
+
+    @overload
+    def __call__(self, fn: Callable[P, Coroutine[Any, Any, R]]) -> AsyncGatedTool[P, R]: ...  # type: ignore[misc]
+
+    @overload
+    def __call__(self, fn: Callable[P, R]) -> GatedTool[P, R]: ...
+
+    def __call__(self, fn: Callable[P, Any]) -> Union[GatedTool[P, Any], AsyncGatedTool[P, Any]]:
+        if inspect.iscoroutinefunction(fn):
+            return AsyncGatedTool(self._client, fn, *self._args)
+        if not isinstance(self._client, Client):
+            raise TypeError(f"@gated: {fn.__name__} is not async; gate it with a Client, not an AsyncClient")
+        return GatedTool(self._client, fn, *self._args)
+
+
+def gated(client: Union[Client, AsyncClient], *, run: RunSource, name: Optional[str] = None,
+          tool_schema: Optional[Dict[str, Any]] = None, wait: Optional[float] = None,
+          raise_on_deny: bool = False) -> _Gate:
+    """Gates a tool function (sync or async) with Countersign.
+
+    ``run`` is the run the calls belong to (or a function returning it, read
+    at each call); ``name`` the tool's name for the policy (default: the
+    function's name); ``tool_schema`` the JSON Schema a human's edit must
+    satisfy; ``wait`` how long to wait for a decision (default: until there
+    is one; a call still pending then returns ``Denied("pending")``).
+
+    Calling the gated function directly identifies the call by its tool name
+    and arguments within the run: calling it again with the same arguments
+    in the same run re-attaches to the same approval (so after a crash it
+    will not run twice). Use ``.invoke(tool_call)`` with the model's tool
+    call to tell identical calls apart by the model's id.
+    """
+    return _Gate(client, run, name, tool_schema, wait, raise_on_deny)

@@ -1,0 +1,8 @@
+"""Tests of the Countersign Python client, against a real `countersign serve`."""
+
+import os
+import sys
+
+_SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+if _SRC not in sys.path:
+    sys.path.insert(0, _SRC)
