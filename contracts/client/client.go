@@ -66,6 +66,9 @@ type Config struct {
 	// MinBackoff and MaxBackoff bound the wait between retries (default
 	// 100 ms and 2 s; the wait doubles up to the maximum).
 	MinBackoff, MaxBackoff time.Duration
+	// PollWait is how long one request waits at the API for a decision
+	// before it is asked again (default and most: 60 s, the API's limit).
+	PollWait time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -80,6 +83,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxBackoff == 0 {
 		c.MaxBackoff = 2 * time.Second
+	}
+	if c.PollWait == 0 || c.PollWait > maxWait {
+		c.PollWait = maxWait
 	}
 }
 
@@ -150,12 +156,12 @@ func (c *Client) Review(ctx context.Context, run contracts.Run, calls []ToolCall
 // Wait reviews the calls and blocks until none is pending or ctx ends
 // (then it returns ctx's error with the results so far).
 func (c *Client) Wait(ctx context.Context, run contracts.Run, calls []ToolCall) ([]Result, error) {
-	results, err := c.review(ctx, run, calls, maxWait)
+	results, err := c.review(ctx, run, calls, c.cfg.PollWait)
 	for err == nil && pending(results) {
 		if ctx.Err() != nil {
 			return results, ctx.Err()
 		}
-		results, err = c.review(ctx, run, calls, maxWait)
+		results, err = c.review(ctx, run, calls, c.cfg.PollWait)
 	}
 	return results, err
 }
@@ -277,7 +283,7 @@ func (c *Client) Ask(ctx context.Context, run contracts.Run, q Question) (Answer
 	}{run, q.ID, Question{Text: q.Text, Schema: q.Schema}}
 	for {
 		var a Answer
-		if _, err := c.do(ctx, http.MethodPost, "/v1/questions?wait="+maxWait.String(), body, &a, retryTransient); err != nil {
+		if _, err := c.do(ctx, http.MethodPost, "/v1/questions?wait="+c.cfg.PollWait.String(), body, &a, retryTransient); err != nil {
 			return a, err
 		}
 		if a.Status != Pending {
@@ -296,7 +302,7 @@ func (c *Client) Ask(ctx context.Context, run contracts.Run, q Question) (Answer
 
 func (c *Client) awaitAnswer(ctx context.Context, a Answer) (Answer, error) {
 	for {
-		rec, _, err := c.Approval(ctx, a.EventID, maxWait)
+		rec, _, err := c.Approval(ctx, a.EventID, c.cfg.PollWait)
 		if err != nil {
 			return a, err
 		}
@@ -306,16 +312,16 @@ func (c *Client) awaitAnswer(ctx context.Context, a Answer) (Answer, error) {
 				a.Reason = rec.Outcome.Reason
 			}
 			if rec.Status == contracts.StatusAnswered && rec.Outcome != nil {
-				var ans struct {
-					Action  string          `json:"action"`
-					Content json.RawMessage `json:"content"`
-				}
-				_ = json.Unmarshal(rec.Outcome.Arguments, &ans)
+				// The outcome's action is the answer's; its arguments hold
+				// the accepted content.
 				a.Answer = &struct {
 					Action     string          `json:"action"`
 					Content    json.RawMessage `json:"content,omitempty"`
 					AnsweredBy string          `json:"answered_by,omitempty"`
-				}{Action: ans.Action, Content: ans.Content}
+				}{Action: rec.Outcome.Action, Content: rec.Outcome.Arguments}
+				if len(rec.Outcome.DecidedBy) > 0 {
+					a.Answer.AnsweredBy = rec.Outcome.DecidedBy[0]
+				}
 			}
 			return a, nil
 		}

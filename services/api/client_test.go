@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -200,3 +201,62 @@ func proxyTo(t *testing.T, target string, w http.ResponseWriter, r *http.Request
 		}
 	}
 }
+
+// Ask without a question id waits on the question's approval; the human's
+// answer comes back with its action and content.
+func TestGoClientAskWaitsForTheAnswer(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// Short polls: the first ask answers pending (nobody has answered yet
+	// when it returns), and the client goes on to wait on the approval.
+	asked := make(chan struct{})
+	var once sync.Once
+	hc := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		resp, err := http.DefaultTransport.RoundTrip(r)
+		if err == nil && r.URL.Path == "/v1/questions" {
+			once.Do(func() { close(asked) })
+		}
+		return resp, err
+	})}
+	agent, err := client.New(client.Config{URL: e.url, Token: e.tokens["agent"], PollWait: 100 * time.Millisecond, HTTPClient: hc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := goClient(t, e.url, e.tokens["alice"])
+	run := contracts.Run{ID: "go-client-ask", Agent: "billing-bot"}
+	got := make(chan client.Answer, 1)
+	go func() {
+		a, err := agent.Ask(ctx, run, client.Question{Text: "Which cost centre?"})
+		if err != nil {
+			t.Errorf("ask: %v", err)
+		}
+		got <- a
+	}()
+	<-asked
+	// The question is an approval; alice answers it.
+	var id string
+	for id == "" && ctx.Err() == nil {
+		var list struct {
+			Items []struct {
+				Record contracts.Record `json:"record"`
+			} `json:"items"`
+		}
+		e.call(t, "GET", "/v1/approvals?status=pending&run_id=go-client-ask", "alice", nil).decode(t, &list)
+		if len(list.Items) > 0 {
+			id = list.Items[0].Record.Request.EventID
+		}
+	}
+	if _, err := alice.Decide(ctx, id, client.Vote{Decision: contracts.DecisionAnswer,
+		Answer: json.RawMessage(`{"action":"accept","content":{"text":"CC-42"}}`)}); err != nil {
+		t.Fatalf("answer: %v", err)
+	}
+	a := <-got
+	if a.Status != contracts.StatusAnswered || a.Answer == nil || a.Answer.Action != "accept" || string(a.Answer.Content) != `{"text":"CC-42"}` {
+		t.Fatalf("answer %+v (%+v)", a, a.Answer)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
