@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/events/eventstest"
 	"github.com/countersign/countersign/orchestrator"
 )
@@ -32,7 +33,7 @@ func BenchmarkWaiterRegister10k(b *testing.B) {
 	js := srv.JetStream()
 	srv.Provision(js)
 	ctx := context.Background()
-	w, err := orchestrator.NewWaiter(ctx, js, nil)
+	w, err := orchestrator.NewWaiter(ctx, srv.JetStreamAs(embedded.RoleOrchestrator), nil)
 	if err != nil {
 		b.Fatal(err)
 	}

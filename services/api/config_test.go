@@ -56,7 +56,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	}
 	// A failing readiness check makes /readyz answer 503.
 	reg := prometheus.NewRegistry()
-	s, err := api.New(ctx, api.Config{JS: js, Gate: gate, Registerer: reg, Ready: func(context.Context) error { return errors.New("policy not loaded") }})
+	s, err := api.New(ctx, api.Config{JS: srv.JetStreamAs(embedded.RoleAPI), Gate: gate, Registerer: reg, Ready: func(context.Context) error { return errors.New("policy not loaded") }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		t.Fatalf("readyz: %d", resp.StatusCode)
 	}
 	// Metrics cannot be registered twice on one registry.
-	if _, err := api.New(ctx, api.Config{JS: js, Gate: gate, Registerer: reg}); err == nil {
+	if _, err := api.New(ctx, api.Config{JS: srv.JetStreamAs(embedded.RoleAPI), Gate: gate, Registerer: reg}); err == nil {
 		t.Fatal("a second server registered the same metrics")
 	}
 }
