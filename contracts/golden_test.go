@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -15,7 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unicode/utf8"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/countersign/countersign/contracts"
 )
@@ -237,7 +237,7 @@ func TestGoldenValidAgainstSchema(t *testing.T) {
 		t.Run(file, func(t *testing.T) {
 			schema := goldens[file] + ".schema.json"
 			inst := decodeAny(t, readGolden(t, file))
-			if errs := validate(docs, schema, docs[schema], inst, ""); len(errs) > 0 {
+			if errs := validate(docs, schema, inst); len(errs) > 0 {
 				t.Errorf("golden does not satisfy %s:\n%s", schema, errors.Join(errs...))
 			}
 			// Every required property at the top level is present.
@@ -533,7 +533,7 @@ func TestSchemaCheckerRefuses(t *testing.T) {
 			schema := goldens[tc.file] + ".schema.json"
 			inst := decodeAny(t, readGolden(t, tc.file)).(map[string]any)
 			tc.mutate(inst)
-			errs := validate(docs, schema, docs[schema], inst, "")
+			errs := validate(docs, schema, inst)
 			if len(errs) == 0 {
 				t.Fatalf("the broken %s satisfies %s", tc.file, schema)
 			}
@@ -546,225 +546,36 @@ func TestSchemaCheckerRefuses(t *testing.T) {
 		inst["status"] = "pending"
 		delete(inst, "outcome")
 		delete(inst, "claim")
-		if errs := validate(docs, "record.schema.json", docs["record.schema.json"], inst, ""); len(errs) > 0 {
+		if errs := validate(docs, "record.schema.json", inst); len(errs) > 0 {
 			t.Errorf("a pending record without outcome is refused: %v", errors.Join(errs...))
 		}
 	})
 }
 
-// A small JSON Schema checker for the keywords these schemas use. It fails
-// on any other keyword, so a schema cannot rely on a constraint the tests
-// do not check.
-
-// resolve follows $ref (relative to the schema file it appears in) until it
-// reaches a node without one, and returns that node and its file.
-func resolve(docs map[string]map[string]any, file string, node any) (string, map[string]any) {
-	for range 16 {
-		n, ok := node.(map[string]any)
-		if !ok {
-			return file, nil
+// validate checks inst against the named schema file with a real JSON
+// Schema implementation (draft 2020-12, formats asserted); cross-file $refs
+// resolve between the contract's own schemas, and nothing is fetched.
+func validate(docs map[string]map[string]any, file string, inst any) []error {
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	c.AssertFormat()
+	for name, doc := range docs {
+		if err := c.AddResource(schemaBase+name, doc); err != nil {
+			return []error{err}
 		}
-		ref, ok := n["$ref"].(string)
-		if !ok || len(n) > 2 || (len(n) == 2 && n["description"] == nil) {
-			return file, n
-		}
-		var target any
-		file, target = lookupRef(docs, file, ref)
-		node = target
 	}
-	return file, nil
+	s, err := c.Compile(schemaBase + file)
+	if err != nil {
+		return []error{err}
+	}
+	if err := s.Validate(inst); err != nil {
+		return []error{err}
+	}
+	return nil
 }
 
-func lookupRef(docs map[string]map[string]any, file, ref string) (string, any) {
-	docPart, pointer, _ := strings.Cut(ref, "#")
-	if docPart != "" {
-		file = docPart
-	}
-	doc, ok := docs[file]
-	if !ok {
-		return file, nil
-	}
-	var cur any = doc
-	for _, tok := range strings.Split(strings.TrimPrefix(pointer, "/"), "/") {
-		if tok == "" {
-			continue
-		}
-		tok = strings.NewReplacer("~1", "/", "~0", "~").Replace(tok)
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return file, nil
-		}
-		cur = m[tok]
-	}
-	return file, cur
-}
-
-var annotationKeywords = map[string]bool{
-	"$schema": true, "$id": true, "$defs": true, "$comment": true,
-	"title": true, "description": true, "examples": true, "default": true,
-}
-
-func validate(docs map[string]map[string]any, file string, schema any, inst any, path string) []error {
-	if path == "" {
-		path = "/"
-	}
-	switch s := schema.(type) {
-	case bool:
-		if !s {
-			return []error{fmt.Errorf("%s: false schema", path)}
-		}
-		return nil
-	case map[string]any:
-		var errs []error
-		fail := func(format string, args ...any) {
-			errs = append(errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...)))
-		}
-		for _, kw := range sortedKeys(s) {
-			arg := s[kw]
-			switch kw {
-			case "$ref":
-				refFile, target := lookupRef(docs, file, arg.(string))
-				if target == nil {
-					fail("unresolvable $ref %q", arg)
-					continue
-				}
-				errs = append(errs, validate(docs, refFile, target, inst, path)...)
-			case "type":
-				types, ok := arg.([]any)
-				if !ok {
-					types = []any{arg}
-				}
-				if !slices.ContainsFunc(types, func(t any) bool { return hasType(inst, t.(string)) }) {
-					fail("%s is not of type %v", describe(inst), arg)
-				}
-			case "const":
-				if !reflect.DeepEqual(inst, arg) {
-					fail("%s is not %v", describe(inst), arg)
-				}
-			case "enum":
-				if !slices.ContainsFunc(arg.([]any), func(e any) bool { return reflect.DeepEqual(inst, e) }) {
-					fail("%s is not one of %v", describe(inst), arg)
-				}
-			case "required":
-				if obj, ok := inst.(map[string]any); ok {
-					for _, r := range arg.([]any) {
-						if _, ok := obj[r.(string)]; !ok {
-							fail("required property %q is missing", r)
-						}
-					}
-				}
-			case "properties":
-				if obj, ok := inst.(map[string]any); ok {
-					props := arg.(map[string]any)
-					for _, k := range sortedKeys(obj) {
-						if ps, ok := props[k]; ok {
-							errs = append(errs, validate(docs, file, ps, obj[k], strings.TrimSuffix(path, "/")+"/"+k)...)
-						}
-					}
-				}
-			case "additionalProperties":
-				if arg != true {
-					fail("the checker supports only additionalProperties: true")
-				}
-			case "items":
-				if arr, ok := inst.([]any); ok {
-					for i, e := range arr {
-						errs = append(errs, validate(docs, file, arg, e, fmt.Sprintf("%s/%d", strings.TrimSuffix(path, "/"), i))...)
-					}
-				}
-			case "maxItems":
-				if arr, ok := inst.([]any); ok && float64(len(arr)) > arg.(float64) {
-					fail("%d items, at most %v allowed", len(arr), arg)
-				}
-			case "minimum":
-				if f, ok := inst.(float64); ok && f < arg.(float64) {
-					fail("%v is less than %v", f, arg)
-				}
-			case "minLength":
-				if str, ok := inst.(string); ok && float64(utf8.RuneCountInString(str)) < arg.(float64) {
-					fail("%q is shorter than %v", str, arg)
-				}
-			case "maxLength":
-				if str, ok := inst.(string); ok && float64(utf8.RuneCountInString(str)) > arg.(float64) {
-					fail("%q is longer than %v", str, arg)
-				}
-			case "pattern":
-				if str, ok := inst.(string); ok && !regexp.MustCompile(arg.(string)).MatchString(str) {
-					fail("%q does not match %s", str, arg)
-				}
-			case "format":
-				if arg != "date-time" {
-					fail("the checker does not support format %v", arg)
-				} else if str, ok := inst.(string); ok {
-					if _, err := time.Parse(time.RFC3339Nano, str); err != nil {
-						fail("%q is not an RFC 3339 date-time", str)
-					}
-				}
-			case "allOf":
-				for _, sub := range arg.([]any) {
-					errs = append(errs, validate(docs, file, sub, inst, path)...)
-				}
-			case "anyOf":
-				if !slices.ContainsFunc(arg.([]any), func(sub any) bool {
-					return len(validate(docs, file, sub, inst, path)) == 0
-				}) {
-					fail("%s matches none of anyOf", describe(inst))
-				}
-			case "if":
-				branch := "else"
-				if len(validate(docs, file, arg, inst, path)) == 0 {
-					branch = "then"
-				}
-				if sub, ok := s[branch]; ok {
-					errs = append(errs, validate(docs, file, sub, inst, path)...)
-				}
-			case "then", "else":
-				// Applied with "if".
-			default:
-				if !annotationKeywords[kw] {
-					fail("the checker does not support keyword %q", kw)
-				}
-			}
-		}
-		return errs
-	default:
-		return []error{fmt.Errorf("%s: a schema must be an object or a boolean, got %T", path, schema)}
-	}
-}
-
-func hasType(v any, typ string) bool {
-	switch typ {
-	case "object":
-		_, ok := v.(map[string]any)
-		return ok
-	case "array":
-		_, ok := v.([]any)
-		return ok
-	case "string":
-		_, ok := v.(string)
-		return ok
-	case "boolean":
-		_, ok := v.(bool)
-		return ok
-	case "null":
-		return v == nil
-	case "number":
-		_, ok := v.(float64)
-		return ok
-	case "integer":
-		f, ok := v.(float64)
-		return ok && f == math.Trunc(f)
-	}
-	return false
-}
-
-func describe(v any) string {
-	b, _ := json.Marshal(v)
-	if len(b) > 60 {
-		return string(b[:57]) + "..."
-	}
-	return string(b)
-}
+// schemaBase is where the contract's schemas say they live ($id).
+const schemaBase = "https://countersign.dev/schema/"
 
 func TestAgentToken(t *testing.T) {
 	cases := []struct{ in, want string }{
@@ -826,4 +637,49 @@ func TestValidEventID(t *testing.T) {
 			t.Errorf("ValidEventID(%q) = true, want false", id)
 		}
 	}
+}
+
+// resolve follows $ref (relative to the schema file it appears in) until it
+// reaches a node without one, and returns that node and its file (for the
+// walk of schemas beside Go types).
+func resolve(docs map[string]map[string]any, file string, node any) (string, map[string]any) {
+	for range 16 {
+		n, ok := node.(map[string]any)
+		if !ok {
+			return file, nil
+		}
+		ref, ok := n["$ref"].(string)
+		if !ok || len(n) > 2 || (len(n) == 2 && n["description"] == nil) {
+			return file, n
+		}
+		var target any
+		file, target = lookupRef(docs, file, ref)
+		node = target
+	}
+	return file, nil
+}
+
+// lookupRef finds a $ref's target among the contract's schemas.
+func lookupRef(docs map[string]map[string]any, file, ref string) (string, any) {
+	docPart, pointer, _ := strings.Cut(ref, "#")
+	if docPart != "" {
+		file = docPart
+	}
+	doc, ok := docs[file]
+	if !ok {
+		return file, nil
+	}
+	var cur any = doc
+	for _, tok := range strings.Split(strings.TrimPrefix(pointer, "/"), "/") {
+		if tok == "" {
+			continue
+		}
+		tok = strings.NewReplacer("~1", "/", "~0", "~").Replace(tok)
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return file, nil
+		}
+		cur = m[tok]
+	}
+	return file, cur
 }
