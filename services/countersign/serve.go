@@ -191,7 +191,12 @@ func awaitConsumers(ctx context.Context, list []events.Consumer, denied *permLog
 	defer tick.Stop()
 	for _, c := range list {
 		for {
-			if _, err := c.JS.Consumer(ctx, c.Stream, c.Durable); err == nil {
+			// Short lookups: a refused one gets no answer at all, and the
+			// refusal must be seen at once.
+			lctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			_, err := c.JS.Consumer(lctx, c.Stream, c.Durable)
+			cancel()
+			if err == nil {
 				break
 			}
 			select {
