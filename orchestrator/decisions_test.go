@@ -14,7 +14,7 @@ import (
 	"github.com/countersign/countersign/contracts/approval"
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/orchestrator"
-	"github.com/countersign/countersign/orchestrator/orchestratortest"
+	"github.com/countersign/countersign/services/countersigntest"
 	"github.com/countersign/countersign/orchestrator/policy"
 )
 
@@ -62,7 +62,7 @@ func decisionsGate(t *testing.T, e *env) *orchestrator.Gate {
 	if err != nil {
 		t.Fatal(err)
 	}
-	orchestratortest.Trust(t, p)
+	countersigntest.Trust(t, p)
 	g, err := orchestrator.NewGate(context.Background(), orchestrator.Config{JS: e.js, Policy: orchestrator.StaticPolicy{P: p}})
 	if err != nil {
 		t.Fatal(err)

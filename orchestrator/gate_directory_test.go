@@ -10,7 +10,7 @@ import (
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/orchestrator"
 	"github.com/countersign/countersign/orchestrator/directory"
-	"github.com/countersign/countersign/orchestrator/orchestratortest"
+	"github.com/countersign/countersign/services/countersigntest"
 	"github.com/countersign/countersign/orchestrator/policy"
 )
 
@@ -59,7 +59,7 @@ func (e *env) directoryGate(t *testing.T, policyYAML, directoryYAML string) (*or
 	}
 	dir := &swappable{}
 	dir.p.Store(parseDirectory(t, directoryYAML))
-	orchestratortest.Trust(t, p)
+	countersigntest.Trust(t, p)
 	gate, err := orchestrator.NewGate(context.Background(), orchestrator.Config{JS: e.js, Policy: orchestrator.StaticPolicy{P: p}, Directory: dir})
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +126,7 @@ func TestGateWithoutDirectoryKeepsGroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	orchestratortest.Trust(t, p)
+	countersigntest.Trust(t, p)
 	gate, err := orchestrator.NewGate(ctx, orchestrator.Config{JS: e.js, Policy: orchestrator.StaticPolicy{P: p}})
 	if err != nil {
 		t.Fatal(err)

@@ -19,7 +19,7 @@ import (
 	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/events/eventstest"
 	"github.com/countersign/countersign/orchestrator"
-	"github.com/countersign/countersign/orchestrator/orchestratortest"
+	"github.com/countersign/countersign/services/countersigntest"
 	"github.com/countersign/countersign/services/arbiter"
 )
 
@@ -54,8 +54,8 @@ func setup(t *testing.T) *env {
 	js := srv.JetStream()
 	srv.Provision(js)
 	ctx := context.Background()
-	orchestratortest.RunArbiter(t, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter), UnknownEventDelay: 20 * time.Millisecond, UnknownEventAttempts: 3})
-	gate := orchestratortest.Gate(t, srv.JetStreamAs(embedded.RoleOrchestrator), orchestrator.StaticPolicy{P: orchestratortest.Policy(t, testPolicy)})
+	countersigntest.RunArbiter(t, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter), UnknownEventDelay: 20 * time.Millisecond, UnknownEventAttempts: 3})
+	gate := countersigntest.Gate(t, srv.JetStreamAs(embedded.RoleOrchestrator), orchestrator.StaticPolicy{P: countersigntest.Policy(t, testPolicy)})
 	kv, err := js.KeyValue(ctx, contracts.BucketApprovals)
 	if err != nil {
 		t.Fatal(err)
@@ -384,8 +384,8 @@ func TestReviewExpiresWithMessageForModel(t *testing.T) {
 	js := srv.JetStream()
 	srv.Provision(js)
 	ctx := context.Background()
-	orchestratortest.RunArbiter(t, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter)})
-	gate := orchestratortest.Gate(t, srv.JetStreamAs(embedded.RoleOrchestrator), orchestrator.StaticPolicy{P: orchestratortest.Policy(t, `
+	countersigntest.RunArbiter(t, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter)})
+	gate := countersigntest.Gate(t, srv.JetStreamAs(embedded.RoleOrchestrator), orchestrator.StaticPolicy{P: countersigntest.Policy(t, `
 version: "t1"
 default: require_approval
 rules:

@@ -16,7 +16,7 @@ import (
 	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/events/eventstest"
 	"github.com/countersign/countersign/orchestrator"
-	"github.com/countersign/countersign/orchestrator/orchestratortest"
+	"github.com/countersign/countersign/services/countersigntest"
 	"github.com/countersign/countersign/orchestrator/policy"
 	"github.com/countersign/countersign/services/arbiter"
 )
@@ -60,7 +60,7 @@ func setupIntegrity(t *testing.T) *integrityEnv {
 	js := srv.JetStream()
 	srv.Provision(js)
 	reg := prometheus.NewRegistry()
-	orchestratortest.RunArbiter(t, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter), Registerer: reg})
+	countersigntest.RunArbiter(t, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter), Registerer: reg})
 	kv, err := js.KeyValue(context.Background(), contracts.BucketApprovals)
 	if err != nil {
 		t.Fatal(err)
@@ -156,7 +156,7 @@ func TestForgedRequestIsRefused(t *testing.T) {
 
 			// The run that made (or would make) this call waits on it
 			// through a gate and is told, without waiting for any deadline.
-			gate := e.gateOn(t, orchestratortest.Policy(t, paymentsV1))
+			gate := e.gateOn(t, countersigntest.Policy(t, paymentsV1))
 			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
 			vs, err := gate.Review(rctx, r, []orchestrator.ToolCall{{ID: "pay-1", Name: "payments.send", Arguments: req.ToolCall.Arguments}})
@@ -262,7 +262,7 @@ func TestRequestsVerifyAgainstEveryAppliedVersion(t *testing.T) {
 	if err := store.WaitRevision(ctx, res.Revision); err != nil {
 		t.Fatal(err)
 	}
-	old := e.gateOn(t, orchestratortest.Policy(t, paymentsV1))
+	old := e.gateOn(t, countersigntest.Policy(t, paymentsV1))
 	vs, err = old.Submit(ctx, contracts.Run{ID: "run-old", Agent: "payments-bot"}, pay)
 	if err != nil {
 		t.Fatal(err)
@@ -281,7 +281,7 @@ func TestRequestsVerifyAgainstEveryAppliedVersion(t *testing.T) {
 
 	// A gate on a policy nobody applied (nor told the arbiter about) is
 	// refused: nothing vouches for its snapshot.
-	stray := e.gateOn(t, orchestratortest.Policy(t, strings.Replace(paymentsV2, "pay-2", "pay-stray", 1)))
+	stray := e.gateOn(t, countersigntest.Policy(t, strings.Replace(paymentsV2, "pay-2", "pay-stray", 1)))
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	vs, err = stray.Review(rctx, contracts.Run{ID: "run-stray", Agent: "payments-bot"}, pay)
@@ -305,7 +305,7 @@ func TestRequestsVerifyAgainstVersionsAnEarlierReleaseStored(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, src := range []string{paymentsV1, paymentsV2} {
-		p := orchestratortest.Policy(t, src)
+		p := countersigntest.Policy(t, src)
 		value, _ := json.Marshal(orchestrator.PolicyDocument{Spec: orchestrator.SpecPolicyDocument, Version: p.Version(),
 			SHA256: p.SHA256(), Source: src, AppliedBy: "admin", AppliedAt: time.Now().UTC()})
 		if _, err := bucket.Put(ctx, orchestrator.PolicyKey, value); err != nil {
@@ -314,7 +314,7 @@ func TestRequestsVerifyAgainstVersionsAnEarlierReleaseStored(t *testing.T) {
 	}
 	pay := []orchestrator.ToolCall{{ID: "p1", Name: "payments.send", Arguments: json.RawMessage(`{"amount":50}`)}}
 	for i, src := range []string{paymentsV1, paymentsV2} {
-		p := orchestratortest.Policy(t, src)
+		p := countersigntest.Policy(t, src)
 		if _, err := bucket.Get(ctx, orchestrator.PolicyVersionKey(p.Version())); !errors.Is(err, jetstream.ErrKeyNotFound) {
 			t.Fatalf("version %s has a key of its own (%v); this test needs the earlier layout", p.Version(), err)
 		}

@@ -13,7 +13,7 @@ import (
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/orchestrator"
-	"github.com/countersign/countersign/orchestrator/orchestratortest"
+	"github.com/countersign/countersign/services/countersigntest"
 	"github.com/countersign/countersign/orchestrator/policy"
 )
 
@@ -333,7 +333,7 @@ func TestPolicyVersionsWrittenByAnEarlierRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, src := range []string{policyV1, policyV2} {
-		p := orchestratortest.Policy(t, src)
+		p := countersigntest.Policy(t, src)
 		doc := orchestrator.PolicyDocument{Spec: orchestrator.SpecPolicyDocument, Version: p.Version(), SHA256: p.SHA256(),
 			Source: src, AppliedBy: "admin", AppliedAt: time.Now().UTC()}
 		value, _ := json.Marshal(doc)

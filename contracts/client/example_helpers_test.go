@@ -1,28 +1,21 @@
 package client_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http/httptest"
-	"os"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/client"
-	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/orchestrator"
-	"github.com/countersign/countersign/orchestrator/policy"
+	"github.com/countersign/countersign/services/countersigntest"
 	"github.com/countersign/countersign/services/api"
-	"github.com/countersign/countersign/services/arbiter"
 )
 
 // examplePolicy is the policy the examples' API decides by.
@@ -42,7 +35,8 @@ rules:
 
 // exampleStack is a Countersign HTTP API in one process, as `countersign
 // serve` runs it: an embedded NATS server with one user per role, the
-// streams and buckets, an arbiter, and the API on an httptest server.
+// streams and buckets, an arbiter (countersigntest.Stack), and the API on
+// an httptest server.
 type exampleStack struct {
 	// url is the API's base URL; agentToken authenticates an agent.
 	url        string
@@ -58,39 +52,15 @@ type exampleStack struct {
 // prints any permission the NATS server refused a role (which makes the
 // example's output, and so the example, fail).
 func startExampleStack() (*exampleStack, func()) {
-	dir, err := os.MkdirTemp("", "countersign-client-example")
+	stack, err := countersigntest.StartStack(examplePolicy)
 	must(err)
-	users := map[embedded.Role]embedded.User{}
-	list := embedded.GenerateUsers(embedded.Roles...)
-	for _, u := range list {
-		users[u.Role] = u
-	}
-	refused := &violationLog{}
-	srv, err := embedded.Start(embedded.Config{StoreDir: dir, NoListen: true, Users: list,
-		Logger: slog.New(slog.NewTextHandler(refused, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-	must(err)
-	var conns []*nats.Conn
-	connect := func(role embedded.Role) jetstream.JetStream {
-		nc, err := srv.Connect(users[role])
-		must(err)
-		conns = append(conns, nc)
-		js, err := jetstream.New(nc)
-		must(err)
-		return js
-	}
 	ctx, cancel := context.WithCancel(context.Background())
-	must(events.Provision(ctx, connect(embedded.RoleAdmin), events.ProvisionConfig{}))
-
-	pol, err := policy.Parse([]byte(examplePolicy))
+	s := &exampleStack{ctx: ctx}
+	s.watcher, err = stack.JetStream(embedded.RoleResolver)
 	must(err)
-	arb, err := arbiter.New(ctx, arbiter.Config{JS: connect(embedded.RoleArbiter), Policies: arbiter.Policies{pol}})
+	apiJS, err := stack.JetStream(embedded.RoleAPI)
 	must(err)
-	s := &exampleStack{ctx: ctx, watcher: connect(embedded.RoleResolver)}
-	s.wg.Add(1)
-	go func() { defer s.wg.Done(); _ = arb.Run(ctx) }()
-
-	apiJS := connect(embedded.RoleAPI)
-	gate, err := orchestrator.NewGate(ctx, orchestrator.Config{JS: apiJS, Policy: orchestrator.StaticPolicy{P: pol}})
+	gate, err := orchestrator.NewGate(ctx, orchestrator.Config{JS: apiJS, Policy: orchestrator.StaticPolicy{P: stack.Policy}})
 	must(err)
 	var tokens []api.Token
 	token := func(subject, role string) string {
@@ -112,13 +82,8 @@ func startExampleStack() (*exampleStack, func()) {
 		_ = server.Close()
 		s.wg.Wait()
 		_ = gate.Close()
-		for _, nc := range conns {
-			nc.Close()
-		}
-		srv.Shutdown()
-		_ = os.RemoveAll(dir)
-		for _, line := range refused.lines() {
-			fmt.Println("the NATS server refused a role:", line)
+		if err := stack.Close(); err != nil {
+			fmt.Println(err)
 		}
 	}
 }
@@ -160,30 +125,6 @@ func (s *exampleStack) aliceDecides(v client.Vote) {
 			cancel()
 		}
 	}()
-}
-
-// violationLog keeps the permission violations the server logs. Clients
-// delete the ordered consumers of their watches where their role may not;
-// the server expires those itself, so those refusals are left out.
-type violationLog struct {
-	mu  sync.Mutex
-	bad []string
-}
-
-func (l *violationLog) Write(p []byte) (int, error) {
-	line := string(bytes.TrimSpace(p))
-	if strings.Contains(line, "Violation") && !strings.Contains(line, "$JS.API.CONSUMER.DELETE.") {
-		l.mu.Lock()
-		l.bad = append(l.bad, line)
-		l.mu.Unlock()
-	}
-	return len(p), nil
-}
-
-func (l *violationLog) lines() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]string(nil), l.bad...)
 }
 
 func must(err error) {

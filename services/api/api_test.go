@@ -19,7 +19,7 @@ import (
 	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/events/eventstest"
 	"github.com/countersign/countersign/orchestrator"
-	"github.com/countersign/countersign/orchestrator/orchestratortest"
+	"github.com/countersign/countersign/services/countersigntest"
 	"github.com/countersign/countersign/services/api"
 	"github.com/countersign/countersign/services/arbiter"
 )
@@ -82,10 +82,10 @@ func setup(t testing.TB) *env {
 	js := srv.JetStream()
 	srv.Provision(js)
 	ctx := context.Background()
-	orchestratortest.RunArbiter(t, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter), UnknownEventDelay: 20 * time.Millisecond, UnknownEventAttempts: 3})
+	countersigntest.RunArbiter(t, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter), UnknownEventDelay: 20 * time.Millisecond, UnknownEventAttempts: 3})
 	// The test policy serves until a test applies another through the API.
-	policies := orchestratortest.LivePolicy(t, srv.JetStreamAs(embedded.RoleAPI), testPolicy)
-	gate := orchestratortest.Gate(t, srv.JetStreamAs(embedded.RoleAPI), policies)
+	policies := countersigntest.LivePolicy(t, srv.JetStreamAs(embedded.RoleAPI), testPolicy)
+	gate := countersigntest.Gate(t, srv.JetStreamAs(embedded.RoleAPI), policies)
 
 	e := &env{js: js, tokens: map[string]string{}, srv: srv}
 	var tokens []api.Token

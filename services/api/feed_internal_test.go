@@ -11,7 +11,7 @@ import (
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/events/eventstest"
-	"github.com/countersign/countersign/orchestrator/orchestratortest"
+	"github.com/countersign/countersign/services/countersigntest"
 )
 
 // A stream that stops reading is dropped once it is feedBuffer messages
@@ -24,7 +24,7 @@ func TestFeedDropsOnlyTheStreamThatFallsBehind(t *testing.T) {
 	defer cancel()
 	reg := prometheus.NewRegistry()
 	apiJS := srv.JetStreamAs(embedded.RoleAPI)
-	s, err := New(ctx, Config{JS: apiJS, Gate: orchestratortest.Gate(t, apiJS, nil), Registerer: reg, Gatherer: reg})
+	s, err := New(ctx, Config{JS: apiJS, Gate: countersigntest.Gate(t, apiJS, nil), Registerer: reg, Gatherer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/countersign/countersign/events/eventstest"
 	"github.com/countersign/countersign/orchestrator"
 	"github.com/countersign/countersign/orchestrator/directory"
-	"github.com/countersign/countersign/orchestrator/orchestratortest"
+	"github.com/countersign/countersign/services/countersigntest"
 	"github.com/countersign/countersign/orchestrator/policy"
 	"github.com/countersign/countersign/services/api"
 	"github.com/countersign/countersign/services/arbiter"
@@ -57,7 +57,7 @@ func setupDirectory(t *testing.T) (*env, func(users ...string)) {
 	ctx := context.Background()
 	// One registry for the arbiter and the API, as serve has.
 	reg := prometheus.NewRegistry()
-	orchestratortest.RunArbiter(t, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter), Registerer: reg, UnknownEventDelay: 20 * time.Millisecond, UnknownEventAttempts: 3})
+	countersigntest.RunArbiter(t, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter), Registerer: reg, UnknownEventDelay: 20 * time.Millisecond, UnknownEventAttempts: 3})
 
 	e := &env{js: js, tokens: map[string]string{}}
 	entries := map[string]string{}
@@ -91,7 +91,7 @@ func setupDirectory(t *testing.T) (*env, func(users ...string)) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	orchestratortest.Trust(t, p) // the gate serves it from memory
+	countersigntest.Trust(t, p) // the gate serves it from memory
 	apiJS := srv.JetStreamAs(embedded.RoleAPI)
 	gate, err := orchestrator.NewGate(ctx, orchestrator.Config{JS: apiJS, Policy: orchestrator.StaticPolicy{P: p}, Directory: dir})
 	if err != nil {

@@ -21,7 +21,7 @@ import (
 	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/events/eventstest"
 	"github.com/countersign/countersign/orchestrator"
-	"github.com/countersign/countersign/orchestrator/orchestratortest"
+	"github.com/countersign/countersign/services/countersigntest"
 	"github.com/countersign/countersign/services/api"
 	"github.com/countersign/countersign/services/arbiter"
 )
@@ -60,9 +60,9 @@ func newCLIStack(t *testing.T) *cliStack {
 	js := srv.JetStream()
 	srv.Provision(js)
 	ctx := context.Background()
-	orchestratortest.RunArbiter(t, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter)})
+	countersigntest.RunArbiter(t, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter)})
 	apiJS := srv.JetStreamAs(embedded.RoleAPI)
-	gate := orchestratortest.Gate(t, apiJS, orchestrator.StaticPolicy{P: orchestratortest.Policy(t, cliPolicy)})
+	gate := countersigntest.Gate(t, apiJS, orchestrator.StaticPolicy{P: countersigntest.Policy(t, cliPolicy)})
 	tok, hash, err := api.NewToken()
 	if err != nil {
 		t.Fatal(err)

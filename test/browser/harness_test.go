@@ -17,7 +17,7 @@ import (
 
 	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/events/eventstest"
-	"github.com/countersign/countersign/orchestrator/orchestratortest"
+	"github.com/countersign/countersign/services/countersigntest"
 	"github.com/countersign/countersign/services/api"
 	"github.com/countersign/countersign/services/arbiter"
 )
@@ -70,9 +70,9 @@ func startStack(t *testing.T) *stack {
 	js := srv.JetStream()
 	srv.Provision(js)
 	ctx := context.Background()
-	orchestratortest.RunArbiter(t, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter)})
-	policies := orchestratortest.LivePolicy(t, srv.JetStreamAs(embedded.RoleAPI), fleetPolicy)
-	gate := orchestratortest.Gate(t, srv.JetStreamAs(embedded.RoleAPI), policies)
+	countersigntest.RunArbiter(t, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter)})
+	policies := countersigntest.LivePolicy(t, srv.JetStreamAs(embedded.RoleAPI), fleetPolicy)
+	gate := countersigntest.Gate(t, srv.JetStreamAs(embedded.RoleAPI), policies)
 	st := &stack{tokens: map[string]string{}}
 	var tokens []api.Token
 	for _, u := range []struct{ name, subject, role string }{

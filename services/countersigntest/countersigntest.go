@@ -1,6 +1,10 @@
-// Package orchestratortest starts the pieces of an approval stack that
-// tests of other packages need around them: an arbiter, and a gate on a
-// parsed policy, each stopped when the test ends.
+// Package countersigntest is Countersign's test kit: it starts the pieces
+// of an approval stack that a test needs around it, each stopped when the
+// test ends — an arbiter (RunArbiter), a gate on a parsed policy (Gate,
+// Policy), the fleet's live policy (LivePolicy) — and, for examples and
+// programs without a *testing.T, a whole bus in one process (StartStack).
+// It lives beside the server roles it starts; tests of any package may
+// import it.
 //
 // The arbiter checks every request against the policy version it names.
 // A gate started here on a policy held in memory (a StaticPolicy, or the
@@ -8,7 +12,7 @@
 // starts for the same test, as a deployment lists such policies in
 // arbiter.Config.Policies; policies applied to the hitl_policy bucket are
 // read from there.
-package orchestratortest
+package countersigntest
 
 import (
 	"context"
