@@ -180,7 +180,26 @@ func (g *grant) orchestrator() {
 	g.pub(kvWatch(streamApprovals)...)
 	g.pub(kvRead(streamPolicy)...)
 	g.pub(kvWatch(streamPolicy)...)
+	// Decision pools (orchestrator.DecisionPool): durable consumers of the
+	// decided events, shared by a pool of workers, acknowledged by them;
+	// never the notifier's durables on the same stream.
+	g.pub(durableConsumer(contracts.StreamEvents)...)
+	for _, d := range NotifierEventDurables {
+		g.denyPub(
+			"$JS.API.CONSUMER.CREATE."+contracts.StreamEvents+"."+d,
+			"$JS.API.CONSUMER.CREATE."+contracts.StreamEvents+"."+d+".>",
+			"$JS.API.CONSUMER.DURABLE.CREATE."+contracts.StreamEvents+"."+d,
+			"$JS.ACK."+contracts.StreamEvents+"."+d+".>",
+			"$JS.ACK.*.*."+contracts.StreamEvents+"."+d+".>",
+		)
+	}
 }
+
+// NotifierEventDurables are the notifier's durable consumers of
+// HITL_EVENTS (dispatch.DurableDecided, dispatch.DurableChanges; a test
+// keeps the lists equal): roles that may run decision pools on the stream
+// may neither change nor acknowledge them.
+var NotifierEventDurables = []string{"notifier-decided", "notifier-changes"}
 
 // resolver: publish votes, read and watch records.
 func (g *grant) resolver() {

@@ -440,6 +440,23 @@ func TestAPIReadsEventsAndWritesPolicy(t *testing.T) {
 	}
 	orch.noErrors(t)
 
+	// The orchestrator may run decision pools on HITL_EVENTS but never
+	// touch the notifier's durables there.
+	for _, d := range embedded.NotifierEventDurables {
+		subj := "$JS.API.CONSUMER.CREATE." + contracts.StreamEvents + "." + d + "." + contracts.SubjectDecidedPrefix + ">"
+		orch.denied(t, subj, func(ctx context.Context) error {
+			_, err := orch.js.CreateOrUpdateConsumer(ctx, contracts.StreamEvents, jetstream.ConsumerConfig{
+				Durable: d, FilterSubject: contracts.SubjectDecidedPrefix + ">",
+			})
+			return err
+		})
+		ack := "$JS.ACK." + contracts.StreamEvents + "." + d + ".1.1.1.1.0"
+		orch.denied(t, ack, func(ctx context.Context) error {
+			_, err := orch.nc.RequestWithContext(ctx, ack, nil)
+			return err
+		})
+	}
+
 	// The API follows the request stream for its live feed but cannot
 	// consume it (acknowledge a delivery) or announce outcomes.
 	ackSubj := "$JS.ACK." + contracts.StreamRequests + ".arbiter-requests.1.1.1.1.0"

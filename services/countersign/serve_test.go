@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/events/eventstest"
+	"github.com/countersign/countersign/notifier/dispatch"
 )
 
 // A role run with a NATS user that may not play it fails at once, naming
@@ -225,4 +227,13 @@ func serveInProcess(t *testing.T, cfg serveConfig, label string) (string, <-chan
 	}
 	go func() { _, _ = io.Copy(io.Discard, r) }()
 	return word, exited
+}
+
+// The grants that keep decision pools off the notifier's durables name
+// exactly the notifier's durables on HITL_EVENTS.
+func TestProtectedDurablesAreTheNotifiers(t *testing.T) {
+	want := []string{dispatch.DurableDecided, dispatch.DurableChanges}
+	if !slices.Equal(embedded.NotifierEventDurables, want) {
+		t.Errorf("embedded.NotifierEventDurables = %v, the notifier's durables on HITL_EVENTS are %v", embedded.NotifierEventDurables, want)
+	}
 }
