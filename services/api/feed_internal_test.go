@@ -2,6 +2,8 @@ package api
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -90,5 +92,40 @@ func TestFeedDropsOnlyTheStreamThatFallsBehind(t *testing.T) {
 	s.feed.mu.Unlock()
 	if still || subs != 1 {
 		t.Fatalf("after the drop: stalled still subscribed %v, %d subscribers (want 1)", still, subs)
+	}
+}
+
+// Replays are bounded per process: past maxReplays running at once, a
+// reconnecting stream is told to come back in a second instead of taking
+// one more consumer of the shared streams.
+func TestReplaysAreBounded(t *testing.T) {
+	srv := eventstest.NewServer(t)
+	srv.Provision(srv.JetStream())
+	reg := prometheus.NewRegistry()
+	apiJS := srv.JetStreamAs(embedded.RoleAPI)
+	tok, hash, err := NewToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(context.Background(), Config{JS: apiJS, Gate: countersigntest.Gate(t, apiJS, nil), Registerer: reg, Gatherer: reg,
+		Tokens: []Token{{Name: "a", Subject: "alice", SHA256: hash, Roles: []string{RoleApprover}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	// An event on each stream, so a reconnect from the start has something to replay.
+	if _, err := events.Publish(context.Background(), srv.JetStream(), contracts.DecidedSubject("e1"), map[string]string{"spec": contracts.SpecDecided}, "d1", nil); err != nil {
+		t.Fatal(err)
+	}
+	for range maxReplays {
+		s.feed.replays <- struct{}{}
+	}
+	req := httptest.NewRequest(http.MethodGet, "/v1/events", nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Last-Event-ID", contracts.StreamEvents+":0,"+contracts.StreamRequests+":0")
+	w := httptest.NewRecorder()
+	s.Handler().ServeHTTP(w, req)
+	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" {
+		t.Fatalf("a replay past the bound: %d (Retry-After %q) %s", w.Code, w.Header().Get("Retry-After"), w.Body)
 	}
 }

@@ -87,6 +87,13 @@ func parseFeedPos(id string, now feedPos) (feedPos, bool) {
 // further behind gets a "reset" event and reads the state afresh.
 const maxReplay = 10000
 
+// maxReplays bounds the replays one API process runs at once, and
+// replayInactive is how long a replay's consumer outlives its last read.
+const (
+	maxReplays     = 32
+	replayInactive = 5 * time.Second
+)
+
 // getEvents answers GET /v1/events: every new request, outcome and change
 // from now on, as Server-Sent Events. The event id is "<stream>:<sequence>".
 func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
@@ -115,7 +122,18 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, preamble s
 	var replay []streamMsg
 	if last := r.Header.Get("Last-Event-ID"); last != "" {
 		if from, ok := parseFeedPos(last, sub.from); ok && from != sub.from {
-			if replay, err = s.replay(ctx, from, sub.from); err != nil {
+			// Replays are bounded per process: each holds a consumer of a
+			// stream every API replica shares (the server allows 1,000).
+			select {
+			case s.feed.replays <- struct{}{}:
+			default:
+				w.Header().Set("Retry-After", "1")
+				fail(errorf(http.StatusServiceUnavailable, CodeUnavailable, "too many event streams are catching up at once; reconnect in a second"))
+				return
+			}
+			replay, err = s.replay(ctx, from, sub.from)
+			<-s.feed.replays
+			if err != nil {
 				fail(s.backendError("replay the event streams", err))
 				return
 			}
@@ -214,6 +232,8 @@ type feed struct {
 	stops   []func()
 	// at is how far the feed has fanned out each stream.
 	at feedPos
+	// replays holds a token per replay running (at most maxReplays).
+	replays chan struct{}
 }
 
 // feedSub is one connected event stream.
@@ -225,7 +245,9 @@ type feedSub struct {
 	from feedPos
 }
 
-func newFeed(s *Server) *feed { return &feed{s: s, subs: map[*feedSub]struct{}{}} }
+func newFeed(s *Server) *feed {
+	return &feed{s: s, subs: map[*feedSub]struct{}{}, replays: make(chan struct{}, maxReplays)}
+}
 
 // subscribe connects one event stream, starting the feed on first use.
 func (f *feed) subscribe() (*feedSub, error) {
@@ -366,7 +388,9 @@ func (s *Server) replay(ctx context.Context, from, to feedPos) ([]streamMsg, err
 		}
 		cons, err := s.cfg.JS.OrderedConsumer(ctx, src.stream, jetstream.OrderedConsumerConfig{
 			FilterSubjects: src.filters, DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
-			OptStartSeq: start + 1, InactiveThreshold: 30 * time.Second,
+			// The API may not delete consumers of the shared streams: a replay's
+			// consumer is gone by itself a few seconds after its last read.
+			OptStartSeq: start + 1, InactiveThreshold: replayInactive,
 		})
 		if err != nil {
 			return nil, err
