@@ -166,6 +166,32 @@ func (c *Client) Wait(ctx context.Context, run contracts.Run, calls []ToolCall) 
 	return results, err
 }
 
+// ReviewEach reviews the calls and hands each result to each as soon as
+// it is final: allowed and denied calls at once, before anything waits,
+// gated ones as humans decide. An agent runs its allowed calls from each
+// instead of holding them until the batch's last pending call is decided.
+// It returns when no call is pending, or with ctx's error.
+func (c *Client) ReviewEach(ctx context.Context, run contracts.Run, calls []ToolCall, each func(i int, r Result)) error {
+	reported := make([]bool, len(calls))
+	results, err := c.review(ctx, run, calls, 0)
+	for err == nil {
+		for i, r := range results {
+			if r.Terminal() && !reported[i] {
+				reported[i] = true
+				each(i, r)
+			}
+		}
+		if !pending(results) {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		results, err = c.review(ctx, run, calls, c.cfg.PollWait)
+	}
+	return err
+}
+
 func pending(rs []Result) bool {
 	for _, r := range rs {
 		if !r.Terminal() {

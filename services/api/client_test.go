@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -260,3 +261,39 @@ func TestGoClientAskWaitsForTheAnswer(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// A batch reviewed with ReviewEach hands over its allowed call at once,
+// while the gated one still waits.
+func TestGoClientReviewEachDoesNotHoldAllowedCalls(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	agent := goClient(t, e.url, e.tokens["agent"])
+	alice := goClient(t, e.url, e.tokens["alice"])
+	run := contracts.Run{ID: "go-client-each", Agent: "billing-bot", RequestedBy: "carol"}
+	calls := []client.ToolCall{
+		{ID: "look", Name: "search_docs", Arguments: json.RawMessage(`{"q":"vat"}`)},
+		{ID: "pay", Name: "payments.send", Arguments: json.RawMessage(`{"amount":3}`)},
+	}
+	got := make(chan string, 2)
+	done := make(chan error, 1)
+	go func() {
+		done <- agent.ReviewEach(ctx, run, calls, func(i int, r client.Result) { got <- fmt.Sprintf("%d:%s", i, r.Verdict) })
+	}()
+	if first := <-got; first != "0:allowed" {
+		t.Fatalf("first result handed over: %s, want 0:allowed", first)
+	}
+	res, err := agent.Review(ctx, run, calls[1:])
+	if err != nil || res[0].Verdict != client.Pending {
+		t.Fatalf("the payment: %+v %v, want still pending after the allowed call was handed over", res, err)
+	}
+	if _, err := alice.Decide(ctx, res[0].EventID, client.Vote{Decision: contracts.DecisionApprove}); err != nil {
+		t.Fatal(err)
+	}
+	if second := <-got; second != "1:allowed" {
+		t.Fatalf("second result: %s", second)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

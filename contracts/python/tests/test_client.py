@@ -37,6 +37,27 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(results[2].event_id, countersign.event_id_for(self.run_, "c"))
         self.assertFalse(results[2].terminal)
 
+    def test_a_waiting_batch_hands_over_allowed_calls_at_once(self) -> None:
+        seen: list = []
+        allowed_seen = concurrent.futures.Future()  # type: concurrent.futures.Future[None]
+
+        def on_result(i: int, r: countersign.Result) -> None:
+            seen.append(f"{i}:{r.verdict}")
+            if i == 0 and not allowed_seen.done():
+                allowed_seen.set_result(None)
+
+        calls = [{"id": "look", "name": "search_web", "arguments": {"q": "x"}},
+                 {"id": "pay", "name": "send_payment", "arguments": {"amount": 3}}]
+        done = self.pool.submit(self.agent.review, self.run_, calls, wait=None, on_result=on_result)
+        allowed_seen.result(timeout=30)  # handed over while the payment waits
+        self.assertEqual(seen, ["0:allowed"])
+        pending = self.agent.review(self.run_, calls[1:])[0]
+        self.assertEqual(pending.verdict, "pending")
+        self.alice.approve(pending.event_id)
+        results = done.result(timeout=60)
+        self.assertEqual([r.verdict for r in results], ["allowed", "allowed"])
+        self.assertEqual(seen, ["0:allowed", "1:allowed"])
+
     def test_claim_retried_with_the_same_id_succeeds_and_another_id_is_refused(self) -> None:
         event_id = self.pending()
         claim_id = new_claim_id()

@@ -53,6 +53,13 @@ export interface ReviewOptions {
    */
   wait?: boolean | number;
   signal?: AbortSignal;
+  /**
+   * Called once per call as soon as its result is final: allowed and denied
+   * calls at once (before anything waits), gated ones as humans decide. An
+   * agent runs its allowed calls from here instead of holding them until the
+   * last pending call of the batch is decided.
+   */
+  onResult?: (result: Result, index: number) => void;
 }
 
 /** Options of guard. */
@@ -183,16 +190,27 @@ export class Countersign {
     const body = { run: this.runOf(run), tool_calls: calls.map((c) => toCall(c)) };
     if (body.tool_calls.length === 0) throw new CountersignError(0, Codes.invalidField, 'calls must list at least one call', 'tool_calls');
     const idempotent = !!body.run.id && body.tool_calls.every((c) => c.id);
-    const { wait = false, signal } = options;
+    const { wait = false, signal, onResult } = options;
     const deadline = wait === true ? Infinity : wait === false ? 0 : Date.now() + wait;
+    const reported = new Set<number>();
+    // With onResult the first request does not wait: what is final already
+    // (allowed, denied, decided) is handed over before anything waits.
+    let first = !!onResult;
     for (;;) {
       const left = deadline - Date.now();
-      const path = left > 0 ? `/v1/reviews?wait=${waitParam(left)}` : '/v1/reviews';
+      const path = left > 0 && !first ? `/v1/reviews?wait=${waitParam(left)}` : '/v1/reviews';
+      first = false;
       const out = await this.#request<{ results: Result[] }>('POST', path, body, { transient: idempotent, signal });
       if (!out.data || out.data.results.length !== body.tool_calls.length) {
         throw new CountersignError(out.status, 'unexpected_answer', 'the API answered a different number of results than calls');
       }
       const results = out.data.results;
+      results.forEach((r, i) => {
+        if (onResult && r.verdict !== 'pending' && !reported.has(i)) {
+          reported.add(i);
+          onResult(r, i);
+        }
+      });
       if (!results.some((r) => r.verdict === 'pending') || Date.now() >= deadline) return results;
       signal?.throwIfAborted();
     }

@@ -83,6 +83,34 @@ describe('review, claim and run against the real API', () => {
     });
   });
 
+  test('a batch that waits hands over its allowed calls at once, not after the pending one is decided', async () => {
+    const cs = server.agentClient();
+    const run = { id: runId(), requested_by: 'carol' };
+    const calls = [
+      { id: 'look', name: 'lookup_invoice', arguments: { n: 7 } },
+      { id: 'pay', name: 'payments.send', arguments: payment },
+    ];
+    const seen: string[] = [];
+    let allowedFirst!: () => void;
+    const allowedSeen = new Promise<void>((resolve) => (allowedFirst = resolve));
+    const done = cs.review(run, calls, {
+      wait: true,
+      onResult: (r, i) => {
+        seen.push(`${i}:${r.verdict}`);
+        if (r.verdict === 'allowed' && i === 0) allowedFirst();
+      },
+    });
+    // The allowed call is handed over while the payment still waits.
+    await allowedSeen;
+    assert.deepEqual(seen, ['0:allowed']);
+    const [pending] = await cs.review(run, [calls[1]!]);
+    assert.equal(pending!.verdict, 'pending');
+    await server.alice().decide(pending!.event_id!, { decision: 'approve' });
+    const results = await done;
+    assert.deepEqual(results.map((r) => r.verdict), ['allowed', 'allowed']);
+    assert.deepEqual(seen, ['0:allowed', '1:allowed']);
+  });
+
   test('a claim retried with the same claim id succeeds again; without one it is refused locally', async () => {
     const cs = server.agentClient();
     const run = { id: runId(), requested_by: 'carol' };

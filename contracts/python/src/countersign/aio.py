@@ -17,10 +17,10 @@ import collections
 import ssl
 
 from types import TracebackType
-from typing import Any, AsyncIterator, Collection, Deque, Dict, List, Mapping, Optional, Tuple, Type
+from typing import Any, AsyncIterator, Callable, Collection, Deque, Dict, List, Mapping, Optional, Tuple, Type
 
 from . import _core
-from .client import _check_claim_id, _deadline, _first, _left, _record_of
+from .client import _check_claim_id, _deadline, _first, _left, _record_of, _report
 from .errors import CountersignError, InFlight, NetworkError, NotFound, codes
 from .ids import new_vote_id
 from .toolcalls import ToolCallLike
@@ -39,15 +39,20 @@ class AsyncClient:
         self._ssl = ssl_context
 
     async def review(self, run: Run, calls: "List[ToolCallLike] | Tuple[ToolCallLike, ...]", *,
-                     wait: Optional[float] = 0) -> List[Result]:
+                     wait: Optional[float] = 0,
+                     on_result: Optional[Callable[[int, Result], None]] = None) -> List[Result]:
         """See :meth:`countersign.Client.review`."""
         payload, tcs = _core.review_body(run, calls)
         deadline = _deadline(wait)
+        reported: "set[int]" = set()
+        first = on_result is not None
         while True:
             left = _left(deadline)
-            path = "/v1/reviews" + (f"?{_core.wait_param(left)}" if left > 0 else "")
-            _, answer = await self._do("POST", path, payload, waits=min(left, _core.MAX_WAIT))
+            path = "/v1/reviews" + (f"?{_core.wait_param(left)}" if left > 0 and not first else "")
+            _, answer = await self._do("POST", path, payload, waits=0 if first else min(left, _core.MAX_WAIT))
+            first = False
             results = results_from(answer, len(tcs))
+            _report(results, reported, on_result)
             if all(r.terminal for r in results) or _left(deadline) <= 0:
                 return results
 

@@ -41,7 +41,8 @@ class Client:
     # --- agents ---------------------------------------------------------
 
     def review(self, run: Run, calls: "List[ToolCallLike] | Tuple[ToolCallLike, ...]", *,
-               wait: Optional[float] = 0) -> List[Result]:
+               wait: Optional[float] = 0,
+               on_result: Optional[Callable[[int, Result], None]] = None) -> List[Result]:
         """Submits tool calls and returns one :class:`Result` per call.
 
         ``wait=0`` returns at once (gated calls not decided yet are
@@ -49,14 +50,23 @@ class Client:
         call is decided or the time is up; ``wait=None`` blocks until every
         call is decided. Reviewing the same run and call ids again
         re-attaches to the same approvals.
+
+        ``on_result(index, result)`` is called once per call as soon as its
+        result is final: allowed and denied calls at once, before anything
+        waits, gated ones as humans decide. Run allowed calls from it instead
+        of holding them until the batch's last pending call is decided.
         """
         payload, tcs = _core.review_body(run, calls)
         deadline = _deadline(wait)
+        reported: "set[int]" = set()
+        first = on_result is not None
         while True:
             left = _left(deadline)
-            path = "/v1/reviews" + (f"?{_core.wait_param(left)}" if left > 0 else "")
-            _, answer = self._do("POST", path, payload, waits=min(left, _core.MAX_WAIT))
+            path = "/v1/reviews" + (f"?{_core.wait_param(left)}" if left > 0 and not first else "")
+            _, answer = self._do("POST", path, payload, waits=0 if first else min(left, _core.MAX_WAIT))
+            first = False
             results = results_from(answer, len(tcs))
+            _report(results, reported, on_result)
             if all(r.terminal for r in results) or _left(deadline) <= 0:
                 return results
 
@@ -404,3 +414,13 @@ def _record_of(answer: Any) -> Record:
     if not isinstance(rec, dict):
         raise CountersignError(codes.BAD_ANSWER, "the API answered no record")
     return rec
+
+
+def _report(results: List[Result], reported: "set[int]", on_result: "Optional[Callable[[int, Result], None]]") -> None:
+    """Calls on_result for each final result not reported yet."""
+    if on_result is None:
+        return
+    for i, r in enumerate(results):
+        if r.terminal and i not in reported:
+            reported.add(i)
+            on_result(i, r)
