@@ -41,6 +41,8 @@ type Waiter struct {
 	// statuses tells of reconnects of nc without touching its handlers.
 	nc       *nats.Conn
 	statuses chan nats.Status
+	// fed waiters have no watch of their own (NewFedWaiter).
+	fed bool
 }
 
 type wait struct {
@@ -52,6 +54,28 @@ type wait struct {
 
 // NewWaiter opens the approvals bucket and starts the watch. Stop it with Close.
 func NewWaiter(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*Waiter, error) {
+	return newWaiter(ctx, js, log, false)
+}
+
+// NewFedWaiter is a waiter without a watch of its own, for a process that
+// already watches the whole approvals bucket (the HTTP API's listing
+// index): that watch hands it every record change with Observe, so the
+// process watches the bucket once. Reads after a wait registers, and
+// re-reads after a reconnect, work as with NewWaiter.
+func NewFedWaiter(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*Waiter, error) {
+	return newWaiter(ctx, js, log, true)
+}
+
+// Observe hands the waiter a change of the approvals bucket from the
+// process's own watch (see NewFedWaiter).
+func (w *Waiter) Observe(e jetstream.KeyValueEntry) {
+	if e == nil || e.Operation() != jetstream.KeyValuePut {
+		return
+	}
+	w.observe(e.Key(), e.Value(), e.Revision())
+}
+
+func newWaiter(ctx context.Context, js jetstream.JetStream, log *slog.Logger, fed bool) (*Waiter, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -59,9 +83,11 @@ func NewWaiter(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: open bucket %s: %w", contracts.BucketApprovals, err)
 	}
-	w := &Waiter{kv: kv, log: log, waits: map[string][]*wait{}}
-	if err := w.startWatch(ctx); err != nil {
-		return nil, err
+	w := &Waiter{kv: kv, log: log, waits: map[string][]*wait{}, fed: fed}
+	if !fed {
+		if err := w.startWatch(ctx); err != nil {
+			return nil, err
+		}
 	}
 	// After a reconnect the watch is replaced at once and every pending wait
 	// re-reads its record, instead of waiting for the old watch to notice
@@ -108,6 +134,10 @@ func (w *Waiter) startWatch(ctx context.Context) error {
 func (w *Waiter) reconnected() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	if w.fed {
+		w.recheck(ctx)
+		return
+	}
 	if err := w.startWatch(ctx); err != nil {
 		w.log.Warn("renewing the approvals watch failed; the old watch recovers on its own", "err", err)
 	}
@@ -131,23 +161,24 @@ func (w *Waiter) Close() error {
 func (w *Waiter) dispatch(watcher jetstream.KeyWatcher) {
 	defer w.running.Done()
 	for e := range watcher.Updates() {
-		if e == nil || e.Operation() != jetstream.KeyValuePut {
-			continue
-		}
-		key := e.Key()
-		w.mu.Lock()
-		_, waiting := w.waits[key]
-		w.mu.Unlock()
-		if !waiting {
-			continue
-		}
-		var rec contracts.Record
-		if err := json.Unmarshal(e.Value(), &rec); err != nil {
-			w.log.Error("unreadable approval record", "event_id", key, "err", err)
-			continue
-		}
-		w.deliver(key, &rec, e.Revision())
+		w.Observe(e)
 	}
+}
+
+// observe delivers a record change to the waits on its key.
+func (w *Waiter) observe(key string, value []byte, rev uint64) {
+	w.mu.Lock()
+	_, waiting := w.waits[key]
+	w.mu.Unlock()
+	if !waiting {
+		return
+	}
+	var rec contracts.Record
+	if err := json.Unmarshal(value, &rec); err != nil {
+		w.log.Error("unreadable approval record", "event_id", key, "err", err)
+		return
+	}
+	w.deliver(key, &rec, rev)
 }
 
 // deliver calls every unfinished wait on key and drops the finished ones.

@@ -13,8 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/client"
+	"github.com/countersign/countersign/events/embedded"
+	"github.com/countersign/countersign/orchestrator"
+	"github.com/countersign/countersign/services/api"
 )
 
 func goClient(t *testing.T, url, token string) *client.Client {
@@ -295,5 +300,65 @@ func TestGoClientReviewEachDoesNotHoldAllowedCalls(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// With a fed waiter the process watches the approvals bucket once: the
+// API's listing index hands every change to the gate's waiter, and a run
+// waiting through the gate resumes on it.
+func TestOneWatchOfTheBucketPerProcess(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	stream := "KV_" + contracts.BucketApprovals
+	before := e.consumers(t, stream)
+
+	js := e.srv.JetStreamAs(embedded.RoleAPI)
+	waiter, err := orchestrator.NewFedWaiter(ctx, js, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Close()
+	gate, err := orchestrator.NewGate(ctx, orchestrator.Config{JS: js, Policy: e.cfg.Policies, Waiter: waiter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gate.Close()
+	cfg := e.cfg
+	reg := prometheus.NewRegistry()
+	cfg.JS, cfg.Gate, cfg.Waiter, cfg.Registerer, cfg.Gatherer = js, gate, waiter, reg, reg
+	s, err := api.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := e.consumers(t, stream); got != before+1 {
+		t.Fatalf("%d watches of the approvals bucket after starting an API with its gate and a fed waiter, want %d (one)", got-before, 1)
+	}
+	run := contracts.Run{ID: "one-watch", Agent: "billing-bot", RequestedBy: "carol"}
+	call := orchestrator.ToolCall{ID: "pay", Name: "payments.send", Arguments: json.RawMessage(`{"amount":4}`)}
+	done := make(chan []orchestrator.Verdict, 1)
+	if err := gate.ReviewAsync(ctx, run, []orchestrator.ToolCall{call}, func(v []orchestrator.Verdict, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		done <- v
+	}); err != nil {
+		t.Fatal(err)
+	}
+	id := orchestrator.EventID(run, call.ID)
+	for e.call(t, "GET", "/v1/approvals/"+id, "alice", nil).status != http.StatusOK {
+		if ctx.Err() != nil {
+			t.Fatal("the approval's record never appeared")
+		}
+	}
+	e.approve(t, "alice", id)
+	select {
+	case v := <-done:
+		if v[0].Verdict != orchestrator.VerdictAllowed {
+			t.Fatalf("verdict %+v", v[0])
+		}
+	case <-ctx.Done():
+		t.Fatal("the run waiting on the fed waiter did not resume")
 	}
 }

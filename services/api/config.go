@@ -46,9 +46,11 @@ type Config struct {
 	JS jetstream.JetStream
 	// Gate reviews the tool calls of POST /v1/reviews.
 	Gate *orchestrator.Gate
-	// Waiter is the process's record waiter. The API does not need it: its
-	// long polls, votes and commands wait on the one watch of the bucket that
-	// also feeds its listing index. It is accepted so wiring can pass it.
+	// Waiter is the process's record waiter (optional), the one the Gate
+	// uses. The API's listing index watches the whole bucket and hands it
+	// every change, so a waiter made with orchestrator.NewFedWaiter needs no
+	// watch of its own and the process watches the bucket once. (A waiter
+	// with its own watch is told the changes as well, harmlessly.)
 	Waiter *orchestrator.Waiter
 	// Policies is the live policy store; GET and POST /v1/policy use it.
 	// Without it the API shows the gate's policy and cannot apply one.

@@ -64,6 +64,8 @@ type index struct {
 
 	// watches of single records, by event id (see watch).
 	watches map[string][]*recordWatch
+	// observe, when set, is told every change too (a fed record waiter).
+	observe func(jetstream.KeyValueEntry)
 
 	watcher jetstream.KeyWatcher
 	stopped chan struct{}
@@ -106,6 +108,9 @@ func (ix *index) run(w jetstream.KeyWatcher) {
 		ix.apply(e)
 		if e.Operation() == jetstream.KeyValuePut {
 			ix.notify(e)
+		}
+		if ix.observe != nil {
+			ix.observe(e) // the process's record waiter: one watch for both
 		}
 	}
 }

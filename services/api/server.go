@@ -70,6 +70,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.feed = newFeed(s)
 	s.index = newIndex(kv, cfg.Logger)
+	if cfg.Waiter != nil {
+		s.index.observe = cfg.Waiter.Observe
+	}
 	if s.m, err = newMetrics(cfg.Registerer, s.index.pendingCount); err != nil {
 		return nil, fmt.Errorf("api: register metrics: %w", err)
 	}

@@ -188,7 +188,9 @@ func (n *node) startAPI(ctx context.Context, out *os.File) error {
 	if err != nil {
 		return err
 	}
-	waiter, err := orchestrator.NewWaiter(ctx, js, n.log.With("role", "waiter"))
+	// The API's listing index watches the approvals bucket and hands every
+	// change to the gate's waiter: one watch of the bucket per process.
+	waiter, err := orchestrator.NewFedWaiter(ctx, js, n.log.With("role", "waiter"))
 	if err != nil {
 		return err
 	}
