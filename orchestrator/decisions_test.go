@@ -14,8 +14,8 @@ import (
 	"github.com/countersign/countersign/contracts/approval"
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/orchestrator"
-	"github.com/countersign/countersign/services/countersigntest"
 	"github.com/countersign/countersign/orchestrator/policy"
+	"github.com/countersign/countersign/services/countersigntest"
 )
 
 const decisionsPolicy = `

@@ -10,8 +10,8 @@ import (
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/orchestrator"
 	"github.com/countersign/countersign/orchestrator/directory"
-	"github.com/countersign/countersign/services/countersigntest"
 	"github.com/countersign/countersign/orchestrator/policy"
+	"github.com/countersign/countersign/services/countersigntest"
 )
 
 const groupPolicy = `

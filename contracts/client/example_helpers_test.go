@@ -14,8 +14,8 @@ import (
 	"github.com/countersign/countersign/contracts/client"
 	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/orchestrator"
-	"github.com/countersign/countersign/services/countersigntest"
 	"github.com/countersign/countersign/services/api"
+	"github.com/countersign/countersign/services/countersigntest"
 )
 
 // examplePolicy is the policy the examples' API decides by.

@@ -17,9 +17,9 @@ import (
 
 	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/events/eventstest"
-	"github.com/countersign/countersign/services/countersigntest"
 	"github.com/countersign/countersign/services/api"
 	"github.com/countersign/countersign/services/arbiter"
+	"github.com/countersign/countersign/services/countersigntest"
 )
 
 // fleetPolicy gates the simulated fleet's calls; refunds may be decided by
