@@ -24,16 +24,26 @@ import (
 	"github.com/countersign/countersign/services/arbiter"
 )
 
-// Connection roles. Each role has its own client connection, as each runs
-// as its own NATS user in production.
+// Connection roles. Each has its own client connection and connects as
+// the NATS user of the Countersign role it plays, with production's grants
+// (the server checks them on every message, as in production); the raw
+// baselines and provisioning use the admin user.
 const (
-	roleArbiter  = "arbiter"
-	roleAgent    = "agent"
-	roleVoter    = "voter"
-	roleObserver = "observer"
-	roleRaw      = "raw"
-	roleRawWatch = "raw-watch"
+	roleArbiter   = "arbiter"
+	roleAgent     = "agent"
+	roleVoter     = "voter"
+	roleObserver  = "observer"
+	roleRaw       = "raw"
+	roleRawWatch  = "raw-watch"
+	roleProvision = "provision"
 )
+
+// userRoles maps each connection role to its Countersign role.
+var userRoles = map[string]embedded.Role{
+	roleArbiter: embedded.RoleArbiter, roleAgent: embedded.RoleOrchestrator, roleVoter: embedded.RoleResolver,
+	roleObserver: embedded.RoleResolver, roleRaw: embedded.RoleAdmin, roleRawWatch: embedded.RoleAdmin,
+	roleProvision: embedded.RoleAdmin,
+}
 
 // stack is one embedded server with an arbiter and a gate, as a single
 // `countersign serve` process runs them.
@@ -41,7 +51,9 @@ type stack struct {
 	mode string
 	dir  string
 	// servers are the embedded servers: one, or three for SyncCluster.
-	servers  []*server.Server
+	servers []*server.Server
+	// users are the servers' NATS users, one per Countersign role.
+	users    map[embedded.Role]embedded.User
 	url      string
 	replicas int
 	conns    []*nats.Conn
@@ -76,11 +88,15 @@ func startStack(ctx context.Context, mode, root string, arbiterConcurrency int) 
 		return st, err
 	}
 
-	_, arbJS, err := st.connect(roleArbiter)
+	_, adminJS, err := st.connect(roleProvision)
 	if err != nil {
 		return st, err
 	}
-	if err := events.Provision(ctx, arbJS, events.ProvisionConfig{Replicas: st.replicas}); err != nil {
+	if err := events.Provision(ctx, adminJS, events.ProvisionConfig{Replicas: st.replicas}); err != nil {
+		return st, err
+	}
+	_, arbJS, err := st.connect(roleArbiter)
+	if err != nil {
 		return st, err
 	}
 	st.reg = prometheus.NewRegistry()
@@ -114,7 +130,11 @@ func startStack(ctx context.Context, mode, root string, arbiterConcurrency int) 
 
 // connect opens one role's connection.
 func (st *stack) connect(role string, opts ...jetstream.JetStreamOpt) (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := nats.Connect(st.url, nats.Name("countersign-bench-"+role), nats.MaxReconnects(-1))
+	u, ok := st.users[userRoles[role]]
+	if !ok {
+		return nil, nil, fmt.Errorf("connect %s: no NATS user for it", role)
+	}
+	nc, err := nats.Connect(st.url, nats.Name("countersign-bench-"+role), nats.MaxReconnects(-1), nats.UserInfo(u.Name, u.Password))
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect %s: %w", role, err)
 	}
@@ -192,6 +212,12 @@ func (st *stack) startServers() error {
 		n = 3
 	}
 	st.replicas = n
+	st.users = map[embedded.Role]embedded.User{}
+	var users []*server.User
+	for _, u := range embedded.GenerateUsers(embedded.Roles...) {
+		st.users[u.Role] = u
+		users = append(users, &server.User{Username: u.Name, Password: u.Password, Permissions: embedded.Permissions(u.Role)})
+	}
 	routePorts := make([]int, n)
 	for i := range routePorts {
 		p, err := embedded.FreePort()
@@ -215,6 +241,7 @@ func (st *stack) startServers() error {
 			SyncAlways: st.mode != SyncLazy,
 			NoLog:      true,
 			NoSigs:     true,
+			Users:      users,
 		}
 		if n > 1 {
 			opts.Cluster = server.ClusterOpts{Name: "countersign-bench", Host: "127.0.0.1", Port: routePorts[i]}

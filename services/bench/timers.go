@@ -43,13 +43,19 @@ type TimerReport struct {
 // granularity adds nothing, and measures when the arbiter expired each.
 // Nothing else may be deciding meanwhile: every decided event is a probe's.
 func measureTimers(ctx context.Context, st *stack) (*TimerReport, error) {
+	// The probes are requests an agent publishes; the timer stream's size
+	// and the decided events are read as admin (no role reads both).
 	js := st.agentJS
-	info, err := js.Stream(ctx, contracts.StreamTimers)
+	_, admin, err := st.connect(roleRaw)
+	if err != nil {
+		return nil, err
+	}
+	info, err := admin.Stream(ctx, contracts.StreamTimers)
 	if err != nil {
 		return nil, err
 	}
 	rep := &TimerReport{Held: info.CachedInfo().State.Msgs, Bytes: info.CachedInfo().State.Bytes, Probes: timerProbes}
-	cons, err := js.OrderedConsumer(ctx, contracts.StreamEvents, jetstream.OrderedConsumerConfig{
+	cons, err := admin.OrderedConsumer(ctx, contracts.StreamEvents, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{contracts.SubjectDecidedPrefix + ">"}, DeliverPolicy: jetstream.DeliverNewPolicy})
 	if err != nil {
 		return rep, err
