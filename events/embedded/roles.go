@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"slices"
+	"strings"
 
 	"github.com/nats-io/nats-server/v2/server"
 
@@ -126,6 +127,7 @@ func Permissions(r Role) *server.Permissions {
 	g.pub("$JS.API.INFO")
 	g.sub("_INBOX.>")
 	g.denyPub(managementDeny...)
+	g.protectDurables(r)
 	if r != RoleArbiter {
 		g.denyPub(kvWrite(contracts.BucketApprovals))
 	}
@@ -181,25 +183,48 @@ func (g *grant) orchestrator() {
 	g.pub(kvRead(streamPolicy)...)
 	g.pub(kvWatch(streamPolicy)...)
 	// Decision pools (orchestrator.DecisionPool): durable consumers of the
-	// decided events, shared by a pool of workers, acknowledged by them;
-	// never the notifier's durables on the same stream.
+	// decided events, shared by a pool of workers, acknowledged by them.
 	g.pub(durableConsumer(contracts.StreamEvents)...)
-	for _, d := range NotifierEventDurables {
+}
+
+// Durable is a durable consumer of a Countersign role.
+type Durable struct {
+	Stream, Name string
+	Owner        Role
+}
+
+// Durables are the durable consumers the roles run (arbiter.Durable*,
+// dispatch.Durable*; a test keeps the lists equal). A role that may create
+// consumers on a stream may neither change nor acknowledge another role's
+// durables there: one credential cannot skip, stall or re-filter another
+// role's work.
+var Durables = []Durable{
+	{contracts.StreamRequests, "arbiter-requests", RoleArbiter},
+	{contracts.StreamResolutions, "arbiter-resolutions", RoleArbiter},
+	{contracts.StreamTimers, "arbiter-timers", RoleArbiter},
+	{contracts.StreamRequests, "notifier", RoleNotifier},
+	{contracts.StreamEvents, "notifier-decided", RoleNotifier},
+	{contracts.StreamEvents, "notifier-changes", RoleNotifier},
+}
+
+// protectDurables denies r the durables of other roles on the streams r
+// may create consumers on.
+func (g *grant) protectDurables(r Role) {
+	for _, d := range Durables {
+		if d.Owner == r || !slices.ContainsFunc(g.pubAllow, func(s string) bool {
+			return strings.HasPrefix(s, "$JS.API.CONSUMER.CREATE."+d.Stream)
+		}) {
+			continue
+		}
 		g.denyPub(
-			"$JS.API.CONSUMER.CREATE."+contracts.StreamEvents+"."+d,
-			"$JS.API.CONSUMER.CREATE."+contracts.StreamEvents+"."+d+".>",
-			"$JS.API.CONSUMER.DURABLE.CREATE."+contracts.StreamEvents+"."+d,
-			"$JS.ACK."+contracts.StreamEvents+"."+d+".>",
-			"$JS.ACK.*.*."+contracts.StreamEvents+"."+d+".>",
+			"$JS.API.CONSUMER.CREATE."+d.Stream+"."+d.Name,
+			"$JS.API.CONSUMER.CREATE."+d.Stream+"."+d.Name+".>",
+			"$JS.API.CONSUMER.DURABLE.CREATE."+d.Stream+"."+d.Name,
+			"$JS.ACK."+d.Stream+"."+d.Name+".>",
+			"$JS.ACK.*.*."+d.Stream+"."+d.Name+".>",
 		)
 	}
 }
-
-// NotifierEventDurables are the notifier's durable consumers of
-// HITL_EVENTS (dispatch.DurableDecided, dispatch.DurableChanges; a test
-// keeps the lists equal): roles that may run decision pools on the stream
-// may neither change nor acknowledge them.
-var NotifierEventDurables = []string{"notifier-decided", "notifier-changes"}
 
 // resolver: publish votes, read and watch records.
 func (g *grant) resolver() {

@@ -442,7 +442,7 @@ func TestAPIReadsEventsAndWritesPolicy(t *testing.T) {
 
 	// The orchestrator may run decision pools on HITL_EVENTS but never
 	// touch the notifier's durables there.
-	for _, d := range embedded.NotifierEventDurables {
+	for _, d := range []string{"notifier-decided", "notifier-changes"} {
 		subj := "$JS.API.CONSUMER.CREATE." + contracts.StreamEvents + "." + d + "." + contracts.SubjectDecidedPrefix + ">"
 		orch.denied(t, subj, func(ctx context.Context) error {
 			_, err := orch.js.CreateOrUpdateConsumer(ctx, contracts.StreamEvents, jetstream.ConsumerConfig{
@@ -590,4 +590,34 @@ func TestWatchFlowControl(t *testing.T) {
 		}
 	}
 	res.noErrors(t)
+}
+
+// No role may change or acknowledge another role's durable consumer, even
+// on a stream where it may create consumers of its own: the API cannot
+// re-filter the arbiter's requests, the notifier cannot take the
+// arbiter's, the arbiter cannot take the notifier's.
+func TestRolesCannotTouchOtherRolesDurables(t *testing.T) {
+	e := newEnv(t)
+	for _, c := range []struct {
+		role embedded.Role
+		d    embedded.Durable
+	}{
+		{embedded.RoleAPI, embedded.Durable{Stream: contracts.StreamRequests, Name: "arbiter-requests"}},
+		{embedded.RoleNotifier, embedded.Durable{Stream: contracts.StreamRequests, Name: "arbiter-requests"}},
+		{embedded.RoleArbiter, embedded.Durable{Stream: contracts.StreamRequests, Name: "notifier"}},
+		{embedded.RoleAPI, embedded.Durable{Stream: contracts.StreamEvents, Name: "notifier-decided"}},
+		{embedded.RoleOrchestrator, embedded.Durable{Stream: contracts.StreamEvents, Name: "notifier-changes"}},
+	} {
+		cl := e.connect(t, c.role)
+		subj := "$JS.API.CONSUMER.CREATE." + c.d.Stream + "." + c.d.Name
+		cl.denied(t, subj, func(ctx context.Context) error {
+			_, err := cl.js.CreateOrUpdateConsumer(ctx, c.d.Stream, jetstream.ConsumerConfig{Durable: c.d.Name})
+			return err
+		})
+		ack := "$JS.ACK." + c.d.Stream + "." + c.d.Name + ".1.1.1.1.0"
+		cl.denied(t, ack, func(ctx context.Context) error {
+			_, err := cl.nc.RequestWithContext(ctx, ack, nil)
+			return err
+		})
+	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/events/eventstest"
 	"github.com/countersign/countersign/notifier/dispatch"
+	"github.com/countersign/countersign/services/arbiter"
 )
 
 // A role run with a NATS user that may not play it fails at once, naming
@@ -229,11 +230,18 @@ func serveInProcess(t *testing.T, cfg serveConfig, label string) (string, <-chan
 	return word, exited
 }
 
-// The grants that keep decision pools off the notifier's durables name
-// exactly the notifier's durables on HITL_EVENTS.
-func TestProtectedDurablesAreTheNotifiers(t *testing.T) {
-	want := []string{dispatch.DurableDecided, dispatch.DurableChanges}
-	if !slices.Equal(embedded.NotifierEventDurables, want) {
-		t.Errorf("embedded.NotifierEventDurables = %v, the notifier's durables on HITL_EVENTS are %v", embedded.NotifierEventDurables, want)
+// The grants that keep each role off the others' durables name exactly the
+// durable consumers the arbiter and the notifier run.
+func TestProtectedDurablesAreTheRolesDurables(t *testing.T) {
+	want := []embedded.Durable{
+		{Stream: contracts.StreamRequests, Name: arbiter.DurableRequests, Owner: embedded.RoleArbiter},
+		{Stream: contracts.StreamResolutions, Name: arbiter.DurableResolutions, Owner: embedded.RoleArbiter},
+		{Stream: contracts.StreamTimers, Name: arbiter.DurableTimers, Owner: embedded.RoleArbiter},
+		{Stream: contracts.StreamRequests, Name: dispatch.DurableRequests, Owner: embedded.RoleNotifier},
+		{Stream: contracts.StreamEvents, Name: dispatch.DurableDecided, Owner: embedded.RoleNotifier},
+		{Stream: contracts.StreamEvents, Name: dispatch.DurableChanges, Owner: embedded.RoleNotifier},
+	}
+	if !slices.Equal(embedded.Durables, want) {
+		t.Errorf("embedded.Durables = %v, the roles' durables are %v", embedded.Durables, want)
 	}
 }
