@@ -2,7 +2,6 @@ package orchestrator_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -44,7 +43,8 @@ rules:
 // the streams and buckets, an arbiter that trusts examplePolicy) and a gate
 // on that policy. A human is played by a resolver on the bus (humanDecides).
 type exampleStack struct {
-	gate *orchestrator.Gate
+	gate  *orchestrator.Gate
+	stack *countersigntest.Stack
 
 	ctx      context.Context
 	resolver jetstream.JetStream
@@ -58,7 +58,7 @@ func startExampleStack() (*exampleStack, func()) {
 	stack, err := countersigntest.StartStack(examplePolicy)
 	must(err)
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &exampleStack{ctx: ctx}
+	s := &exampleStack{ctx: ctx, stack: stack}
 	s.resolver, err = stack.JetStream(embedded.RoleResolver)
 	must(err)
 	orch, err := stack.JetStream(embedded.RoleOrchestrator)
@@ -79,39 +79,18 @@ func startExampleStack() (*exampleStack, func()) {
 // vote v from them, published on the bus as a trusted resolver would
 // (the inbox, Slack, email and the CLI end in the same kind of vote).
 func (s *exampleStack) humanDecides(approver string, v contracts.Vote) {
-	kv, err := s.resolver.KeyValue(s.ctx, contracts.BucketApprovals)
-	must(err)
-	w, err := kv.WatchAll(s.ctx)
+	wait, err := s.stack.OnPending(s.ctx, func(eventID string) {
+		vote := v
+		vote.Spec, vote.VoteID, vote.EventID = contracts.SpecVote, uuid.NewString(), eventID
+		vote.Approver = contracts.Approver{ID: approver, Via: contracts.ViaNATS}
+		vote.DecidedAt = time.Now().UTC()
+		if _, err := events.Publish(s.ctx, s.resolver, contracts.ResolvedSubject(vote.EventID), vote, vote.VoteID, nil); err != nil && s.ctx.Err() == nil {
+			fmt.Println("vote:", err)
+		}
+	})
 	must(err)
 	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		defer func() { _ = w.Stop() }()
-		voted := map[string]bool{}
-		for {
-			var e jetstream.KeyValueEntry
-			select {
-			case <-s.ctx.Done():
-				return
-			case e = <-w.Updates():
-			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			var rec contracts.Record
-			if json.Unmarshal(e.Value(), &rec) != nil || rec.Status != contracts.StatusPending || voted[e.Key()] {
-				continue
-			}
-			voted[e.Key()] = true
-			vote := v
-			vote.Spec, vote.VoteID, vote.EventID = contracts.SpecVote, uuid.NewString(), e.Key()
-			vote.Approver = contracts.Approver{ID: approver, Via: contracts.ViaNATS}
-			vote.DecidedAt = time.Now().UTC()
-			if _, err := events.Publish(s.ctx, s.resolver, contracts.ResolvedSubject(vote.EventID), vote, vote.VoteID, nil); err != nil && s.ctx.Err() == nil {
-				fmt.Println("vote:", err)
-			}
-		}
-	}()
+	go func() { defer s.wg.Done(); wait() }()
 }
 
 func must(err error) {

@@ -2,15 +2,11 @@ package client_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http/httptest"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/client"
 	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/orchestrator"
@@ -44,7 +40,7 @@ type exampleStack struct {
 
 	ctx        context.Context
 	aliceToken string
-	watcher    jetstream.JetStream
+	stack      *countersigntest.Stack
 	wg         sync.WaitGroup
 }
 
@@ -55,9 +51,7 @@ func startExampleStack() (*exampleStack, func()) {
 	stack, err := countersigntest.StartStack(examplePolicy)
 	must(err)
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &exampleStack{ctx: ctx}
-	s.watcher, err = stack.JetStream(embedded.RoleResolver)
-	must(err)
+	s := &exampleStack{ctx: ctx, stack: stack}
 	apiJS, err := stack.JetStream(embedded.RoleAPI)
 	must(err)
 	gate, err := orchestrator.NewGate(ctx, orchestrator.Config{JS: apiJS, Policy: orchestrator.StaticPolicy{P: stack.Policy}})
@@ -94,37 +88,16 @@ func startExampleStack() (*exampleStack, func()) {
 func (s *exampleStack) aliceDecides(v client.Vote) {
 	alice, err := client.New(client.Config{URL: s.url, Token: s.aliceToken})
 	must(err)
-	kv, err := s.watcher.KeyValue(s.ctx, contracts.BucketApprovals)
-	must(err)
-	w, err := kv.WatchAll(s.ctx)
+	wait, err := s.stack.OnPending(s.ctx, func(eventID string) {
+		ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+		defer cancel()
+		if _, err := alice.Decide(ctx, eventID, v); err != nil && s.ctx.Err() == nil {
+			fmt.Println("alice's vote:", err)
+		}
+	})
 	must(err)
 	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		defer func() { _ = w.Stop() }()
-		voted := map[string]bool{}
-		for {
-			var e jetstream.KeyValueEntry
-			select {
-			case <-s.ctx.Done():
-				return
-			case e = <-w.Updates():
-			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			var rec contracts.Record
-			if json.Unmarshal(e.Value(), &rec) != nil || rec.Status != contracts.StatusPending || voted[e.Key()] {
-				continue
-			}
-			voted[e.Key()] = true
-			ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
-			if _, err := alice.Decide(ctx, e.Key(), v); err != nil && s.ctx.Err() == nil {
-				fmt.Println("alice's vote:", err)
-			}
-			cancel()
-		}
-	}()
+	go func() { defer s.wg.Done(); wait() }()
 }
 
 func must(err error) {

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/orchestrator/policy"
@@ -95,6 +96,48 @@ func (s *Stack) JetStream(role embedded.Role) (jetstream.JetStream, error) {
 	s.conns = append(s.conns, nc)
 	s.mu.Unlock()
 	return jetstream.New(nc)
+}
+
+// OnPending calls fn, on a goroutine of its own, once for each approval
+// that is pending from now on until ctx ends (a human's part in an example:
+// fn decides it). The returned func waits for the watch to end.
+func (s *Stack) OnPending(ctx context.Context, fn func(eventID string)) (wait func(), err error) {
+	js, err := s.JetStream(embedded.RoleResolver)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := js.KeyValue(ctx, contracts.BucketApprovals)
+	if err != nil {
+		return nil, err
+	}
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() { _ = w.Stop() }()
+		seen := map[string]bool{}
+		for {
+			var e jetstream.KeyValueEntry
+			select {
+			case <-ctx.Done():
+				return
+			case e = <-w.Updates():
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut || seen[e.Key()] {
+				continue
+			}
+			var rec contracts.Record
+			if contracts.Decode(e.Value(), &rec) != nil || rec.Status != contracts.StatusPending {
+				continue
+			}
+			seen[e.Key()] = true
+			fn(e.Key())
+		}
+	}()
+	return func() { <-done }, nil
 }
 
 // Close stops the arbiter, the connections and the server, and returns an
