@@ -583,6 +583,13 @@ func setErr(group []*queuedOp, err error) {
 // written at rev.
 func (a *Arbiter) finish(ctx context.Context, p *queuedOp, rev uint64) error {
 	o, res, eventID := p.o, p.res, p.o.eventID
+	// The group runs under its leader's context: what this operation
+	// announces goes on in its own message's trace.
+	if h := p.msg.Headers(); h != nil {
+		if tp := h.Get(events.HeaderTraceparent); tp != "" {
+			ctx = contracts.WithTraceparent(ctx, tp)
+		}
+	}
 	if res.Duplicate {
 		if p.before.Terminal() {
 			// The outcome may not have been announced if a replica died
