@@ -156,6 +156,7 @@ func (c *Client) Review(ctx context.Context, run contracts.Run, calls []ToolCall
 // Wait reviews the calls and blocks until none is pending or ctx ends
 // (then it returns ctx's error with the results so far).
 func (c *Client) Wait(ctx context.Context, run contracts.Run, calls []ToolCall) ([]Result, error) {
+	run, calls = withIDs(run, calls)
 	results, err := c.review(ctx, run, calls, c.cfg.PollWait)
 	for err == nil && pending(results) {
 		if ctx.Err() != nil {
@@ -172,6 +173,7 @@ func (c *Client) Wait(ctx context.Context, run contracts.Run, calls []ToolCall) 
 // instead of holding them until the batch's last pending call is decided.
 // It returns when no call is pending, or with ctx's error.
 func (c *Client) ReviewEach(ctx context.Context, run contracts.Run, calls []ToolCall, each func(i int, r Result)) error {
+	run, calls = withIDs(run, calls)
 	reported := make([]bool, len(calls))
 	results, err := c.review(ctx, run, calls, 0)
 	for err == nil {
@@ -190,6 +192,30 @@ func (c *Client) ReviewEach(ctx context.Context, run contracts.Run, calls []Tool
 		results, err = c.review(ctx, run, calls, c.cfg.PollWait)
 	}
 	return err
+}
+
+// withIDs gives a run and its calls the ids they lack, so that asking the
+// API again (each wait is a new request) re-attaches to the same approvals
+// instead of opening new ones. Without ids the API opens an approval per
+// request. The caller's values are not changed.
+func withIDs(run contracts.Run, calls []ToolCall) (contracts.Run, []ToolCall) {
+	if run.ID == "" {
+		run.ID = "run-" + randomHex()
+	}
+	out := make([]ToolCall, len(calls))
+	for i, c := range calls {
+		if c.ID == "" {
+			c.ID = fmt.Sprintf("call-%d-%s", i, randomHex())
+		}
+		out[i] = c
+	}
+	return run, out
+}
+
+func randomHex() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 func pending(rs []Result) bool {
@@ -225,9 +251,7 @@ func (c *Client) review(ctx context.Context, run contracts.Run, calls []ToolCall
 // NewClaimID returns a fresh claim id. Keep it with the run (across a
 // restart of this process, too) to retry a claim whose answer was lost.
 func NewClaimID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return "claim-" + hex.EncodeToString(b[:])
+	return "claim-" + randomHex() + randomHex()
 }
 
 // Claim marks the approval eventID as used, right before the tool runs. It

@@ -362,3 +362,49 @@ func TestOneWatchOfTheBucketPerProcess(t *testing.T) {
 		t.Fatal("the run waiting on the fed waiter did not resume")
 	}
 }
+
+// A run and calls without ids get ids of the client's for the whole wait,
+// so each long poll asks about the same approval instead of opening a new
+// one (without ids, every request to the API opens its own).
+func TestGoClientWaitWithoutIDsOpensOneApproval(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var posts atomic.Int32
+	third := make(chan struct{})
+	hc := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		resp, err := http.DefaultTransport.RoundTrip(r)
+		if err == nil && r.URL.Path == "/v1/reviews" && posts.Add(1) == 3 {
+			close(third)
+		}
+		return resp, err
+	})}
+	agent, err := client.New(client.Config{URL: e.url, Token: e.tokens["agent"], PollWait: 50 * time.Millisecond, HTTPClient: hc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := goClient(t, e.url, e.tokens["alice"])
+	run := contracts.Run{Agent: "no-ids-bot"}
+	done := make(chan []client.Result, 1)
+	go func() {
+		res, err := agent.Wait(ctx, run, []client.ToolCall{{Name: "payments.send", Arguments: json.RawMessage(`{"amount":9}`)}})
+		if err != nil {
+			t.Errorf("wait: %v", err)
+		}
+		done <- res
+	}()
+	<-third // three answers from the API so far: each waited for its records to exist
+	keys, err := e.kv.Keys(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 1 {
+		t.Fatalf("%d approvals after three polls of one call, want 1", len(keys))
+	}
+	if _, err := alice.Decide(ctx, keys[0], client.Vote{Decision: contracts.DecisionApprove}); err != nil {
+		t.Fatal(err)
+	}
+	if res := <-done; len(res) != 1 || res[0].Verdict != client.Allowed {
+		t.Fatalf("wait: %+v", res)
+	}
+}
