@@ -7,7 +7,7 @@ import unittest
 
 from countersign import (AlreadyClaimed, InvalidToolCall, NotAnApprover, Refused, Unavailable, WebhookReceiver,
                          WebhookVerificationError, codes, parse_secret, sign, to_tool_call, verify_webhook)
-from countersign._core import SSEParser, transient
+from countersign._core import SSEParser, review_body, transient
 from countersign.errors import api_error
 
 # Standard Webhooks test vectors (libraries/go/webhook_test.go TestWebhookSign; libraries/rust test_sign).
@@ -60,6 +60,25 @@ class ToolCallShapesTest(unittest.TestCase):
             with self.subTest(call=call), self.assertRaises(InvalidToolCall) as cm:
                 to_tool_call(call)
             self.assertEqual((cm.exception.code, cm.exception.field), (codes.INVALID_TOOL_CALL, field))
+
+
+class ReviewBodyTest(unittest.TestCase):
+    def test_a_waiting_review_gives_missing_ids_of_its_own(self) -> None:
+        # A review that polls sends the same body again; without ids every
+        # request would open approvals of its own.
+        body, _ = review_body({"agent": "a"}, [{"name": "t"}, {"id": "given", "name": "u"}], with_ids=True)
+        sent = json.loads(body)
+        self.assertTrue(sent["run"]["id"])
+        self.assertTrue(sent["tool_calls"][0]["id"])
+        self.assertEqual(sent["tool_calls"][1]["id"], "given")
+        again, _ = review_body({"agent": "a", "id": "r"}, [{"id": "c", "name": "t"}], with_ids=True)
+        self.assertEqual((json.loads(again)["run"]["id"], json.loads(again)["tool_calls"][0]["id"]), ("r", "c"))
+
+    def test_a_review_that_does_not_wait_sends_ids_as_given(self) -> None:
+        body, _ = review_body({"agent": "a"}, [{"name": "t"}])
+        sent = json.loads(body)
+        self.assertNotIn("id", sent["run"])
+        self.assertNotIn("id", sent["tool_calls"][0])
 
 
 class SSEParserTest(unittest.TestCase):

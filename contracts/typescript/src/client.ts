@@ -185,12 +185,20 @@ export class Countersign {
    * and returns one Result per call. Reviewing the same run id and call ids
    * again re-attaches to the same approvals; such a review is also retried
    * on transient failures (one without ids is not, since it would ask twice).
+   * A review that waits gives a run and calls without ids ids of its own for
+   * the whole wait, so its polls re-attach rather than open new approvals.
    */
   async review(run: RunInfo, calls: Array<AnyToolCall | Call>, options: ReviewOptions = {}): Promise<Result[]> {
     const body = { run: this.runOf(run), tool_calls: calls.map((c) => toCall(c)) };
     if (body.tool_calls.length === 0) throw new CountersignError(0, Codes.invalidField, 'calls must list at least one call', 'tool_calls');
-    const idempotent = !!body.run.id && body.tool_calls.every((c) => c.id);
     const { wait = false, signal, onResult } = options;
+    if (wait !== false) {
+      // Each poll is a new request: without ids each would open approvals
+      // of its own. Ids of the client's, for this review, re-attach instead.
+      if (!body.run.id) body.run = { ...body.run, id: 'run-' + globalThis.crypto.randomUUID() };
+      body.tool_calls = body.tool_calls.map((c, i) => (c.id ? c : { ...c, id: `call-${i}-${globalThis.crypto.randomUUID()}` }));
+    }
+    const idempotent = !!body.run.id && body.tool_calls.every((c) => c.id);
     const deadline = wait === true ? Infinity : wait === false ? 0 : Date.now() + wait;
     const reported = new Set<number>();
     // With onResult the first request does not wait: what is final already

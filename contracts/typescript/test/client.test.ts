@@ -255,6 +255,18 @@ describe('retries', () => {
     const [r] = await cs.review({ id: runId() }, [{ id: 'c', name: 'lookup_x' }]);
     assert.equal(r!.verdict, 'allowed');
   });
+
+  test('a waiting review without ids gets ids of its own, so every poll and retry asks about the same calls', async () => {
+    const cs = viaProxy();
+    const before = proxy.seen.length;
+    proxy.faults.push({ match: /\/v1\/reviews/, fault: 'status503' });
+    const [r] = await cs.review({}, [{ name: 'lookup_x' }], { wait: 1000 });
+    assert.equal(r!.verdict, 'allowed');
+    const bodies = proxy.seen.slice(before).filter((s) => s.path.startsWith('/v1/reviews')).map((s) => JSON.parse(s.body));
+    assert.equal(bodies.length, 2, 'the 503 was retried');
+    assert.ok(bodies[0].run.id && bodies[0].tool_calls[0].id, 'the client gave the run and the call ids');
+    assert.deepEqual([bodies[1].run.id, bodies[1].tool_calls[0].id], [bodies[0].run.id, bodies[0].tool_calls[0].id]);
+  });
 });
 
 describe('decisions()', () => {

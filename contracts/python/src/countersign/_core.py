@@ -8,6 +8,7 @@ import math
 import os
 import random
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import quote, urlsplit
@@ -109,11 +110,21 @@ def approval_path(event_id: str, suffix: str = "") -> str:
     return "/v1/approvals/" + quote(event_id, safe="") + suffix
 
 
-def review_body(run: Run, calls: Sequence[ToolCallLike]) -> Tuple[bytes, List[ToolCall]]:
+def review_body(run: Run, calls: Sequence[ToolCallLike], with_ids: bool = False) -> Tuple[bytes, List[ToolCall]]:
+    """The body of a review. with_ids gives the run and the calls that lack
+    one an id of the client's: a review that polls sends the same body again,
+    and without ids every request would open approvals of its own."""
     tcs = [to_tool_call(c) for c in calls]
     if not tcs:
         raise ValueError("countersign: review needs at least one tool call")
-    return encode({"run": dict(run), "tool_calls": tcs}), tcs
+    body_run: Dict[str, Any] = dict(run)
+    if with_ids:
+        if not body_run.get("id"):
+            body_run["id"] = "run-" + uuid.uuid4().hex
+        for i, tc in enumerate(tcs):
+            if not tc.get("id"):
+                tc["id"] = f"call-{i}-{uuid.uuid4().hex}"
+    return encode({"run": body_run, "tool_calls": tcs}), tcs
 
 
 def question_body(run: Run, question: "str | Question", question_id: Optional[str]) -> bytes:

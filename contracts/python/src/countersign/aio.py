@@ -42,7 +42,7 @@ class AsyncClient:
                      wait: Optional[float] = 0,
                      on_result: Optional[Callable[[int, Result], None]] = None) -> List[Result]:
         """See :meth:`countersign.Client.review`."""
-        payload, tcs = _core.review_body(run, calls)
+        payload, tcs = _core.review_body(run, calls, with_ids=wait != 0)
         deadline = _deadline(wait)
         reported: "set[int]" = set()
         first = on_result is not None

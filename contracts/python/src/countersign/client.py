@@ -56,7 +56,7 @@ class Client:
         waits, gated ones as humans decide. Run allowed calls from it instead
         of holding them until the batch's last pending call is decided.
         """
-        payload, tcs = _core.review_body(run, calls)
+        payload, tcs = _core.review_body(run, calls, with_ids=wait != 0)
         deadline = _deadline(wait)
         reported: "set[int]" = set()
         first = on_result is not None
