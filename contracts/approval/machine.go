@@ -153,8 +153,7 @@ func refuse(rec contracts.Record, v contracts.Vote) string {
 	if v.ArgumentsSHA256 != "" && v.ArgumentsSHA256 != currentArgsSHA(rec) {
 		return contracts.ReasonStaleArguments
 	}
-	if len(req.Quorum.Approvers) > 0 && !slices.Contains(req.Quorum.Approvers, v.Approver.ID) &&
-		!inEscalation(rec, v.Approver.ID) {
+	if !IsApprover(&rec, v.Approver.ID) {
 		return contracts.ReasonNotAnApprover
 	}
 	approving := v.Decision == contracts.DecisionApprove || v.Decision == contracts.DecisionEdit

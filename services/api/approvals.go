@@ -90,7 +90,7 @@ func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if v := q.Get("approver"); v == "me" {
-		f.approver = principalFrom(r.Context()).subject
+		f.approver = principalFrom(r.Context()).Subject
 	} else {
 		f.approver = v
 	}
@@ -132,9 +132,9 @@ func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request) {
 
 // fetchRecords reads the records of a page, a few at a time, in order.
 // Records that no longer exist are left out (and out of the index).
-func (s *Server) fetchRecords(ctx context.Context, ids []string) ([]recordAnswer, *apiError) {
+func (s *Server) fetchRecords(ctx context.Context, ids []string) ([]recordAnswer, *Error) {
 	out := make([]recordAnswer, len(ids))
-	errs := make([]*apiError, len(ids))
+	errs := make([]*Error, len(ids))
 	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
 	for i, id := range ids {

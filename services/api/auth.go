@@ -10,19 +10,25 @@ import (
 	"strings"
 )
 
-// principal is the authenticated caller.
-type principal struct {
-	name    string
-	subject string
-	roles   []string
+// Principal is an authenticated caller: the identity a bearer token (or an
+// inbox session signed in with one) stands for.
+type Principal struct {
+	// Name is the token's name, for logs; the token itself is never kept.
+	Name string
+	// Subject is the caller's id: the approver id votes are cast under, or
+	// the agent id.
+	Subject string
+	// Roles are the token's roles (agent, approver, admin).
+	Roles []string
 }
 
-func (p *principal) has(roles ...string) bool {
-	if slices.Contains(p.roles, RoleAdmin) {
+// Has reports whether p holds one of roles; an admin holds every role.
+func (p *Principal) Has(roles ...string) bool {
+	if slices.Contains(p.Roles, RoleAdmin) {
 		return true
 	}
 	for _, r := range roles {
-		if slices.Contains(p.roles, r) {
+		if slices.Contains(p.Roles, r) {
 			return true
 		}
 	}
@@ -31,22 +37,22 @@ func (p *principal) has(roles ...string) bool {
 
 type tokenEntry struct {
 	hash []byte
-	p    principal
+	p    Principal
 }
 
 func newTokenEntries(tokens []Token) []tokenEntry {
 	out := make([]tokenEntry, 0, len(tokens))
 	for _, t := range tokens {
 		h, _ := hex.DecodeString(t.SHA256) // validated by Config.validate
-		out = append(out, tokenEntry{hash: h, p: principal{name: t.Name, subject: t.Subject, roles: slices.Clone(t.Roles)}})
+		out = append(out, tokenEntry{hash: h, p: Principal{Name: t.Name, Subject: t.Subject, Roles: slices.Clone(t.Roles)}})
 	}
 	return out
 }
 
 type principalKey struct{}
 
-func principalFrom(ctx context.Context) *principal {
-	p, _ := ctx.Value(principalKey{}).(*principal)
+func principalFrom(ctx context.Context) *Principal {
+	p, _ := ctx.Value(principalKey{}).(*Principal)
 	return p
 }
 
@@ -54,7 +60,7 @@ func principalFrom(ctx context.Context) *principal {
 // configured hash, and every hash of the directory, is compared in constant
 // time, whatever matches first. A directory token's principal is its user:
 // the subject is the user's id.
-func (s *Server) authenticate(r *http.Request) *principal {
+func (s *Server) authenticate(r *http.Request) *Principal {
 	h := r.Header.Get("Authorization")
 	scheme, token, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
@@ -69,8 +75,8 @@ func (s *Server) authenticate(r *http.Request) *principal {
 
 // authenticateSum finds the principal of a token known by its SHA-256, with
 // the same constant-time search as authenticate.
-func (s *Server) authenticateSum(sum [sha256.Size]byte) *principal {
-	var found *principal
+func (s *Server) authenticateSum(sum [sha256.Size]byte) *Principal {
+	var found *Principal
 	for i := range s.tokens {
 		if subtle.ConstantTimeCompare(sum[:], s.tokens[i].hash) == 1 && found == nil {
 			found = &s.tokens[i].p
@@ -83,7 +89,7 @@ func (s *Server) authenticateSum(sum [sha256.Size]byte) *principal {
 	// does not tell which kind of token was presented.
 	u, tok, ok := s.cfg.Directory.Current().AuthenticateSum(sum)
 	if ok && found == nil {
-		found = &principal{name: tok.Name, subject: u.ID, roles: tok.Roles}
+		found = &Principal{Name: tok.Name, Subject: u.ID, Roles: tok.Roles}
 	}
 	return found
 }
@@ -103,12 +109,12 @@ func (s *Server) authed(h http.HandlerFunc, roles ...string) http.HandlerFunc {
 			writeError(w, errorf(http.StatusUnauthorized, CodeUnauthenticated, "the bearer token is not valid"))
 			return
 		}
-		if len(roles) > 0 && !p.has(roles...) {
+		if len(roles) > 0 && !p.Has(roles...) {
 			writeError(w, errorf(http.StatusForbidden, CodeForbidden, "this token lacks the role for this request (one of: %s)", strings.Join(roles, ", ")))
 			return
 		}
 		if lw, ok := w.(*loggingWriter); ok {
-			lw.token = p.name
+			lw.token = p.Name
 		}
 		h(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/approval"
 	"github.com/countersign/countersign/events"
 )
 
@@ -27,14 +28,14 @@ type claimBody struct {
 
 // mayManage reports whether the caller may cancel or extend rec: an admin,
 // or an approver the record lists (any approver when its list is open).
-func mayManage(p *principal, rec *contracts.Record) bool {
-	return p.has(RoleAdmin) || listedApprover(rec, p.subject)
+func mayManage(p *Principal, rec *contracts.Record) bool {
+	return p.Has(RoleAdmin) || approval.IsApprover(rec, p.Subject)
 }
 
 // sendCommand publishes cmd (Nats-Msg-Id = command id) and waits for the
 // arbiter's answer as judged by match; it writes the answer.
-func (s *Server) sendCommand(w http.ResponseWriter, r *http.Request, cmd contracts.Command, match func(*contracts.Record) (bool, *apiError)) {
-	var refused *apiError
+func (s *Server) sendCommand(w http.ResponseWriter, r *http.Request, cmd contracts.Command, match func(*contracts.Record) (bool, *Error)) {
+	var refused *Error
 	rec, rev, done, err := s.publishAndWatch(r.Context(), cmd.EventID, func(ctx context.Context) error {
 		_, err := events.Publish(ctx, s.cfg.JS, contracts.CommandSubject(cmd.EventID), cmd, cmd.CommandID, nil)
 		return err
@@ -50,7 +51,7 @@ func (s *Server) sendCommand(w http.ResponseWriter, r *http.Request, cmd contrac
 		return
 	}
 	p := principalFrom(r.Context())
-	s.log.Info("command", "event_id", cmd.EventID, "command", cmd.Command, "command_id", cmd.CommandID, "by", cmd.By, "token_name", p.name)
+	s.log.Info("command", "event_id", cmd.EventID, "command", cmd.Command, "command_id", cmd.CommandID, "by", cmd.By, "token_name", p.Name)
 	switch {
 	case !done:
 		writeJSON(w, http.StatusAccepted, inFlightAnswer{Status: "in_flight", CommandID: cmd.CommandID})
@@ -61,10 +62,10 @@ func (s *Server) sendCommand(w http.ResponseWriter, r *http.Request, cmd contrac
 	}
 }
 
-func (s *Server) newCommand(id, kind string, p *principal) contracts.Command {
+func (s *Server) newCommand(id, kind string, p *Principal) contracts.Command {
 	return contracts.Command{
 		Spec: contracts.SpecCommand, CommandID: uuid.Must(uuid.NewV7()).String(), EventID: id, Command: kind,
-		By: p.subject, IssuedAt: s.cfg.Now().UTC(),
+		By: p.Subject, IssuedAt: s.cfg.Now().UTC(),
 	}
 }
 
@@ -103,7 +104,7 @@ func (s *Server) postCancel(w http.ResponseWriter, r *http.Request) {
 	if body.Reason != "" {
 		s.log.Info("cancel reason", "event_id", id, "command_id", cmd.CommandID, "reason", body.Reason)
 	}
-	s.sendCommand(w, r, cmd, func(rec *contracts.Record) (bool, *apiError) {
+	s.sendCommand(w, r, cmd, func(rec *contracts.Record) (bool, *Error) {
 		if !rec.Terminal() {
 			return false, nil
 		}
@@ -160,7 +161,7 @@ func (s *Server) postExtend(w http.ResponseWriter, r *http.Request) {
 	before := rec.ExpiresAt
 	cmd := s.newCommand(id, contracts.CommandExtend, p)
 	cmd.Until = until
-	s.sendCommand(w, r, cmd, func(rec *contracts.Record) (bool, *apiError) {
+	s.sendCommand(w, r, cmd, func(rec *contracts.Record) (bool, *Error) {
 		switch {
 		case rec.Terminal():
 			return true, refusal(contracts.ReasonClosed)
@@ -202,7 +203,7 @@ func (s *Server) postClaim(w http.ResponseWriter, r *http.Request) {
 	}
 	cmd := s.newCommand(id, contracts.CommandClaim, principalFrom(r.Context()))
 	cmd.CommandID, cmd.ClaimID = claimID, claimID
-	s.sendCommand(w, r, cmd, func(rec *contracts.Record) (bool, *apiError) {
+	s.sendCommand(w, r, cmd, func(rec *contracts.Record) (bool, *Error) {
 		switch {
 		case rec.Claim != nil && rec.Claim.ClaimID == claimID:
 			return true, nil
@@ -219,7 +220,7 @@ func (s *Server) postClaim(w http.ResponseWriter, r *http.Request) {
 // what Countersign knows: when and by which claim. Whether the tool call
 // then ran, and how it ended, Countersign cannot know (a runner may die
 // right after claiming); the call must not run again either way.
-func claimedRefusal(c *contracts.Claim) *apiError {
+func claimedRefusal(c *contracts.Claim) *Error {
 	e := refusal(contracts.ReasonAlreadyClaimed)
 	e.Message = fmt.Sprintf("this approval was already claimed at %s by claim %s; the outcome of the tool call is unknown to Countersign, and the call must not run again",
 		c.At.UTC().Format(time.RFC3339), c.ClaimID)
@@ -228,7 +229,7 @@ func claimedRefusal(c *contracts.Claim) *apiError {
 
 // manageable answers the refusal and returns false unless p may cancel or
 // extend rec and rec is still pending.
-func (s *Server) manageable(w http.ResponseWriter, p *principal, rec *contracts.Record) bool {
+func (s *Server) manageable(w http.ResponseWriter, p *Principal, rec *contracts.Record) bool {
 	if !mayManage(p, rec) {
 		writeError(w, refusal(contracts.ReasonNotAnApprover))
 		return false

@@ -24,7 +24,7 @@ var rawMessageType = reflect.TypeFor[json.RawMessage]()
 // struct): unknown fields, wrong types, trailing data and bodies over
 // MaxBodyBytes are refused with the JSON path of the offending field. An
 // empty body decodes as {} when allowEmpty is set.
-func decodeBody(w http.ResponseWriter, r *http.Request, dst any, allowEmpty bool) *apiError {
+func decodeBody(w http.ResponseWriter, r *http.Request, dst any, allowEmpty bool) *Error {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
@@ -45,7 +45,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, dst any, allowEmpty bool
 // decodeStrict checks data against dst's type, then decodes it. An object
 // that repeats a key anywhere, nested ones included, is refused with the
 // key's path: readers would disagree on which value counts.
-func decodeStrict(data []byte, dst any) *apiError {
+func decodeStrict(data []byte, dst any) *Error {
 	checked := contracts.CheckDuplicateKeys(data)
 	if dup, ok := errors.AsType[*contracts.DuplicateKeyError](checked); ok {
 		// Within free-form JSON the code is the one that value's other
@@ -140,7 +140,7 @@ func syntaxMessage(err error) string {
 // decoded into. Field names must match their JSON names exactly (the
 // standard decoder would also accept other letter cases). null is accepted
 // everywhere and means "absent".
-func checkValue(v any, t reflect.Type, path string) *apiError {
+func checkValue(v any, t reflect.Type, path string) *Error {
 	if v == nil || t == rawMessageType {
 		return nil
 	}
@@ -233,7 +233,7 @@ func checkValue(v any, t reflect.Type, path string) *apiError {
 	return typeError(path, "a supported value")
 }
 
-func typeError(path, want string) *apiError {
+func typeError(path, want string) *Error {
 	if path == "" {
 		return errorf(http.StatusBadRequest, CodeInvalidJSON, "the request body must be %s", want)
 	}

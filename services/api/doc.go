@@ -1,6 +1,11 @@
 // Package api is Countersign's HTTP edge: a JSON API over the approval
 // records and streams, served with the standard library's pattern router.
 //
+// The web inbox (package services/inbox) is served on the same server and
+// reaches the records only through the exported methods of Server
+// (AuthenticateSum, Record, Records, Timeline, Follow, Resolver), so every
+// rule about who may read or decide what holds for both.
+//
 // Agents submit tool calls for review (POST /v1/reviews) and may long-poll
 // for the verdicts; approvers list, read, and decide approvals; runners claim
 // an approval right before executing; anyone authenticated can read an

@@ -36,26 +36,26 @@ const (
 
 // apiError is an error answer: an HTTP status and the body
 // {"error":{"code","message","field"}}.
-type apiError struct {
+type Error struct {
 	Status  int    `json:"-"`
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Field   string `json:"field,omitempty"`
 }
 
-func (e *apiError) Error() string { return e.Code + ": " + e.Message }
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
 
-func errorf(status int, code, format string, args ...any) *apiError {
-	return &apiError{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
+func errorf(status int, code, format string, args ...any) *Error {
+	return &Error{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-func fieldError(status int, code, field, format string, args ...any) *apiError {
-	return &apiError{Status: status, Code: code, Field: field, Message: fmt.Sprintf(format, args...)}
+func fieldError(status int, code, field, format string, args ...any) *Error {
+	return &Error{Status: status, Code: code, Field: field, Message: fmt.Sprintf(format, args...)}
 }
 
-func writeError(w http.ResponseWriter, e *apiError) {
+func writeError(w http.ResponseWriter, e *Error) {
 	writeJSON(w, e.Status, struct {
-		Error *apiError `json:"error"`
+		Error *Error `json:"error"`
 	}{e})
 }
 

@@ -63,7 +63,7 @@ func (s *Server) inDirectory(group string) bool {
 
 // policyError is an error answer that lists every problem of a policy.
 type policyError struct {
-	apiError
+	Error
 	Problems []policy.Problem `json:"problems"`
 }
 
@@ -130,7 +130,7 @@ func (s *Server) postPolicy(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, struct {
 			Error policyError `json:"error"`
 		}{policyError{
-			apiError: apiError{Code: CodeInvalidPolicy, Message: problemSummary(errs)},
+			Error:    Error{Code: CodeInvalidPolicy, Message: problemSummary(errs)},
 			Problems: errs,
 		}})
 		return
@@ -150,13 +150,13 @@ func (s *Server) postPolicy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := principalFrom(r.Context())
-	res, err := orchestrator.ApplyPolicy(r.Context(), s.cfg.JS, source, p.subject, s.cfg.Now())
+	res, err := orchestrator.ApplyPolicy(r.Context(), s.cfg.JS, source, p.Subject, s.cfg.Now())
 	var perrs *policy.Errors
 	switch {
 	case errors.As(err, &perrs):
 		writeJSON(w, http.StatusBadRequest, struct {
 			Error policyError `json:"error"`
-		}{policyError{apiError: apiError{Code: CodeInvalidPolicy, Message: problemSummary(perrs.Problems)}, Problems: perrs.Problems}})
+		}{policyError{Error: Error{Code: CodeInvalidPolicy, Message: problemSummary(perrs.Problems)}, Problems: perrs.Problems}})
 		return
 	case errors.Is(err, orchestrator.ErrPolicyVersionExists):
 		writeError(w, errorf(http.StatusConflict, CodeVersionExists,
@@ -177,7 +177,7 @@ func (s *Server) postPolicy(w http.ResponseWriter, r *http.Request) {
 		s.log.Warn("the applied policy is not in force here yet", "version", res.Document.Version, "err", err)
 	}
 	cancel()
-	s.log.Info("policy applied", "version", res.Document.Version, "by", p.subject, "changed", res.Changed)
+	s.log.Info("policy applied", "version", res.Document.Version, "by", p.Subject, "changed", res.Changed)
 	changed := res.Changed
 	writeJSON(w, http.StatusOK, policyAnswer{
 		Version: res.Document.Version, SHA256: res.Document.SHA256, AppliedBy: res.Document.AppliedBy,

@@ -100,8 +100,8 @@ func (s *Server) postQuestions(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, newQuestionAnswer(a))
 }
 
-func validateQuestion(req *questionRequest) *apiError {
-	bad := func(field, format string, args ...any) *apiError {
+func validateQuestion(req *questionRequest) *Error {
+	bad := func(field, format string, args ...any) *Error {
 		return fieldError(http.StatusBadRequest, CodeInvalidField, field, format, args...)
 	}
 	if aerr := validateRun(&req.Run); aerr != nil {

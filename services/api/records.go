@@ -24,7 +24,7 @@ type recordAnswer struct {
 }
 
 // eventIDParam reads and checks the {event_id} path segment.
-func eventIDParam(r *http.Request) (string, *apiError) {
+func eventIDParam(r *http.Request) (string, *Error) {
 	id := r.PathValue("event_id")
 	if !contracts.ValidEventID(id) {
 		return "", fieldError(http.StatusBadRequest, CodeInvalidEventID, "event_id",
@@ -35,7 +35,7 @@ func eventIDParam(r *http.Request) (string, *apiError) {
 
 // parseFlag reads a boolean query parameter: absent, "0", "false" are off;
 // "", "1", "true" are on.
-func parseFlag(r *http.Request, name string) (bool, *apiError) {
+func parseFlag(r *http.Request, name string) (bool, *Error) {
 	q := r.URL.Query()
 	if !q.Has(name) {
 		return false, nil
@@ -51,7 +51,7 @@ func parseFlag(r *http.Request, name string) (bool, *apiError) {
 
 // parseWait reads ?wait= as a Go duration ("30s") or a number of seconds.
 // Longer waits are cut to MaxWait.
-func parseWait(r *http.Request) (time.Duration, *apiError) {
+func parseWait(r *http.Request) (time.Duration, *Error) {
 	v := r.URL.Query().Get("wait")
 	if v == "" {
 		return 0, nil
@@ -71,7 +71,7 @@ func parseWait(r *http.Request) (time.Duration, *apiError) {
 }
 
 // getRecord reads a record; a missing one is 404 unknown_event.
-func (s *Server) getRecord(ctx context.Context, id string) (*contracts.Record, uint64, *apiError) {
+func (s *Server) getRecord(ctx context.Context, id string) (*contracts.Record, uint64, *Error) {
 	e, err := s.kv.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, errorf(http.StatusNotFound, CodeUnknownEvent, "no approval %s", id)
@@ -91,7 +91,7 @@ func (s *Server) getRecord(ctx context.Context, id string) (*contracts.Record, u
 // vote or command sent right after its review can overtake the arbiter
 // creating the record. It waits up to d for the record before answering
 // unknown_event.
-func (s *Server) getRecordSoon(ctx context.Context, id string, d time.Duration) (*contracts.Record, uint64, *apiError) {
+func (s *Server) getRecordSoon(ctx context.Context, id string, d time.Duration) (*contracts.Record, uint64, *Error) {
 	rec, rev, aerr := s.getRecord(ctx, id)
 	if aerr == nil || aerr.Code != CodeUnknownEvent {
 		return rec, rev, aerr
@@ -120,7 +120,7 @@ func (s *Server) getRecordSoon(ctx context.Context, id string, d time.Duration) 
 
 // backendError maps a NATS failure to 503 when NATS is unreachable or slow,
 // to 413 for a message larger than the bus takes, else to 500.
-func (s *Server) backendError(what string, err error) *apiError {
+func (s *Server) backendError(what string, err error) *Error {
 	var apiErr *jetstream.APIError
 	switch {
 	case errors.As(err, &apiErr) && apiErr.Code == http.StatusServiceUnavailable,

@@ -61,7 +61,7 @@ func (r resolver) Vote(ctx context.Context, v contracts.Vote) (notifier.VoteResu
 	}
 	// An approver's edit or answer that fails the request's schema is
 	// answered at once with the failing value's path, as over HTTP.
-	if !current.Terminal() && listedApprover(current, v.Approver.ID) {
+	if !current.Terminal() && approval.IsApprover(current, v.Approver.ID) {
 		if e := approval.CheckVoteContent(&current.Request, &v); e != nil {
 			s.m.votes.WithLabelValues(contracts.ReasonInvalidArguments).Inc()
 			return notifier.VoteResult{Refused: contracts.ReasonInvalidArguments, Detail: e.Field + ": " + e.Message, Record: current}, nil

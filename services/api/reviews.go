@@ -149,8 +149,8 @@ func (s *Server) postReviews(w http.ResponseWriter, r *http.Request) {
 // validateReview refuses a request before anything is published, so a bad
 // call never leaves the calls before it half submitted. It returns the
 // arguments hash of every call.
-func validateReview(req *reviewRequest, lim contracts.Limits) ([]string, *apiError) {
-	bad := func(field, format string, args ...any) *apiError {
+func validateReview(req *reviewRequest, lim contracts.Limits) ([]string, *Error) {
+	bad := func(field, format string, args ...any) *Error {
 		return fieldError(http.StatusBadRequest, CodeInvalidField, field, format, args...)
 	}
 	if aerr := validateRun(&req.Run); aerr != nil {
@@ -212,8 +212,8 @@ func validateReview(req *reviewRequest, lim contracts.Limits) ([]string, *apiErr
 }
 
 // validateRun checks the run of a review or question.
-func validateRun(run *reviewRun) *apiError {
-	bad := func(field, format string, args ...any) *apiError {
+func validateRun(run *reviewRun) *Error {
+	bad := func(field, format string, args ...any) *Error {
 		return fieldError(http.StatusBadRequest, CodeInvalidField, field, format, args...)
 	}
 	if strings.TrimSpace(run.Agent) == "" {
@@ -298,7 +298,7 @@ func (s *Server) awaitVerdicts(ctx context.Context, verdicts []orchestrator.Verd
 }
 
 // gateError answers an error of the gate with its code, field and message.
-func gateError(e *orchestrator.Error) *apiError {
+func gateError(e *orchestrator.Error) *Error {
 	status := http.StatusBadRequest
 	if e.Code == CodeArgumentsChanged {
 		status = http.StatusConflict
@@ -309,7 +309,7 @@ func gateError(e *orchestrator.Error) *apiError {
 // tooLargeError is the answer to a request the gate found too large for
 // the size budget (after the per-field checks, only a whole request can
 // be: its record with room for every terminal state).
-func tooLargeError(err error, field string) *apiError {
+func tooLargeError(err error, field string) *Error {
 	msg := "it does not fit the size budget of the server's max payload"
 	var e *contracts.FieldError
 	if errors.As(err, &e) {
@@ -320,7 +320,7 @@ func tooLargeError(err error, field string) *apiError {
 
 // checkSchemaField checks an optional JSON Schema in a request body: it
 // must be an object that compiles without fetching anything.
-func checkSchemaField(raw json.RawMessage, field string) *apiError {
+func checkSchemaField(raw json.RawMessage, field string) *Error {
 	trimmed := strings.TrimSpace(string(raw))
 	if trimmed == "" || trimmed == "null" {
 		return nil

@@ -23,8 +23,6 @@ type Server struct {
 	cfg Config
 	log *slog.Logger
 	kv  jetstream.KeyValue
-	// sessions is the hitl_sessions bucket of the web inbox.
-	sessions jetstream.KeyValue
 	// events is the event stream, for timelines.
 	events *events.StreamHandle
 	// feed fans the live events out to every open event stream.
@@ -55,12 +53,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("api: open bucket %s: %w", contracts.BucketApprovals, err)
 	}
-	sessions, err := cfg.JS.KeyValue(ctx, contracts.BucketSessions)
-	if err != nil {
-		return nil, fmt.Errorf("api: open bucket %s (created by countersign provision, or by serve with provisioning on): %w", contracts.BucketSessions, err)
-	}
 	s := &Server{
-		sessions: sessions,
 		events:   &events.StreamHandle{JS: cfg.JS, Name: contracts.StreamEvents},
 		cfg:      cfg,
 		log:      cfg.Logger,
@@ -117,8 +110,6 @@ func (s *Server) routes() {
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /openapi.json", s.openAPI)
-	// The web inbox: pages at /, signed in with a session cookie.
-	newInbox(s).register(mux)
 	s.mux = mux
 	s.handler = s.observe(s.recoverPanics(http.HandlerFunc(s.route)))
 }

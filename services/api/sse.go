@@ -98,7 +98,7 @@ const (
 // from now on, as Server-Sent Events. The event id is "<stream>:<sequence>".
 func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 	s.streamEvents(w, r, ": countersign events\n\n", func(_ context.Context, m streamMsg) ([]byte, bool) { return m.data, true },
-		func(aerr *apiError) { writeError(w, aerr) })
+		func(aerr *Error) { writeError(w, aerr) })
 }
 
 // streamEvents follows every new request, outcome and change (the
@@ -107,7 +107,7 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 // client or the server goes away. fail answers when the streams cannot be
 // followed; preamble starts the stream.
 func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, preamble string,
-	render func(context.Context, streamMsg) ([]byte, bool), fail func(*apiError)) {
+	render func(context.Context, streamMsg) ([]byte, bool), fail func(*Error)) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	rc := http.NewResponseController(w)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -51,9 +50,9 @@ func validClientID(id string) bool { return contracts.ValidClientID(id) }
 
 // refusal answers a refused vote or command with its reason's one HTTP
 // status and message (contracts.Reason).
-func refusal(reason string) *apiError {
+func refusal(reason string) *Error {
 	r := contracts.Reason(reason)
-	return &apiError{Status: r.HTTPStatus(), Code: reason, Message: r.Message()}
+	return &Error{Status: r.HTTPStatus(), Code: reason, Message: r.Message()}
 }
 
 // limits is the size budget of the server the API publishes to.
@@ -110,7 +109,7 @@ func (s *Server) postVote(w http.ResponseWriter, r *http.Request) {
 	}
 	vote := contracts.Vote{
 		Spec: contracts.SpecVote, VoteID: body.VoteID, EventID: id, Decision: body.Decision,
-		Approver: contracts.Approver{ID: p.subject, Via: body.Via}, Comment: body.Comment,
+		Approver: contracts.Approver{ID: p.Subject, Via: body.Via}, Comment: body.Comment,
 		Arguments: body.Arguments, ArgumentsSHA256: body.ArgumentsSHA256, DecidedAt: s.cfg.Now().UTC(),
 	}
 	vote.Answer = body.contractAnswer()
@@ -118,7 +117,7 @@ func (s *Server) postVote(w http.ResponseWriter, r *http.Request) {
 	// request's schema is answered here at once, with the failing value's
 	// pointer. Anyone else's vote goes to the arbiter, which refuses and
 	// counts it as not_an_approver.
-	if !current.Terminal() && listedApprover(current, p.subject) {
+	if !current.Terminal() && approval.IsApprover(current, p.Subject) {
 		if e := approval.CheckVoteContent(&current.Request, &vote); e != nil {
 			s.m.votes.WithLabelValues(contracts.ReasonInvalidArguments).Inc()
 			writeError(w, schemaRefusal(e.Field, e.Message))
@@ -132,7 +131,7 @@ func (s *Server) postVote(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec, rev, done, reason, detail := res.rec, res.rev, res.done, res.reason, res.detail
-	s.log.Info("vote", "event_id", id, "vote_id", vote.VoteID, "approver", p.subject, "decision", vote.Decision, "token_name", p.name)
+	s.log.Info("vote", "event_id", id, "vote_id", vote.VoteID, "approver", p.Subject, "decision", vote.Decision, "token_name", p.Name)
 	switch {
 	case !done:
 		s.m.votes.WithLabelValues("in_flight").Inc()
@@ -201,8 +200,8 @@ const unknownEventWait = 2 * time.Second
 // validateVote checks what only the HTTP API allows of a vote: its vote_id
 // when the client chose one, and via. What every surface checks of a vote
 // is checkVote's.
-func validateVote(b *voteBody) *apiError {
-	bad := func(field, format string, args ...any) *apiError {
+func validateVote(b *voteBody) *Error {
+	bad := func(field, format string, args ...any) *Error {
 		return fieldError(http.StatusBadRequest, CodeInvalidField, field, format, args...)
 	}
 	switch {
@@ -225,7 +224,7 @@ func (b *voteBody) contractAnswer() *contracts.Answer {
 // the same the channels' resolver and the arbiter apply: a malformed field is
 // invalid_field (400), bad arguments invalid_arguments (400), and what is
 // over its size limit too_large (413).
-func checkVote(lim contracts.Limits, v contracts.Vote) *apiError {
+func checkVote(lim contracts.Limits, v contracts.Vote) *Error {
 	e := lim.CheckVote(&v)
 	if e == nil {
 		return nil
@@ -234,7 +233,7 @@ func checkVote(lim contracts.Limits, v contracts.Vote) *apiError {
 }
 
 // contractError is the answer to a broken rule of the contract.
-func contractError(e *contracts.FieldError) *apiError {
+func contractError(e *contracts.FieldError) *Error {
 	switch e.Code {
 	case contracts.ReasonTooLarge:
 		return fieldError(http.StatusRequestEntityTooLarge, CodeTooLarge, e.Field, "%s", e.Message)
@@ -244,25 +243,10 @@ func contractError(e *contracts.FieldError) *apiError {
 	return fieldError(http.StatusBadRequest, CodeInvalidField, e.Field, "%s", e.Message)
 }
 
-// listedApprover reports whether id may vote on rec: an open approver
-// list, the list, or an escalation tier already reached.
-func listedApprover(rec *contracts.Record, id string) bool {
-	q := rec.Request.Quorum
-	if len(q.Approvers) == 0 || slices.Contains(q.Approvers, id) {
-		return true
-	}
-	for i, tier := range rec.Request.Escalation {
-		if i < rec.EscalationLevel && slices.Contains(tier.Approvers, id) {
-			return true
-		}
-	}
-	return false
-}
-
 // schemaRefusal is the answer to an edit or answer that fails the request's
 // JSON Schema: field is the JSON pointer of the failing value, such as
 // arguments/amount.
-func schemaRefusal(field, msg string) *apiError {
+func schemaRefusal(field, msg string) *Error {
 	return fieldError(http.StatusBadRequest, CodeInvalidArguments, field, "%s: %s", field, msg)
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/countersign/countersign/orchestrator/policy"
 	"github.com/countersign/countersign/services/api"
 	"github.com/countersign/countersign/services/arbiter"
+	"github.com/countersign/countersign/services/inbox"
 )
 
 // node is what the roles of one serve process share: the configuration,
@@ -229,6 +230,9 @@ func (n *node) startAPI(ctx context.Context, out *os.File) error {
 		return err
 	}
 	n.closers = append(n.closers, func() { srv.Close() })
+	if _, err := inbox.New(ctx, inbox.Config{API: srv, JS: js, Logger: n.log.With("role", "inbox"), Registerer: n.reg}); err != nil {
+		return err
+	}
 	slackH, emailH, err := n.channelHandlers(srv)
 	if err != nil {
 		return err

@@ -20,6 +20,7 @@ import (
 	"github.com/countersign/countersign/services/api"
 	"github.com/countersign/countersign/services/arbiter"
 	"github.com/countersign/countersign/services/countersigntest"
+	"github.com/countersign/countersign/services/inbox"
 )
 
 // fleetPolicy gates the simulated fleet's calls; refunds may be decided by
@@ -88,6 +89,9 @@ func startStack(t *testing.T) *stack {
 	reg := prometheus.NewRegistry()
 	s, err := api.New(ctx, api.Config{JS: srv.JetStreamAs(embedded.RoleAPI), Gate: gate, Policies: policies, Tokens: tokens, Registerer: reg})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inbox.New(ctx, inbox.Config{API: s, JS: srv.JetStreamAs(embedded.RoleAPI), Registerer: reg}); err != nil {
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(s.Handler())

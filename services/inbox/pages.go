@@ -1,4 +1,4 @@
-package api
+package inbox
 
 import (
 	"bytes"
@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/approval"
 	"github.com/countersign/countersign/notifier"
+	"github.com/countersign/countersign/services/api"
 )
 
 //go:embed web
@@ -49,14 +51,14 @@ type messagePage struct {
 }
 
 // render executes a page in the layout.
-func (in *inbox) render(w http.ResponseWriter, status int, page string, data any) {
+func (in *Inbox) render(w http.ResponseWriter, status int, page string, data any) {
 	in.renderTemplate(w, status, page, "layout", data)
 }
 
-func (in *inbox) renderTemplate(w http.ResponseWriter, status int, page, name string, data any) {
+func (in *Inbox) renderTemplate(w http.ResponseWriter, status int, page, name string, data any) {
 	var b bytes.Buffer
 	if err := inboxPages[page].ExecuteTemplate(&b, name, data); err != nil {
-		in.s.log.Error("inbox template", "page", page, "template", name, "err", err)
+		in.log.Error("inbox template", "page", page, "template", name, "err", err)
 		http.Error(w, "internal error", http.StatusInternalServerError)
 		return
 	}
@@ -66,11 +68,11 @@ func (in *inbox) renderTemplate(w http.ResponseWriter, status int, page, name st
 	_, _ = w.Write(b.Bytes())
 }
 
-func (in *inbox) pageFor(sess *session, title, nav string) Page {
-	return Page{Title: title, User: sess.p.subject, CSRF: sess.csrf, Nav: nav}
+func (in *Inbox) pageFor(sess *session, title, nav string) Page {
+	return Page{Title: title, User: sess.p.Subject, CSRF: sess.csrf, Nav: nav}
 }
 
-func (in *inbox) message(w http.ResponseWriter, status int, sess *session, msg string) {
+func (in *Inbox) message(w http.ResponseWriter, status int, sess *session, msg string) {
 	in.render(w, status, "message", messagePage{Page: in.pageFor(sess, "Countersign", ""), Message: msg})
 }
 
@@ -105,8 +107,11 @@ type listPage struct {
 }
 
 // Listing bounds: the pending list shows this many requests; history
-// searches this many of the newest decided ones.
+// searches this many of the newest decided ones. recordWait is how long a
+// page waits for a record that is about to be created (a link followed
+// from a notification that overtook the arbiter).
 const (
+	recordWait       = 2 * time.Second
 	inboxListLimit   = 200
 	historyScanLimit = 2000
 	historyShowLimit = 100
@@ -154,17 +159,17 @@ func hasVoted(rec *contracts.Record, id string) bool {
 
 // mayDecide says whether p may decide rec now, and if not, why (empty when
 // the record is simply closed).
-func mayDecide(rec *contracts.Record, p *principal) (bool, string) {
+func mayDecide(rec *contracts.Record, p *api.Principal) (bool, string) {
 	switch {
 	case rec.Terminal():
 		return false, ""
-	case !p.has(RoleApprover):
+	case !p.Has(api.RoleApprover):
 		return false, "You are signed in with a token that cannot vote (it lacks the approver role)."
-	case !listedApprover(rec, p.subject):
+	case !approval.IsApprover(rec, p.Subject):
 		return false, "You are not an approver of this request."
-	case hasVoted(rec, p.subject):
+	case hasVoted(rec, p.Subject):
 		return false, "You have already voted on this request."
-	case !rec.Request.Quorum.AllowSelfApproval && (rec.Request.Run.RequestedBy == p.subject || rec.Request.Run.Owner == p.subject):
+	case !rec.Request.Quorum.AllowSelfApproval && (rec.Request.Run.RequestedBy == p.Subject || rec.Request.Run.Owner == p.Subject):
 		return false, "You requested this call (or own the run), and its rule does not allow approving your own request."
 	}
 	return true, ""
@@ -177,7 +182,7 @@ func toolName(req *contracts.ApprovalRequested) string {
 	return ""
 }
 
-func (in *inbox) row(rec *contracts.Record, p *principal, now time.Time) row {
+func (in *Inbox) row(rec *contracts.Record, p *api.Principal, now time.Time) row {
 	req := &rec.Request
 	ok, _ := mayDecide(rec, p)
 	rw := row{
@@ -199,38 +204,19 @@ func (in *inbox) row(rec *contracts.Record, p *principal, now time.Time) row {
 	return rw
 }
 
-// records reads the records of the newest index entries matching f.
-func (in *inbox) records(ctx context.Context, f listFilter, limit int) ([]*contracts.Record, *apiError) {
-	syncCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	if err := in.s.index.catchUp(syncCtx); err != nil {
-		in.s.log.Warn("records index is behind the bucket; listing what it holds", "err", err)
-	}
-	cancel()
-	ids, _ := in.s.index.page(f, nil, limit)
-	items, aerr := in.s.fetchRecords(ctx, ids)
-	if aerr != nil {
-		return nil, aerr
-	}
-	out := make([]*contracts.Record, 0, len(items))
-	for _, it := range items {
-		out = append(out, it.Record)
-	}
-	return out, nil
-}
-
 // getList serves GET /: pending requests, newest first, with filters
 // agent, risk and mine; ?fragment=rows answers the rows alone.
-func (in *inbox) getList(w http.ResponseWriter, r *http.Request, sess *session) {
+func (in *Inbox) getList(w http.ResponseWriter, r *http.Request, sess *session) {
 	q := r.URL.Query()
 	pg := listPage{Page: in.pageFor(sess, "Inbox", "inbox"), Risks: risks,
 		Agent: q.Get("agent"), Risk: q.Get("risk"), Mine: q.Get("mine") != ""}
-	recs, aerr := in.records(r.Context(), listFilter{statuses: []string{contracts.StatusPending}}, inboxListLimit)
+	recs, aerr := in.api.Records(r.Context(), sess.p, api.Query{Statuses: []string{contracts.StatusPending}, Limit: inboxListLimit})
 	if aerr != nil {
 		in.message(w, aerr.Status, sess, aerr.Message)
 		return
 	}
 	pg.Limited = len(recs) == inboxListLimit
-	now := in.s.cfg.Now()
+	now := in.now()
 	for _, rec := range recs {
 		if !slices.Contains(pg.Agents, rec.Request.Run.Agent) {
 			pg.Agents = append(pg.Agents, rec.Request.Run.Agent)
@@ -257,16 +243,21 @@ func (in *inbox) getList(w http.ResponseWriter, r *http.Request, sess *session) 
 
 // getHistory serves GET /history?q=: decided, expired and cancelled
 // requests, newest first, searched in summary, agent, tool and event id.
-func (in *inbox) getHistory(w http.ResponseWriter, r *http.Request, sess *session) {
+func (in *Inbox) getHistory(w http.ResponseWriter, r *http.Request, sess *session) {
 	pg := listPage{Page: in.pageFor(sess, "History", "history"), History: true, Query: strings.TrimSpace(r.URL.Query().Get("q"))}
-	terminal := slices.DeleteFunc(slices.Clone(allStatuses), func(s string) bool { return s == contracts.StatusPending })
-	recs, aerr := in.records(r.Context(), listFilter{statuses: terminal}, historyScanLimit)
+	var terminal []string
+	for _, st := range contracts.Statuses() {
+		if st.Terminal() {
+			terminal = append(terminal, string(st))
+		}
+	}
+	recs, aerr := in.api.Records(r.Context(), sess.p, api.Query{Statuses: terminal, Limit: historyScanLimit})
 	if aerr != nil {
 		in.message(w, aerr.Status, sess, aerr.Message)
 		return
 	}
 	needle := strings.ToLower(pg.Query)
-	now := in.s.cfg.Now()
+	now := in.now()
 	for _, rec := range recs {
 		req := &rec.Request
 		hay := strings.ToLower(strings.Join([]string{req.Summary, req.Run.Agent, toolName(req), req.EventID}, "\n"))
@@ -386,7 +377,7 @@ func argumentFields(raw json.RawMessage) []argField {
 	return out
 }
 
-func (in *inbox) detail(ctx context.Context, rec *contracts.Record, sess *session) detailPage {
+func (in *Inbox) detail(ctx context.Context, rec *contracts.Record, sess *session) detailPage {
 	req := &rec.Request
 	pg := detailPage{
 		Page: in.pageFor(sess, notifier.Title(req), ""), EventID: req.EventID, Heading: notifier.Title(req), Summary: req.Summary,
@@ -405,9 +396,9 @@ func (in *inbox) detail(ctx context.Context, rec *contracts.Record, sess *sessio
 	return pg
 }
 
-func (in *inbox) status(ctx context.Context, rec *contracts.Record, sess *session) statusView {
+func (in *Inbox) status(ctx context.Context, rec *contracts.Record, sess *session) statusView {
 	req := &rec.Request
-	now := in.s.cfg.Now()
+	now := in.now()
 	sv := statusView{
 		EventID: req.EventID, CSRF: sess.csrf, Status: rec.Status, Terminal: rec.Terminal(),
 		Progress: notifier.Progress(req, rec), HumanInput: req.Kind == contracts.KindHumanInput,
@@ -441,19 +432,19 @@ func (in *inbox) status(ctx context.Context, rec *contracts.Record, sess *sessio
 	if len(args) > 0 {
 		sv.EditArgs = notifier.FormatJSON(args, 0)
 	}
-	sv.Timeline = in.timeline(ctx, rec)
+	sv.Timeline = in.timeline(ctx, rec, sess)
 	return sv
 }
 
 // timeline tells an approval's story for people, from the same events as
 // GET /v1/approvals/{event_id}/events.
-func (in *inbox) timeline(ctx context.Context, rec *contracts.Record) []timelineItem {
+func (in *Inbox) timeline(ctx context.Context, rec *contracts.Record, sess *session) []timelineItem {
 	req := &rec.Request
 	at := func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
 	items := []timelineItem{{At: at(req.CreatedAt), Text: fmt.Sprintf("Requested by %s (run %s)", req.Run.Agent, orDash(req.Run.ID))}}
-	evs, _, err := in.s.readEvents(ctx, req.EventID)
+	evs, err := in.api.Timeline(ctx, sess.p, req.EventID)
 	if err != nil {
-		in.s.log.Warn("inbox timeline", "event_id", req.EventID, "err", err)
+		in.log.Warn("inbox timeline", "event_id", req.EventID, "err", err)
 		return append(items, timelineItem{Text: "The rest of the timeline could not be read."})
 	}
 	votes := map[string]contracts.Vote{}
@@ -463,7 +454,7 @@ func (in *inbox) timeline(ctx context.Context, rec *contracts.Record) []timeline
 	for _, ev := range evs {
 		var text string
 		switch ev.Kind {
-		case KindNotify:
+		case api.KindNotify:
 			var rc contracts.NotifyReceipt
 			if json.Unmarshal(ev.Data, &rc) != nil {
 				continue
@@ -481,13 +472,13 @@ func (in *inbox) timeline(ctx context.Context, rec *contracts.Record) []timeline
 			if rc.Status == contracts.ReceiptFailed {
 				text = fmt.Sprintf("%s via %s to %s failed: %s", what, rc.Channel, rc.Target, rc.Error)
 			}
-		case KindChanged:
+		case api.KindChanged:
 			var ch contracts.Changed
 			if json.Unmarshal(ev.Data, &ch) != nil {
 				continue
 			}
 			text = changeText(ch, votes)
-		case KindDecided:
+		case api.KindDecided:
 			var d contracts.Decided
 			if json.Unmarshal(ev.Data, &d) != nil {
 				continue
@@ -547,15 +538,15 @@ func changeText(ch contracts.Changed, votes map[string]contracts.Vote) string {
 
 // getDetail serves GET /approvals/{event_id}; ?fragment=status answers
 // the changing part alone.
-func (in *inbox) getDetail(w http.ResponseWriter, r *http.Request, sess *session) {
+func (in *Inbox) getDetail(w http.ResponseWriter, r *http.Request, sess *session) {
 	id := r.PathValue("event_id")
 	if !contracts.ValidEventID(id) {
 		in.message(w, http.StatusNotFound, sess, "There is no such approval.")
 		return
 	}
-	rec, _, aerr := in.s.getRecordSoon(r.Context(), id, unknownEventWait)
+	rec, aerr := in.api.Record(r.Context(), sess.p, id, recordWait)
 	if aerr != nil {
-		if aerr.Code == CodeUnknownEvent {
+		if aerr.Code == api.CodeUnknownEvent {
 			in.message(w, http.StatusNotFound, sess, "There is no approval "+id+".")
 			return
 		}

@@ -1,4 +1,4 @@
-package api
+package inbox
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/services/api"
 )
 
 // inboxEvent is what the inbox page is told of a change: which request,
@@ -21,7 +22,7 @@ type inboxEvent struct {
 // events naming each request that arrives, changes or is decided. It
 // follows the same streams as GET /v1/events, and each event is sent once
 // the records index holds the change, so the page's next fetch shows it.
-func (in *inbox) getEvents(w http.ResponseWriter, r *http.Request) {
+func (in *Inbox) getEvents(w http.ResponseWriter, r *http.Request) {
 	sess, err := in.sessionOf(r)
 	if err != nil {
 		storeUnavailable(w)
@@ -31,23 +32,26 @@ func (in *inbox) getEvents(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "sign in first", http.StatusUnauthorized)
 		return
 	}
-	s := in.s
-	s.streamEvents(w, r, "retry: 2000\n: countersign inbox\n\n", func(ctx context.Context, m streamMsg) ([]byte, bool) {
-		ev := inboxEvent{Kind: m.kind}
-		if json.Unmarshal(m.data, &ev) != nil || !contracts.ValidEventID(ev.EventID) {
+	in.api.Follow(w, r, sess.p, "retry: 2000\n: countersign inbox\n\n", func(ctx context.Context, c api.Change) ([]byte, bool) {
+		var ev inboxEvent
+		if json.Unmarshal(c.Data, &ev) != nil || !contracts.ValidEventID(ev.EventID) {
 			return nil, false
 		}
-		ev.Kind = m.kind
-		if m.kind == KindRequested {
+		ev.Kind = c.Kind
+		if c.Kind == api.KindRequested {
 			// The request is on the bus before the arbiter has made its
 			// record: wait for the record, or the page's next fetch would
 			// not show it and nothing would tell the page again.
-			_, _, _, _ = s.watchRecord(ctx, ev.EventID, recordVisibleWait, func(*contracts.Record) bool { return true })
+			in.api.AwaitRecord(ctx, ev.EventID, recordAppearWait)
 		}
 		syncCtx, cancelSync := context.WithTimeout(ctx, 2*time.Second)
-		_ = s.index.catchUp(syncCtx)
+		_ = in.api.Settle(syncCtx)
 		cancelSync()
 		data, _ := json.Marshal(ev)
 		return data, true
-	}, func(aerr *apiError) { http.Error(w, aerr.Message, aerr.Status) })
+	})
 }
+
+// recordAppearWait is how long the feed holds a new request's event for the
+// arbiter to create its record.
+const recordAppearWait = 5 * time.Second

@@ -1,4 +1,4 @@
-package api
+package inbox
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/notifier"
+	"github.com/countersign/countersign/services/api"
 )
 
 // postDecide serves POST /approvals/{event_id}/decide: the form's decision
@@ -19,14 +20,14 @@ import (
 // sent is answered with 303 See Other to the request's page, which shows
 // the result once (POST/redirect/GET: reloading that page votes nothing);
 // an error shows the page again at once, with what the person typed.
-func (in *inbox) postDecide(w http.ResponseWriter, r *http.Request, sess *session) {
+func (in *Inbox) postDecide(w http.ResponseWriter, r *http.Request, sess *session) {
 	id := r.PathValue("event_id")
 	if !contracts.ValidEventID(id) {
 		in.message(w, http.StatusNotFound, sess, "There is no such approval.")
 		return
 	}
 	ctx := r.Context()
-	rec, _, aerr := in.s.getRecordSoon(ctx, id, unknownEventWait)
+	rec, aerr := in.api.Record(ctx, sess.p, id, recordWait)
 	if aerr != nil {
 		in.message(w, aerr.Status, sess, aerr.Message)
 		return
@@ -34,8 +35,8 @@ func (in *inbox) postDecide(w http.ResponseWriter, r *http.Request, sess *sessio
 	f := r.PostForm
 	vote := contracts.Vote{
 		Spec: contracts.SpecVote, VoteID: uuid.Must(uuid.NewV7()).String(), EventID: id,
-		Approver: contracts.Approver{ID: sess.p.subject, Via: contracts.ViaWeb},
-		Comment:  strings.TrimSpace(f.Get("comment")), DecidedAt: in.s.cfg.Now().UTC(),
+		Approver: contracts.Approver{ID: sess.p.Subject, Via: contracts.ViaWeb},
+		Comment:  strings.TrimSpace(f.Get("comment")), DecidedAt: in.now().UTC(),
 	}
 	decision := f.Get("decision")
 	var formErr, argsErr string
@@ -81,13 +82,13 @@ func (in *inbox) postDecide(w http.ResponseWriter, r *http.Request, sess *sessio
 		if argsErr != "" {
 			code = contracts.ReasonInvalidArguments
 		}
-	case !sess.p.has(RoleApprover):
-		status, resultErr, code = http.StatusForbidden, "Your token cannot vote: it lacks the approver role.", CodeForbidden
+	case !sess.p.Has(api.RoleApprover):
+		status, resultErr, code = http.StatusForbidden, "Your token cannot vote: it lacks the approver role.", api.CodeForbidden
 	default:
-		res, err := in.s.Resolver().Vote(ctx, vote)
+		res, err := in.api.Resolver().Vote(ctx, vote)
 		switch {
 		case err != nil:
-			status, resultErr, code = http.StatusServiceUnavailable, "Your vote could not be sent; try again shortly.", CodeUnavailable
+			status, resultErr, code = http.StatusServiceUnavailable, "Your vote could not be sent; try again shortly.", api.CodeUnavailable
 		case res.InFlight:
 			status, result = http.StatusAccepted, "Your vote was sent; the decision is still being recorded."
 		case res.Refused != "":
@@ -110,10 +111,10 @@ func (in *inbox) postDecide(w http.ResponseWriter, r *http.Request, sess *sessio
 			rec = res.Record
 		}
 	}
-	if fresh, _, aerr := in.s.getRecord(ctx, id); aerr == nil && (fresh.UpdatedAt.After(rec.UpdatedAt) || fresh.Terminal()) {
+	if fresh, aerr := in.api.Record(ctx, sess.p, id, 0); aerr == nil && (fresh.UpdatedAt.After(rec.UpdatedAt) || fresh.Terminal()) {
 		rec = fresh
 	}
-	in.s.log.Info("inbox vote", "event_id", id, "vote_id", vote.VoteID, "approver", sess.p.subject, "decision", decision, "result", orDash(code))
+	in.log.Info("inbox vote", "event_id", id, "vote_id", vote.VoteID, "approver", sess.p.Subject, "decision", decision, "result", orDash(code))
 	if resultErr == "" && argsErr == "" {
 		kind := flashCounted + decision
 		if status == http.StatusAccepted {

@@ -1,4 +1,4 @@
-package api
+package inbox
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
@@ -19,17 +20,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events"
+	"github.com/countersign/countersign/notifier"
+	"github.com/countersign/countersign/services/api"
 )
-
-// The web inbox: people sign in with their API token, which is exchanged
-// for a session. Sessions live in the hitl_sessions bucket, so every API
-// replica knows every session (no sticky load balancing), a restart signs
-// nobody out, and a sign-out on one replica ends the session on all. The
-// bucket holds neither the session id nor the token: its key is the
-// SHA-256 of the session id, its value the SHA-256 of the token the person
-// signed in with, which is looked up again on every request, so a token
-// removed from the configuration or the directory ends its sessions at once.
 
 const (
 	// sessionCookie names the inbox's session cookie.
@@ -56,7 +51,7 @@ const contentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 
 // session is one signed-in person.
 type session struct {
 	id      string
-	p       principal
+	p       api.Principal
 	csrf    string
 	expires time.Time
 }
@@ -75,7 +70,7 @@ type sessionStore struct {
 	kv  jetstream.KeyValue
 	now func() time.Time
 	// resolve finds the principal of a token hash now, or nil.
-	resolve func(sum [sha256.Size]byte) *principal
+	resolve func(sum [sha256.Size]byte) (api.Principal, bool)
 }
 
 func randomID() (string, error) {
@@ -93,7 +88,7 @@ func sessionKey(id string) string {
 }
 
 // create starts a session for the principal of the token with hash sum.
-func (st *sessionStore) create(ctx context.Context, sum [sha256.Size]byte, p principal) (*session, error) {
+func (st *sessionStore) create(ctx context.Context, sum [sha256.Size]byte, p api.Principal) (*session, error) {
 	id, err := randomID()
 	if err != nil {
 		return nil, err
@@ -138,12 +133,12 @@ func (st *sessionStore) get(ctx context.Context, id string) (*session, error) {
 		st.forget(ctx, id)
 		return nil, nil
 	}
-	p := st.resolve([sha256.Size]byte(raw))
-	if p == nil {
+	p, ok := st.resolve([sha256.Size]byte(raw))
+	if !ok {
 		st.forget(ctx, id)
 		return nil, nil
 	}
-	return &session{id: id, p: *p, csrf: e.CSRF, expires: e.ExpiresAt}, nil
+	return &session{id: id, p: p, csrf: e.CSRF, expires: e.ExpiresAt}, nil
 }
 
 // forget deletes a session that can no longer be used, as a courtesy: it
@@ -160,41 +155,110 @@ func (st *sessionStore) drop(ctx context.Context, id string) error {
 	return nil
 }
 
-// inbox serves the web inbox on the API's server.
-type inbox struct {
-	s        *Server
+// Backend is what the inbox needs of the API (an *api.Server has it): the
+// API's authentication, records, timelines, live feed and vote path, and
+// its server to be served on.
+type Backend interface {
+	Handle(pattern string, h http.Handler)
+	AuthenticateSum(sum [sha256.Size]byte) (api.Principal, bool)
+	Record(ctx context.Context, p api.Principal, id string, wait time.Duration) (*contracts.Record, *api.Error)
+	Records(ctx context.Context, p api.Principal, q api.Query) ([]*contracts.Record, *api.Error)
+	Timeline(ctx context.Context, p api.Principal, id string) ([]api.TimelineEvent, error)
+	Follow(w http.ResponseWriter, r *http.Request, p api.Principal, preamble string, render func(context.Context, api.Change) ([]byte, bool))
+	AwaitRecord(ctx context.Context, id string, wait time.Duration)
+	Settle(ctx context.Context) error
+	Resolver() notifier.Resolver
+}
+
+// Config wires an Inbox.
+type Config struct {
+	// API serves the inbox's pages and answers its questions.
+	API Backend
+	// JS opens the hitl_sessions bucket (created by countersign provision,
+	// or by serve with provisioning on).
+	JS jetstream.JetStream
+	// Logger defaults to discarding.
+	Logger *slog.Logger
+	// Registerer receives the inbox's metrics (default: a private registry).
+	Registerer prometheus.Registerer
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+func (c *Config) setDefaults() {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Registerer == nil {
+		c.Registerer = prometheus.NewRegistry()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.API == nil {
+		errs = append(errs, errors.New("inbox: Config.API is required"))
+	}
+	if c.JS == nil {
+		errs = append(errs, errors.New("inbox: Config.JS is required"))
+	}
+	return errors.Join(errs...)
+}
+
+// Inbox is the web inbox. New registers its pages on the API's server.
+type Inbox struct {
+	api      Backend
+	log      *slog.Logger
+	now      func() time.Time
 	sessions *sessionStore
 	logins   *prometheus.CounterVec
 	assets   http.Handler
 }
 
-func newInbox(s *Server) *inbox {
-	in := &inbox{s: s, sessions: &sessionStore{kv: s.sessions, now: s.cfg.Now, resolve: s.authenticateSum}}
+// New opens the sessions bucket and serves the inbox's pages (/, /history,
+// /approvals/{event_id}, /login, /logout, /inbox/events, /assets/) on
+// cfg.API.
+func New(ctx context.Context, cfg Config) (*Inbox, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	kv, err := cfg.JS.KeyValue(ctx, contracts.BucketSessions)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: open bucket %s (created by countersign provision, or by serve with provisioning on): %w", contracts.BucketSessions, err)
+	}
+	in := &Inbox{api: cfg.API, log: cfg.Logger, now: cfg.Now}
+	in.sessions = &sessionStore{kv: kv, now: cfg.Now, resolve: cfg.API.AuthenticateSum}
 	in.logins = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "countersign_inbox_logins_total",
 		Help: "Sign-ins to the web inbox by result (ok, invalid_token).",
 	}, []string{"result"})
-	if err := s.cfg.Registerer.Register(in.logins); err != nil {
-		s.log.Warn("inbox login metric not registered", "err", err)
+	if err := cfg.Registerer.Register(in.logins); err != nil {
+		return nil, fmt.Errorf("inbox: register metrics: %w", err)
 	}
 	sub, err := fs.Sub(webFS, "web/assets")
 	if err != nil {
-		panic(err) // the embedded tree is part of the binary
+		return nil, err
 	}
 	in.assets = http.StripPrefix("/assets/", http.FileServerFS(sub))
-	return in
+	in.register()
+	return in, nil
 }
 
-// register adds the inbox's routes to mux.
-func (in *inbox) register(mux *http.ServeMux) {
-	mux.HandleFunc("GET /{$}", in.page(in.getList))
-	mux.HandleFunc("GET /history", in.page(in.getHistory))
-	mux.HandleFunc("GET /approvals/{event_id}", in.page(in.getDetail))
-	mux.HandleFunc("POST /approvals/{event_id}/decide", in.page(in.postDecide))
-	mux.HandleFunc("GET /inbox/events", in.secure(in.getEvents))
-	mux.HandleFunc("GET /login", in.secure(in.getLogin))
-	mux.HandleFunc("POST /login", in.secure(in.postLogin))
-	mux.HandleFunc("POST /logout", in.page(in.postLogout))
+// register serves the inbox's routes on the API's server.
+func (in *Inbox) register() {
+	mux := in.api
+	mux.Handle("GET /{$}", in.page(in.getList))
+	mux.Handle("GET /history", in.page(in.getHistory))
+	mux.Handle("GET /approvals/{event_id}", in.page(in.getDetail))
+	mux.Handle("POST /approvals/{event_id}/decide", in.page(in.postDecide))
+	mux.Handle("GET /inbox/events", in.secure(in.getEvents))
+	mux.Handle("GET /login", in.secure(in.getLogin))
+	mux.Handle("POST /login", in.secure(in.postLogin))
+	mux.Handle("POST /logout", in.page(in.postLogout))
 	mux.Handle("GET /assets/", in.secure(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-cache")
 		in.assets.ServeHTTP(w, r)
@@ -202,7 +266,7 @@ func (in *inbox) register(mux *http.ServeMux) {
 }
 
 // secure sets the inbox's security headers on every answer.
-func (in *inbox) secure(h http.HandlerFunc) http.HandlerFunc {
+func (in *Inbox) secure(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		hd := w.Header()
 		hd.Set("Content-Security-Policy", contentSecurityPolicy)
@@ -215,7 +279,7 @@ func (in *inbox) secure(h http.HandlerFunc) http.HandlerFunc {
 
 // sessionOf returns the request's live session, or nil. An error means
 // the session store could not be read.
-func (in *inbox) sessionOf(r *http.Request) (*session, error) {
+func (in *Inbox) sessionOf(r *http.Request) (*session, error) {
 	c, err := r.Cookie(sessionCookie)
 	if err != nil || c.Value == "" {
 		return nil, nil
@@ -224,7 +288,7 @@ func (in *inbox) sessionOf(r *http.Request) (*session, error) {
 	defer cancel()
 	sess, err := in.sessions.get(ctx, c.Value)
 	if err != nil {
-		in.s.log.Error("inbox session store unavailable", "err", err)
+		in.log.Error("inbox session store unavailable", "err", err)
 	}
 	return sess, err
 }
@@ -241,7 +305,7 @@ type pageHandler func(w http.ResponseWriter, r *http.Request, sess *session)
 // page wraps h with the security headers and the session check: a page
 // request without a session goes to the sign-in form; a POST must carry
 // the session's CSRF token.
-func (in *inbox) page(h pageHandler) http.HandlerFunc {
+func (in *Inbox) page(h pageHandler) http.HandlerFunc {
 	return in.secure(func(w http.ResponseWriter, r *http.Request) {
 		sess, err := in.sessionOf(r)
 		if err != nil {
@@ -263,14 +327,12 @@ func (in *inbox) page(h pageHandler) http.HandlerFunc {
 				return
 			}
 			if !validCSRF(sess, r) {
-				in.s.log.Warn("inbox post without a valid CSRF token", "path", r.URL.Path, "subject", sess.p.subject)
+				in.log.Warn("inbox post without a valid CSRF token", "path", r.URL.Path, "subject", sess.p.Subject)
 				http.Error(w, "the form is out of date or was not sent by the inbox; reload the page and try again", http.StatusForbidden)
 				return
 			}
 		}
-		if lw, ok := w.(*loggingWriter); ok {
-			lw.token = sess.p.name
-		}
+		api.LogCaller(w, sess.p.Name)
 		h(w, r, sess)
 	})
 }
@@ -297,7 +359,7 @@ func localPath(next string) string {
 	return next
 }
 
-func (in *inbox) getLogin(w http.ResponseWriter, r *http.Request) {
+func (in *Inbox) getLogin(w http.ResponseWriter, r *http.Request) {
 	if sess, err := in.sessionOf(r); err == nil && sess != nil {
 		http.Redirect(w, r, localPath(r.URL.Query().Get("next")), http.StatusSeeOther)
 		return
@@ -307,7 +369,7 @@ func (in *inbox) getLogin(w http.ResponseWriter, r *http.Request) {
 
 // postLogin exchanges a bearer token for a session. The token is checked
 // exactly as the API checks it; it is neither stored nor logged.
-func (in *inbox) postLogin(w http.ResponseWriter, r *http.Request) {
+func (in *Inbox) postLogin(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
 	if err := r.ParseForm(); err != nil {
 		http.Error(w, "the form could not be read", http.StatusBadRequest)
@@ -315,25 +377,25 @@ func (in *inbox) postLogin(w http.ResponseWriter, r *http.Request) {
 	}
 	token := strings.TrimSpace(r.PostForm.Get("token"))
 	next := localPath(r.PostForm.Get("next"))
-	var p *principal
 	sum := sha256.Sum256([]byte(token))
+	p, ok := api.Principal{}, false
 	if token != "" {
-		p = in.s.authenticateSum(sum)
+		p, ok = in.api.AuthenticateSum(sum)
 	}
-	if p == nil {
+	if !ok {
 		in.logins.WithLabelValues("invalid_token").Inc()
-		in.s.log.Warn("inbox sign-in refused: the token is not valid", "remote", r.RemoteAddr)
+		in.log.Warn("inbox sign-in refused: the token is not valid", "remote", r.RemoteAddr)
 		in.render(w, http.StatusUnauthorized, "login", loginPage{Page: Page{Title: "Sign in"}, Next: next, Error: "That token is not valid."})
 		return
 	}
-	sess, err := in.sessions.create(r.Context(), sum, *p)
+	sess, err := in.sessions.create(r.Context(), sum, p)
 	if err != nil {
-		in.s.log.Error("inbox sign-in: the session could not be stored", "err", err)
+		in.log.Error("inbox sign-in: the session could not be stored", "err", err)
 		storeUnavailable(w)
 		return
 	}
 	in.logins.WithLabelValues("ok").Inc()
-	in.s.log.Info("inbox sign-in", "subject", p.subject, "token_name", p.name)
+	in.log.Info("inbox sign-in", "subject", p.Subject, "token_name", p.Name)
 	http.SetCookie(w, &http.Cookie{
 		Name: sessionCookie, Value: sess.id, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
 		Secure: overTLS(r), Expires: sess.expires, MaxAge: int(sessionTTL / time.Second),
@@ -341,9 +403,9 @@ func (in *inbox) postLogin(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
-func (in *inbox) postLogout(w http.ResponseWriter, r *http.Request, sess *session) {
+func (in *Inbox) postLogout(w http.ResponseWriter, r *http.Request, sess *session) {
 	if err := in.sessions.drop(r.Context(), sess.id); err != nil {
-		in.s.log.Error("inbox sign-out: the session could not be deleted", "err", err)
+		in.log.Error("inbox sign-out: the session could not be deleted", "err", err)
 		storeUnavailable(w)
 		return
 	}
