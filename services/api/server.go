@@ -54,12 +54,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("api: open bucket %s: %w", contracts.BucketApprovals, err)
 	}
 	s := &Server{
-		events:   &events.StreamHandle{JS: cfg.JS, Name: contracts.StreamEvents},
-		cfg:      cfg,
-		log:      cfg.Logger,
-		kv:       kv,
-		tokens:   newTokenEntries(cfg.Tokens),
-		done:     make(chan struct{}),
+		events: &events.StreamHandle{JS: cfg.JS, Name: contracts.StreamEvents},
+		cfg:    cfg,
+		log:    cfg.Logger,
+		kv:     kv,
+		tokens: newTokenEntries(cfg.Tokens),
+		done:   make(chan struct{}),
 	}
 	s.feed = newFeed(s)
 	s.index = newIndex(kv, cfg.Logger)
