@@ -11,6 +11,7 @@ const (
 	SpecApprovalRequested   = "countersign.approval.requested/v1"
 	SpecHumanInputRequested = "countersign.human_input.requested/v1"
 	SpecVote                = "countersign.approval.resolved/v1"
+	SpecRead                = "countersign.approval.read/v1"
 	SpecCommand             = "countersign.approval.command/v1"
 	SpecDecided             = "countersign.approval.decided/v1"
 	SpecChanged             = "countersign.approval.changed/v1"
@@ -158,7 +159,32 @@ type ApprovalRequested struct {
 	// extension of the contract): the outcome is announced in the same
 	// trace, so one trace runs from review to resume.
 	Traceparent string `json:"traceparent,omitempty"`
+	// Submitter is who submitted the request through the HTTP API: the
+	// subject of the agent's token (an extension of the contract; empty for
+	// a request a library gate published). That token may read the request.
+	Submitter string `json:"submitter,omitempty"`
 }
+
+// Read records on hitl.approval.read.<event_id> that someone read an
+// approval whose arguments have sensitive values, or exported its audit
+// trail (an extension of the contract, shown in the approval's timeline).
+type Read struct {
+	Spec    string `json:"spec"`
+	EventID string `json:"event_id"`
+	// Reader is the subject of the token or inbox session that read.
+	Reader string `json:"reader"`
+	// Surface is where: api, inbox or cli.
+	Surface string `json:"surface"`
+	// What was read: ReadRecord (the request) or ReadExport (its timeline).
+	What string    `json:"what"`
+	At   time.Time `json:"at"`
+}
+
+// What a Read records.
+const (
+	ReadRecord = "record"
+	ReadExport = "export"
+)
 
 // Approver is the verified identity behind a vote and the channel it came through.
 type Approver struct {
@@ -183,7 +209,11 @@ type Vote struct {
 	Arguments       json.RawMessage `json:"arguments,omitempty"`
 	ArgumentsSHA256 string          `json:"arguments_sha256,omitempty"`
 	Answer          *Answer         `json:"answer,omitempty"`
-	DecidedAt       time.Time       `json:"decided_at"`
+	// ApproverTenants limits the approver to requests of these tenants, as
+	// the resolver knows them (an extension of the contract; empty: no
+	// limit). The arbiter refuses the vote on another tenant's request.
+	ApproverTenants []string  `json:"approver_tenants,omitempty"`
+	DecidedAt       time.Time `json:"decided_at"`
 }
 
 // Command is published on hitl.approval.command.<event_id>.

@@ -33,6 +33,9 @@ const (
 	// ReasonOutOfOrder refuses an approval in an ordered chain (quorum
 	// order "sequence") from an approver whose turn has not come.
 	ReasonOutOfOrder = "out_of_order"
+	// ReasonWrongTenant refuses a vote from an approver limited to other
+	// tenants than the request's, even when the policy names them.
+	ReasonWrongTenant = "wrong_tenant"
 	// ReasonTooLarge refuses what does not fit the size budget (Limits): a
 	// vote bigger than its limits, or one whose record would outgrow the
 	// server's max payload.

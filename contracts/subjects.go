@@ -24,10 +24,13 @@ const (
 	SubjectDecidedPrefix        = "hitl.approval.decided."
 	SubjectChangedPrefix        = "hitl.approval.changed."
 	SubjectNotifyPrefix         = "hitl.notify."
-	SubjectDeadLetterPrefix     = "hitl.deadletter."
-	SubjectTimerPrefix          = "hitl.timer."
-	SubjectTimerSchedulePrefix  = "hitl.timer.schedule."
-	SubjectTimerFirePrefix      = "hitl.timer.fire."
+	// SubjectReadPrefix is where the API records that someone read an
+	// approval with sensitive arguments, or exported its audit trail.
+	SubjectReadPrefix          = "hitl.approval.read."
+	SubjectDeadLetterPrefix    = "hitl.deadletter."
+	SubjectTimerPrefix         = "hitl.timer."
+	SubjectTimerSchedulePrefix = "hitl.timer.schedule."
+	SubjectTimerFirePrefix     = "hitl.timer.fire."
 
 	// TimerExpire is the timer kind that expires a pending approval.
 	TimerExpire = "expire"
@@ -72,6 +75,9 @@ func CommandSubject(eventID string) string { return SubjectCommandPrefix + event
 
 // DecidedSubject is where the arbiter announces an approval's terminal outcome.
 func DecidedSubject(eventID string) string { return SubjectDecidedPrefix + eventID }
+
+// ReadSubject is where reads of an approval are recorded.
+func ReadSubject(eventID string) string { return SubjectReadPrefix + eventID }
 
 // ChangedSubject is where the arbiter announces non-terminal changes of a record.
 func ChangedSubject(eventID string) string { return SubjectChangedPrefix + eventID }

@@ -46,6 +46,7 @@ type reasonInfo struct {
 
 var reasons = map[Reason]reasonInfo{
 	ReasonNotAnApprover:      {http.StatusForbidden, "you are not one of the approvers of this request"},
+	ReasonWrongTenant:        {http.StatusForbidden, "you may decide only requests of your own tenants, and this request belongs to another"},
 	ReasonSelfApproval:       {http.StatusForbidden, "you requested this call (or own the run), and this rule does not allow approving your own request"},
 	ReasonDecisionNotAllowed: {http.StatusForbidden, "this decision is not allowed for this request"},
 	ReasonDuplicateVote:      {http.StatusConflict, "you have already voted on this request"},
@@ -65,7 +66,7 @@ func Reasons() []Reason {
 	return []Reason{
 		ReasonNotAnApprover, ReasonSelfApproval, ReasonDecisionNotAllowed, ReasonDuplicateVote, ReasonClosed,
 		ReasonStaleArguments, ReasonOutOfOrder, ReasonAlreadyClaimed, ReasonNotApproved, ReasonInvalidArguments,
-		ReasonMalformed, ReasonTooLarge, ReasonUnknownEvent,
+		ReasonMalformed, ReasonTooLarge, ReasonUnknownEvent, ReasonWrongTenant,
 	}
 }
 

@@ -174,6 +174,7 @@ func (g *Gate) SubmitQuestion(ctx context.Context, run contracts.Run, q Question
 		req.Summary = fmt.Sprintf("%s asks: %s", run.Agent, truncate(q.Text, 200))
 	}
 	req.Traceparent = contracts.TraceparentFrom(ctx)
+	req.Submitter = submitterFrom(ctx)
 	if err := g.limits().CheckRequest(&req); err != nil {
 		return a, fmt.Errorf("orchestrator: %w", err)
 	}

@@ -416,6 +416,7 @@ func (g *Gate) gate(ctx context.Context, run contracts.Run, c ToolCall, args jso
 	}
 	req := g.request(run, c, args, sha, d, eventID)
 	req.Traceparent = contracts.TraceparentFrom(ctx)
+	req.Submitter = submitterFrom(ctx)
 	if err := g.limits().CheckRequest(&req); err != nil {
 		return v, err
 	}

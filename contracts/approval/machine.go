@@ -153,6 +153,9 @@ func refuse(rec contracts.Record, v contracts.Vote) string {
 	if v.ArgumentsSHA256 != "" && v.ArgumentsSHA256 != currentArgsSHA(rec) {
 		return contracts.ReasonStaleArguments
 	}
+	if !InTenants(req.Run.Tenant, v.ApproverTenants) {
+		return contracts.ReasonWrongTenant
+	}
 	if !IsApprover(&rec, v.Approver.ID) {
 		return contracts.ReasonNotAnApprover
 	}

@@ -107,6 +107,8 @@ func Permissions(r Role) *server.Permissions {
 		g.pub(orderedConsumer(contracts.StreamEvents)...)
 		g.pub(kvWrite(contracts.BucketPolicy))
 		g.pub(kvWrite(contracts.BucketSessions))
+		// Reads of sensitive approvals and audit exports are recorded.
+		g.pub(contracts.SubjectReadPrefix + ">")
 		g.pub(kvRead(streamSessions)...)
 	case RoleNotifier:
 		g.pub(kvRead(streamApprovals)...)

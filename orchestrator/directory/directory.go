@@ -14,10 +14,15 @@ const (
 	RoleAgent    = "agent"
 	RoleApprover = "approver"
 	RoleAdmin    = "admin"
+	// RoleViewer and RoleAuditor read the requests within their token's
+	// scope (tenants, agents) and decide none; the two differ in name only,
+	// so that a directory says why someone reads.
+	RoleViewer  = "viewer"
+	RoleAuditor = "auditor"
 )
 
 // Roles lists every role a token can hold.
-var Roles = []string{RoleAgent, RoleApprover, RoleAdmin}
+var Roles = []string{RoleAgent, RoleApprover, RoleAdmin, RoleViewer, RoleAuditor}
 
 // GroupPrefix marks an approver entry that names a group: "group:finance".
 const GroupPrefix = "group:"
@@ -34,6 +39,9 @@ type User struct {
 	Groups []string
 	// Tokens are the user's API tokens (hashes only).
 	Tokens []Token
+	// Tenants limits everything the user reads and decides to these
+	// tenants; empty means no limit.
+	Tenants []string
 }
 
 // Token is one bearer token of a user. Only its hash is kept.
@@ -42,8 +50,14 @@ type Token struct {
 	Name string
 	// SHA256 is the lowercase hex SHA-256 of the bearer token.
 	SHA256 string
-	// Roles held by the token: agent, approver, admin.
+	// Roles held by the token: agent, approver, admin, viewer, auditor.
 	Roles []string
+	// Tenants narrows the user's tenants for this token (empty: the user's).
+	Tenants []string
+	// Agents limits a viewer or auditor token to agents matching these
+	// patterns ("billing-*"), and an agent token to submitting as them;
+	// empty means every agent.
+	Agents []string
 }
 
 // Group is a named set of users.
@@ -261,16 +275,17 @@ func (d *Directory) AuthenticateSum(sum [sha256.Size]byte) (User, Token, bool) {
 	e := d.tokens[found]
 	u := &d.users[e.user]
 	t := u.Tokens[e.have]
-	t.Roles = slices.Clone(t.Roles)
+	t.Roles, t.Tenants, t.Agents = slices.Clone(t.Roles), slices.Clone(t.Tenants), slices.Clone(t.Agents)
 	return cloneUser(u), t, true
 }
 
 func cloneUser(u *User) User {
 	c := *u
 	c.Groups = slices.Clone(u.Groups)
+	c.Tenants = slices.Clone(u.Tenants)
 	c.Tokens = make([]Token, len(u.Tokens))
 	for i, t := range u.Tokens {
-		t.Roles = slices.Clone(t.Roles)
+		t.Roles, t.Tenants, t.Agents = slices.Clone(t.Roles), slices.Clone(t.Tenants), slices.Clone(t.Agents)
 		c.Tokens[i] = t
 	}
 	return c

@@ -99,12 +99,15 @@ type userSpec struct {
 	SlackUserID string      `yaml:"slack_user_id"`
 	Groups      []string    `yaml:"groups"`
 	Tokens      []tokenSpec `yaml:"tokens"`
+	Tenants     []string    `yaml:"tenants"`
 }
 
 type tokenSpec struct {
 	Name   string   `yaml:"name"`
 	SHA256 string   `yaml:"sha256"`
-	Roles  []string `yaml:"roles"`
+	Roles   []string `yaml:"roles"`
+	Tenants []string `yaml:"tenants"`
+	Agents  []string `yaml:"agents"`
 }
 
 type groupSpec struct {
@@ -120,6 +123,7 @@ func Parse(data []byte) (*Directory, error) {
 		return nil, ps.err()
 	}
 	d := build(spec, root, &ps)
+	scopes(spec, root, d, &ps)
 	if len(ps) > 0 {
 		return nil, ps.err()
 	}

@@ -35,7 +35,8 @@ func (s *Server) getApproval(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr)
 		return
 	}
-	rec, rev, aerr := s.getRecord(r.Context(), id)
+	p := principalFrom(r.Context())
+	rec, rev, aerr := s.readableRecord(r.Context(), p, id)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -50,7 +51,8 @@ func (s *Server) getApproval(w http.ResponseWriter, r *http.Request) {
 			rec, rev = last, lastRev
 		}
 	}
-	writeJSON(w, http.StatusOK, recordAnswer{Record: rec, Revision: rev})
+	s.auditRead(r, p, rec, contracts.ReadRecord)
+	writeJSON(w, http.StatusOK, recordAnswer{Record: s.shown(rec, p), Revision: rev})
 }
 
 type listAnswer struct {
@@ -69,7 +71,7 @@ func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	var f listFilter
+	f := listFilter{reader: principalFrom(r.Context()).Reader()}
 	if v := q.Get("status"); v != "" {
 		for st := range strings.SplitSeq(v, ",") {
 			if !slices.Contains(allStatuses, st) {
@@ -122,6 +124,9 @@ func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request) {
 	if aerr != nil {
 		writeError(w, aerr)
 		return
+	}
+	for i := range items {
+		items[i].Record = s.shown(items[i].Record, principalFrom(r.Context()))
 	}
 	ans := listAnswer{Items: items}
 	if next != nil {

@@ -8,6 +8,9 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+
+	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/approval"
 )
 
 // Principal is an authenticated caller: the identity a bearer token (or an
@@ -18,9 +21,29 @@ type Principal struct {
 	// Subject is the caller's id: the approver id votes are cast under, or
 	// the agent id.
 	Subject string
-	// Roles are the token's roles (agent, approver, admin).
+	// Roles are the token's roles (agent, approver, admin, viewer, auditor).
 	Roles []string
+	// Tenants limits what the caller reads, decides and submits to these
+	// tenants; empty means no limit.
+	Tenants []string
+	// Agents limits a viewer or auditor to agents matching these patterns,
+	// and an agent to submitting as them; empty means every agent.
+	Agents []string
 }
+
+// Reader is what p may read, for the rules of contracts/approval.
+func (p *Principal) Reader() approval.Reader {
+	return approval.Reader{
+		ID: p.Subject, Admin: slices.Contains(p.Roles, RoleAdmin), Approver: slices.Contains(p.Roles, RoleApprover),
+		Agent:   slices.Contains(p.Roles, RoleAgent),
+		Auditor: slices.Contains(p.Roles, RoleViewer) || slices.Contains(p.Roles, RoleAuditor),
+		Tenants: p.Tenants, Agents: p.Agents,
+	}
+}
+
+// CanRead reports whether p may read rec; a record p may not read is
+// answered as if it did not exist.
+func (p *Principal) CanRead(rec *contracts.Record) bool { return approval.CanRead(rec, p.Reader()) }
 
 // Has reports whether p holds one of roles; an admin holds every role.
 func (p *Principal) Has(roles ...string) bool {
@@ -44,7 +67,7 @@ func newTokenEntries(tokens []Token) []tokenEntry {
 	out := make([]tokenEntry, 0, len(tokens))
 	for _, t := range tokens {
 		h, _ := hex.DecodeString(t.SHA256) // validated by Config.validate
-		out = append(out, tokenEntry{hash: h, p: Principal{Name: t.Name, Subject: t.Subject, Roles: slices.Clone(t.Roles)}})
+		out = append(out, tokenEntry{hash: h, p: Principal{Name: t.Name, Subject: t.Subject, Roles: slices.Clone(t.Roles), Tenants: slices.Clone(t.Tenants), Agents: slices.Clone(t.Agents)}})
 	}
 	return out
 }
@@ -89,7 +112,7 @@ func (s *Server) authenticateSum(sum [sha256.Size]byte) *Principal {
 	// does not tell which kind of token was presented.
 	u, tok, ok := s.cfg.Directory.Current().AuthenticateSum(sum)
 	if ok && found == nil {
-		found = &Principal{Name: tok.Name, Subject: u.ID, Roles: tok.Roles}
+		found = &Principal{Name: tok.Name, Subject: u.ID, Roles: tok.Roles, Tenants: tok.Tenants, Agents: tok.Agents}
 	}
 	return found
 }

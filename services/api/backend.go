@@ -35,9 +35,21 @@ func (s *Server) AuthenticateSum(sum [sha256.Size]byte) (Principal, bool) {
 // Record returns approval id, waiting up to wait for a record about to be
 // created (a request seen on the bus before the arbiter made its record).
 // A missing record is an *Error with code unknown_event.
+// A record p may not read is answered the same, and one with sensitive
+// arguments is shown masked unless p may see them (and its opening is
+// recorded as a read via the inbox).
 func (s *Server) Record(ctx context.Context, p Principal, id string, wait time.Duration) (*contracts.Record, *Error) {
-	rec, _, aerr := s.getRecordSoon(ctx, id, wait)
-	return rec, aerr
+	rec, _, aerr := s.readableRecordSoon(ctx, &p, id, wait)
+	if aerr != nil {
+		return nil, aerr
+	}
+	return s.shown(rec, &p), nil
+}
+
+// RecordOpened records that p opened record rec in the inbox, when its
+// arguments have sensitive values.
+func (s *Server) RecordOpened(ctx context.Context, p Principal, rec *contracts.Record) {
+	s.recordRead(ctx, SurfaceInbox, &p, rec, contracts.ReadRecord)
 }
 
 // Query selects records for Records; empty fields match every record.
@@ -55,14 +67,14 @@ func (s *Server) Records(ctx context.Context, p Principal, q Query) ([]*contract
 	if err := s.Settle(ctx); err != nil {
 		s.log.Warn("records index is behind the bucket; listing what it holds", "err", err)
 	}
-	ids, _ := s.index.page(listFilter{statuses: q.Statuses}, nil, q.Limit)
+	ids, _ := s.index.page(listFilter{statuses: q.Statuses, reader: p.Reader()}, nil, q.Limit)
 	items, aerr := s.fetchRecords(ctx, ids)
 	if aerr != nil {
 		return nil, aerr
 	}
 	out := make([]*contracts.Record, 0, len(items))
 	for _, it := range items {
-		out = append(out, it.Record)
+		out = append(out, s.shown(it.Record, &p))
 	}
 	return out, nil
 }
@@ -77,9 +89,14 @@ func (s *Server) Settle(ctx context.Context) error {
 
 // Timeline returns the events of approval id (what GET
 // /v1/approvals/{event_id}/events answers).
+// Nothing is returned of a record p may not read.
 func (s *Server) Timeline(ctx context.Context, p Principal, id string) ([]TimelineEvent, error) {
+	rec, _, aerr := s.readableRecord(ctx, &p, id)
+	if aerr != nil {
+		return nil, aerr
+	}
 	evs, _, err := s.readEvents(ctx, id)
-	return evs, err
+	return s.shownEvents(rec, &p, evs), err
 }
 
 // Change is one message of the live feed: its kind (KindRequested,
@@ -94,7 +111,7 @@ type Change struct {
 // stream, and render makes each change into an event's data (false skips
 // it). When the feed cannot be followed, Follow answers with plain text.
 func (s *Server) Follow(w http.ResponseWriter, r *http.Request, p Principal, preamble string, render func(context.Context, Change) ([]byte, bool)) {
-	s.streamEvents(w, r, preamble, func(ctx context.Context, m streamMsg) ([]byte, bool) {
+	s.streamEvents(w, r, &p, preamble, func(ctx context.Context, m streamMsg) ([]byte, bool) {
 		return render(ctx, Change{Kind: m.kind, Data: m.data})
 	}, func(aerr *Error) { http.Error(w, aerr.Message, aerr.Status) })
 }

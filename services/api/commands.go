@@ -81,7 +81,7 @@ func (s *Server) commandTarget(w http.ResponseWriter, r *http.Request, body any)
 		writeError(w, aerr)
 		return "", nil, 0
 	}
-	rec, rev, aerr := s.getRecordSoon(r.Context(), id, unknownEventWait)
+	rec, rev, aerr := s.readableRecordSoon(r.Context(), principalFrom(r.Context()), id, unknownEventWait)
 	if aerr != nil {
 		writeError(w, aerr)
 		return "", nil, 0

@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -25,6 +27,8 @@ const (
 	RoleAgent    = directory.RoleAgent
 	RoleApprover = directory.RoleApprover
 	RoleAdmin    = directory.RoleAdmin
+	RoleViewer   = directory.RoleViewer
+	RoleAuditor  = directory.RoleAuditor
 )
 
 // Token is one accepted bearer token. Only the hash of the token is kept.
@@ -36,8 +40,15 @@ type Token struct {
 	Subject string `json:"subject" yaml:"subject"`
 	// SHA256 is the lowercase hex SHA-256 of the bearer token (HashToken).
 	SHA256 string `json:"sha256" yaml:"sha256"`
-	// Roles held by the token: agent, approver, admin.
+	// Roles held by the token: agent, approver, admin, viewer, auditor.
 	Roles []string `json:"roles" yaml:"roles"`
+	// Tenants limits the token to requests of these tenants: it reads,
+	// decides and submits for no other (empty: no limit).
+	Tenants []string `json:"tenants,omitempty" yaml:"tenants"`
+	// Agents limits a viewer or auditor token to requests of agents
+	// matching these patterns ("billing-*"), and an agent token to
+	// submitting as them (empty: every agent).
+	Agents []string `json:"agents,omitempty" yaml:"agents"`
 }
 
 // Config wires a Server.
@@ -125,11 +136,21 @@ func (c *Config) validate() error {
 			seen[hex.EncodeToString(b)] = i
 		}
 		if len(t.Roles) == 0 {
-			errs = append(errs, fmt.Errorf("%s.Roles must list at least one of agent, approver, admin", where))
+			errs = append(errs, fmt.Errorf("%s.Roles must list at least one of %s", where, strings.Join(directory.Roles, ", ")))
 		}
 		for _, r := range t.Roles {
-			if !slices.Contains([]string{RoleAgent, RoleApprover, RoleAdmin}, r) {
-				errs = append(errs, fmt.Errorf("%s.Roles: unknown role %q (agent, approver, admin)", where, r))
+			if !slices.Contains(directory.Roles, r) {
+				errs = append(errs, fmt.Errorf("%s.Roles: unknown role %q (%s)", where, r, strings.Join(directory.Roles, ", ")))
+			}
+		}
+		for _, tenant := range t.Tenants {
+			if tenant == "" {
+				errs = append(errs, fmt.Errorf("%s.Tenants: a tenant must not be empty", where))
+			}
+		}
+		for _, a := range t.Agents {
+			if _, err := path.Match(a, ""); err != nil || a == "" {
+				errs = append(errs, fmt.Errorf("%s.Agents: %q is not a pattern of agent ids (billing-*)", where, a))
 			}
 		}
 	}

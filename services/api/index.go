@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/approval"
 )
 
 // summary is what the index keeps of one record: enough to filter and
@@ -27,6 +28,9 @@ type summary struct {
 	runID     string
 	approvers []string // who may vote now; empty means any approver
 	createdAt time.Time
+	// who is the part of the record that says who may read it (run,
+	// approvers, escalation reached, submitter), for approval.CanRead.
+	who *contracts.Record
 }
 
 // summaryJSON is the part of a record the index decodes.
@@ -34,17 +38,13 @@ type summaryJSON struct {
 	Status          string `json:"status"`
 	EscalationLevel int    `json:"escalation_level"`
 	Request         struct {
-		Run struct {
-			ID    string `json:"id"`
-			Agent string `json:"agent"`
-		} `json:"run"`
-		Quorum struct {
-			Approvers []string `json:"approvers"`
-		} `json:"quorum"`
-		Escalation []struct {
-			Approvers []string `json:"approvers"`
-		} `json:"escalation"`
-		CreatedAt time.Time `json:"created_at"`
+		Run        contracts.Run              `json:"run"`
+		Quorum     contracts.Quorum           `json:"quorum"`
+		Escalation []contracts.EscalationTier `json:"escalation"`
+		Submitter  string                     `json:"submitter"`
+		Kind       string                     `json:"kind"`
+		Sensitive  []string                   `json:"sensitive"`
+		CreatedAt  time.Time                  `json:"created_at"`
 	} `json:"request"`
 }
 
@@ -133,6 +133,11 @@ func (ix *index) apply(e jetstream.KeyValueEntry) {
 					}
 				}
 			}
+			sum.who = &contracts.Record{Status: sj.Status, EscalationLevel: sj.EscalationLevel, Request: contracts.ApprovalRequested{
+				Run: sj.Request.Run, Quorum: sj.Request.Quorum, Escalation: sj.Request.Escalation, Submitter: sj.Request.Submitter,
+				Kind: sj.Request.Kind, Sensitive: sj.Request.Sensitive, EventID: e.Key(),
+			}}
+			sum.who.Request.Run.Labels = nil
 			if sum.createdAt.IsZero() {
 				sum.createdAt = e.Created()
 			}
@@ -149,6 +154,16 @@ func (ix *index) apply(e jetstream.KeyValueEntry) {
 		close(ix.changed)
 		ix.changed = make(chan struct{})
 	}
+}
+
+// who returns what the index knows of who may read record id, or nil.
+func (ix *index) who(id string) *contracts.Record {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if s := ix.byID[id]; s != nil {
+		return s.who
+	}
+	return nil
 }
 
 func compareSummary(a, b *summary) int {
@@ -223,8 +238,10 @@ func (ix *index) catchUp(ctx context.Context) error {
 	}
 }
 
-// listFilter selects records of a listing; empty fields match everything.
+// listFilter selects records of a listing; empty fields match everything
+// but reader, which must be able to read each record.
 type listFilter struct {
+	reader   approval.Reader
 	statuses []string
 	agent    string
 	runID    string
@@ -233,6 +250,9 @@ type listFilter struct {
 }
 
 func (f *listFilter) match(s *summary) bool {
+	if s.who == nil || !approval.CanRead(s.who, f.reader) {
+		return false
+	}
 	if len(f.statuses) > 0 && !slices.Contains(f.statuses, s.status) {
 		return false
 	}

@@ -79,8 +79,14 @@ func (s *Server) postQuestions(w http.ResponseWriter, r *http.Request) {
 	}
 	q := orchestrator.Question{ID: req.ID, Text: req.Question.Text, Schema: req.Question.Schema}
 	// Publishing is the durable step: it is finished even if the client goes away.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
-	a, err := s.cfg.Gate.SubmitQuestion(sctx, req.Run.contractRun(), q)
+	run := req.Run.contractRun()
+	p := principalFrom(r.Context())
+	if aerr := scopeRun(p, &run); aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	sctx, cancel := context.WithTimeout(orchestrator.WithSubmitter(context.WithoutCancel(r.Context()), p.Subject), 30*time.Second)
+	a, err := s.cfg.Gate.SubmitQuestion(sctx, run, q)
 	cancel()
 	var oe *orchestrator.Error
 	switch {

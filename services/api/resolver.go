@@ -46,6 +46,12 @@ func (r resolver) Vote(ctx context.Context, v contracts.Vote) (notifier.VoteResu
 		return notifier.VoteResult{}, err
 	}
 	v.Spec = contracts.SpecVote
+	if len(v.ApproverTenants) == 0 && s.cfg.Directory != nil {
+		// A channel knows the person, the directory their tenants.
+		if u, ok := s.cfg.Directory.Current().User(v.Approver.ID); ok {
+			v.ApproverTenants = u.Tenants
+		}
+	}
 	if v.DecidedAt.IsZero() {
 		v.DecidedAt = s.cfg.Now().UTC()
 	}

@@ -106,6 +106,11 @@ func (s *Server) postReviews(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	run := req.Run.contractRun()
+	p := principalFrom(r.Context())
+	if aerr := scopeRun(p, &run); aerr != nil {
+		writeError(w, aerr)
+		return
+	}
 	// requested_by names the person the agent acts for, which only the agent
 	// runtime knows; the calling token authenticates the agent service, not
 	// that person, so it is not substituted for a missing requested_by.
@@ -114,7 +119,7 @@ func (s *Server) postReviews(w http.ResponseWriter, r *http.Request) {
 		calls[i] = orchestrator.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments, Schema: c.ToolSchema}
 	}
 	// Publishing is the durable step: it is finished even if the client goes away.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
+	sctx, cancel := context.WithTimeout(orchestrator.WithSubmitter(context.WithoutCancel(r.Context()), p.Subject), 30*time.Second)
 	verdicts, err := s.cfg.Gate.Submit(sctx, run, calls)
 	cancel()
 	var oe *orchestrator.Error

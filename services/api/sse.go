@@ -97,7 +97,7 @@ const (
 // getEvents answers GET /v1/events: every new request, outcome and change
 // from now on, as Server-Sent Events. The event id is "<stream>:<sequence>".
 func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
-	s.streamEvents(w, r, ": countersign events\n\n", func(_ context.Context, m streamMsg) ([]byte, bool) { return m.data, true },
+	s.streamEvents(w, r, principalFrom(r.Context()), ": countersign events\n\n", func(_ context.Context, m streamMsg) ([]byte, bool) { return m.data, true },
 		func(aerr *Error) { writeError(w, aerr) })
 }
 
@@ -106,7 +106,7 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 // render makes it, as a server-sent event, with heartbeats, until the
 // client or the server goes away. fail answers when the streams cannot be
 // followed; preamble starts the stream.
-func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, preamble string,
+func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, p *Principal, preamble string,
 	render func(context.Context, streamMsg) ([]byte, bool), fail func(*Error)) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
@@ -155,6 +155,11 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, preamble s
 		if !pos.advance(m) {
 			return nil // replayed already, or older than where the client is
 		}
+		shown, ok := s.forReader(ctx, p, m)
+		if !ok {
+			return nil // about a request this client may not read
+		}
+		m.data = shown
 		data, ok := render(ctx, m)
 		if !ok {
 			return nil

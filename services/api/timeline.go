@@ -21,6 +21,8 @@ const (
 	KindDecided   = "decided"
 	KindChanged   = "changed"
 	KindNotify    = "notify"
+	// KindRead is a recorded read of the approval (contracts.Read).
+	KindRead = "read"
 )
 
 // TimelineEvent is one entry of GET /v1/approvals/{event_id}/events: the
@@ -49,6 +51,8 @@ func eventKind(subject string) string {
 		return KindChanged
 	case strings.HasPrefix(subject, contracts.SubjectNotifyPrefix):
 		return KindNotify
+	case strings.HasPrefix(subject, contracts.SubjectReadPrefix):
+		return KindRead
 	case strings.HasPrefix(subject, contracts.SubjectToolRequestedPrefix), strings.HasPrefix(subject, contracts.SubjectInputRequestedPrefix):
 		return KindRequested
 	}
@@ -64,11 +68,14 @@ func (s *Server) getTimeline(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	rec, _, aerr := s.getRecord(ctx, id)
+	p := principalFrom(ctx)
+	rec, _, aerr := s.readableRecord(ctx, p, id)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
 	}
+	s.auditRead(r, p, rec, contracts.ReadExport)
+	rec = s.shown(rec, p)
 	req, err := json.Marshal(rec.Request)
 	if err != nil {
 		writeError(w, errorf(http.StatusInternalServerError, CodeInternal, "the request could not be encoded"))
@@ -84,7 +91,7 @@ func (s *Server) getTimeline(w http.ResponseWriter, r *http.Request) {
 		writeError(w, s.backendError("read timeline", err))
 		return
 	}
-	ans.Events = append(ans.Events, more...)
+	ans.Events = append(ans.Events, s.shownEvents(rec, p, more)...)
 	ans.Truncated = truncated
 	writeJSON(w, http.StatusOK, ans)
 }
@@ -98,7 +105,7 @@ func (s *Server) readEvents(ctx context.Context, id string) ([]TimelineEvent, bo
 	if err != nil {
 		return nil, false, err
 	}
-	subjects := []string{contracts.DecidedSubject(id), contracts.ChangedSubject(id)}
+	subjects := []string{contracts.DecidedSubject(id), contracts.ChangedSubject(id), contracts.ReadSubject(id)}
 	for _, ch := range notifier.DeliveringChannels {
 		subjects = append(subjects, notifier.ReceiptSubject(ch, id))
 	}

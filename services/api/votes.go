@@ -92,7 +92,8 @@ func (s *Server) postVote(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	current, _, aerr := s.getRecordSoon(ctx, id, unknownEventWait)
+	p := principalFrom(ctx)
+	current, _, aerr := s.readableRecordSoon(ctx, p, id, unknownEventWait)
 	if aerr != nil {
 		if aerr.Code == CodeUnknownEvent {
 			s.m.votes.WithLabelValues(contracts.ReasonUnknownEvent).Inc()
@@ -100,7 +101,6 @@ func (s *Server) postVote(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr)
 		return
 	}
-	p := principalFrom(ctx)
 	if body.VoteID == "" {
 		body.VoteID = uuid.Must(uuid.NewV7()).String()
 	}
@@ -111,6 +111,7 @@ func (s *Server) postVote(w http.ResponseWriter, r *http.Request) {
 		Spec: contracts.SpecVote, VoteID: body.VoteID, EventID: id, Decision: body.Decision,
 		Approver: contracts.Approver{ID: p.Subject, Via: body.Via}, Comment: body.Comment,
 		Arguments: body.Arguments, ArgumentsSHA256: body.ArgumentsSHA256, DecidedAt: s.cfg.Now().UTC(),
+		ApproverTenants: p.Tenants,
 	}
 	vote.Answer = body.contractAnswer()
 	// The arbiter decides, but an approver's edit or answer that fails the

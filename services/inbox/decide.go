@@ -36,7 +36,7 @@ func (in *Inbox) postDecide(w http.ResponseWriter, r *http.Request, sess *sessio
 	vote := contracts.Vote{
 		Spec: contracts.SpecVote, VoteID: uuid.Must(uuid.NewV7()).String(), EventID: id,
 		Approver: contracts.Approver{ID: sess.p.Subject, Via: contracts.ViaWeb},
-		Comment:  strings.TrimSpace(f.Get("comment")), DecidedAt: in.now().UTC(),
+		Comment:  strings.TrimSpace(f.Get("comment")), DecidedAt: in.now().UTC(), ApproverTenants: sess.p.Tenants,
 	}
 	decision := f.Get("decision")
 	var formErr, argsErr string

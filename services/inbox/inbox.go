@@ -164,6 +164,7 @@ type Backend interface {
 	Record(ctx context.Context, p api.Principal, id string, wait time.Duration) (*contracts.Record, *api.Error)
 	Records(ctx context.Context, p api.Principal, q api.Query) ([]*contracts.Record, *api.Error)
 	Timeline(ctx context.Context, p api.Principal, id string) ([]api.TimelineEvent, error)
+	RecordOpened(ctx context.Context, p api.Principal, rec *contracts.Record)
 	Follow(w http.ResponseWriter, r *http.Request, p api.Principal, preamble string, render func(context.Context, api.Change) ([]byte, bool))
 	AwaitRecord(ctx context.Context, id string, wait time.Duration)
 	Settle(ctx context.Context) error

@@ -478,6 +478,16 @@ func (in *Inbox) timeline(ctx context.Context, rec *contracts.Record, sess *sess
 				continue
 			}
 			text = changeText(ch, votes)
+		case api.KindRead:
+			var rd contracts.Read
+			if json.Unmarshal(ev.Data, &rd) != nil {
+				continue
+			}
+			what := "Opened"
+			if rd.What == contracts.ReadExport {
+				what = "Audit trail exported"
+			}
+			text = fmt.Sprintf("%s by %s via %s", what, rd.Reader, rd.Surface)
 		case api.KindDecided:
 			var d contracts.Decided
 			if json.Unmarshal(ev.Data, &d) != nil {
@@ -557,6 +567,7 @@ func (in *Inbox) getDetail(w http.ResponseWriter, r *http.Request, sess *session
 		in.renderTemplate(w, http.StatusOK, "detail", "status", in.status(r.Context(), rec, sess))
 		return
 	}
+	in.api.RecordOpened(r.Context(), sess.p, rec)
 	pg := in.detail(r.Context(), rec, sess)
 	pg.Status.Result = takeFlash(w, r, rec)
 	in.render(w, http.StatusOK, "detail", pg)
