@@ -154,91 +154,103 @@ func (s *dupScanner) scan(data []byte) error {
 		if s.pos >= len(s.data) {
 			return s.unexpected()
 		}
-		switch c := s.data[s.pos]; {
-		case c == '{' || c == '[':
-			if len(s.frames) >= maxDecodeDepth {
-				return s.syntax("nesting deeper than %d", maxDecodeDepth)
-			}
-			s.pos++
-			s.skipSpace()
-			if c == '[' {
-				if s.pos < len(s.data) && s.data[s.pos] == ']' {
-					s.pos++
-					break // an empty array is a complete value
-				}
-				s.frames = append(s.frames, dupFrame{})
-				continue // its first element
-			}
-			if s.pos < len(s.data) && s.data[s.pos] == '}' {
-				s.pos++
-				break
-			}
-			s.frames = append(s.frames, dupFrame{object: true, keysFrom: len(s.keys)})
-			if err := s.member(); err != nil {
+		if c := s.data[s.pos]; c == '{' || c == '[' {
+			opened, err := s.open(c)
+			if err != nil {
 				return err
 			}
-			continue // the member's value
-		case c == '"':
-			if _, _, err := s.str(); err != nil {
-				return err
+			if opened {
+				continue // its first element, or its first member's value
 			}
-		case c == '-' || c >= '0' && c <= '9':
-			if err := s.number(); err != nil {
-				return err
-			}
-		case c == 't':
-			if err := s.literal("true"); err != nil {
-				return err
-			}
-		case c == 'f':
-			if err := s.literal("false"); err != nil {
-				return err
-			}
-		case c == 'n':
-			if err := s.literal("null"); err != nil {
-				return err
-			}
-		default:
-			return s.unexpected()
+		} else if err := s.scalar(c); err != nil {
+			return err
 		}
 		// A value ended: close the containers it completes.
-		for {
-			s.skipSpace()
-			if len(s.frames) == 0 {
-				if s.pos < len(s.data) {
-					return s.syntax("unexpected %q after the top-level value", s.data[s.pos])
-				}
-				return nil
-			}
-			if s.pos >= len(s.data) {
-				return s.unexpected()
-			}
-			f := &s.frames[len(s.frames)-1]
-			c := s.data[s.pos]
-			if c == ',' {
-				s.pos++
-				if f.object {
-					s.skipSpace()
-					if err := s.member(); err != nil {
-						return err
-					}
-				} else {
-					f.index++
-				}
-				break // the next value
-			}
-			if f.object && c == '}' || !f.object && c == ']' {
-				s.pos++
-				if f.object && f.set == nil {
-					clear(s.keys[f.keysFrom:])
-					s.keys = s.keys[:f.keysFrom]
-				}
-				*f = dupFrame{}
-				s.frames = s.frames[:len(s.frames)-1]
-				continue
-			}
-			return s.unexpected()
+		if done, err := s.endValue(); err != nil || done {
+			return err
 		}
+	}
+}
+
+// open reads the start of an object or array, and its first key. It
+// reports false when the container is empty, so already a complete value.
+func (s *dupScanner) open(c byte) (bool, error) {
+	if len(s.frames) >= maxDecodeDepth {
+		return false, s.syntax("nesting deeper than %d", maxDecodeDepth)
+	}
+	s.pos++
+	s.skipSpace()
+	if c == '[' {
+		if s.pos < len(s.data) && s.data[s.pos] == ']' {
+			s.pos++
+			return false, nil
+		}
+		s.frames = append(s.frames, dupFrame{})
+		return true, nil
+	}
+	if s.pos < len(s.data) && s.data[s.pos] == '}' {
+		s.pos++
+		return false, nil
+	}
+	s.frames = append(s.frames, dupFrame{object: true, keysFrom: len(s.keys)})
+	return true, s.member()
+}
+
+// scalar reads a string, number or literal that starts with c.
+func (s *dupScanner) scalar(c byte) error {
+	switch {
+	case c == '"':
+		_, _, err := s.str()
+		return err
+	case c == '-' || c >= '0' && c <= '9':
+		return s.number()
+	case c == 't':
+		return s.literal("true")
+	case c == 'f':
+		return s.literal("false")
+	case c == 'n':
+		return s.literal("null")
+	}
+	return s.unexpected()
+}
+
+// endValue closes the containers the value just read completes and moves
+// past the comma before the next value (and, in an object, its key). It
+// reports true when the top-level value is complete.
+func (s *dupScanner) endValue() (bool, error) {
+	for {
+		s.skipSpace()
+		if len(s.frames) == 0 {
+			if s.pos < len(s.data) {
+				return false, s.syntax("unexpected %q after the top-level value", s.data[s.pos])
+			}
+			return true, nil
+		}
+		if s.pos >= len(s.data) {
+			return false, s.unexpected()
+		}
+		f := &s.frames[len(s.frames)-1]
+		c := s.data[s.pos]
+		if c == ',' {
+			s.pos++
+			if f.object {
+				s.skipSpace()
+				return false, s.member()
+			}
+			f.index++
+			return false, nil // the next element
+		}
+		if f.object && c == '}' || !f.object && c == ']' {
+			s.pos++
+			if f.object && f.set == nil {
+				clear(s.keys[f.keysFrom:])
+				s.keys = s.keys[:f.keysFrom]
+			}
+			*f = dupFrame{}
+			s.frames = s.frames[:len(s.frames)-1]
+			continue
+		}
+		return false, s.unexpected()
 	}
 }
 

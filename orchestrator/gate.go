@@ -230,87 +230,111 @@ func (g *Gate) ReviewAsync(ctx context.Context, run contracts.Run, calls []ToolC
 	if err != nil {
 		return err
 	}
-	left := 0
+	r := &asyncReview{verdicts: verdicts, done: done}
 	for _, v := range verdicts {
 		if v.Verdict == VerdictPending {
-			left++
+			r.left++
 		}
 	}
-	if left == 0 {
+	if r.left == 0 {
 		done(verdicts, nil)
 		return nil
-	}
-	var (
-		mu      sync.Mutex
-		cancels []func()
-		fired   bool
-		stop    func() bool
-	)
-	// finish reports once; it is called with mu held.
-	finish := func(err error) {
-		if fired {
-			return
-		}
-		fired = true
-		for _, c := range cancels {
-			c()
-		}
-		if stop != nil {
-			stop()
-		}
-		if err != nil {
-			go done(nil, err)
-			return
-		}
-		go done(verdicts, nil)
 	}
 	for i := range verdicts {
 		if verdicts[i].Verdict != VerdictPending {
 			continue
 		}
-		sha := verdicts[i].sha
-		// The callback may run before Watch returns (the record was already
-		// decided), so mu is never held across Watch.
-		cancel, err := g.waiter.Watch(ctx, verdicts[i].EventID, func(rec *contracts.Record, _ uint64) bool {
-			if !rec.Terminal() {
-				return false
-			}
-			v := g.verdictFor(rec, verdicts[i].ToolCallID, sha)
-			mu.Lock()
-			defer mu.Unlock()
-			if fired {
-				return true
-			}
-			verdicts[i] = v
-			left--
-			if left == 0 {
-				finish(nil)
-			}
-			return true
-		})
-		mu.Lock()
-		if err != nil {
-			finish(err)
-			mu.Unlock()
+		if !r.watch(ctx, g, i) {
 			return nil
 		}
-		if fired {
-			cancel()
-		} else {
-			cancels = append(cancels, cancel)
-		}
-		mu.Unlock()
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if !fired {
-		stop = context.AfterFunc(ctx, func() {
-			mu.Lock()
-			defer mu.Unlock()
-			finish(ctx.Err())
+	r.endWith(ctx)
+	return nil
+}
+
+// asyncReview is one review waiting for its pending calls' verdicts.
+type asyncReview struct {
+	done func([]Verdict, error)
+
+	mu       sync.Mutex
+	verdicts []Verdict
+	left     int      // pending verdicts still to come
+	cancels  []func() // the watches to cancel when the review is over
+	fired    bool     // done has been called
+	stop     func() bool
+}
+
+// watch waits for verdicts[i]'s record to be decided. It reports false
+// when the watch could not start, which has ended the review.
+func (r *asyncReview) watch(ctx context.Context, g *Gate, i int) bool {
+	id, callID, sha := r.verdicts[i].EventID, r.verdicts[i].ToolCallID, r.verdicts[i].sha
+	// The callback may run before Watch returns (the record was already
+	// decided), so mu is never held across Watch.
+	cancel, err := g.waiter.Watch(ctx, id, func(rec *contracts.Record, _ uint64) bool {
+		if !rec.Terminal() {
+			return false
+		}
+		r.decided(i, g.verdictFor(rec, callID, sha))
+		return true
+	})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		r.finish(err)
+		return false
+	}
+	if r.fired {
+		cancel()
+	} else {
+		r.cancels = append(r.cancels, cancel)
+	}
+	return true
+}
+
+// decided records verdicts[i] and finishes the review with the last one.
+func (r *asyncReview) decided(i int, v Verdict) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fired {
+		return
+	}
+	r.verdicts[i] = v
+	r.left--
+	if r.left == 0 {
+		r.finish(nil)
+	}
+}
+
+// endWith finishes the review with ctx's error when ctx ends first.
+func (r *asyncReview) endWith(ctx context.Context) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.fired {
+		r.stop = context.AfterFunc(ctx, func() {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.finish(ctx.Err())
 		})
 	}
-	return nil
+}
+
+// finish reports once; it is called with mu held.
+func (r *asyncReview) finish(err error) {
+	if r.fired {
+		return
+	}
+	r.fired = true
+	for _, c := range r.cancels {
+		c()
+	}
+	if r.stop != nil {
+		r.stop()
+	}
+	if err != nil {
+		go r.done(nil, err)
+		return
+	}
+	go r.done(r.verdicts, nil)
 }
 
 // Submit decides every call and publishes the gated ones without waiting:

@@ -212,135 +212,187 @@ func (ps *problems) yamlError(err error) {
 
 // build validates spec and indexes it. root gives positions.
 func build(spec *fileSpec, root *yaml.Node, ps *problems) *Directory {
-	d := &Directory{
-		byID: map[string]int{}, bySlack: map[string]int{}, byEmail: map[string]int{},
-		groups: map[string]*Group{},
+	b := &builder{
+		d: &Directory{
+			byID: map[string]int{}, bySlack: map[string]int{}, byEmail: map[string]int{},
+			groups: map[string]*Group{},
+		},
+		ps:       ps,
+		declared: spec.Groups != nil,
+		hashes:   map[[sha256.Size]byte]string{},
 	}
-	groupsNode := mapValue(root, "groups")
-	declared := spec.Groups != nil
-	for name, g := range spec.Groups {
-		line := keyLine(groupsNode, name)
+	b.groups(spec.Groups, mapValue(root, "groups"))
+	usersNode := mapValue(root, "users")
+	for i, us := range *spec.Users {
+		b.user(i, us, seqItem(usersNode, i))
+	}
+	b.members()
+	return b.d
+}
+
+// builder is the state of one build: the directory so far and what it
+// must stay unique across users.
+type builder struct {
+	d        *Directory
+	ps       *problems
+	declared bool                         // the file has a groups: section
+	hashes   map[[sha256.Size]byte]string // token hash → where it was seen
+}
+
+// groups adds the declared groups.
+func (b *builder) groups(groups map[string]*groupSpec, node *yaml.Node) {
+	for name, g := range groups {
 		if msg := badName(name); msg != "" {
-			ps.add(line, "groups: %q: %s", name, msg)
+			b.ps.add(keyLine(node, name), "groups: %q: %s", name, msg)
 			continue
 		}
 		grp := &Group{Name: name}
 		if g != nil {
 			grp.Description = g.Description
 		}
-		d.groups[name] = grp
+		b.d.groups[name] = grp
 	}
-	usersNode := mapValue(root, "users")
-	hashes := map[[sha256.Size]byte]string{}
-	for i, us := range *spec.Users {
-		un := seqItem(usersNode, i)
-		where := fmt.Sprintf("users[%d]", i)
-		at := func(field string) int {
-			if n := mapValue(un, field); n != nil {
-				return n.Line
-			}
-			return lineOf(un)
+}
+
+// fieldLine is the line of field in mapping n, or of n when it has none.
+func fieldLine(n *yaml.Node, field string) int {
+	if v := mapValue(n, field); v != nil {
+		return v.Line
+	}
+	return lineOf(n)
+}
+
+// user validates users[i] and adds it.
+func (b *builder) user(i int, us userSpec, un *yaml.Node) {
+	d := b.d
+	where := b.userID(i, us.ID, un)
+	u := User{ID: us.ID, Name: us.Name, Email: us.Email, SlackUserID: us.SlackUserID}
+	b.email(i, where, us.Email, un)
+	b.slackUser(i, where, us.SlackUserID, un)
+	u.Groups = b.userGroups(where, us.Groups, mapValue(un, "groups"))
+	tn := mapValue(un, "tokens")
+	for j, ts := range us.Tokens {
+		u.Tokens = append(u.Tokens, b.token(i, fmt.Sprintf("%s: tokens[%d]", where, j), us.ID, ts, u.Tokens, seqItem(tn, j)))
+	}
+	if _, dup := d.byID[us.ID]; !dup && us.ID != "" {
+		d.byID[us.ID] = i
+	}
+	d.users = append(d.users, u)
+}
+
+// userID checks users[i]'s id and returns how problems name the user.
+func (b *builder) userID(i int, id string, un *yaml.Node) string {
+	where := fmt.Sprintf("users[%d]", i)
+	switch msg := badID(id); {
+	case id == "":
+		b.ps.add(lineOf(un), "%s: id is required", where)
+	case msg != "":
+		b.ps.add(fieldLine(un, "id"), "%s: id %q: %s", where, id, msg)
+	default:
+		where = fmt.Sprintf("users[%d] (%s)", i, id)
+		if j, dup := b.d.byID[id]; dup {
+			b.ps.add(fieldLine(un, "id"), "%s: id %q is also the id of users[%d]", where, id, j)
 		}
-		u := User{ID: us.ID, Name: us.Name, Email: us.Email, SlackUserID: us.SlackUserID}
-		switch msg := badID(us.ID); {
-		case us.ID == "":
-			ps.add(lineOf(un), "%s: id is required", where)
+	}
+	return where
+}
+
+// email checks and indexes users[i]'s email, if it has one.
+func (b *builder) email(i int, where, email string, un *yaml.Node) {
+	if email == "" {
+		return
+	}
+	a, err := mail.ParseAddress(email)
+	switch key := strings.ToLower(email); {
+	case err != nil || a.Address != email:
+		b.ps.add(fieldLine(un, "email"), "%s: email %q is not a bare address like alice@example.com", where, email)
+	default:
+		if j, dup := b.d.byEmail[key]; dup {
+			b.ps.add(fieldLine(un, "email"), "%s: email %q is also the email of users[%d]", where, email, j)
+		} else {
+			b.d.byEmail[key] = i
+		}
+	}
+}
+
+// slackUser checks and indexes users[i]'s Slack user id, if it has one.
+func (b *builder) slackUser(i int, where, id string, un *yaml.Node) {
+	if id == "" {
+		return
+	}
+	if !slackID(id) {
+		b.ps.add(fieldLine(un, "slack_user_id"), "%s: slack_user_id %q is not a Slack user id (U or W, then upper-case letters and digits)", where, id)
+	} else if j, dup := b.d.bySlack[id]; dup {
+		b.ps.add(fieldLine(un, "slack_user_id"), "%s: slack_user_id %q is also the Slack user id of users[%d]", where, id, j)
+	} else {
+		b.d.bySlack[id] = i
+	}
+}
+
+// userGroups checks a user's groups and returns the valid ones, once each.
+func (b *builder) userGroups(where string, groups []string, gn *yaml.Node) []string {
+	var valid []string
+	for j, g := range groups {
+		line := lineOf(seqItem(gn, j))
+		name, prefixed := strings.CutPrefix(g, GroupPrefix)
+		switch msg := badName(g); {
+		case prefixed && badName(name) == "":
+			b.ps.add(line, "%s: groups: write %q, not %q", where, name, g)
 		case msg != "":
-			ps.add(at("id"), "%s: id %q: %s", where, us.ID, msg)
+			b.ps.add(line, "%s: groups: %q: %s", where, g, msg)
+		case slices.Contains(valid, g):
+			b.ps.add(line, "%s: groups: %q is listed twice", where, g)
+		case b.declared && b.d.groups[g] == nil:
+			b.ps.add(line, "%s: groups: %q is not declared under groups: (a typo?)", where, g)
 		default:
-			where = fmt.Sprintf("users[%d] (%s)", i, us.ID)
-			if j, dup := d.byID[us.ID]; dup {
-				ps.add(at("id"), "%s: id %q is also the id of users[%d]", where, us.ID, j)
-			}
+			valid = append(valid, g)
 		}
-		if us.Email != "" {
-			a, err := mail.ParseAddress(us.Email)
-			switch key := strings.ToLower(us.Email); {
-			case err != nil || a.Address != us.Email:
-				ps.add(at("email"), "%s: email %q is not a bare address like alice@example.com", where, us.Email)
-			default:
-				if j, dup := d.byEmail[key]; dup {
-					ps.add(at("email"), "%s: email %q is also the email of users[%d]", where, us.Email, j)
-				} else {
-					d.byEmail[key] = i
-				}
-			}
-		}
-		if us.SlackUserID != "" {
-			if !slackID(us.SlackUserID) {
-				ps.add(at("slack_user_id"), "%s: slack_user_id %q is not a Slack user id (U or W, then upper-case letters and digits)", where, us.SlackUserID)
-			} else if j, dup := d.bySlack[us.SlackUserID]; dup {
-				ps.add(at("slack_user_id"), "%s: slack_user_id %q is also the Slack user id of users[%d]", where, us.SlackUserID, j)
-			} else {
-				d.bySlack[us.SlackUserID] = i
-			}
-		}
-		gn := mapValue(un, "groups")
-		for j, g := range us.Groups {
-			line := lineOf(seqItem(gn, j))
-			name, prefixed := strings.CutPrefix(g, GroupPrefix)
-			switch msg := badName(g); {
-			case prefixed && badName(name) == "":
-				ps.add(line, "%s: groups: write %q, not %q", where, name, g)
-			case msg != "":
-				ps.add(line, "%s: groups: %q: %s", where, g, msg)
-			case slices.Contains(u.Groups, g):
-				ps.add(line, "%s: groups: %q is listed twice", where, g)
-			case declared && d.groups[g] == nil:
-				ps.add(line, "%s: groups: %q is not declared under groups: (a typo?)", where, g)
-			default:
-				u.Groups = append(u.Groups, g)
-			}
-		}
-		tn := mapValue(un, "tokens")
-		for j, ts := range us.Tokens {
-			tnode := seqItem(tn, j)
-			twhere := fmt.Sprintf("%s: tokens[%d]", where, j)
-			tat := func(field string) int {
-				if n := mapValue(tnode, field); n != nil {
-					return n.Line
-				}
-				return lineOf(tnode)
-			}
-			t := Token{Name: cmp.Or(ts.Name, us.ID), SHA256: strings.ToLower(ts.SHA256)}
-			if ts.Name != "" {
-				if msg := badName(ts.Name); msg != "" {
-					ps.add(tat("name"), "%s: name %q: %s", twhere, ts.Name, msg)
-				}
-			}
-			if slices.ContainsFunc(u.Tokens, func(o Token) bool { return o.Name == t.Name }) {
-				ps.add(tat("name"), "%s: name %q is used by another token of %s (name each token)", twhere, t.Name, us.ID)
-			}
-			b, err := hex.DecodeString(ts.SHA256)
-			if err != nil || len(b) != sha256.Size {
-				ps.add(tat("sha256"), "%s: sha256 must be 64 hex characters, the SHA-256 of the token ('countersign token new' prints it)", twhere)
-			} else {
-				h := [sha256.Size]byte(b)
-				if other, dup := hashes[h]; dup {
-					ps.add(tat("sha256"), "%s: sha256 is the same as %s's", twhere, other)
-				} else {
-					hashes[h] = twhere
-					d.tokens = append(d.tokens, tokenEntry{hash: h, user: i, have: len(u.Tokens)})
-				}
-			}
-			if len(ts.Roles) == 0 {
-				ps.add(tat("roles"), "%s: roles must list at least one of agent, approver, admin", twhere)
-			}
-			for k, r := range ts.Roles {
-				switch {
-				case !slices.Contains(Roles, r):
-					ps.add(lineOf(seqItem(mapValue(tnode, "roles"), k)), "%s: unknown role %q (agent, approver, admin)", twhere, r)
-				case !slices.Contains(t.Roles, r):
-					t.Roles = append(t.Roles, r)
-				}
-			}
-			u.Tokens = append(u.Tokens, t)
-		}
-		if _, dup := d.byID[us.ID]; !dup && us.ID != "" {
-			d.byID[us.ID] = i
-		}
-		d.users = append(d.users, u)
 	}
+	return valid
+}
+
+// token checks one token of users[i] (userID), given the user's tokens so
+// far, indexes its hash, and returns it.
+func (b *builder) token(i int, where, userID string, ts tokenSpec, have []Token, tnode *yaml.Node) Token {
+	t := Token{Name: cmp.Or(ts.Name, userID), SHA256: strings.ToLower(ts.SHA256)}
+	if ts.Name != "" {
+		if msg := badName(ts.Name); msg != "" {
+			b.ps.add(fieldLine(tnode, "name"), "%s: name %q: %s", where, ts.Name, msg)
+		}
+	}
+	if slices.ContainsFunc(have, func(o Token) bool { return o.Name == t.Name }) {
+		b.ps.add(fieldLine(tnode, "name"), "%s: name %q is used by another token of %s (name each token)", where, t.Name, userID)
+	}
+	raw, err := hex.DecodeString(ts.SHA256)
+	if err != nil || len(raw) != sha256.Size {
+		b.ps.add(fieldLine(tnode, "sha256"), "%s: sha256 must be 64 hex characters, the SHA-256 of the token ('countersign token new' prints it)", where)
+	} else {
+		h := [sha256.Size]byte(raw)
+		if other, dup := b.hashes[h]; dup {
+			b.ps.add(fieldLine(tnode, "sha256"), "%s: sha256 is the same as %s's", where, other)
+		} else {
+			b.hashes[h] = where
+			b.d.tokens = append(b.d.tokens, tokenEntry{hash: h, user: i, have: len(have)})
+		}
+	}
+	if len(ts.Roles) == 0 {
+		b.ps.add(fieldLine(tnode, "roles"), "%s: roles must list at least one of agent, approver, admin", where)
+	}
+	for k, r := range ts.Roles {
+		switch {
+		case !slices.Contains(Roles, r):
+			b.ps.add(lineOf(seqItem(mapValue(tnode, "roles"), k)), "%s: unknown role %q (agent, approver, admin)", where, r)
+		case !slices.Contains(t.Roles, r):
+			t.Roles = append(t.Roles, r)
+		}
+	}
+	return t
+}
+
+// members fills every group's members from the users, adding groups that
+// were not declared, and sorts the group names.
+func (b *builder) members() {
+	d := b.d
 	for _, u := range d.users {
 		for _, g := range u.Groups {
 			grp := d.groups[g]
@@ -357,7 +409,6 @@ func build(spec *fileSpec, root *yaml.Node, ps *problems) *Directory {
 		d.names = append(d.names, n)
 	}
 	slices.Sort(d.names)
-	return d
 }
 
 // badID says what is wrong with a user id, or "".

@@ -87,72 +87,9 @@ func (d *jsonDecoder) value(depth int) (any, error) {
 	}
 	switch c := d.s[d.i]; {
 	case c == '{':
-		d.i++
-		m := map[string]any{}
-		d.space()
-		if d.i < len(d.s) && d.s[d.i] == '}' {
-			d.i++
-			return m, nil
-		}
-		for {
-			d.space()
-			if d.i == len(d.s) || d.s[d.i] != '"' {
-				return nil, d.errorf("want a string key")
-			}
-			k, err := d.str()
-			if err != nil {
-				return nil, err
-			}
-			d.space()
-			if d.i == len(d.s) || d.s[d.i] != ':' {
-				return nil, d.errorf("want ':'")
-			}
-			d.i++
-			v, err := d.value(depth + 1)
-			if err != nil {
-				return nil, err
-			}
-			m[k] = v
-			d.space()
-			if d.i == len(d.s) {
-				return nil, d.errorf("unexpected end")
-			}
-			if d.s[d.i] == '}' {
-				d.i++
-				return m, nil
-			}
-			if d.s[d.i] != ',' {
-				return nil, d.errorf("want ',' or '}'")
-			}
-			d.i++
-		}
+		return d.object(depth)
 	case c == '[':
-		d.i++
-		l := []any{}
-		d.space()
-		if d.i < len(d.s) && d.s[d.i] == ']' {
-			d.i++
-			return l, nil
-		}
-		for {
-			v, err := d.value(depth + 1)
-			if err != nil {
-				return nil, err
-			}
-			l = append(l, v)
-			d.space()
-			if d.i == len(d.s) {
-				return nil, d.errorf("unexpected end")
-			}
-			if d.s[d.i] == ']' {
-				d.i++
-				return l, nil
-			}
-			if d.s[d.i] != ',' {
-				return nil, d.errorf("want ',' or ']'")
-			}
-			d.i++
-		}
+		return d.array(depth)
 	case c == '"':
 		return d.str()
 	case c == '-' || c >= '0' && c <= '9':
@@ -165,6 +102,79 @@ func (d *jsonDecoder) value(depth int) (any, error) {
 		return nil, nil
 	}
 	return nil, d.errorf("unexpected character " + strconv.QuoteRune(rune(d.s[d.i])))
+}
+
+// object reads a JSON object; d.s[d.i] is the opening brace.
+func (d *jsonDecoder) object(depth int) (map[string]any, error) {
+	d.i++
+	m := map[string]any{}
+	d.space()
+	if d.i < len(d.s) && d.s[d.i] == '}' {
+		d.i++
+		return m, nil
+	}
+	for {
+		d.space()
+		if d.i == len(d.s) || d.s[d.i] != '"' {
+			return nil, d.errorf("want a string key")
+		}
+		k, err := d.str()
+		if err != nil {
+			return nil, err
+		}
+		d.space()
+		if d.i == len(d.s) || d.s[d.i] != ':' {
+			return nil, d.errorf("want ':'")
+		}
+		d.i++
+		v, err := d.value(depth + 1)
+		if err != nil {
+			return nil, err
+		}
+		m[k] = v
+		d.space()
+		if d.i == len(d.s) {
+			return nil, d.errorf("unexpected end")
+		}
+		if d.s[d.i] == '}' {
+			d.i++
+			return m, nil
+		}
+		if d.s[d.i] != ',' {
+			return nil, d.errorf("want ',' or '}'")
+		}
+		d.i++
+	}
+}
+
+// array reads a JSON array; d.s[d.i] is the opening bracket.
+func (d *jsonDecoder) array(depth int) ([]any, error) {
+	d.i++
+	l := []any{}
+	d.space()
+	if d.i < len(d.s) && d.s[d.i] == ']' {
+		d.i++
+		return l, nil
+	}
+	for {
+		v, err := d.value(depth + 1)
+		if err != nil {
+			return nil, err
+		}
+		l = append(l, v)
+		d.space()
+		if d.i == len(d.s) {
+			return nil, d.errorf("unexpected end")
+		}
+		if d.s[d.i] == ']' {
+			d.i++
+			return l, nil
+		}
+		if d.s[d.i] != ',' {
+			return nil, d.errorf("want ',' or ']'")
+		}
+		d.i++
+	}
 }
 
 // number reads a JSON number: an int64 when it is written as an integer
@@ -237,6 +247,12 @@ func (d *jsonDecoder) str() (string, error) {
 		}
 		d.i++
 	}
+	return d.escapedStr(start)
+}
+
+// escapedStr reads the rest of a string that has an escape (or a control
+// character) at d.i; its text began at start.
+func (d *jsonDecoder) escapedStr(start int) (string, error) {
 	buf := append([]byte(nil), d.s[start:d.i]...)
 	for d.i < len(d.s) {
 		c := d.s[d.i]
@@ -258,48 +274,59 @@ func (d *jsonDecoder) str() (string, error) {
 		if d.i == len(d.s) {
 			break
 		}
-		e := d.s[d.i]
-		d.i++
-		switch e {
-		case '"', '\\', '/':
-			buf = append(buf, e)
-		case 'b':
-			buf = append(buf, '\b')
-		case 'f':
-			buf = append(buf, '\f')
-		case 'n':
-			buf = append(buf, '\n')
-		case 'r':
-			buf = append(buf, '\r')
-		case 't':
-			buf = append(buf, '\t')
-		case 'u':
-			r, ok := d.hex4()
-			if !ok {
-				return "", d.errorf("invalid \\u escape")
-			}
-			if utf16.IsSurrogate(r) {
-				r2 := utf8.RuneError
-				if d.i+1 < len(d.s) && d.s[d.i] == '\\' && d.s[d.i+1] == 'u' {
-					save := d.i
-					d.i += 2
-					if lo, ok := d.hex4(); ok {
-						r2 = utf16.DecodeRune(r, lo)
-						if r2 == utf8.RuneError {
-							d.i = save
-						}
-					} else {
-						d.i = save
-					}
-				}
-				r = r2
-			}
-			buf = utf8.AppendRune(buf, r)
-		default:
-			return "", d.errorf("invalid escape")
+		var err error
+		if buf, err = d.escape(buf); err != nil {
+			return "", err
 		}
 	}
 	return "", d.errorf("unterminated string")
+}
+
+// escape appends what the escape at d.i (just after its backslash) stands for.
+func (d *jsonDecoder) escape(buf []byte) ([]byte, error) {
+	e := d.s[d.i]
+	d.i++
+	switch e {
+	case '"', '\\', '/':
+		return append(buf, e), nil
+	case 'b':
+		return append(buf, '\b'), nil
+	case 'f':
+		return append(buf, '\f'), nil
+	case 'n':
+		return append(buf, '\n'), nil
+	case 'r':
+		return append(buf, '\r'), nil
+	case 't':
+		return append(buf, '\t'), nil
+	case 'u':
+		r, ok := d.hex4()
+		if !ok {
+			return buf, d.errorf("invalid \\u escape")
+		}
+		if utf16.IsSurrogate(r) {
+			r = d.lowSurrogate(r)
+		}
+		return utf8.AppendRune(buf, r), nil
+	}
+	return buf, d.errorf("invalid escape")
+}
+
+// lowSurrogate reads the \u escape that completes a surrogate pair begun
+// by hi and returns the pair's rune. Without one it reads nothing and
+// returns utf8.RuneError.
+func (d *jsonDecoder) lowSurrogate(hi rune) rune {
+	if d.i+1 < len(d.s) && d.s[d.i] == '\\' && d.s[d.i+1] == 'u' {
+		save := d.i
+		d.i += 2
+		if lo, ok := d.hex4(); ok {
+			if r := utf16.DecodeRune(hi, lo); r != utf8.RuneError {
+				return r
+			}
+		}
+		d.i = save
+	}
+	return utf8.RuneError
 }
 
 func (d *jsonDecoder) hex4() (rune, bool) {

@@ -45,89 +45,107 @@ func compile(data []byte) (*Policy, problems) {
 	}
 
 	resolveApprovers(&fs.defaultRule, fs.groups, &ps)
-	for _, risk := range []string{contracts.RiskLow, contracts.RiskMedium, contracts.RiskHigh, contracts.RiskCritical} {
-		if g := fs.riskDefault[risk]; g != nil {
-			resolveApprovers(g, fs.groups, &ps)
-			checkQuorum(settingsFor("", g), g.where, g.quorumNode, SeverityError, &ps)
-		}
+	for _, g := range riskTiers(fs) {
+		resolveApprovers(g, fs.groups, &ps)
+		checkQuorum(settingsFor("", g), g.where, g.quorumNode, SeverityError, &ps)
 	}
-
-	// Calls no rule matches.
-	dRisk := cmp.Or(fs.defaultRule.risk, contracts.RiskMedium)
-	ds := settingsFor(dRisk, &fs.defaultRule, fs.riskDefault[dRisk])
-	if fs.def == ActionRequireApproval {
-		checkQuorum(ds, "default_rule", posOf(fs.defaultRule.quorumNode, fs.defaultRule.node), SeverityError, &ps)
-		checkTimers(ds, &fs.defaultRule, "default_rule", &ps)
-		noteRepeat(ds)
-	}
-	checkOrder(ds, "default_rule", fs.defaultRule.node, &ps)
-	p.dflt = ds.decision(fs.def, defaultRuleName, p.version, 0)
-	if fs.def == ActionAllow {
-		ps.add(fs.defNode.Line, fs.defNode.Column, SeverityWarning,
-			"default: allow runs every tool no rule names without approval, new tools included; require_approval fails closed")
-	}
-
-	// What a rule that does not gate decides when its condition errors:
-	// default_rule's settings, at least high risk.
-	fRisk := dRisk
-	if riskRank(fRisk) < riskRank(contracts.RiskHigh) {
-		fRisk = contracts.RiskHigh
-	}
-	fallback := settingsFor(fRisk, &fs.defaultRule, fs.riskDefault[fRisk])
-
+	dRisk := compileDefault(p, fs, &ps)
+	fallback := fallbackSettings(fs, dRisk)
 	lines := strings.Split(string(data), "\n")
 	for _, rs := range fs.rules {
-		resolveApprovers(&rs.gateSpec, fs.groups, &ps)
-		r := rule{
-			name: rs.name, line: rs.line,
-			tools: compileGlobs(rs.tools), agents: compileGlobs(rs.agents), tenants: compileGlobs(rs.tenants),
-		}
-		for k, v := range rs.labels {
-			r.labels = append(r.labels, label{k, v})
-		}
-		slices.SortFunc(r.labels, func(a, b label) int { return strings.Compare(a.key, b.key) })
-		if strings.TrimSpace(rs.when) != "" && rs.whenNode != nil {
-			cond, issues := compileCondition(rs.when)
-			for _, is := range issues {
-				line, col := conditionPos(rs.whenNode, lines, is.line, is.col)
-				ps.add(line, col, SeverityError, "%s: when: %s", rs.where, is.msg)
-			}
-			r.cond = cond
-		}
-		risk := cmp.Or(rs.risk, fs.defaultRule.risk, contracts.RiskMedium)
-		s := settingsFor(risk, &rs.gateSpec, fs.riskDefault[risk], &fs.defaultRule)
-		s.reason = rs.reason
-		r.decision = s.decision(rs.action, rs.name, p.version, rs.line)
-		if rs.action == ActionRequireApproval {
-			checkQuorum(s, rs.where, posOf(rs.quorumNode, rs.node), SeverityError, &ps)
-			checkOrder(s, rs.where, rs.node, &ps)
-			checkTimers(s, &rs.gateSpec, rs.where, &ps)
-			noteRepeat(s)
-			r.failClosed = r.decision
-		} else {
-			ignoredSettings(rs, &ps)
-			r.failClosed = fallback.decision(ActionRequireApproval, rs.name, p.version, rs.line)
-			if r.cond != nil {
-				noteRepeat(fallback)
-				checkQuorum(fallback, rs.where+" (gated when its condition errors, with default_rule's settings)",
-					posOf(rs.node, nil), SeverityWarning, &ps)
-			}
-		}
-		r.failClosed.Reason = ""
-		p.rules = append(p.rules, r)
+		p.rules = append(p.rules, compileRule(rs, fs, fallback, p.version, lines, &ps))
 	}
 	shadowWarnings(fs.rules, &ps)
-	layers := []*gateSpec{&fs.defaultRule}
-	for _, risk := range []string{contracts.RiskLow, contracts.RiskMedium, contracts.RiskHigh, contracts.RiskCritical} {
-		if g := fs.riskDefault[risk]; g != nil {
-			layers = append(layers, g)
-		}
-	}
+	layers := append([]*gateSpec{&fs.defaultRule}, riskTiers(fs)...)
 	for _, rs := range fs.rules {
 		layers = append(layers, &rs.gateSpec)
 	}
 	repeatWarnings(layers, &ps)
 	return p, ps
+}
+
+// riskTiers are the risk_defaults the file sets, lowest risk first.
+func riskTiers(fs *fileSpec) []*gateSpec {
+	var tiers []*gateSpec
+	for _, risk := range []string{contracts.RiskLow, contracts.RiskMedium, contracts.RiskHigh, contracts.RiskCritical} {
+		if g := fs.riskDefault[risk]; g != nil {
+			tiers = append(tiers, g)
+		}
+	}
+	return tiers
+}
+
+// compileDefault compiles what calls no rule matches decide and returns
+// default_rule's risk.
+func compileDefault(p *Policy, fs *fileSpec, ps *problems) string {
+	dRisk := cmp.Or(fs.defaultRule.risk, contracts.RiskMedium)
+	ds := settingsFor(dRisk, &fs.defaultRule, fs.riskDefault[dRisk])
+	if fs.def == ActionRequireApproval {
+		checkQuorum(ds, "default_rule", posOf(fs.defaultRule.quorumNode, fs.defaultRule.node), SeverityError, ps)
+		checkTimers(ds, &fs.defaultRule, "default_rule", ps)
+		noteRepeat(ds)
+	}
+	checkOrder(ds, "default_rule", fs.defaultRule.node, ps)
+	p.dflt = ds.decision(fs.def, defaultRuleName, p.version, 0)
+	if fs.def == ActionAllow {
+		ps.add(fs.defNode.Line, fs.defNode.Column, SeverityWarning,
+			"default: allow runs every tool no rule names without approval, new tools included; require_approval fails closed")
+	}
+	return dRisk
+}
+
+// fallbackSettings are what a rule that does not gate decides when its
+// condition errors: default_rule's settings, at least high risk.
+func fallbackSettings(fs *fileSpec, dRisk string) settings {
+	fRisk := dRisk
+	if riskRank(fRisk) < riskRank(contracts.RiskHigh) {
+		fRisk = contracts.RiskHigh
+	}
+	return settingsFor(fRisk, &fs.defaultRule, fs.riskDefault[fRisk])
+}
+
+// compileRule compiles one rule: its matchers, its condition, and what it
+// decides when it matches and when its condition errors. lines are the
+// file's, for the condition's positions.
+func compileRule(rs *ruleSpec, fs *fileSpec, fallback settings, version string, lines []string, ps *problems) rule {
+	resolveApprovers(&rs.gateSpec, fs.groups, ps)
+	r := rule{
+		name: rs.name, line: rs.line,
+		tools: compileGlobs(rs.tools), agents: compileGlobs(rs.agents), tenants: compileGlobs(rs.tenants),
+	}
+	for k, v := range rs.labels {
+		r.labels = append(r.labels, label{k, v})
+	}
+	slices.SortFunc(r.labels, func(a, b label) int { return strings.Compare(a.key, b.key) })
+	if strings.TrimSpace(rs.when) != "" && rs.whenNode != nil {
+		cond, issues := compileCondition(rs.when)
+		for _, is := range issues {
+			line, col := conditionPos(rs.whenNode, lines, is.line, is.col)
+			ps.add(line, col, SeverityError, "%s: when: %s", rs.where, is.msg)
+		}
+		r.cond = cond
+	}
+	risk := cmp.Or(rs.risk, fs.defaultRule.risk, contracts.RiskMedium)
+	s := settingsFor(risk, &rs.gateSpec, fs.riskDefault[risk], &fs.defaultRule)
+	s.reason = rs.reason
+	r.decision = s.decision(rs.action, rs.name, version, rs.line)
+	if rs.action == ActionRequireApproval {
+		checkQuorum(s, rs.where, posOf(rs.quorumNode, rs.node), SeverityError, ps)
+		checkOrder(s, rs.where, rs.node, ps)
+		checkTimers(s, &rs.gateSpec, rs.where, ps)
+		noteRepeat(s)
+		r.failClosed = r.decision
+	} else {
+		ignoredSettings(rs, ps)
+		r.failClosed = fallback.decision(ActionRequireApproval, rs.name, version, rs.line)
+		if r.cond != nil {
+			noteRepeat(fallback)
+			checkQuorum(fallback, rs.where+" (gated when its condition errors, with default_rule's settings)",
+				posOf(rs.node, nil), SeverityWarning, ps)
+		}
+	}
+	r.failClosed.Reason = ""
+	return r
 }
 
 // settings are the gate settings of a decision after precedence.

@@ -329,88 +329,124 @@ func readGateField(f field, g *gateSpec, ps *problems, allowed []string) bool {
 		return false
 	}
 	g.set = append(g.set, f)
-	what := g.where + ": " + f.name()
-	v := f.val
-	switch f.name() {
-	case "risk":
-		g.risk = ps.str(v, what)
-		if !validRisk(g.risk) {
-			ps.add(v.Line, v.Column, SeverityError, "%s: unknown risk %q (low, medium, high, critical)", g.where, g.risk)
-			g.risk = ""
-		}
-	case "approvers":
-		g.approvers, g.approverNodes = readApprovers(v, what, ps)
-	case "quorum":
-		if q, ok := ps.integer(v, what); ok {
-			if q < 1 {
-				ps.add(v.Line, v.Column, SeverityError, "%s: quorum %d must be at least 1", g.where, q)
-			} else {
-				g.quorum, g.quorumNode = q, v
-			}
-		}
-	case "veto":
-		if b, ok := ps.boolean(v, what); ok {
-			g.veto = &b
-		}
-	case "allow_self_approval":
-		if b, ok := ps.boolean(v, what); ok {
-			g.selfApproval = &b
-		}
-	case "order":
-		g.order = ps.str(v, what)
-		switch g.order {
-		case "", contracts.OrderAny, contracts.OrderSequence:
-		default:
-			ps.add(v.Line, v.Column, SeverityError, "%s: order %q: must be any or sequence", g.where, g.order)
-			g.order = ""
-		}
-	case "channels":
-		g.channels = readChannels(v, what, g.where, ps)
-	case "timeout":
-		g.timeout, _ = ps.duration(v, what)
-	case "on_timeout":
-		g.onTimeout = ps.str(v, what)
-		switch g.onTimeout {
-		case "", contracts.OnTimeoutReject, contracts.OnTimeoutApprove:
-		default:
-			ps.add(v.Line, v.Column, SeverityError, "%s: on_timeout %q: must be reject or approve", g.where, g.onTimeout)
-			g.onTimeout = ""
-		}
-	case "allowed_decisions":
-		list, nodes := ps.strList(v, what)
-		for j, d := range list {
-			switch d {
-			case contracts.DecisionApprove, contracts.DecisionReject, contracts.DecisionEdit, contracts.DecisionRespond:
-				if slices.Contains(g.allowed, d) {
-					ps.add(nodes[j].Line, nodes[j].Column, SeverityError, "%s: %q is listed twice", what, d)
-					continue
-				}
-				g.allowed = append(g.allowed, d)
-			default:
-				ps.add(nodes[j].Line, nodes[j].Column, SeverityError, "%s: unknown decision %q in allowed_decisions (approve, reject, edit, respond)", g.where, d)
-			}
-		}
-	case "summary":
-		g.summary = ps.str(v, what)
-	case "reason":
-		g.reason = ps.str(v, what)
-	case "reminders":
-		g.reminders, g.reminderNodes, g.remindersSet = readReminders(v, what, ps)
-	case "escalation":
-		var set bool
-		if g.escalation, set = readEscalation(v, what, ps); set {
-			g.escalationKey = f.key
-		}
-	case "escalation_repeat":
-		if n, ok := ps.integer(v, what); ok {
-			if n < 0 || n > maxEscalationRepeat {
-				ps.add(v.Line, v.Column, SeverityError, "%s: escalation_repeat %d: must be 0 to %d", g.where, n, maxEscalationRepeat)
-			} else {
-				g.repeat, g.repeatNode = n, v
-			}
-		}
+	if read := gateFieldReaders[f.name()]; read != nil {
+		read(g, f, g.where+": "+f.name(), ps)
 	}
 	return true
+}
+
+// gateFieldReaders read each gate setting into g; what names the setting
+// in problems.
+var gateFieldReaders = map[string]func(g *gateSpec, f field, what string, ps *problems){
+	"risk": readRiskField,
+	"approvers": func(g *gateSpec, f field, what string, ps *problems) {
+		g.approvers, g.approverNodes = readApprovers(f.val, what, ps)
+	},
+	"quorum": readQuorumField,
+	"veto": func(g *gateSpec, f field, what string, ps *problems) {
+		if b, ok := ps.boolean(f.val, what); ok {
+			g.veto = &b
+		}
+	},
+	"allow_self_approval": func(g *gateSpec, f field, what string, ps *problems) {
+		if b, ok := ps.boolean(f.val, what); ok {
+			g.selfApproval = &b
+		}
+	},
+	"order": readOrderField,
+	"channels": func(g *gateSpec, f field, what string, ps *problems) {
+		g.channels = readChannels(f.val, what, g.where, ps)
+	},
+	"timeout": func(g *gateSpec, f field, what string, ps *problems) {
+		g.timeout, _ = ps.duration(f.val, what)
+	},
+	"on_timeout":        readOnTimeoutField,
+	"allowed_decisions": readAllowedDecisionsField,
+	"summary": func(g *gateSpec, f field, what string, ps *problems) {
+		g.summary = ps.str(f.val, what)
+	},
+	"reason": func(g *gateSpec, f field, what string, ps *problems) {
+		g.reason = ps.str(f.val, what)
+	},
+	"reminders": func(g *gateSpec, f field, what string, ps *problems) {
+		g.reminders, g.reminderNodes, g.remindersSet = readReminders(f.val, what, ps)
+	},
+	"escalation": func(g *gateSpec, f field, what string, ps *problems) {
+		var set bool
+		if g.escalation, set = readEscalation(f.val, what, ps); set {
+			g.escalationKey = f.key
+		}
+	},
+	"escalation_repeat": readEscalationRepeatField,
+}
+
+func readRiskField(g *gateSpec, f field, what string, ps *problems) {
+	v := f.val
+	g.risk = ps.str(v, what)
+	if !validRisk(g.risk) {
+		ps.add(v.Line, v.Column, SeverityError, "%s: unknown risk %q (low, medium, high, critical)", g.where, g.risk)
+		g.risk = ""
+	}
+}
+
+func readQuorumField(g *gateSpec, f field, what string, ps *problems) {
+	v := f.val
+	if q, ok := ps.integer(v, what); ok {
+		if q < 1 {
+			ps.add(v.Line, v.Column, SeverityError, "%s: quorum %d must be at least 1", g.where, q)
+		} else {
+			g.quorum, g.quorumNode = q, v
+		}
+	}
+}
+
+func readOrderField(g *gateSpec, f field, what string, ps *problems) {
+	v := f.val
+	g.order = ps.str(v, what)
+	switch g.order {
+	case "", contracts.OrderAny, contracts.OrderSequence:
+	default:
+		ps.add(v.Line, v.Column, SeverityError, "%s: order %q: must be any or sequence", g.where, g.order)
+		g.order = ""
+	}
+}
+
+func readOnTimeoutField(g *gateSpec, f field, what string, ps *problems) {
+	v := f.val
+	g.onTimeout = ps.str(v, what)
+	switch g.onTimeout {
+	case "", contracts.OnTimeoutReject, contracts.OnTimeoutApprove:
+	default:
+		ps.add(v.Line, v.Column, SeverityError, "%s: on_timeout %q: must be reject or approve", g.where, g.onTimeout)
+		g.onTimeout = ""
+	}
+}
+
+func readAllowedDecisionsField(g *gateSpec, f field, what string, ps *problems) {
+	list, nodes := ps.strList(f.val, what)
+	for j, d := range list {
+		switch d {
+		case contracts.DecisionApprove, contracts.DecisionReject, contracts.DecisionEdit, contracts.DecisionRespond:
+			if slices.Contains(g.allowed, d) {
+				ps.add(nodes[j].Line, nodes[j].Column, SeverityError, "%s: %q is listed twice", what, d)
+				continue
+			}
+			g.allowed = append(g.allowed, d)
+		default:
+			ps.add(nodes[j].Line, nodes[j].Column, SeverityError, "%s: unknown decision %q in allowed_decisions (approve, reject, edit, respond)", g.where, d)
+		}
+	}
+}
+
+func readEscalationRepeatField(g *gateSpec, f field, what string, ps *problems) {
+	v := f.val
+	if n, ok := ps.integer(v, what); ok {
+		if n < 0 || n > maxEscalationRepeat {
+			ps.add(v.Line, v.Column, SeverityError, "%s: escalation_repeat %d: must be 0 to %d", g.where, n, maxEscalationRepeat)
+		} else {
+			g.repeat, g.repeatNode = n, v
+		}
+	}
 }
 
 // readApprovers reads a list of approvers: user ids and "group:NAME".

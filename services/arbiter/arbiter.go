@@ -486,91 +486,124 @@ func (a *Arbiter) applyGroup(ctx context.Context, group []*queuedOp) {
 			close(p.done)
 		}
 	}()
-	eventID := group[0].o.eventID
 	for attempt := 0; ; attempt++ {
-		entry, err := a.kv.Get(ctx, eventID)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			for _, p := range group {
-				if p.o.missing != nil {
-					p.err = p.o.missing()
-				} else {
-					p.err = a.unknownEvent(p.msg, eventID)
-				}
-			}
+		entry, rec := a.readGroupRecord(ctx, group)
+		if rec == nil {
 			return
 		}
-		for _, p := range group {
-			if md, err := p.msg.Metadata(); err == nil && md.Stream == contracts.StreamResolutions {
-				a.waiting.done(md.Sequence.Stream)
-			}
+		data := a.applyOps(group, *rec)
+		rev, again := a.writeGroup(ctx, group, entry, data, attempt)
+		if again {
+			continue
 		}
-		if err != nil {
-			setErr(group, err)
-			return
-		}
-		var rec contracts.Record
-		if err := contracts.Decode(entry.Value(), &rec); err != nil {
-			setErr(group, events.Poison(fmt.Errorf("record %s is unreadable: %w", eventID, err)))
-			return
-		}
-		// Apply each operation to the record the ones before it made.
-		cur, data := rec, []byte(nil)
-		for _, p := range group {
-			p.before = cur
-			p.res, p.err, p.written = approval.Result{}, nil, false
-			res := p.o.apply(cur)
-			d, res, err := a.encode(cur, res, p.o)
-			p.res = res
-			if err != nil {
-				p.err = err
-				continue
-			}
-			if res.Changed && !res.Duplicate {
-				cur, data, p.written = res.Record, d, true
-			}
-		}
-		rev := entry.Revision()
-		if data != nil {
-			rev, err = a.kv.Update(ctx, eventID, data, entry.Revision())
-			if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSequence(err) {
-				a.m.conflict.Inc()
-				if attempt < 50 {
-					continue
-				}
-				err = events.Retry(10*time.Millisecond, err)
-			}
-			if err != nil {
-				for _, p := range group {
-					if p.written {
-						p.err = err
-					}
-				}
-				// The others did not depend on the write; announce them.
-				rev = entry.Revision()
-			}
-		}
-		// Refusals are announced side by side (a flood of them must not
-		// take a round trip each in turn); the rest in order.
-		var wg sync.WaitGroup
-		slots := make(chan struct{}, 16)
-		for _, p := range group {
-			if p.err != nil {
-				continue
-			}
-			if p.res.Refusal == "" || p.res.Duplicate {
-				p.err = a.finish(ctx, p, rev)
-				continue
-			}
-			wg.Add(1)
-			slots <- struct{}{}
-			go func() {
-				defer func() { <-slots; wg.Done() }()
-				p.err = a.finish(ctx, p, rev)
-			}()
-		}
-		wg.Wait()
+		a.announceGroup(ctx, group, rev)
 		return
 	}
+}
+
+// readGroupRecord reads the group's record. When there is none, or it
+// cannot be read, it sets every operation's error and returns a nil record.
+func (a *Arbiter) readGroupRecord(ctx context.Context, group []*queuedOp) (jetstream.KeyValueEntry, *contracts.Record) {
+	eventID := group[0].o.eventID
+	entry, err := a.kv.Get(ctx, eventID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		for _, p := range group {
+			if p.o.missing != nil {
+				p.err = p.o.missing()
+			} else {
+				p.err = a.unknownEvent(p.msg, eventID)
+			}
+		}
+		return nil, nil
+	}
+	for _, p := range group {
+		if md, err := p.msg.Metadata(); err == nil && md.Stream == contracts.StreamResolutions {
+			a.waiting.done(md.Sequence.Stream)
+		}
+	}
+	if err != nil {
+		setErr(group, err)
+		return nil, nil
+	}
+	var rec contracts.Record
+	if err := contracts.Decode(entry.Value(), &rec); err != nil {
+		setErr(group, events.Poison(fmt.Errorf("record %s is unreadable: %w", eventID, err)))
+		return nil, nil
+	}
+	return entry, &rec
+}
+
+// applyOps applies each operation to the record the ones before it made,
+// and returns the encoded record to write, or nil when none changed it.
+func (a *Arbiter) applyOps(group []*queuedOp, rec contracts.Record) []byte {
+	cur, data := rec, []byte(nil)
+	for _, p := range group {
+		p.before = cur
+		p.res, p.err, p.written = approval.Result{}, nil, false
+		res := p.o.apply(cur)
+		d, res, err := a.encode(cur, res, p.o)
+		p.res = res
+		if err != nil {
+			p.err = err
+			continue
+		}
+		if res.Changed && !res.Duplicate {
+			cur, data, p.written = res.Record, d, true
+		}
+	}
+	return data
+}
+
+// writeGroup writes data, if any, over entry with CAS and returns the
+// revision to announce. It reports true when another write came first
+// and the group must be applied again; after 50 conflicts it gives the
+// operations that changed the record a retryable error instead.
+func (a *Arbiter) writeGroup(ctx context.Context, group []*queuedOp, entry jetstream.KeyValueEntry, data []byte, attempt int) (uint64, bool) {
+	if data == nil {
+		return entry.Revision(), false
+	}
+	rev, err := a.kv.Update(ctx, group[0].o.eventID, data, entry.Revision())
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSequence(err) {
+		a.m.conflict.Inc()
+		if attempt < 50 {
+			return 0, true
+		}
+		err = events.Retry(10*time.Millisecond, err)
+	}
+	if err != nil {
+		for _, p := range group {
+			if p.written {
+				p.err = err
+			}
+		}
+		// The others did not depend on the write; announce them.
+		rev = entry.Revision()
+	}
+	return rev, false
+}
+
+// announceGroup announces what each operation without an error did.
+// Refusals are announced side by side (a flood of them must not take a
+// round trip each in turn); the rest in order.
+func (a *Arbiter) announceGroup(ctx context.Context, group []*queuedOp, rev uint64) {
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, 16)
+	for _, p := range group {
+		if p.err != nil {
+			continue
+		}
+		if p.res.Refusal == "" || p.res.Duplicate {
+			p.err = a.finish(ctx, p, rev)
+			continue
+		}
+		wg.Add(1)
+		slots <- struct{}{}
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			p.err = a.finish(ctx, p, rev)
+		}()
+	}
+	wg.Wait()
 }
 
 func setErr(group []*queuedOp, err error) {

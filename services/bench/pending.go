@@ -136,98 +136,34 @@ func atomicMax(v *atomic.Int64, x int64) {
 	}
 }
 
+// measurePending submits n requests, registers a wait on each, measures
+// expiry timers while all are pending, then approves every one and times
+// how fast the waiting runs wake.
 func measurePending(ctx context.Context, st *stack, n int, pr *printer) (*PendingReport, error) {
-	rep := &PendingReport{Sync: st.mode, Waits: n}
-	prefix := "pend-" + uuid.NewString()[:8]
-	ids := make([]string, n)
-	for i := range ids {
-		ids[i] = orchestrator.EventID(newRun(prefix, i), benchCallID)
-	}
-	// Generous bounds: with fsync on a slow disk 100,000 requests take minutes.
-	slow := 5*time.Minute + time.Duration(n)*5*time.Millisecond
-	heap0 := heapAfterGC()
+	m := newPendingRun(st, n, pr)
+	rep := m.rep
 
-	// 1. Every request published and its record created, before any wait
-	// exists, so the waits' memory is measured apart from the records'.
 	// Every call gets the same far deadline: without one, JetStream calls
 	// time out after 5 s, which a starved shared machine can exceed.
-	sctx, cancelSubmit := context.WithTimeout(ctx, slow)
+	sctx, cancelSubmit := context.WithTimeout(ctx, m.slow)
 	defer cancelSubmit()
-	created0 := st.metric("countersign_requests_created_total")
-	start := time.Now()
-	if err := parallel(sctx, n, func(i int) error {
-		_, err := st.gate.Submit(sctx, newRun(prefix, i), benchCalls)
-		return err
-	}); err != nil {
-		return rep, fmt.Errorf("submit: %w", err)
-	}
-	if err := waitFor(ctx, slow, "records created", func() bool {
-		return st.metric("countersign_requests_created_total")-created0 >= float64(n) || st.arbiterFailed() != nil
-	}); err != nil {
+	if err := m.submit(ctx, sctx); err != nil {
 		return rep, err
 	}
-	if err := st.arbiterFailed(); err != nil {
+	if err := m.warmRecords(ctx, sctx); err != nil {
 		return rep, err
 	}
-	rep.SubmitSeconds = time.Since(start).Seconds()
-	pr.pendingStep(fmt.Sprintf("%d requests submitted and records created in %.1f s", n, rep.SubmitSeconds))
 
-	// Read every record once the way registering will, so the server's
-	// block caches are as warm before as after.
-	akv, err := st.agentJS.KeyValue(ctx, contracts.BucketApprovals)
+	// The waits' context also bounds their reads; it ends long after
+	// every wait should have been woken.
+	wctx, cancelWaits := context.WithTimeout(ctx, 3*m.slow)
+	defer cancelWaits()
+	waits, err := m.registerWaits(ctx, wctx)
 	if err != nil {
 		return rep, err
 	}
-	if err := parallel(sctx, n, func(i int) error {
-		_, err := akv.Get(sctx, ids[i])
-		return err
-	}); err != nil {
-		return rep, fmt.Errorf("read records: %w", err)
-	}
 
-	// 2. Register every wait.
-	base := time.Now()
-	var (
-		woken, allowed atomic.Int64
-		lastWake       atomic.Int64 // since base
-		errs           errorLog
-		allWoken       = make(chan struct{})
-	)
-	onVerdict := func(v []orchestrator.Verdict, err error) {
-		switch {
-		case err != nil:
-			errs.add(err)
-		case v[0].Verdict == orchestrator.VerdictAllowed:
-			allowed.Add(1)
-		default:
-			errs.add(fmt.Errorf("verdict %s: %s", v[0].Verdict, v[0].Reason))
-		}
-		atomicMax(&lastWake, int64(time.Since(base)))
-		if woken.Add(1) == int64(n) {
-			close(allWoken)
-		}
-	}
-	// The waits' context also bounds their reads; it ends long after
-	// every wait should have been woken.
-	wctx, cancelWaits := context.WithTimeout(ctx, 3*slow)
-	defer cancelWaits()
-	heap1 := heapAfterGC()
-	g1 := runtime.NumGoroutine()
-	start = time.Now()
-	if err := parallel(ctx, n, func(i int) error {
-		return st.gate.ReviewAsync(wctx, newRun(prefix, i), benchCalls, onVerdict)
-	}); err != nil {
-		return rep, fmt.Errorf("register waits: %w", err)
-	}
-	rep.RegisterSeconds = time.Since(start).Seconds()
-	heap2 := heapAfterGC()
-	rep.GoroutineDelta = runtime.NumGoroutine() - g1
-	rep.WaiterPending = st.gate.Waiter().Pending()
-	rep.WaiterBytesPerWait = (float64(heap2) - float64(heap1)) / float64(n)
-	rep.ProcessBytesPerApproval = (float64(heap2) - float64(heap0)) / float64(n)
-	pr.pendingStep(fmt.Sprintf("%d waits registered in %.1f s; waiter holds %d", n, rep.RegisterSeconds, rep.WaiterPending))
-
-	// 3. With every approval pending, each holding its expiry schedule,
+	// With every approval pending, each holding its expiry schedule,
 	// measure how late short deadlines are applied.
 	tr, err := measureTimers(ctx, st)
 	rep.Timers = tr
@@ -236,79 +172,232 @@ func measurePending(ctx context.Context, st *stack, n int, pr *printer) (*Pendin
 	}
 	pr.timers(tr)
 
-	// 4. Watch decisions land, then approve everything.
-	_, ojs, err := st.connect(roleObserver)
+	obs, err := m.observeDecisions(ctx)
 	if err != nil {
 		return rep, err
+	}
+	defer obs.stop()
+	votesStart, err := m.publishVotes(ctx)
+	if err != nil {
+		return rep, err
+	}
+	return rep, m.awaitWakes(ctx, waits, obs, votesStart)
+}
+
+// pendingRun is one pending-capacity measurement in progress.
+type pendingRun struct {
+	st     *stack
+	n      int
+	pr     *printer
+	rep    *PendingReport
+	prefix string
+	ids    []string      // the requests' event ids
+	slow   time.Duration // the bound of each phase
+	heap0  uint64        // the heap before the first request
+	base   time.Time     // when registering began; times are kept relative to it
+}
+
+func newPendingRun(st *stack, n int, pr *printer) *pendingRun {
+	m := &pendingRun{
+		st: st, n: n, pr: pr,
+		rep:    &PendingReport{Sync: st.mode, Waits: n},
+		prefix: "pend-" + uuid.NewString()[:8],
+		ids:    make([]string, n),
+		// Generous bounds: with fsync on a slow disk 100,000 requests take minutes.
+		slow: 5*time.Minute + time.Duration(n)*5*time.Millisecond,
+	}
+	for i := range m.ids {
+		m.ids[i] = orchestrator.EventID(newRun(m.prefix, i), benchCallID)
+	}
+	m.heap0 = heapAfterGC()
+	return m
+}
+
+// submit publishes every request and waits until the arbiter created every
+// record, before any wait exists, so the waits' memory is measured apart
+// from the records'.
+func (m *pendingRun) submit(ctx, sctx context.Context) error {
+	st := m.st
+	created0 := st.metric("countersign_requests_created_total")
+	start := time.Now()
+	if err := parallel(sctx, m.n, func(i int) error {
+		_, err := st.gate.Submit(sctx, newRun(m.prefix, i), benchCalls)
+		return err
+	}); err != nil {
+		return fmt.Errorf("submit: %w", err)
+	}
+	if err := waitFor(ctx, m.slow, "records created", func() bool {
+		return st.metric("countersign_requests_created_total")-created0 >= float64(m.n) || st.arbiterFailed() != nil
+	}); err != nil {
+		return err
+	}
+	if err := st.arbiterFailed(); err != nil {
+		return err
+	}
+	m.rep.SubmitSeconds = time.Since(start).Seconds()
+	m.pr.pendingStep(fmt.Sprintf("%d requests submitted and records created in %.1f s", m.n, m.rep.SubmitSeconds))
+	return nil
+}
+
+// warmRecords reads every record once the way registering will, so the
+// server's block caches are as warm before as after.
+func (m *pendingRun) warmRecords(ctx, sctx context.Context) error {
+	akv, err := m.st.agentJS.KeyValue(ctx, contracts.BucketApprovals)
+	if err != nil {
+		return err
+	}
+	if err := parallel(sctx, m.n, func(i int) error {
+		_, err := akv.Get(sctx, m.ids[i])
+		return err
+	}); err != nil {
+		return fmt.Errorf("read records: %w", err)
+	}
+	return nil
+}
+
+// pendingWaits counts the verdicts of the registered waits.
+type pendingWaits struct {
+	n              int
+	base           time.Time
+	woken, allowed atomic.Int64
+	lastWake       atomic.Int64 // since base
+	errs           errorLog
+	allWoken       chan struct{}
+}
+
+func (w *pendingWaits) onVerdict(v []orchestrator.Verdict, err error) {
+	switch {
+	case err != nil:
+		w.errs.add(err)
+	case v[0].Verdict == orchestrator.VerdictAllowed:
+		w.allowed.Add(1)
+	default:
+		w.errs.add(fmt.Errorf("verdict %s: %s", v[0].Verdict, v[0].Reason))
+	}
+	atomicMax(&w.lastWake, int64(time.Since(w.base)))
+	if w.woken.Add(1) == int64(w.n) {
+		close(w.allWoken)
+	}
+}
+
+// registerWaits registers every wait with Gate.ReviewAsync under wctx and
+// records the time, memory and goroutines it took.
+func (m *pendingRun) registerWaits(ctx, wctx context.Context) (*pendingWaits, error) {
+	st, rep := m.st, m.rep
+	m.base = time.Now()
+	w := &pendingWaits{n: m.n, base: m.base, allWoken: make(chan struct{})}
+	heap1 := heapAfterGC()
+	g1 := runtime.NumGoroutine()
+	start := time.Now()
+	if err := parallel(ctx, m.n, func(i int) error {
+		return st.gate.ReviewAsync(wctx, newRun(m.prefix, i), benchCalls, w.onVerdict)
+	}); err != nil {
+		return nil, fmt.Errorf("register waits: %w", err)
+	}
+	rep.RegisterSeconds = time.Since(start).Seconds()
+	heap2 := heapAfterGC()
+	rep.GoroutineDelta = runtime.NumGoroutine() - g1
+	rep.WaiterPending = st.gate.Waiter().Pending()
+	rep.WaiterBytesPerWait = (float64(heap2) - float64(heap1)) / float64(m.n)
+	rep.ProcessBytesPerApproval = (float64(heap2) - float64(m.heap0)) / float64(m.n)
+	m.pr.pendingStep(fmt.Sprintf("%d waits registered in %.1f s; waiter holds %d", m.n, rep.RegisterSeconds, rep.WaiterPending))
+	return w, nil
+}
+
+// decisionObserver watches records turn terminal from its own connection.
+type decisionObserver struct {
+	decided     atomic.Int64
+	lastDecided atomic.Int64 // server timestamp, since base
+	w           jetstream.KeyWatcher
+	done        chan struct{}
+}
+
+func (o *decisionObserver) stop() {
+	_ = o.w.Stop()
+	<-o.done
+}
+
+// observeDecisions starts watching the approvals bucket for decisions.
+func (m *pendingRun) observeDecisions(ctx context.Context) (*decisionObserver, error) {
+	_, ojs, err := m.st.connect(roleObserver)
+	if err != nil {
+		return nil, err
 	}
 	okv, err := ojs.KeyValue(ctx, contracts.BucketApprovals)
 	if err != nil {
-		return rep, err
+		return nil, err
 	}
 	ow, err := okv.WatchAll(context.WithoutCancel(ctx), jetstream.UpdatesOnly(), jetstream.MetaOnly())
 	if err != nil {
-		return rep, err
+		return nil, err
 	}
-	var (
-		decided     atomic.Int64
-		lastDecided atomic.Int64 // server timestamp, since base
-		obsDone     = make(chan struct{})
-	)
+	o := &decisionObserver{w: ow, done: make(chan struct{})}
 	go func() {
-		defer close(obsDone)
+		defer close(o.done)
 		for e := range ow.Updates() {
 			if e == nil || e.Operation() != jetstream.KeyValuePut {
 				continue
 			}
 			// Nothing else writes while the waits are pending: each update
 			// is one record turning terminal.
-			atomicMax(&lastDecided, int64(e.Created().Sub(base)))
-			decided.Add(1)
+			atomicMax(&o.lastDecided, int64(e.Created().Sub(m.base)))
+			o.decided.Add(1)
 		}
 	}()
-	defer func() { _ = ow.Stop(); <-obsDone }()
+	return o, nil
+}
 
+// publishVotes approves every request, asynchronously, and waits for the
+// acks; it returns when publishing began.
+func (m *pendingRun) publishVotes(ctx context.Context) (time.Time, error) {
+	st := m.st
 	voteErrs0 := st.voteErrs.Load()
 	votesStart := time.Now()
-	for _, id := range ids {
+	for _, id := range m.ids {
 		msg, vid := voteMsg(id)
 		if _, err := st.voterJS.PublishMsgAsync(msg, jetstream.WithMsgID(vid), jetstream.WithStallWait(time.Minute)); err != nil {
-			return rep, fmt.Errorf("publish vote: %w", err)
+			return votesStart, fmt.Errorf("publish vote: %w", err)
 		}
 	}
 	select {
 	case <-st.voterJS.PublishAsyncComplete():
-	case <-time.After(slow):
-		return rep, errors.New("vote acks missing")
+	case <-time.After(m.slow):
+		return votesStart, errors.New("vote acks missing")
 	case <-ctx.Done():
-		return rep, ctx.Err()
+		return votesStart, ctx.Err()
 	}
 	if n := st.voteErrs.Load() - voteErrs0; n > 0 {
-		return rep, fmt.Errorf("%d votes could not be published", n)
+		return votesStart, fmt.Errorf("%d votes could not be published", n)
 	}
-	rep.VotesSeconds = time.Since(votesStart).Seconds()
-	pr.pendingStep(fmt.Sprintf("%d votes published in %.1f s", n, rep.VotesSeconds))
+	m.rep.VotesSeconds = time.Since(votesStart).Seconds()
+	m.pr.pendingStep(fmt.Sprintf("%d votes published in %.1f s", m.n, m.rep.VotesSeconds))
+	return votesStart, nil
+}
 
+// awaitWakes waits for every waiting run to wake and every decision to be
+// observed, and reports how long deciding and waking took.
+func (m *pendingRun) awaitWakes(ctx context.Context, w *pendingWaits, obs *decisionObserver, votesStart time.Time) error {
+	n, rep := m.n, m.rep
 	select {
-	case <-allWoken:
-	case <-time.After(slow):
+	case <-w.allWoken:
+	case <-time.After(m.slow):
 	case <-ctx.Done():
-		return rep, ctx.Err()
+		return ctx.Err()
 	}
 	// The observer may trail the waiter slightly.
-	_ = waitFor(ctx, 10*time.Second, "decisions observed", func() bool { return decided.Load() >= int64(n) })
-	rep.Woken = int(woken.Load())
-	rep.Allowed = int(allowed.Load())
-	rep.FirstError = errs.firstText()
-	at := func(v *atomic.Int64) time.Time { return base.Add(time.Duration(v.Load())) }
-	rep.DecideSeconds = at(&lastDecided).Sub(votesStart).Seconds()
-	rep.WakeAfterLastDecisionSeconds = at(&lastWake).Sub(at(&lastDecided)).Seconds()
-	rep.TotalSeconds = at(&lastWake).Sub(votesStart).Seconds()
+	_ = waitFor(ctx, 10*time.Second, "decisions observed", func() bool { return obs.decided.Load() >= int64(n) })
+	rep.Woken = int(w.woken.Load())
+	rep.Allowed = int(w.allowed.Load())
+	rep.FirstError = w.errs.firstText()
+	at := func(v *atomic.Int64) time.Time { return m.base.Add(time.Duration(v.Load())) }
+	rep.DecideSeconds = at(&obs.lastDecided).Sub(votesStart).Seconds()
+	rep.WakeAfterLastDecisionSeconds = at(&w.lastWake).Sub(at(&obs.lastDecided)).Seconds()
+	rep.TotalSeconds = at(&w.lastWake).Sub(votesStart).Seconds()
 	if rep.Woken < n {
-		return rep, fmt.Errorf("%d of %d waiting runs woken (first error: %s)", rep.Woken, n, rep.FirstError)
+		return fmt.Errorf("%d of %d waiting runs woken (first error: %s)", rep.Woken, n, rep.FirstError)
 	}
-	if d := decided.Load(); d < int64(n) {
-		return rep, fmt.Errorf("%d of %d decisions observed", d, n)
+	if d := obs.decided.Load(); d < int64(n) {
+		return fmt.Errorf("%d of %d decisions observed", d, n)
 	}
-	return rep, nil
+	return nil
 }

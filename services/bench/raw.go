@@ -132,28 +132,81 @@ func measureKVPutWatch(ctx context.Context, js, wjs jetstream.JetStream, d time.
 	}
 	defer func() { _ = w.Stop() }()
 
-	base := time.Now()
-	var (
-		mu       sync.Mutex
-		samples  = make([]time.Duration, 0, int(d.Seconds()*kvPace)+16)
-		received = make(chan struct{}, 1)
-	)
+	lat := watchLatencies(w, time.Now(), int(d.Seconds()*kvPace)+16)
+	start := time.Now()
+	puts, err := putAtPace(ctx, kv, d, lat.base)
+	if err != nil {
+		return err
+	}
+	rep.KVPutsPerSec = float64(puts) / time.Since(start).Seconds()
+	if err := lat.waitFor(ctx, puts); err != nil {
+		return err
+	}
+	rep.KVPutWatch = lat.summary()
+	return nil
+}
+
+// putLatencies collects, for each update a watcher sees, the time since
+// its put, which the put carries as nanoseconds since base.
+type putLatencies struct {
+	base     time.Time
+	mu       sync.Mutex
+	samples  []time.Duration
+	received chan struct{} // signalled after each sample
+}
+
+// watchLatencies starts collecting latencies from w's updates.
+func watchLatencies(w jetstream.KeyWatcher, base time.Time, capacity int) *putLatencies {
+	l := &putLatencies{base: base, samples: make([]time.Duration, 0, capacity), received: make(chan struct{}, 1)}
 	go func() {
 		for e := range w.Updates() {
 			if e == nil || len(e.Value()) < 8 {
 				continue
 			}
 			lat := time.Since(base) - time.Duration(binary.BigEndian.Uint64(e.Value()))
-			mu.Lock()
-			samples = append(samples, lat)
-			mu.Unlock()
+			l.mu.Lock()
+			l.samples = append(l.samples, lat)
+			l.mu.Unlock()
 			select {
-			case received <- struct{}{}:
+			case l.received <- struct{}{}:
 			default:
 			}
 		}
 	}()
+	return l
+}
 
+// waitFor waits until puts samples arrived. A watch delivers state: a put
+// superseded before the watcher reads it may be skipped, so the wait for
+// stragglers is bounded.
+func (l *putLatencies) waitFor(ctx context.Context, puts int) error {
+	deadline := time.After(5 * time.Second)
+	for {
+		l.mu.Lock()
+		got := len(l.samples)
+		l.mu.Unlock()
+		if got >= puts {
+			return nil
+		}
+		select {
+		case <-l.received:
+		case <-deadline:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (l *putLatencies) summary() Dist {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return summarize(l.samples)
+}
+
+// putAtPace puts the time since base, padded to rawPayloadBytes, over
+// rawKeys keys at kvPace per second for d, and returns how many puts it made.
+func putAtPace(ctx context.Context, kv jetstream.KeyValue, d time.Duration, base time.Time) (int, error) {
 	value := make([]byte, rawPayloadBytes)
 	interval := time.Second / kvPace
 	puts := 0
@@ -162,14 +215,14 @@ func measureKVPutWatch(ctx context.Context, js, wjs jetstream.JetStream, d time.
 	for {
 		now := time.Now()
 		if now.Sub(start) >= d {
-			break
+			return puts, nil
 		}
 		if wait := next.Sub(now); wait > 0 {
 			time.Sleep(wait)
 		}
 		binary.BigEndian.PutUint64(value, uint64(time.Since(base)))
 		if _, err := kv.Put(ctx, "k"+strconv.Itoa(puts%rawKeys), value); err != nil {
-			return fmt.Errorf("kv put: %w", err)
+			return puts, fmt.Errorf("kv put: %w", err)
 		}
 		puts++
 		next = next.Add(interval)
@@ -177,28 +230,4 @@ func measureKVPutWatch(ctx context.Context, js, wjs jetstream.JetStream, d time.
 			next = now // behind: go on at the pace, without a burst to catch up
 		}
 	}
-	rep.KVPutsPerSec = float64(puts) / time.Since(start).Seconds()
-	// A watch delivers state: a put superseded before the watcher reads it
-	// may be skipped, so the wait for stragglers is bounded.
-	deadline := time.After(5 * time.Second)
-wait:
-	for {
-		mu.Lock()
-		got := len(samples)
-		mu.Unlock()
-		if got >= puts {
-			break
-		}
-		select {
-		case <-received:
-		case <-deadline:
-			break wait
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	mu.Lock()
-	rep.KVPutWatch = summarize(samples)
-	mu.Unlock()
-	return nil
 }

@@ -497,6 +497,14 @@ func truncateText(s string, n int) string {
 }
 
 func printRecord(out io.Writer, rec *contracts.Record, rev uint64) {
+	printRequest(out, rec, rev)
+	printProgress(out, rec)
+	printVotes(out, rec)
+	printOutcome(out, rec)
+}
+
+// printRequest writes what is asked and under which policy.
+func printRequest(out io.Writer, rec *contracts.Record, rev uint64) {
 	r := rec.Request
 	fmt.Fprintf(out, "Approval %s\n", r.EventID)
 	fmt.Fprintf(out, "  Status:    %s\n", rec.Status)
@@ -526,6 +534,12 @@ func printRecord(out io.Writer, rec *contracts.Record, rev uint64) {
 	if r.Policy.Error != "" {
 		fmt.Fprintf(out, "  Policy error: %s (a condition that errors gates the call)\n", r.Policy.Error)
 	}
+}
+
+// printProgress writes how far the approval is: quorum, deadlines,
+// reminders and escalation tiers.
+func printProgress(out io.Writer, rec *contracts.Record) {
+	r := rec.Request
 	approvers := "any approver"
 	if len(r.Quorum.Approvers) > 0 {
 		approvers = strings.Join(r.Quorum.Approvers, ", ")
@@ -553,6 +567,10 @@ func printRecord(out io.Writer, rec *contracts.Record, rev uint64) {
 		}
 		fmt.Fprintf(out, "  Tier %d:    after %s adds %s (%s)\n", i+1, tier.After, strings.Join(tier.Approvers, ", "), state)
 	}
+}
+
+// printVotes writes the counted and the refused votes.
+func printVotes(out io.Writer, rec *contracts.Record) {
 	for _, v := range rec.Votes {
 		fmt.Fprintf(out, "  Vote:      %s by %s via %s %s\n", v.Decision, v.Approver.ID, v.Approver.Via, v.Comment)
 		if v.Decision == contracts.DecisionEdit {
@@ -566,6 +584,10 @@ func printRecord(out io.Writer, rec *contracts.Record, rev uint64) {
 		}
 		fmt.Fprintln(out)
 	}
+}
+
+// printOutcome writes the decision, if there is one, and the claim.
+func printOutcome(out io.Writer, rec *contracts.Record) {
 	if o := rec.Outcome; o != nil {
 		fmt.Fprintf(out, "  Outcome:   %s by %s at %s", o.Decision, strings.Join(o.DecidedBy, ", "), o.DecidedAt.Format(time.RFC3339))
 		if o.Comment != "" {

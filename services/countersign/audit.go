@@ -44,98 +44,133 @@ func cmdAudit(args []string, out io.Writer) error {
 
 // printAudit writes one line per timeline entry.
 func printAudit(out io.Writer, rec *contracts.Record, tl api.Timeline) {
-	votes := map[string]contracts.Vote{}
-	for _, v := range rec.Votes {
-		votes[v.VoteID] = v
-	}
-	refused := map[string]contracts.RefusedVote{}
-	for _, v := range rec.RefusedVotes {
-		refused[v.VoteID] = v
-	}
-	req := &rec.Request
-	line := func(at time.Time, what, text string) {
-		fmt.Fprintf(out, "%s  %-10s %s\n", at.UTC().Format("2006-01-02T15:04:05.000Z"), what, text)
-	}
-	fmt.Fprintf(out, "Approval %s (%s), status %s\n", req.EventID, req.Kind, rec.Status)
-	// The vote that decides is announced by the decided event, not by a
-	// change of its own: it is printed, from the record, just before it.
-	announced := map[string]bool{}
-	for _, e := range tl.Events {
-		var ch contracts.Changed
-		if e.Kind == api.KindChanged && json.Unmarshal(e.Data, &ch) == nil && ch.VoteID != "" {
-			announced[ch.VoteID] = true
-		}
-	}
+	p := newAuditPrinter(out, rec, tl)
+	fmt.Fprintf(out, "Approval %s (%s), status %s\n", rec.Request.EventID, rec.Request.Kind, rec.Status)
 	for _, e := range tl.Events {
 		switch e.Kind {
 		case api.KindRequested:
-			what := req.Summary
-			if req.ToolCall != nil {
-				what = fmt.Sprintf("%s %s", req.ToolCall.Name, compact(req.ToolCall.Arguments))
-			} else if req.Question != nil {
-				what = fmt.Sprintf("question %q", req.Question.Text)
-			}
-			approvers := "any approver"
-			if len(req.Quorum.Approvers) > 0 {
-				approvers = strings.Join(req.Quorum.Approvers, ", ")
-			}
-			line(e.At, "requested", fmt.Sprintf("by %s (run %s): %s", req.Run.Agent, req.Run.ID, what))
-			policy := fmt.Sprintf("rule %s, policy %s, risk %s; %d of [%s]; expires %s", req.Policy.Rule, req.Policy.Version,
-				req.Risk, req.Quorum.Required, approvers, req.ExpiresAt.UTC().Format(time.RFC3339))
-			if req.Policy.Error != "" {
-				policy += "; condition error: " + req.Policy.Error
-			}
-			line(e.At, "policy", policy)
+			p.requested(e.At)
 		case api.KindNotify:
-			var r contracts.NotifyReceipt
-			if json.Unmarshal(e.Data, &r) != nil {
-				continue
-			}
-			to := r.Target
-			if r.Approver != "" && r.Approver != r.Target {
-				to += " (" + r.Approver + ")"
-			}
-			text := fmt.Sprintf("%s %s to %s: %s", r.Channel, r.Kind, to, r.Status)
-			if r.Error != "" {
-				text += " — " + r.Error
-			}
-			line(e.At, "notified", text)
+			p.notified(e.At, e.Data)
 		case api.KindChanged:
-			var ch contracts.Changed
-			if json.Unmarshal(e.Data, &ch) != nil {
-				continue
-			}
-			line(e.At, changeLabel(ch.Change), changeText(&ch, votes, refused, req))
+			p.changed(e.At, e.Data)
 		case api.KindDecided:
-			var d contracts.Decided
-			if json.Unmarshal(e.Data, &d) != nil {
-				continue
-			}
-			for _, v := range rec.Votes {
-				if !announced[v.VoteID] {
-					text := v.Decision + " by " + v.Approver.ID + " via " + v.Approver.Via
-					if v.Comment != "" {
-						text += ": " + v.Comment
-					}
-					line(v.DecidedAt, "vote", text)
-				}
-			}
-			text := d.Status
-			if o := d.Outcome; o != nil {
-				text += " by " + strings.Join(o.DecidedBy, ", ")
-				if o.Comment != "" {
-					text += ": " + o.Comment
-				}
-				if len(o.Diff) > 0 {
-					text += " (arguments edited: " + compact(o.Diff) + ")"
-				}
-			}
-			line(e.At, "decided", text)
+			p.decided(e.At, e.Data)
 		}
 	}
 	if tl.Truncated {
 		fmt.Fprintln(out, "(the timeline is longer; only its start is shown)")
 	}
+}
+
+// auditPrinter writes an approval's timeline with what its record adds.
+type auditPrinter struct {
+	out     io.Writer
+	rec     *contracts.Record
+	votes   map[string]contracts.Vote        // counted, by vote id
+	refused map[string]contracts.RefusedVote // refused, by vote id
+	// announced are the votes a change event of the timeline announces.
+	announced map[string]bool
+}
+
+func newAuditPrinter(out io.Writer, rec *contracts.Record, tl api.Timeline) *auditPrinter {
+	p := &auditPrinter{out: out, rec: rec,
+		votes: map[string]contracts.Vote{}, refused: map[string]contracts.RefusedVote{}, announced: map[string]bool{}}
+	for _, v := range rec.Votes {
+		p.votes[v.VoteID] = v
+	}
+	for _, v := range rec.RefusedVotes {
+		p.refused[v.VoteID] = v
+	}
+	for _, e := range tl.Events {
+		var ch contracts.Changed
+		if e.Kind == api.KindChanged && json.Unmarshal(e.Data, &ch) == nil && ch.VoteID != "" {
+			p.announced[ch.VoteID] = true
+		}
+	}
+	return p
+}
+
+func (p *auditPrinter) line(at time.Time, what, text string) {
+	fmt.Fprintf(p.out, "%s  %-10s %s\n", at.UTC().Format("2006-01-02T15:04:05.000Z"), what, text)
+}
+
+// requested writes what was asked, by whom, and under which policy.
+func (p *auditPrinter) requested(at time.Time) {
+	req := &p.rec.Request
+	what := req.Summary
+	if req.ToolCall != nil {
+		what = fmt.Sprintf("%s %s", req.ToolCall.Name, compact(req.ToolCall.Arguments))
+	} else if req.Question != nil {
+		what = fmt.Sprintf("question %q", req.Question.Text)
+	}
+	approvers := "any approver"
+	if len(req.Quorum.Approvers) > 0 {
+		approvers = strings.Join(req.Quorum.Approvers, ", ")
+	}
+	p.line(at, "requested", fmt.Sprintf("by %s (run %s): %s", req.Run.Agent, req.Run.ID, what))
+	policy := fmt.Sprintf("rule %s, policy %s, risk %s; %d of [%s]; expires %s", req.Policy.Rule, req.Policy.Version,
+		req.Risk, req.Quorum.Required, approvers, req.ExpiresAt.UTC().Format(time.RFC3339))
+	if req.Policy.Error != "" {
+		policy += "; condition error: " + req.Policy.Error
+	}
+	p.line(at, "policy", policy)
+}
+
+// notified writes one notification's receipt.
+func (p *auditPrinter) notified(at time.Time, data json.RawMessage) {
+	var r contracts.NotifyReceipt
+	if json.Unmarshal(data, &r) != nil {
+		return
+	}
+	to := r.Target
+	if r.Approver != "" && r.Approver != r.Target {
+		to += " (" + r.Approver + ")"
+	}
+	text := fmt.Sprintf("%s %s to %s: %s", r.Channel, r.Kind, to, r.Status)
+	if r.Error != "" {
+		text += " — " + r.Error
+	}
+	p.line(at, "notified", text)
+}
+
+// changed writes one change of the record.
+func (p *auditPrinter) changed(at time.Time, data json.RawMessage) {
+	var ch contracts.Changed
+	if json.Unmarshal(data, &ch) != nil {
+		return
+	}
+	p.line(at, changeLabel(ch.Change), changeText(&ch, p.votes, p.refused, &p.rec.Request))
+}
+
+// decided writes the decision. The vote that decides is announced by the
+// decided event, not by a change of its own: it is printed, from the
+// record, just before it.
+func (p *auditPrinter) decided(at time.Time, data json.RawMessage) {
+	var d contracts.Decided
+	if json.Unmarshal(data, &d) != nil {
+		return
+	}
+	for _, v := range p.rec.Votes {
+		if !p.announced[v.VoteID] {
+			text := v.Decision + " by " + v.Approver.ID + " via " + v.Approver.Via
+			if v.Comment != "" {
+				text += ": " + v.Comment
+			}
+			p.line(v.DecidedAt, "vote", text)
+		}
+	}
+	text := d.Status
+	if o := d.Outcome; o != nil {
+		text += " by " + strings.Join(o.DecidedBy, ", ")
+		if o.Comment != "" {
+			text += ": " + o.Comment
+		}
+		if len(o.Diff) > 0 {
+			text += " (arguments edited: " + compact(o.Diff) + ")"
+		}
+	}
+	p.line(at, "decided", text)
 }
 
 func changeLabel(change string) string {

@@ -35,12 +35,15 @@ type reviewResult struct {
 	Arguments  json.RawMessage `json:"arguments"`
 }
 
-// demoScript is what the simulated fleet proposes: safe reads, a forbidden
-// shell command, and calls a human must approve.
-var demoScript = []struct {
+// demoAgent is one agent of a demo script and the calls it proposes.
+type demoAgent struct {
 	agent string
 	calls []demoCall
-}{
+}
+
+// demoScript is what the simulated fleet proposes: safe reads, a forbidden
+// shell command, and calls a human must approve.
+var demoScript = []demoAgent{
 	{"research-assistant", []demoCall{
 		{Name: "search_web", Arguments: json.RawMessage(`{"query":"EU VAT rules for SaaS invoices"}`)},
 		{Name: "read_file", Arguments: json.RawMessage(`{"path":"reports/q3-summary.md"}`)},
@@ -60,10 +63,7 @@ var demoScript = []struct {
 // fleetScript is a day in a small agent fleet, for filling the web inbox:
 // refunds, a production deploy, customer email and schema migrations, with
 // a few calls the policy lets through or forbids on the way.
-var fleetScript = []struct {
-	agent string
-	calls []demoCall
-}{
+var fleetScript = []demoAgent{
 	{"billing-refunds", []demoCall{
 		{Name: "get_invoice", Arguments: json.RawMessage(`{"invoice":"INV-2026-0412"}`)},
 		{Name: "payments.refund", Arguments: json.RawMessage(`{"amount":48,"currency":"EUR","recipient":"Jane Doe","reference":"CASE-88412","reason":"charged twice for the March plan"}`)},
@@ -109,11 +109,6 @@ func cmdDemo(args []string, out io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	d := &demo{c: c, out: out, claimID: "demo-" + uuid.NewString()}
-	type runState struct {
-		agent string
-		run   map[string]any
-		calls []demoCall
-	}
 	script, name := demoScript, "demo"
 	if *fleet {
 		script, name, *noWait = fleetScript, "fleet", true
@@ -124,47 +119,10 @@ func cmdDemo(args []string, out io.Writer) error {
 	} else {
 		fmt.Fprintf(out, "Demo session %s: run the demo again with --session %s to re-attach to its approvals.\n\n", sess, sess)
 	}
-	var runs []runState
-	for round := 0; round < *rounds; round++ {
-		for i, s := range script {
-			// Stable run ids: the same session, round and place give the
-			// same run, so reviewing it again re-attaches (DESIGN §2).
-			runID := fmt.Sprintf("%s-%s-%d-%d", name, sess, round+1, i+1)
-			calls := make([]demoCall, len(s.calls))
-			for j, call := range s.calls {
-				call.ID = fmt.Sprintf("call-%d", j+1)
-				calls[j] = call
-			}
-			runs = append(runs, runState{agent: s.agent, calls: calls, run: map[string]any{
-				"id": runID, "agent": s.agent, "requested_by": "demo-user", "tenant": "demo",
-			}})
-		}
-	}
-	pending := 0
-	for _, r := range runs {
-		var ans struct {
-			Results []reviewResult `json:"results"`
-		}
-		if err := d.retry(ctx, func() error {
-			_, err := c.do(ctx, "POST", "/v1/reviews", map[string]any{"run": r.run, "tool_calls": r.calls}, &ans)
-			return err
-		}); err != nil {
-			return quietOnInterrupt(ctx, err)
-		}
-		for i, res := range ans.Results {
-			fmt.Fprintf(out, "%-18s %-16s → %s", r.agent, r.calls[i].Name, res.Verdict)
-			switch res.Verdict {
-			case "allowed":
-				fmt.Fprintf(out, " (rule %s) — runs now\n", res.Rule)
-			case "denied":
-				fmt.Fprintf(out, " (rule %s): %s\n", res.Rule, res.Reason)
-			case "pending":
-				pending++
-				fmt.Fprintf(out, " — waiting for a human: countersign approvals approve %s\n", res.EventID)
-			default:
-				fmt.Fprintf(out, " %s\n", res.Reason)
-			}
-		}
+	runs := demoRuns(script, name, sess, *rounds)
+	pending, err := d.propose(ctx, runs)
+	if err != nil {
+		return quietOnInterrupt(ctx, err)
 	}
 	if pending > 0 {
 		fmt.Fprintf(out, "\nInbox: %s/ (sign in with an approver's API token)\n", c.url)
@@ -175,57 +133,136 @@ func cmdDemo(args []string, out io.Writer) error {
 	fmt.Fprintf(out, "\n%d call(s) wait for a decision. Approve or reject them in the inbox, with the CLI or the API; Ctrl-C stops the demo,\n"+
 		"and running it again picks up where it stopped. The demo keeps waiting while the server restarts.\n\n", pending)
 	for _, r := range runs {
-		for {
-			var ans struct {
-				Results []reviewResult `json:"results"`
-			}
-			// Reviewing the same run and tool call ids again re-attaches to the
-			// same approvals; ?wait blocks until they are decided.
-			if err := d.retry(ctx, func() error {
-				_, err := c.do(ctx, "POST", "/v1/reviews?wait=60s", map[string]any{"run": r.run, "tool_calls": r.calls}, &ans)
-				return err
-			}); err != nil {
-				return quietOnInterrupt(ctx, err)
-			}
-			done := true
-			for _, res := range ans.Results {
-				if res.Verdict == "pending" {
-					done = false
-				}
-			}
-			if !done {
-				continue
-			}
-			for i, res := range ans.Results {
-				if res.EventID == "" {
-					continue
-				}
-				fmt.Fprintf(out, "%-18s %-16s → %s", r.agent, r.calls[i].Name, res.Verdict)
-				if res.Verdict == "allowed" {
-					// Claim right before running: once, whatever retries it takes.
-					err := d.retry(ctx, func() error {
-						_, err := c.do(ctx, "POST", "/v1/approvals/"+url.PathEscape(res.EventID)+"/claim", map[string]any{"claim_id": d.claimID}, nil)
-						return err
-					})
-					if err != nil {
-						if ctx.Err() != nil {
-							return nil
-						}
-						fmt.Fprintf(out, " — not run: %v\n", err)
-						continue
-					}
-					fmt.Fprintf(out, " — claimed and executed with %s at %s\n", string(res.Arguments), time.Now().Format(time.TimeOnly))
-					continue
-				}
-				if res.Reason != "" {
-					fmt.Fprintf(out, ": %s", res.Reason)
-				}
-				fmt.Fprintln(out)
-			}
-			break
+		results, err := d.awaitDecided(ctx, r)
+		if err != nil {
+			return quietOnInterrupt(ctx, err)
+		}
+		if !d.execute(ctx, r, results) {
+			return nil
 		}
 	}
 	return nil
+}
+
+// demoRun is one run the demo reviews.
+type demoRun struct {
+	agent string
+	run   map[string]any
+	calls []demoCall
+}
+
+// demoRuns are the script's runs, rounds times over.
+func demoRuns(script []demoAgent, name, sess string, rounds int) []demoRun {
+	var runs []demoRun
+	for round := 0; round < rounds; round++ {
+		for i, s := range script {
+			// Stable run ids: the same session, round and place give the
+			// same run, so reviewing it again re-attaches (DESIGN §2).
+			runID := fmt.Sprintf("%s-%s-%d-%d", name, sess, round+1, i+1)
+			calls := make([]demoCall, len(s.calls))
+			for j, call := range s.calls {
+				call.ID = fmt.Sprintf("call-%d", j+1)
+				calls[j] = call
+			}
+			runs = append(runs, demoRun{agent: s.agent, calls: calls, run: map[string]any{
+				"id": runID, "agent": s.agent, "requested_by": "demo-user", "tenant": "demo",
+			}})
+		}
+	}
+	return runs
+}
+
+// review posts the run for review; query is added to the path.
+func (d *demo) review(ctx context.Context, r demoRun, query string) ([]reviewResult, error) {
+	var ans struct {
+		Results []reviewResult `json:"results"`
+	}
+	err := d.retry(ctx, func() error {
+		_, err := d.c.do(ctx, "POST", "/v1/reviews"+query, map[string]any{"run": r.run, "tool_calls": r.calls}, &ans)
+		return err
+	})
+	return ans.Results, err
+}
+
+// propose reviews every run once and prints each call's verdict; it
+// returns how many calls wait for a human.
+func (d *demo) propose(ctx context.Context, runs []demoRun) (int, error) {
+	pending := 0
+	for _, r := range runs {
+		results, err := d.review(ctx, r, "")
+		if err != nil {
+			return pending, err
+		}
+		for i, res := range results {
+			fmt.Fprintf(d.out, "%-18s %-16s → %s", r.agent, r.calls[i].Name, res.Verdict)
+			switch res.Verdict {
+			case "allowed":
+				fmt.Fprintf(d.out, " (rule %s) — runs now\n", res.Rule)
+			case "denied":
+				fmt.Fprintf(d.out, " (rule %s): %s\n", res.Rule, res.Reason)
+			case "pending":
+				pending++
+				fmt.Fprintf(d.out, " — waiting for a human: countersign approvals approve %s\n", res.EventID)
+			default:
+				fmt.Fprintf(d.out, " %s\n", res.Reason)
+			}
+		}
+	}
+	return pending, nil
+}
+
+// awaitDecided reviews the run again until no call is pending. Reviewing
+// the same run and tool call ids again re-attaches to the same approvals;
+// ?wait blocks until they are decided.
+func (d *demo) awaitDecided(ctx context.Context, r demoRun) ([]reviewResult, error) {
+	for {
+		results, err := d.review(ctx, r, "?wait=60s")
+		if err != nil {
+			return nil, err
+		}
+		done := true
+		for _, res := range results {
+			if res.Verdict == "pending" {
+				done = false
+			}
+		}
+		if done {
+			return results, nil
+		}
+	}
+}
+
+// execute prints the verdicts of the run's gated calls and claims and
+// runs each allowed one. It reports false when ctx ended.
+func (d *demo) execute(ctx context.Context, r demoRun, results []reviewResult) bool {
+	out := d.out
+	for i, res := range results {
+		if res.EventID == "" {
+			continue
+		}
+		fmt.Fprintf(out, "%-18s %-16s → %s", r.agent, r.calls[i].Name, res.Verdict)
+		if res.Verdict == "allowed" {
+			// Claim right before running: once, whatever retries it takes.
+			err := d.retry(ctx, func() error {
+				_, err := d.c.do(ctx, "POST", "/v1/approvals/"+url.PathEscape(res.EventID)+"/claim", map[string]any{"claim_id": d.claimID}, nil)
+				return err
+			})
+			if err != nil {
+				if ctx.Err() != nil {
+					return false
+				}
+				fmt.Fprintf(out, " — not run: %v\n", err)
+				continue
+			}
+			fmt.Fprintf(out, " — claimed and executed with %s at %s\n", string(res.Arguments), time.Now().Format(time.TimeOnly))
+			continue
+		}
+		if res.Reason != "" {
+			fmt.Fprintf(out, ": %s", res.Reason)
+		}
+		fmt.Fprintln(out)
+	}
+	return true
 }
 
 // fileDemoSession keeps the demo's session under the data directory.

@@ -33,6 +33,14 @@ type policyInfo struct {
 	DirectoryGroups []string `json:"directory_groups"`
 }
 
+// policySubs are the policy subcommands.
+var policySubs = map[string]func(fs *flagSet, args []string, out io.Writer) error{
+	"lint":  cmdPolicyLint,
+	"test":  cmdPolicyTest,
+	"apply": cmdPolicyApply,
+	"show":  cmdPolicyShow,
+}
+
 func cmdPolicy(args []string, out io.Writer) error {
 	if len(args) > 0 && isHelp(args[0]) {
 		fmt.Fprint(out, usageText("policy"))
@@ -42,117 +50,126 @@ func cmdPolicy(args []string, out io.Writer) error {
 		return errors.New("policy: want lint, test, apply or show (see 'countersign policy --help')")
 	}
 	sub, args := args[0], args[1:]
-	fs := newFlagSet("policy "+sub, out)
-	switch sub {
-	case "lint":
-		strict := fs.Bool("strict", false, "fail on warnings too")
-		dirFile := fs.String("directory", "", "approver directory file: groups it lists members of are not unknown (default: ask the server, when one is configured)")
-		newClient := clientFlags(fs.FlagSet)
-		if err := fs.Parse(reorderFlags(fs.FlagSet, args)); err != nil {
-			return err
-		}
-		if fs.NArg() == 0 {
-			return errors.New("policy lint: want one or more policy files")
-		}
-		var groups func(string) bool
-		if *dirFile != "" {
-			d, err := directory.Load(*dirFile)
-			if err != nil {
-				fmt.Fprintln(out, err)
-				return exitError(1)
-			}
-			groups = func(g string) bool { return len(d.Members(g)) > 0 }
-		} else if serverConfigured(fs.FlagSet) {
-			groups = serverGroups(out, newClient)
-		}
-		return policyLint(out, fs.Args(), *strict, groups)
-	case "test":
-		verbose := fs.Bool("v", false, "explain every case, rule by rule")
-		if err := fs.Parse(reorderFlags(fs.FlagSet, args)); err != nil {
-			return err
-		}
-		if fs.NArg() != 2 {
-			return errors.New("policy test: want a policy file and a cases file")
-		}
-		return policyTest(out, fs.Arg(0), fs.Arg(1), *verbose)
-	case "apply":
-		newClient := clientFlags(fs.FlagSet)
-		dryRun := fs.Bool("dry-run", false, "validate on the server without applying")
-		if err := fs.Parse(reorderFlags(fs.FlagSet, args)); err != nil {
-			return err
-		}
-		if fs.NArg() != 1 {
-			return errors.New("policy apply: want one policy file")
-		}
-		source, err := os.ReadFile(fs.Arg(0))
+	run, ok := policySubs[sub]
+	if !ok {
+		return fmt.Errorf("policy: unknown command %q (want lint, test, apply or show)", sub)
+	}
+	return run(newFlagSet("policy "+sub, out), args, out)
+}
+
+func cmdPolicyLint(fs *flagSet, args []string, out io.Writer) error {
+	strict := fs.Bool("strict", false, "fail on warnings too")
+	dirFile := fs.String("directory", "", "approver directory file: groups it lists members of are not unknown (default: ask the server, when one is configured)")
+	newClient := clientFlags(fs.FlagSet)
+	if err := fs.Parse(reorderFlags(fs.FlagSet, args)); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		return errors.New("policy lint: want one or more policy files")
+	}
+	var groups func(string) bool
+	if *dirFile != "" {
+		d, err := directory.Load(*dirFile)
 		if err != nil {
-			return err
-		}
-		// Refuse locally what the server would refuse, with the file name.
-		if errs := problemsOf(policy.Lint(source), "error"); len(errs) > 0 {
-			printProblems(out, fs.Arg(0), errs)
+			fmt.Fprintln(out, err)
 			return exitError(1)
 		}
-		c, err := newClient()
-		if err != nil {
-			return err
-		}
-		path := "/v1/policy"
-		if *dryRun {
-			path += "?" + url.Values{"dry_run": {"1"}}.Encode()
-		}
-		var ans policyInfo
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if _, err := c.send(ctx, "POST", path, "application/yaml", source, &ans); err != nil {
-			return err
-		}
-		printProblems(out, fs.Arg(0), ans.Warnings)
-		switch {
-		case *dryRun:
-			fmt.Fprintf(out, "Policy version %s is valid; nothing was applied.\n", ans.Version)
-		case ans.Changed != nil && !*ans.Changed:
-			fmt.Fprintf(out, "Policy version %s is already live; nothing changed.\n", ans.Version)
-		default:
-			fmt.Fprintf(out, "Applied policy version %s (revision %d). Every orchestrator switches to it now; pending approvals keep their rules.\n",
-				ans.Version, ans.Revision)
-		}
-		return nil
-	case "show":
-		newClient := clientFlags(fs.FlagSet)
-		source := fs.Bool("source", false, "print the policy's YAML source")
-		jsonOut := fs.Bool("json", false, "print the API's JSON")
-		if err := fs.Parse(args); err != nil {
-			return err
-		}
-		c, err := newClient()
-		if err != nil {
-			return err
-		}
-		path := "/v1/policy"
-		if *source || *jsonOut {
-			path += "?source=1"
-		}
-		var ans policyInfo
-		if _, err := c.do(context.Background(), "GET", path, nil, &ans); err != nil {
-			return err
-		}
-		if *jsonOut {
-			return printJSON(out, ans)
-		}
-		if *source {
-			_, err := io.WriteString(out, ans.Source)
-			return err
-		}
-		if !ans.Live {
-			fmt.Fprintf(out, "Version:    %s (the policy the server started with; none applied yet)\n", ans.Version)
-			return nil
-		}
-		fmt.Fprintf(out, "Version:    %s\nApplied:    %s by %s\nRevision:   %d\nSHA-256:    %s\n",
-			ans.Version, ans.AppliedAt.Local().Format(time.RFC3339), ans.AppliedBy, ans.Revision, ans.SHA256)
+		groups = func(g string) bool { return len(d.Members(g)) > 0 }
+	} else if serverConfigured(fs.FlagSet) {
+		groups = serverGroups(out, newClient)
+	}
+	return policyLint(out, fs.Args(), *strict, groups)
+}
+
+func cmdPolicyTest(fs *flagSet, args []string, out io.Writer) error {
+	verbose := fs.Bool("v", false, "explain every case, rule by rule")
+	if err := fs.Parse(reorderFlags(fs.FlagSet, args)); err != nil {
+		return err
+	}
+	if fs.NArg() != 2 {
+		return errors.New("policy test: want a policy file and a cases file")
+	}
+	return policyTest(out, fs.Arg(0), fs.Arg(1), *verbose)
+}
+
+func cmdPolicyApply(fs *flagSet, args []string, out io.Writer) error {
+	newClient := clientFlags(fs.FlagSet)
+	dryRun := fs.Bool("dry-run", false, "validate on the server without applying")
+	if err := fs.Parse(reorderFlags(fs.FlagSet, args)); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return errors.New("policy apply: want one policy file")
+	}
+	source, err := os.ReadFile(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	// Refuse locally what the server would refuse, with the file name.
+	if errs := problemsOf(policy.Lint(source), "error"); len(errs) > 0 {
+		printProblems(out, fs.Arg(0), errs)
+		return exitError(1)
+	}
+	c, err := newClient()
+	if err != nil {
+		return err
+	}
+	path := "/v1/policy"
+	if *dryRun {
+		path += "?" + url.Values{"dry_run": {"1"}}.Encode()
+	}
+	var ans policyInfo
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := c.send(ctx, "POST", path, "application/yaml", source, &ans); err != nil {
+		return err
+	}
+	printProblems(out, fs.Arg(0), ans.Warnings)
+	switch {
+	case *dryRun:
+		fmt.Fprintf(out, "Policy version %s is valid; nothing was applied.\n", ans.Version)
+	case ans.Changed != nil && !*ans.Changed:
+		fmt.Fprintf(out, "Policy version %s is already live; nothing changed.\n", ans.Version)
+	default:
+		fmt.Fprintf(out, "Applied policy version %s (revision %d). Every orchestrator switches to it now; pending approvals keep their rules.\n",
+			ans.Version, ans.Revision)
+	}
+	return nil
+}
+
+func cmdPolicyShow(fs *flagSet, args []string, out io.Writer) error {
+	newClient := clientFlags(fs.FlagSet)
+	source := fs.Bool("source", false, "print the policy's YAML source")
+	jsonOut := fs.Bool("json", false, "print the API's JSON")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	c, err := newClient()
+	if err != nil {
+		return err
+	}
+	path := "/v1/policy"
+	if *source || *jsonOut {
+		path += "?source=1"
+	}
+	var ans policyInfo
+	if _, err := c.do(context.Background(), "GET", path, nil, &ans); err != nil {
+		return err
+	}
+	if *jsonOut {
+		return printJSON(out, ans)
+	}
+	if *source {
+		_, err := io.WriteString(out, ans.Source)
+		return err
+	}
+	if !ans.Live {
+		fmt.Fprintf(out, "Version:    %s (the policy the server started with; none applied yet)\n", ans.Version)
 		return nil
 	}
-	return fmt.Errorf("policy: unknown command %q (want lint, test, apply or show)", sub)
+	fmt.Fprintf(out, "Version:    %s\nApplied:    %s by %s\nRevision:   %d\nSHA-256:    %s\n",
+		ans.Version, ans.AppliedAt.Local().Format(time.RFC3339), ans.AppliedBy, ans.Revision, ans.SHA256)
+	return nil
 }
 
 // serverConfigured reports whether the command is pointed at a server:

@@ -423,7 +423,41 @@ func policyName(p string) string {
 // one connection per role, each as its own NATS user.
 func connect(cfg serveConfig, log *slog.Logger) (*conns, error) {
 	cs := &conns{denied: newPermLog()}
-	opts := []nats.Option{
+	opts := natsOptions(cs, log)
+	if cfg.NATS.URL != "" {
+		return connectExternal(cfg, cs, opts)
+	}
+	users, err := loadOrCreateUsers(filepath.Join(cfg.Data, fileNATSUsers))
+	if err != nil {
+		return nil, err
+	}
+	ec, err := embeddedConfig(cfg, users, log)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := embedded.Start(ec)
+	if err != nil {
+		return nil, fmt.Errorf("serve: embedded NATS: %w", err)
+	}
+	cs.srv = srv
+	cs.natsURL = srv.ClientURL()
+	if err := connectRoles(cs, users, opts); err != nil {
+		cs.close()
+		return nil, err
+	}
+	if cs.natsURL != "" {
+		if err := writeResolver(cfg, cs.natsURL, roleUser(users, embedded.RoleResolver)); err != nil {
+			cs.close()
+			return nil, err
+		}
+	}
+	return cs, nil
+}
+
+// natsOptions are every connection's options: reconnect for ever, and log
+// asynchronous errors, noting permission denials in cs.denied.
+func natsOptions(cs *conns, log *slog.Logger) []nats.Option {
+	return []nats.Option{
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.ErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
@@ -435,25 +469,30 @@ func connect(cfg serveConfig, log *slog.Logger) (*conns, error) {
 			log.Warn("nats async error", "connection", nc.Opts.Name, "subject", subj, "err", err)
 		}),
 	}
-	if cfg.NATS.URL != "" {
-		o := append(opts, nats.Name("countersign"))
-		if cfg.NATS.CredsFile != "" {
-			o = append(o, nats.UserCredentials(cfg.NATS.CredsFile))
-		} else if cfg.NATS.User != "" {
-			o = append(o, nats.UserInfo(cfg.NATS.User, cfg.NATS.Password))
-		}
-		nc, err := nats.Connect(cfg.NATS.URL, o...)
-		if err != nil {
-			return nil, fmt.Errorf("serve: connect %s: %w", redactURLs(cfg.NATS.URL), err)
-		}
-		cs.admin, cs.arbiter, cs.api, cs.notifier = nc, nc, nc, nc
-		cs.all = []*nats.Conn{nc}
-		return cs, nil
+}
+
+// connectExternal dials the configured NATS once; every role shares the
+// connection.
+func connectExternal(cfg serveConfig, cs *conns, opts []nats.Option) (*conns, error) {
+	o := append(opts, nats.Name("countersign"))
+	if cfg.NATS.CredsFile != "" {
+		o = append(o, nats.UserCredentials(cfg.NATS.CredsFile))
+	} else if cfg.NATS.User != "" {
+		o = append(o, nats.UserInfo(cfg.NATS.User, cfg.NATS.Password))
 	}
-	users, err := loadOrCreateUsers(filepath.Join(cfg.Data, fileNATSUsers))
+	nc, err := nats.Connect(cfg.NATS.URL, o...)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("serve: connect %s: %w", redactURLs(cfg.NATS.URL), err)
 	}
+	cs.admin, cs.arbiter, cs.api, cs.notifier = nc, nc, nc, nc
+	cs.all = []*nats.Conn{nc}
+	return cs, nil
+}
+
+// embeddedConfig is the embedded server's configuration: its store under
+// the data directory, the role users, and where it listens (nowhere when
+// nats.listen is off or empty).
+func embeddedConfig(cfg serveConfig, users []embedded.User, log *slog.Logger) (embedded.Config, error) {
 	ec := embedded.Config{
 		StoreDir:   filepath.Join(cfg.Data, dirJetStream),
 		SyncAlways: cfg.NATS.Sync == "always",
@@ -463,57 +502,56 @@ func connect(cfg serveConfig, log *slog.Logger) (*conns, error) {
 	}
 	if cfg.NATS.Listen == "off" || cfg.NATS.Listen == "" {
 		ec.NoListen = true
-	} else {
-		host, port, err := net.SplitHostPort(cfg.NATS.Listen)
-		if err != nil {
-			return nil, fmt.Errorf("config: nats.listen: %w", err)
-		}
-		p, err := strconv.Atoi(port)
-		if err != nil {
-			return nil, fmt.Errorf("config: nats.listen: bad port %q", port)
-		}
-		if p == 0 {
-			p = -1
-		}
-		ec.Host, ec.Port = host, p
+		return ec, nil
 	}
-	srv, err := embedded.Start(ec)
+	host, port, err := net.SplitHostPort(cfg.NATS.Listen)
 	if err != nil {
-		return nil, fmt.Errorf("serve: embedded NATS: %w", err)
+		return ec, fmt.Errorf("config: nats.listen: %w", err)
 	}
-	cs.srv = srv
-	cs.natsURL = srv.ClientURL()
-	user := func(r embedded.Role) embedded.User {
-		for _, u := range users {
-			if u.Role == r {
-				return u
-			}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return ec, fmt.Errorf("config: nats.listen: bad port %q", port)
+	}
+	if p == 0 {
+		p = -1
+	}
+	ec.Host, ec.Port = host, p
+	return ec, nil
+}
+
+// roleUser is the user of role r, or the zero user.
+func roleUser(users []embedded.User, r embedded.Role) embedded.User {
+	for _, u := range users {
+		if u.Role == r {
+			return u
 		}
-		return embedded.User{}
 	}
+	return embedded.User{}
+}
+
+// connectRoles opens one connection to the embedded server per role, as
+// the role's user.
+func connectRoles(cs *conns, users []embedded.User, opts []nats.Option) error {
 	for _, x := range []struct {
 		dst  **nats.Conn
 		role embedded.Role
 	}{{&cs.admin, embedded.RoleAdmin}, {&cs.arbiter, embedded.RoleArbiter}, {&cs.api, embedded.RoleAPI}, {&cs.notifier, embedded.RoleNotifier}} {
-		nc, err := srv.Connect(user(x.role), append(opts, nats.Name("countersign-"+string(x.role)))...)
+		nc, err := cs.srv.Connect(roleUser(users, x.role), append(opts, nats.Name("countersign-"+string(x.role)))...)
 		if err != nil {
-			cs.close()
-			return nil, fmt.Errorf("serve: connect as %s: %w", x.role, err)
+			return fmt.Errorf("serve: connect as %s: %w", x.role, err)
 		}
 		*x.dst = nc
 		cs.all = append(cs.all, nc)
 	}
-	if cs.natsURL != "" {
-		r := user(embedded.RoleResolver)
-		if err := writeJSON(filepath.Join(cfg.Data, fileResolver), map[string]string{
-			"url": cs.natsURL, "user": r.Name, "password": r.Password,
-			"note": "NATS user for trusted resolvers: may publish votes on hitl.approval.resolved.> and read hitl_approvals; cannot write records.",
-		}, 0o600); err != nil {
-			cs.close()
-			return nil, err
-		}
-	}
-	return cs, nil
+	return nil
+}
+
+// writeResolver writes where and as whom trusted resolvers connect.
+func writeResolver(cfg serveConfig, natsURL string, r embedded.User) error {
+	return writeJSON(filepath.Join(cfg.Data, fileResolver), map[string]string{
+		"url": natsURL, "user": r.Name, "password": r.Password,
+		"note": "NATS user for trusted resolvers: may publish votes on hitl.approval.resolved.> and read hitl_approvals; cannot write records.",
+	}, 0o600)
 }
 
 // loadOrCreateUsers keeps the embedded server's per-role users under the

@@ -168,30 +168,59 @@ func Start(ctx context.Context, cfg Config) (*Harness, error) {
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
 	h.hook = newReceiver(key)
-
-	c, err := startCluster(ctx, 3, func(i int) string { return filepath.Join(cfg.Dir, fmt.Sprintf("nats-%d", i+1)) })
-	if err != nil {
-		h.hook.close()
+	if err := h.setUp(ctx, key); err != nil {
+		h.Close()
 		return nil, err
+	}
+	h.started = time.Now()
+	return h, nil
+}
+
+// setUp starts the cluster, provisions it, writes the configuration and
+// starts every role; the caller closes h when it fails.
+func (h *Harness) setUp(ctx context.Context, hookKey []byte) error {
+	if err := h.startBus(ctx); err != nil {
+		return err
+	}
+	confPath, err := h.writeConfig(hookKey)
+	if err != nil {
+		return err
+	}
+	policyPath, err := h.writePolicy()
+	if err != nil {
+		return err
+	}
+	common := []string{"--config", confPath, "--policy", policyPath}
+	if err := h.newProcs(common); err != nil {
+		return err
+	}
+	return h.startProcs(ctx)
+}
+
+// startBus starts the 3-node cluster, connects the harness to it and
+// provisions the streams and buckets with three replicas.
+func (h *Harness) startBus(ctx context.Context) error {
+	c, err := startCluster(ctx, 3, func(i int) string { return filepath.Join(h.cfg.Dir, fmt.Sprintf("nats-%d", i+1)) })
+	if err != nil {
+		return err
 	}
 	h.cluster = c
 	if h.nc, err = c.connect("chaos-harness"); err != nil {
-		h.Close()
-		return nil, err
+		return err
 	}
 	if h.js, err = jetstream.New(h.nc); err != nil {
-		h.Close()
-		return nil, err
+		return err
 	}
 	pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	if err := waitFor(pctx, 60*time.Second, "provisioning", func(ctx context.Context) error {
+	return waitFor(pctx, 60*time.Second, "provisioning", func(ctx context.Context) error {
 		return events.Provision(ctx, h.js, events.ProvisionConfig{Replicas: 3})
-	}); err != nil {
-		h.Close()
-		return nil, err
-	}
+	})
+}
 
+// writeConfig writes the roles' configuration: the cluster, a token per
+// agent and approver, and the webhook to the harness's receiver.
+func (h *Harness) writeConfig(hookKey []byte) (string, error) {
 	var tokens []map[string]any
 	addToken := func(subject string, roles ...string) {
 		t := randomToken("cs_chaos_")
@@ -204,23 +233,25 @@ func Start(ctx context.Context, cfg Config) (*Harness, error) {
 		addToken(a, "approver")
 	}
 	conf := map[string]any{
-		"nats":   map[string]any{"url": c.urls(), "user": natsUser, "password": natsPassword, "replicas": 3},
+		"nats":   map[string]any{"url": h.cluster.urls(), "user": natsUser, "password": natsPassword, "replicas": 3},
 		"tokens": tokens,
 		"notify": map[string]any{
 			"webhooks": []map[string]any{{
 				"name": "chaos", "url": h.hook.srv.URL + "/hook",
-				"secrets": []string{"whsec_" + base64.StdEncoding.EncodeToString(key)}, "timeout": "5s",
+				"secrets": []string{"whsec_" + base64.StdEncoding.EncodeToString(hookKey)}, "timeout": "5s",
 			}},
 			"retry": map[string]any{"attempts": 30, "initial": "200ms", "max": "2s"},
 		},
 	}
 	confJSON, _ := json.MarshalIndent(conf, "", "  ") // JSON is YAML
-	confPath := filepath.Join(cfg.Dir, "countersign.yaml")
-	if err := os.WriteFile(confPath, confJSON, 0o600); err != nil {
-		h.Close()
-		return nil, err
-	}
-	policyPath := filepath.Join(cfg.Dir, "policy.yaml")
+	confPath := filepath.Join(h.cfg.Dir, "countersign.yaml")
+	return confPath, os.WriteFile(confPath, confJSON, 0o600)
+}
+
+// writePolicy writes the chaos policy: every chaos tool needs a quorum of
+// the API and NATS approvers, with veto.
+func (h *Harness) writePolicy() (string, error) {
+	policyPath := filepath.Join(h.cfg.Dir, "policy.yaml")
 	all := append(append([]string{}, apiApprovers...), natsApprovers...)
 	pol := fmt.Sprintf(`version: "chaos-1"
 default: require_approval
@@ -234,21 +265,20 @@ rules:
     timeout: 1h
     channels: ["webhook:chaos"]
 `, strings.Join(all, ", "), quorum)
-	if err := os.WriteFile(policyPath, []byte(pol), 0o600); err != nil {
-		h.Close()
-		return nil, err
-	}
-	common := []string{"--config", confPath, "--policy", policyPath}
+	return policyPath, os.WriteFile(policyPath, []byte(pol), 0o600)
+}
+
+// newProcs prepares two replicas of every role.
+func (h *Harness) newProcs(common []string) error {
 	for _, role := range []string{"arbiter", "api", "notifier"} {
 		for i := 1; i <= 2; i++ {
 			level := "info"
 			if role == "notifier" {
 				level = "debug"
 			}
-			p, err := newProc(cfg.Binary, role, i, cfg.Dir, append(slices.Clone(common), "--log-level", level))
+			p, err := newProc(h.cfg.Binary, role, i, h.cfg.Dir, append(slices.Clone(common), "--log-level", level))
 			if err != nil {
-				h.Close()
-				return nil, err
+				return err
 			}
 			h.procs = append(h.procs, p)
 			if role == "api" {
@@ -256,13 +286,16 @@ rules:
 			}
 		}
 	}
-	// The first api replica stores the policy; start it alone so the
-	// others find it live.
+	return nil
+}
+
+// startProcs starts every replica. The first api replica stores the
+// policy; it starts alone so the others find it live.
+func (h *Harness) startProcs(ctx context.Context) error {
 	sctx, scancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer scancel()
 	if err := h.apis[0].start(sctx); err != nil {
-		h.Close()
-		return nil, err
+		return err
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, len(h.procs))
@@ -277,12 +310,7 @@ rules:
 		}()
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		h.Close()
-		return nil, err
-	}
-	h.started = time.Now()
-	return h, nil
+	return errors.Join(errs...)
 }
 
 // Close stops every process and node.

@@ -32,28 +32,8 @@ func (h *Harness) Run(ctx context.Context) Result {
 	defer stopFinish()
 
 	var count atomic.Int64
-	var agents, bots, voters sync.WaitGroup
-	for i := range h.cfg.Agents {
-		agents.Add(1)
-		go func() {
-			defer agents.Done()
-			h.agent(load, finish, i+1, &count)
-		}()
-	}
-	bots.Add(1)
-	go func() {
-		defer bots.Done()
-		h.bot(finish, &voters)
-	}()
-	faultCtx, stopFaults := context.WithTimeout(ctx, h.cfg.Duration)
-	defer stopFaults()
-	faultsDone := make(chan struct{})
-	go func() {
-		defer close(faultsDone)
-		h.faultLoop(faultCtx)
-	}()
-	<-faultCtx.Done()
-	<-faultsDone
+	w := h.startWorkers(load, finish, &count)
+	h.faultPhase(ctx)
 	h.logf("fault phase over after %s; %d requests so far", time.Since(h.started).Round(time.Millisecond), count.Load())
 
 	if h.cfg.QuorumChecks {
@@ -63,6 +43,52 @@ func (h *Harness) Run(ctx context.Context) Result {
 
 	// Quiesce: everything runs again; pending work gets a bounded time.
 	h.logf("quiescing")
+	h.restartAll(ctx)
+	h.waitWorkers(w, stopFinish)
+	h.waitSettled(ctx)
+	return h.check(ctx)
+}
+
+// workers are the goroutines that make load: agents making requests, the
+// bot deciding on them and the voters it starts.
+type workers struct {
+	agents, bots, voters sync.WaitGroup
+}
+
+// startWorkers starts the agents, which make new requests until load ends
+// and finish what they have until finish ends, and the bot.
+func (h *Harness) startWorkers(load, finish context.Context, count *atomic.Int64) *workers {
+	w := &workers{}
+	for i := range h.cfg.Agents {
+		w.agents.Add(1)
+		go func() {
+			defer w.agents.Done()
+			h.agent(load, finish, i+1, count)
+		}()
+	}
+	w.bots.Add(1)
+	go func() {
+		defer w.bots.Done()
+		h.bot(finish, &w.voters)
+	}()
+	return w
+}
+
+// faultPhase injects faults for the configured duration.
+func (h *Harness) faultPhase(ctx context.Context) {
+	faultCtx, stopFaults := context.WithTimeout(ctx, h.cfg.Duration)
+	defer stopFaults()
+	faultsDone := make(chan struct{})
+	go func() {
+		defer close(faultsDone)
+		h.faultLoop(faultCtx)
+	}()
+	<-faultCtx.Done()
+	<-faultsDone
+}
+
+// restartAll starts every NATS node and process that is down.
+func (h *Harness) restartAll(ctx context.Context) {
 	for _, nd := range h.cluster.nodes {
 		if !nd.running() {
 			if err := nd.start(); err != nil {
@@ -78,9 +104,14 @@ func (h *Harness) Run(ctx context.Context) Result {
 			}
 		}
 	}
+}
+
+// waitWorkers gives the agents and the votes still planned the quiesce
+// time to finish, then stops them and waits for them to return.
+func (h *Harness) waitWorkers(w *workers, stopFinish context.CancelFunc) {
 	deadline := time.Now().Add(h.cfg.Quiesce)
 	agentsDone := make(chan struct{})
-	go func() { agents.Wait(); close(agentsDone) }()
+	go func() { w.agents.Wait(); close(agentsDone) }()
 	select {
 	case <-agentsDone:
 	case <-time.After(time.Until(deadline)):
@@ -89,7 +120,7 @@ func (h *Harness) Run(ctx context.Context) Result {
 	// Votes still planned on decided requests are sent too: a vote after
 	// the decision must be recorded as refused.
 	votersDone := make(chan struct{})
-	go func() { voters.Wait(); close(votersDone) }()
+	go func() { w.voters.Wait(); close(votersDone) }()
 	select {
 	case <-votersDone:
 	case <-time.After(time.Until(deadline)):
@@ -97,8 +128,13 @@ func (h *Harness) Run(ctx context.Context) Result {
 	}
 	stopFinish()
 	<-agentsDone
-	bots.Wait()
+	w.bots.Wait()
 	<-votersDone
+}
+
+// waitSettled waits until the cluster is healthy, the arbiter has handled
+// every request and vote, and the notifications went out.
+func (h *Harness) waitSettled(ctx context.Context) {
 	if err := h.waitHealthy(ctx); err != nil {
 		h.problems.add("quiesce: cluster not healthy: %v", err)
 	}
@@ -113,7 +149,6 @@ func (h *Harness) Run(ctx context.Context) Result {
 	}
 	h.waitNotifications(time.Now().Add(60 * time.Second))
 	h.checkAlive()
-	return h.check(ctx)
 }
 
 // quorumChecks stops one NATS node and runs a full cycle (review, votes
@@ -301,17 +336,59 @@ func (h *Harness) check(ctx context.Context) Result {
 	return h.result(records, decided)
 }
 
+// result checks the invariants over what the run recorded and the records
+// and decided events read back, and writes the summary.
 func (h *Harness) result(records map[string]*contracts.Record, decided map[string]uint64) Result {
+	s := h.snapshot()
+	t := tally{statuses: map[string]int{}}
+	h.checkRequests(s.requests, s.votes, records, &t)
+	h.checkDecided(records, decided, &t)
+	h.checkExecutions(s.execs, records)
+	h.checkVotes(s.votes, records, &t)
+	h.checkWebhooks(records, &t)
+	probs := h.problems.all()
+	return Result{Problems: probs, Summary: h.summary(s, records, t, probs)}
+}
+
+// snapshot is a copy of what the run recorded, taken once at the end.
+type snapshot struct {
+	requests []*request
+	votes    []*vote
+	execs    []execution
+	faults   map[string]int
+}
+
+func (h *Harness) snapshot() snapshot {
 	h.mu.Lock()
-	requests := append([]*request(nil), h.requests...)
-	votes := append([]*vote(nil), h.votes...)
-	execs := append([]execution(nil), h.executions...)
+	defer h.mu.Unlock()
 	faults := map[string]int{}
 	for k, v := range h.faults {
 		faults[k] = v
 	}
-	h.mu.Unlock()
+	return snapshot{
+		requests: append([]*request(nil), h.requests...),
+		votes:    append([]*vote(nil), h.votes...),
+		execs:    append([]execution(nil), h.executions...),
+		faults:   faults,
+	}
+}
 
+// tally is what the checks counted, for the summary.
+type tally struct {
+	answered, pending int
+	statuses          map[string]int
+	cycles            []time.Duration
+	decided           int
+
+	sent, acked, viaAPI, viaNATS, counted, refused int
+
+	hookRaw, hookDistinct, missingReq, missingDec int
+}
+
+// checkRequests checks every answered request: its record exists, holds
+// the request's arguments, agrees with the agent's verdict, and is
+// terminal unless it is legitimately pending.
+func (h *Harness) checkRequests(requests []*request, votes []*vote, records map[string]*contracts.Record, t *tally) {
 	// Acknowledged votes by event, for "legitimately pending".
 	acked := map[string][]*vote{}
 	for _, v := range votes {
@@ -319,15 +396,11 @@ func (h *Harness) result(records map[string]*contracts.Record, decided map[strin
 			acked[v.eventID] = append(acked[v.eventID], v)
 		}
 	}
-	statuses := map[string]int{}
-	var cycles []time.Duration
-	pending := 0
-	answered := 0
 	for _, r := range requests {
 		r.mu.Lock()
 		ans, final := r.answered, r.final
 		if !r.done.IsZero() {
-			cycles = append(cycles, r.done.Sub(r.created))
+			t.cycles = append(t.cycles, r.done.Sub(r.created))
 		}
 		r.mu.Unlock()
 		rec := records[r.eventID]
@@ -337,70 +410,85 @@ func (h *Harness) result(records map[string]*contracts.Record, decided map[strin
 			}
 			continue
 		}
-		answered++
+		t.answered++
 		if rec == nil {
 			h.problems.add("%s: the review was answered but no record exists (request lost)", r.eventID)
 			continue
 		}
-		statuses[rec.Status]++
+		t.statuses[rec.Status]++
 		if rec.Request.ToolCall == nil || rec.Request.ToolCall.ArgumentsSHA256 != r.sha {
 			h.problems.add("%s: record's arguments_sha256 differs from the request's %s", r.eventID, r.sha)
 		}
 		if !rec.Terminal() {
-			pending++
-			approvals, rejects := map[string]bool{}, 0
-			for _, v := range acked[r.eventID] {
-				if v.approver == outsider {
-					continue
-				}
-				if v.decision == contracts.DecisionApprove {
-					approvals[v.approver] = true
-				} else {
-					rejects++
-				}
-			}
-			if len(approvals) >= quorum || rejects > 0 {
-				h.problems.add("%s: still pending although %d distinct approvals and %d rejections were acknowledged", r.eventID, len(approvals), rejects)
-			}
+			t.pending++
+			h.checkLegitimatelyPending(r.eventID, acked[r.eventID])
 		}
-		// The agent's verdict agrees with the record.
-		switch final {
-		case "allowed", "already_executed":
-			if rec.Status != contracts.StatusApproved {
-				h.problems.add("%s: agent got %q but the record is %s", r.eventID, final, rec.Status)
-			}
-		case "denied":
-			if rec.Status != contracts.StatusRejected {
-				h.problems.add("%s: agent got denied but the record is %s", r.eventID, rec.Status)
-			}
-		case "":
-		default:
-			h.problems.add("%s: agent got unexpected verdict %q (record %s)", r.eventID, final, rec.Status)
+		h.checkVerdict(r.eventID, final, rec)
+	}
+}
+
+// checkLegitimatelyPending flags a pending record whose acknowledged votes
+// should have decided it.
+func (h *Harness) checkLegitimatelyPending(eventID string, acked []*vote) {
+	approvals, rejects := map[string]bool{}, 0
+	for _, v := range acked {
+		if v.approver == outsider {
+			continue
+		}
+		if v.decision == contracts.DecisionApprove {
+			approvals[v.approver] = true
+		} else {
+			rejects++
 		}
 	}
+	if len(approvals) >= quorum || rejects > 0 {
+		h.problems.add("%s: still pending although %d distinct approvals and %d rejections were acknowledged", eventID, len(approvals), rejects)
+	}
+}
 
-	// Exactly one outcome: one decided event per terminal record, none for
-	// a pending one.
-	decidedTotal := 0
-	if decided != nil {
-		for id, rec := range records {
-			n := decided[id]
-			decidedTotal += int(n)
-			switch {
-			case rec.Terminal() && n != 1:
-				h.problems.add("%s: %s record has %d decided events, want exactly 1", id, rec.Status, n)
-			case !rec.Terminal() && n != 0:
-				h.problems.add("%s: pending record has %d decided events", id, n)
-			}
+// checkVerdict checks that the agent's final verdict agrees with the record.
+func (h *Harness) checkVerdict(eventID, final string, rec *contracts.Record) {
+	switch final {
+	case "allowed", "already_executed":
+		if rec.Status != contracts.StatusApproved {
+			h.problems.add("%s: agent got %q but the record is %s", eventID, final, rec.Status)
 		}
-		for id := range decided {
-			if records[id] == nil {
-				h.problems.add("%s: decided event without a record", id)
-			}
+	case "denied":
+		if rec.Status != contracts.StatusRejected {
+			h.problems.add("%s: agent got denied but the record is %s", eventID, rec.Status)
+		}
+	case "":
+	default:
+		h.problems.add("%s: agent got unexpected verdict %q (record %s)", eventID, final, rec.Status)
+	}
+}
+
+// checkDecided checks exactly one outcome: one decided event per terminal
+// record, none for a pending one. A nil decided means it could not be read.
+func (h *Harness) checkDecided(records map[string]*contracts.Record, decided map[string]uint64, t *tally) {
+	if decided == nil {
+		return
+	}
+	for id, rec := range records {
+		n := decided[id]
+		t.decided += int(n)
+		switch {
+		case rec.Terminal() && n != 1:
+			h.problems.add("%s: %s record has %d decided events, want exactly 1", id, rec.Status, n)
+		case !rec.Terminal() && n != 0:
+			h.problems.add("%s: pending record has %d decided events", id, n)
 		}
 	}
+	for id := range decided {
+		if records[id] == nil {
+			h.problems.add("%s: decided event without a record", id)
+		}
+	}
+}
 
-	// Executions: only approved, same arguments, confirmed claim, once.
+// checkExecutions checks that only approved calls ran, with the approved
+// arguments, under the confirmed claim, once.
+func (h *Harness) checkExecutions(execs []execution, records map[string]*contracts.Record) {
 	ran := map[string]int{}
 	for _, e := range execs {
 		ran[e.eventID]++
@@ -429,20 +517,22 @@ func (h *Harness) result(records map[string]*contracts.Record, decided map[strin
 			h.problems.add("%s: record claimed by %s but nothing ran under that claim", id, rec.Claim.ClaimID)
 		}
 	}
+}
 
-	// No vote lost.
-	var sent, ackedN, viaAPI, viaNATS, counted, refused int
+// checkVotes checks that no acknowledged vote was lost: each is either
+// counted or refused on its record, as its answer said.
+func (h *Harness) checkVotes(votes []*vote, records map[string]*contracts.Record, t *tally) {
 	for _, v := range votes {
-		sent++
+		t.sent++
 		if v.via == "nats" {
-			viaNATS++
+			t.viaNATS++
 		} else {
-			viaAPI++
+			t.viaAPI++
 		}
 		if !v.acked {
 			continue
 		}
-		ackedN++
+		t.acked++
 		rec := records[v.eventID]
 		if rec == nil {
 			h.problems.add("vote %s on %s acknowledged but the record does not exist", v.id, v.eventID)
@@ -451,31 +541,18 @@ func (h *Harness) result(records map[string]*contracts.Record, decided map[strin
 		if rec.RefusedVotesOmitted > 0 {
 			h.problems.add("%s: %d refused votes omitted; the check cannot see them", v.eventID, rec.RefusedVotesOmitted)
 		}
-		found := ""
-		for _, x := range rec.Votes {
-			if x.VoteID == v.id {
-				found = "counted"
-				if x.Approver.ID != v.approver {
-					h.problems.add("vote %s counted for %s, sent by %s", v.id, x.Approver.ID, v.approver)
-				}
-			}
-		}
-		for _, x := range rec.RefusedVotes {
-			if x.VoteID == v.id {
-				found = "refused:" + x.Reason
-			}
-		}
+		found := h.voteFate(v, rec)
 		switch {
 		case found == "":
 			h.problems.add("vote %s (%s via %s, %s, answer %d) on %s acknowledged but in neither votes nor refused_votes (record %s)",
 				v.id, v.approver, v.via, v.decision, v.status, v.eventID, rec.Status)
 		case found == "counted":
-			counted++
+			t.counted++
 			if v.status == http.StatusForbidden || v.status == http.StatusConflict {
 				h.problems.add("vote %s answered %d but counted", v.id, v.status)
 			}
 		default:
-			refused++
+			t.refused++
 			if v.status == http.StatusOK {
 				h.problems.add("vote %s answered 200 but %s", v.id, found)
 			}
@@ -487,11 +564,34 @@ func (h *Harness) result(records map[string]*contracts.Record, decided map[strin
 			h.problems.add("vote %s by %s (not an approver) was counted", v.id, outsider)
 		}
 	}
+}
 
-	// Notifications: every request its requested webhook and every
-	// decided one its outcome; each notification one id.
+// voteFate is where the record holds the vote: "counted", "refused:<reason>"
+// or "" when it holds it nowhere. A counted vote must carry its approver.
+func (h *Harness) voteFate(v *vote, rec *contracts.Record) string {
+	found := ""
+	for _, x := range rec.Votes {
+		if x.VoteID == v.id {
+			found = "counted"
+			if x.Approver.ID != v.approver {
+				h.problems.add("vote %s counted for %s, sent by %s", v.id, x.Approver.ID, v.approver)
+			}
+		}
+	}
+	for _, x := range rec.RefusedVotes {
+		if x.VoteID == v.id {
+			found = "refused:" + x.Reason
+		}
+	}
+	return found
+}
+
+// checkWebhooks checks the notifications: every request its requested
+// webhook and every decided one its outcome; each notification one id.
+func (h *Harness) checkWebhooks(records map[string]*contracts.Record, t *tally) {
 	h.hook.mu.Lock()
-	raw, distinct := h.hook.raw, len(h.hook.ids)
+	defer h.hook.mu.Unlock()
+	t.hookRaw, t.hookDistinct = h.hook.raw, len(h.hook.ids)
 	for _, b := range h.hook.bad {
 		h.problems.add("webhook: %s", b)
 	}
@@ -500,62 +600,63 @@ func (h *Harness) result(records map[string]*contracts.Record, decided map[strin
 			h.problems.add("webhook %s for %s arrived under %d different webhook-ids (a de-duplicating receiver processes it twice)", k.spec, k.eventID, len(ids))
 		}
 	}
-	missingReq, missingDec := 0, 0
 	for id, rec := range records {
 		if !h.hook.has(id, contracts.SpecApprovalRequested) {
-			missingReq++
+			t.missingReq++
 			h.problems.add("%s: no requested webhook", id)
 		}
 		if rec.Terminal() && !h.hook.has(id, contracts.SpecDecided) {
-			missingDec++
+			t.missingDec++
 			h.problems.add("%s: %s but no decided webhook", id, rec.Status)
 		}
 	}
-	h.hook.mu.Unlock()
+}
 
+// summary is the run's report: what was done, what was counted, and
+// whether the invariants hold.
+func (h *Harness) summary(s snapshot, records map[string]*contracts.Record, t tally, probs []string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "seed                      %d\n", h.cfg.Seed)
 	fmt.Fprintf(&b, "fault phase               %s (run took %s)\n", h.cfg.Duration, time.Since(h.started).Round(time.Second))
-	kinds := make([]string, 0, len(faults))
-	for k := range faults {
-		kinds = append(kinds, k)
-	}
-	sort.Strings(kinds)
 	total := 0
-	for _, k := range kinds {
-		total += faults[k]
-		fmt.Fprintf(&b, "faults: %-18s %d\n", k, faults[k])
+	for _, k := range sortedKeys(s.faults) {
+		total += s.faults[k]
+		fmt.Fprintf(&b, "faults: %-18s %d\n", k, s.faults[k])
 	}
 	fmt.Fprintf(&b, "faults: total             %d\n", total)
-	fmt.Fprintf(&b, "requests                  %d made, %d answered, %d records\n", len(requests), answered, len(records))
-	fmt.Fprintf(&b, "records by status         %s\n", formatCounts(statuses))
-	fmt.Fprintf(&b, "request → verdict         %s\n", formatLatency(cycles))
-	fmt.Fprintf(&b, "decided events            %d (pending records: %d)\n", decidedTotal, pending)
-	fmt.Fprintf(&b, "votes                     %d sent (%d API, %d NATS), %d acknowledged, %d counted, %d refused\n", sent, viaAPI, viaNATS, ackedN, counted, refused)
-	fmt.Fprintf(&b, "executions                %d (claims refused: %d, already_executed re-runs: %d)\n", len(execs), h.claimRefused.Load(), h.alreadyExec.Load())
-	fmt.Fprintf(&b, "webhook deliveries        %d raw, %d distinct ids (missing requested: %d, missing decided: %d)\n", raw, distinct, missingReq, missingDec)
+	fmt.Fprintf(&b, "requests                  %d made, %d answered, %d records\n", len(s.requests), t.answered, len(records))
+	fmt.Fprintf(&b, "records by status         %s\n", formatCounts(t.statuses))
+	fmt.Fprintf(&b, "request → verdict         %s\n", formatLatency(t.cycles))
+	fmt.Fprintf(&b, "decided events            %d (pending records: %d)\n", t.decided, t.pending)
+	fmt.Fprintf(&b, "votes                     %d sent (%d API, %d NATS), %d acknowledged, %d counted, %d refused\n", t.sent, t.viaAPI, t.viaNATS, t.acked, t.counted, t.refused)
+	fmt.Fprintf(&b, "executions                %d (claims refused: %d, already_executed re-runs: %d)\n", len(s.execs), h.claimRefused.Load(), h.alreadyExec.Load())
+	fmt.Fprintf(&b, "webhook deliveries        %d raw, %d distinct ids (missing requested: %d, missing decided: %d)\n", t.hookRaw, t.hookDistinct, t.missingReq, t.missingDec)
 	fmt.Fprintf(&b, "client retries            %d review attempts retried, %d answers 503 unavailable\n", h.reviewErrors.Load(), h.unavailable.Load())
 	for _, n := range h.quorumNotes {
 		fmt.Fprintf(&b, "quorum: %s\n", n)
 	}
-	h.mu.Lock()
-	byKind := map[string][]string{}
-	for _, a := range h.anomalies {
-		byKind[a.kind] = append(byKind[a.kind], a.text)
-	}
-	fmt.Fprintf(&b, "anomalies (no invariant)  %d\n", len(h.anomalies))
-	h.mu.Unlock()
-	for _, k := range sortedKeys(byKind) {
-		ex := byKind[k]
-		fmt.Fprintf(&b, "  %-45s %d (e.g. %s)\n", k+":", len(ex), strings.Join(ex[:min(3, len(ex))], ", "))
-	}
-	probs := h.problems.all()
+	h.writeAnomalies(&b)
 	if len(probs) == 0 {
 		b.WriteString("invariants                all hold: terminal or legitimately pending; one outcome each; no unapproved or mismatched execution; no double execution; no acknowledged vote lost; every notification delivered, one id each\n")
 	} else {
 		fmt.Fprintf(&b, "invariants                %d VIOLATIONS\n", len(probs))
 	}
-	return Result{Problems: probs, Summary: b.String()}
+	return b.String()
+}
+
+// writeAnomalies writes the anomalies by kind, with a few examples each.
+func (h *Harness) writeAnomalies(b *strings.Builder) {
+	h.mu.Lock()
+	byKind := map[string][]string{}
+	for _, a := range h.anomalies {
+		byKind[a.kind] = append(byKind[a.kind], a.text)
+	}
+	fmt.Fprintf(b, "anomalies (no invariant)  %d\n", len(h.anomalies))
+	h.mu.Unlock()
+	for _, k := range sortedKeys(byKind) {
+		ex := byKind[k]
+		fmt.Fprintf(b, "  %-45s %d (e.g. %s)\n", k+":", len(ex), strings.Join(ex[:min(3, len(ex))], ", "))
+	}
 }
 
 func sortedKeys[V any](m map[string]V) []string {
