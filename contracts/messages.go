@@ -158,6 +158,12 @@ type ApprovalRequested struct {
 	// extension of the contract): the outcome is announced in the same
 	// trace, so one trace runs from review to resume.
 	Traceparent string `json:"traceparent,omitempty"`
+	// Sensitive lists, as RFC 6901 JSON pointers into the tool call's
+	// arguments, every value shown masked outside Countersign (see
+	// approval.Redact): those the deciding rule's `sensitive` names and
+	// those the tool schema marks. The arguments and their hash stay the
+	// real ones.
+	Sensitive []string `json:"sensitive,omitempty"`
 }
 
 // Approver is the verified identity behind a vote and the channel it came through.
