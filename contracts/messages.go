@@ -163,6 +163,12 @@ type ApprovalRequested struct {
 	// subject of the agent's token (an extension of the contract; empty for
 	// a request a library gate published). That token may read the request.
 	Submitter string `json:"submitter,omitempty"`
+	// Sensitive lists, as RFC 6901 JSON pointers into the tool call's
+	// arguments, every value shown masked outside Countersign (see
+	// approval.Redact): those the deciding rule's `sensitive` names and
+	// those the tool schema marks. The arguments and their hash stay the
+	// real ones.
+	Sensitive []string `json:"sensitive,omitempty"`
 }
 
 // Read records on hitl.approval.read.<event_id> that someone read an

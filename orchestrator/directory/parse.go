@@ -376,12 +376,12 @@ func (b *builder) token(i int, where, userID string, ts tokenSpec, have []Token,
 		}
 	}
 	if len(ts.Roles) == 0 {
-		b.ps.add(fieldLine(tnode, "roles"), "%s: roles must list at least one of agent, approver, admin", where)
+		b.ps.add(fieldLine(tnode, "roles"), "%s: roles must list at least one of agent, approver, admin, viewer, auditor", where)
 	}
 	for k, r := range ts.Roles {
 		switch {
 		case !slices.Contains(Roles, r):
-			b.ps.add(lineOf(seqItem(mapValue(tnode, "roles"), k)), "%s: unknown role %q (agent, approver, admin)", where, r)
+			b.ps.add(lineOf(seqItem(mapValue(tnode, "roles"), k)), "%s: unknown role %q (agent, approver, admin, viewer, auditor)", where, r)
 		case !slices.Contains(t.Roles, r):
 			t.Roles = append(t.Roles, r)
 		}

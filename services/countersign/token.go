@@ -21,7 +21,7 @@ func cmdToken(args []string, out io.Writer) error {
 	fs := newFlagSet("token new", out)
 	subject := fs.String("subject", "", "identity the token authenticates (approver or agent id)")
 	name := fs.String("name", "", "a label for the token")
-	roles := fs.String("roles", "approver", "comma-separated roles: agent, approver, admin")
+	roles := fs.String("roles", "approver", "comma-separated roles: agent, approver, admin, viewer, auditor")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
