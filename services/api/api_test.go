@@ -99,7 +99,9 @@ func setup(t testing.TB) *env {
 	}
 	add("agent", "agent:billing", api.RoleAgent)
 	add("alice", "alice", api.RoleApprover)
-	add("bob", "bob", api.RoleApprover)
+	// bob also reads every request (viewer), so that his votes on requests
+	// that do not name him reach the arbiter and are refused there.
+	add("bob", "bob", api.RoleApprover, api.RoleViewer)
 	add("admin", "root", api.RoleAdmin)
 	for i := range crowd {
 		add(fmt.Sprintf("approver-%d", i), fmt.Sprintf("approver-%d", i), api.RoleApprover)

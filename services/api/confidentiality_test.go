@@ -147,7 +147,7 @@ func TestVotesOnUnreadableRequestsAreNotFound(t *testing.T) {
 	e := setup(t)
 	e.tenants(t)
 	id := e.submit(t, "agent-acme", "acme", "billing-bot", "billing.refund", `{"amount":5,"ssn":"`+secretSSN+`"}`)
-	for _, who := range []string{"gina-globex", "bob"} {
+	for _, who := range []string{"gina-globex", "approver-0"} {
 		e.vote(t, who, id, map[string]any{"decision": "approve"}).wantError(t, http.StatusNotFound, "unknown_event", "")
 	}
 	if rec := e.recordAs(t, "alice-acme", id); len(rec.Votes)+len(rec.RefusedVotes) != 0 {
@@ -193,16 +193,16 @@ func TestSensitiveReadsAndExportsAreAudited(t *testing.T) {
 	}
 }
 
-// The live feed sends a client only the requests it may read: bob, who
-// may decide reports but not refunds, gets the report's event and never
-// the refund's (which came first on the same ordered feed); the auditor of
+// The live feed sends a client only the requests it may read: approver-0,
+// an approver that may decide reports but not refunds, gets the report's
+// event and never the refund's (which came first on the same ordered feed); the auditor of
 // acme gets the refund with the SSN masked.
 func TestEventStreamSendsOnlyReadableRequests(t *testing.T) {
 	e := setup(t)
 	e.tenants(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	bob := e.openEvents(t, ctx, "bob")
+	bob := e.openEvents(t, ctx, "approver-0")
 	auditor := e.openEvents(t, ctx, "auditor-acme")
 	alice := e.openEvents(t, ctx, "alice-acme")
 	refund := e.submit(t, "agent-acme", "acme", "billing-bot", "billing.refund", `{"amount":5,"ssn":"`+secretSSN+`"}`)

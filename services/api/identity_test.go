@@ -63,7 +63,7 @@ func setupDirectory(t *testing.T) (*env, func(users ...string)) {
 	entries := map[string]string{}
 	for _, u := range []struct{ id, group, role string }{
 		{"alice", "finance", "approver"}, {"bob", "finance", "approver"},
-		{"carol", "treasury", "approver"}, {"dana", "finance", "agent"},
+		{"carol", "treasury", "approver, viewer"}, {"dana", "finance", "agent"},
 	} {
 		tok, hash, err := api.NewToken()
 		if err != nil {
@@ -155,7 +155,8 @@ func TestForgedIdentityIsRefusedAndCounted(t *testing.T) {
 	e, _ := setupDirectory(t)
 	id := e.pendingApproval(t, "run-forged", "payments.send")
 
-	// Carol is in the directory, but not in finance: the arbiter refuses
+	// Carol is in the directory, but not in finance (she reads every request
+	// as a viewer, so her vote reaches the arbiter): the arbiter refuses
 	// her vote as not_an_approver, and the API counts it.
 	e.vote(t, "carol", id, map[string]any{"decision": "approve"}).wantError(t, http.StatusForbidden, contracts.ReasonNotAnApprover, "")
 	if got := e.metric(t, `countersign_api_votes_total{result="not_an_approver"}`); got != "1" {

@@ -74,9 +74,8 @@ func (s *Server) getTimeline(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr)
 		return
 	}
-	s.auditRead(r, p, rec, contracts.ReadExport)
-	rec = s.shown(rec, p)
-	req, err := json.Marshal(rec.Request)
+	shown := s.shown(rec, p)
+	req, err := json.Marshal(shown.Request)
 	if err != nil {
 		writeError(w, errorf(http.StatusInternalServerError, CodeInternal, "the request could not be encoded"))
 		return
@@ -93,6 +92,8 @@ func (s *Server) getTimeline(w http.ResponseWriter, r *http.Request) {
 	}
 	ans.Events = append(ans.Events, s.shownEvents(rec, p, more)...)
 	ans.Truncated = truncated
+	// The export is recorded once read: the next export shows it.
+	s.auditRead(r, p, rec, contracts.ReadExport)
 	writeJSON(w, http.StatusOK, ans)
 }
 
