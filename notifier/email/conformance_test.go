@@ -81,4 +81,3 @@ func emailDeliveries(t *testing.T, srv *smtptest.Server) []notifiertest.Delivery
 	}
 	return out
 }
-
