@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/notifier"
@@ -25,7 +26,7 @@ func TestConformance(t *testing.T) {
 const conformanceToken = "tok_8d0c55e1b7a2"
 
 func conformanceSetup(t *testing.T, env notifiertest.Env) notifiertest.Setup {
-	rc := &hookReceiver{}
+	rc := &hookReceiver{keys: keys(t, secretA, secretB), now: env.Now}
 	srv := httptest.NewServer(rc)
 	t.Cleanup(srv.Close)
 	var eps []webhook.Endpoint
@@ -60,10 +61,14 @@ func conformanceSetup(t *testing.T, env notifiertest.Env) notifiertest.Setup {
 	}
 }
 
-// hookReceiver answers every POST to /hooks/<name> with 204, or with the
-// next status queued in fail, and keeps what it accepted. A webhook is told
-// apart by its webhook-id; all of an approval's are one thread.
+// hookReceiver answers every POST to /hooks/<name> whose signature verifies
+// with 204, or with the next status queued in fail, and keeps what it
+// accepted. A webhook is told apart by its webhook-id; all of an
+// approval's are one thread.
 type hookReceiver struct {
+	keys [][]byte
+	now  func() time.Time
+
 	mu       sync.Mutex
 	fail     []int
 	accepted []notifiertest.Delivery
@@ -74,6 +79,10 @@ func (h *hookReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	name, ok := strings.CutPrefix(r.URL.Path, "/hooks/")
 	if err != nil || !ok || r.Method != http.MethodPost || r.URL.Query().Get("token") != conformanceToken {
 		http.Error(w, "not a delivery", http.StatusBadRequest)
+		return
+	}
+	if err := webhook.Verify(h.keys, r.Header, body, h.now(), 0); err != nil {
+		http.Error(w, "bad signature", http.StatusUnauthorized)
 		return
 	}
 	h.mu.Lock()
