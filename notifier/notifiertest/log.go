@@ -6,25 +6,27 @@ import (
 	"sync"
 )
 
-// logBuffer collects a channel's log lines, from any goroutine.
-type logBuffer struct {
+// Logs collects log lines from any goroutine, for tests that look at what
+// a channel logs. The zero value is ready to use.
+type Logs struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (l *logBuffer) Write(p []byte) (int, error) {
+func (l *Logs) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.buf.Write(p)
 }
 
-func (l *logBuffer) String() string {
+// String is everything logged so far.
+func (l *Logs) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.buf.String()
 }
 
-// logger logs every level to l.
-func (l *logBuffer) logger() *slog.Logger {
+// Logger logs every level, as text, to l.
+func (l *Logs) Logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }

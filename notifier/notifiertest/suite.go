@@ -56,13 +56,13 @@ type run struct {
 	s    Setup
 	ch   notifier.Channel
 	name string
-	logs *logBuffer
+	logs *Logs
 }
 
 func newRun(t *testing.T, h Harness) *run {
 	t.Helper()
-	logs := &logBuffer{}
-	s := h.New(t, Env{Now: func() time.Time { return suiteNow }, Logger: logs.logger(), PublicURL: suiteURL})
+	logs := &Logs{}
+	s := h.New(t, Env{Now: func() time.Time { return suiteNow }, Logger: logs.Logger(), PublicURL: suiteURL})
 	if s.Channel == nil || s.Received == nil || s.Fail == nil || s.Stop == nil {
 		t.Fatal("notifiertest: the Setup lacks Channel, Received, Fail or Stop")
 	}

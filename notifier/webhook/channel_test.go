@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/notifier"
+	"github.com/countersign/countersign/notifier/notifiertest"
 	"github.com/countersign/countersign/notifier/webhook"
 )
 
@@ -122,39 +122,21 @@ func (rc *receiver) deliveries() []delivery {
 	return append([]delivery(nil), rc.got...)
 }
 
-// logBuffer collects log output from concurrent writers.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 type fixture struct {
 	ch    *webhook.Channel
 	clock *clock
-	log   *logBuffer
+	log   *notifiertest.Logs
 }
 
 // newChannel returns a channel over eps with a fake clock at start and a
 // debug logger writing to a buffer.
 func newChannel(t *testing.T, eps ...webhook.Endpoint) fixture {
 	t.Helper()
-	f := fixture{clock: &clock{t: start}, log: &logBuffer{}}
+	f := fixture{clock: &clock{t: start}, log: &notifiertest.Logs{}}
 	ch, err := webhook.New(webhook.Config{
 		Endpoints: eps,
 		Now:       f.clock.Now,
-		Logger:    slog.New(slog.NewTextHandler(f.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Logger:    f.log.Logger(),
 	})
 	if err != nil {
 		t.Fatalf("New: %v", err)
