@@ -53,11 +53,10 @@ func (c *Channel) Name() string { return contracts.ChannelEmail }
 
 // Notify emails the pending request (or a reminder of it, or an escalation
 // tier's first notice) to n.Target.Address; any other kind is a permanent
-// error. When n.Target.Approver is set the email carries a
-// personal link to a confirmation page; otherwise it links to the inbox. The
-// Message-ID is derived from n.IdempotencyKey, so a redelivered notification
-// has the same one (and the same link), and the receipt's Ref is that
-// Message-ID.
+// error. When n.Target.Approver is set the email carries a personal link to
+// a confirmation page; otherwise it links to the inbox. The Message-ID is
+// derived from n.IdempotencyKey, so a redelivered notification has the same
+// one (and the same link), and the receipt's Ref is that Message-ID.
 func (c *Channel) Notify(ctx context.Context, n notifier.Notification) (notifier.Receipt, error) {
 	now := c.cfg.Now()
 	req := &n.Request

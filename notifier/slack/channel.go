@@ -149,7 +149,8 @@ func (c *Channel) Notify(ctx context.Context, n notifier.Notification) (notifier
 	return c.deliver(ctx, n, func() (string, error) { return c.post(ctx, n.Target.Address, msg) })
 }
 
-// Update shows the outcome n.Record. With n.Ref "<conversation id>/<ts>" it
+// Update shows the outcome n.Record, which must be terminal (a pending
+// record is a permanent error). With n.Ref "<conversation id>/<ts>" it
 // replaces that message (chat.update), removing its buttons; without a
 // usable Ref, or when the message is gone, it posts the outcome as a new
 // message to n.Target.Address. The receipt's Ref is the message's
