@@ -34,6 +34,9 @@
 // links to where a decision is made. A lost or duplicated notification can
 // delay an approval but cannot approve or reject it.
 //
+// Every channel passes the conformance suite of package notifiertest, which
+// checks these guarantees against the channel's real receiving side.
+//
 // This package imports only the standard library and contracts; channels
 // never import the orchestrator.
 package notifier

@@ -55,96 +55,120 @@ func TargetsFor(approvers []string, routes []string, people People, endpoints []
 	if people == nil {
 		people = noPeople{}
 	}
-	var (
-		out      []notifier.Target
-		problems []Problem
-		seen     = map[string]bool{}
-	)
-	add := func(t notifier.Target) {
-		k := t.Channel + "\x00" + t.Address
-		if !seen[k] {
-			seen[k] = true
-			out = append(out, t)
-		}
-	}
+	rt := &router{approvers: approvers, people: people, endpoints: endpoints, seen: map[string]bool{}}
 	for _, raw := range routes {
-		r, err := contracts.ParseRoute(raw)
-		if err != nil {
-			problems = append(problems, Problem{Channel: channelOf(raw), Route: raw, Reason: err.Error()})
-			continue
+		rt.route(raw)
+	}
+	return rt.out, rt.problems
+}
+
+// router resolves the routes of one call of TargetsFor: it collects the
+// targets, each once, in route order, and the problems.
+type router struct {
+	approvers []string
+	people    People
+	endpoints []string
+
+	out      []notifier.Target
+	problems []Problem
+	seen     map[string]bool // channel and address of every target in out
+}
+
+// add adds t unless a target with its channel and address is there.
+func (rt *router) add(t notifier.Target) {
+	k := t.Channel + "\x00" + t.Address
+	if !rt.seen[k] {
+		rt.seen[k] = true
+		rt.out = append(rt.out, t)
+	}
+}
+
+// miss records that route raw (parsed as r) misses someone, and why.
+func (rt *router) miss(r contracts.Route, raw, format string, args ...any) {
+	rt.problems = append(rt.problems, Problem{Channel: r.Channel, Route: raw, Reason: fmt.Sprintf(format, args...)})
+}
+
+// route adds the targets of one route.
+func (rt *router) route(raw string) {
+	r, err := contracts.ParseRoute(raw)
+	if err != nil {
+		rt.problems = append(rt.problems, Problem{Channel: channelOf(raw), Route: raw, Reason: err.Error()})
+		return
+	}
+	switch r.Kind {
+	case contracts.RouteNone:
+	case contracts.RouteApprovers:
+		if len(rt.approvers) == 0 {
+			rt.miss(r, raw, "the request names no approvers (anyone may approve); route to a channel, group or address instead")
 		}
-		miss := func(format string, args ...any) {
-			problems = append(problems, Problem{Channel: r.Channel, Route: raw, Reason: fmt.Sprintf(format, args...)})
+		rt.persons(r, raw, rt.approvers)
+	case contracts.RouteGroup:
+		members, ok := rt.people.Members(r.Value)
+		if !ok {
+			rt.miss(r, raw, "no group %q in the directory", r.Value)
 		}
-		// person adds the target of one directory user on r's channel.
-		person := func(id string) {
-			p, ok := people.Person(id)
-			if !ok {
-				miss("%s is not in the directory", id)
-				return
-			}
-			switch r.Channel {
-			case contracts.ChannelSlack:
-				if p.SlackUserID == "" {
-					miss("%s has no Slack user id in the directory", id)
-					return
-				}
-				add(notifier.Target{Channel: r.Channel, Address: p.SlackUserID, Approver: p.ID})
-			case contracts.ChannelEmail:
-				if p.Email == "" {
-					miss("%s has no email address in the directory", id)
-					return
-				}
-				add(notifier.Target{Channel: r.Channel, Address: p.Email, Approver: p.ID})
-			}
+		rt.persons(r, raw, members)
+	case contracts.RouteUser:
+		rt.user(r, raw)
+	case contracts.RouteConversation, contracts.RouteEndpoint:
+		rt.add(notifier.Target{Channel: r.Channel, Address: r.Value})
+	case contracts.RouteAddress:
+		t := notifier.Target{Channel: r.Channel, Address: r.Value}
+		if p, ok := rt.people.ByEmail(r.Value); ok {
+			t.Approver = p.ID
 		}
-		switch r.Kind {
-		case contracts.RouteNone:
-		case contracts.RouteApprovers:
-			if len(approvers) == 0 {
-				miss("the request names no approvers (anyone may approve); route to a channel, group or address instead")
-			}
-			for _, id := range approvers {
-				person(id)
-			}
-		case contracts.RouteGroup:
-			members, ok := people.Members(r.Value)
-			if !ok {
-				miss("no group %q in the directory", r.Value)
-			}
-			for _, id := range members {
-				person(id)
-			}
-		case contracts.RouteUser:
-			if r.Channel == contracts.ChannelSlack && contracts.IsSlackUserID(r.Value) {
-				t := notifier.Target{Channel: r.Channel, Address: r.Value}
-				if p, ok := people.BySlackID(r.Value); ok {
-					t.Approver = p.ID
-				}
-				add(t)
-				continue
-			}
-			person(r.Value)
-		case contracts.RouteConversation:
-			add(notifier.Target{Channel: r.Channel, Address: r.Value})
-		case contracts.RouteAddress:
-			t := notifier.Target{Channel: r.Channel, Address: r.Value}
-			if p, ok := people.ByEmail(r.Value); ok {
-				t.Approver = p.ID
-			}
-			add(t)
-		case contracts.RouteEndpoint:
-			add(notifier.Target{Channel: r.Channel, Address: r.Value})
-		case contracts.RouteAll:
-			if len(endpoints) == 0 {
-				miss("no webhook endpoints are configured")
-			}
-			for _, name := range endpoints {
-				add(notifier.Target{Channel: r.Channel, Address: name})
-			}
+		rt.add(t)
+	case contracts.RouteAll:
+		if len(rt.endpoints) == 0 {
+			rt.miss(r, raw, "no webhook endpoints are configured")
+		}
+		for _, name := range rt.endpoints {
+			rt.add(notifier.Target{Channel: r.Channel, Address: name})
 		}
 	}
-	return out, problems
+}
+
+// user adds the target of a route to one user: a Slack user id as it is
+// (the approver it belongs to, if any), else a directory user.
+func (rt *router) user(r contracts.Route, raw string) {
+	if r.Channel == contracts.ChannelSlack && contracts.IsSlackUserID(r.Value) {
+		t := notifier.Target{Channel: r.Channel, Address: r.Value}
+		if p, ok := rt.people.BySlackID(r.Value); ok {
+			t.Approver = p.ID
+		}
+		rt.add(t)
+		return
+	}
+	rt.person(r, raw, r.Value)
+}
+
+func (rt *router) persons(r contracts.Route, raw string, ids []string) {
+	for _, id := range ids {
+		rt.person(r, raw, id)
+	}
+}
+
+// person adds the target of directory user id on r's channel.
+func (rt *router) person(r contracts.Route, raw, id string) {
+	p, ok := rt.people.Person(id)
+	if !ok {
+		rt.miss(r, raw, "%s is not in the directory", id)
+		return
+	}
+	switch r.Channel {
+	case contracts.ChannelSlack:
+		if p.SlackUserID == "" {
+			rt.miss(r, raw, "%s has no Slack user id in the directory", id)
+			return
+		}
+		rt.add(notifier.Target{Channel: r.Channel, Address: p.SlackUserID, Approver: p.ID})
+	case contracts.ChannelEmail:
+		if p.Email == "" {
+			rt.miss(r, raw, "%s has no email address in the directory", id)
+			return
+		}
+		rt.add(notifier.Target{Channel: r.Channel, Address: p.Email, Approver: p.ID})
+	}
 }
 
 func channelOf(route string) string {

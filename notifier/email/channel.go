@@ -51,16 +51,19 @@ func New(cfg Config) (*Channel, error) {
 // Name is "email".
 func (c *Channel) Name() string { return contracts.ChannelEmail }
 
-// Notify emails the pending request (or a reminder of it) to
-// n.Target.Address. When n.Target.Approver is set the email carries a
-// personal link to a confirmation page; otherwise it links to the inbox. The
-// Message-ID is derived from n.IdempotencyKey, so a redelivered notification
-// has the same one (and the same link), and the receipt's Ref is that
-// Message-ID.
+// Notify emails the pending request (or a reminder of it, or an escalation
+// tier's first notice) to n.Target.Address; any other kind is a permanent
+// error. When n.Target.Approver is set the email carries a personal link to
+// a confirmation page; otherwise it links to the inbox. The Message-ID is
+// derived from n.IdempotencyKey, so a redelivered notification has the same
+// one (and the same link), and the receipt's Ref is that Message-ID.
 func (c *Channel) Notify(ctx context.Context, n notifier.Notification) (notifier.Receipt, error) {
 	now := c.cfg.Now()
 	req := &n.Request
 	reminder := strings.HasPrefix(n.Kind, "reminder.")
+	if n.Kind != notifier.KindRequested && !reminder && !strings.HasPrefix(n.Kind, "escalation.") {
+		return c.failed(ctx, n, now, fmt.Errorf("%w: email: Notify cannot deliver kind %q", notifier.ErrPermanent, n.Kind))
+	}
 	view := newRequestView(req, reminder, now)
 	if n.Target.Approver != "" {
 		link, err := c.personalLink(n, now)
@@ -88,12 +91,16 @@ func (c *Channel) Notify(ctx context.Context, n notifier.Notification) (notifier
 	return notifier.NewReceipt(n, id, nil, now), nil
 }
 
-// Update emails the outcome of a decided request to n.Target.Address, as a
-// reply to the request email when n.Ref (its Message-ID) is known.
+// Update emails the outcome of a decided request (n.Kind KindDecided, with
+// its terminal record) to n.Target.Address, as a reply to the request email
+// when n.Ref (its Message-ID) is known.
 func (c *Channel) Update(ctx context.Context, n notifier.Notification) (notifier.Receipt, error) {
 	now := c.cfg.Now()
-	if n.Record == nil {
-		return c.failed(ctx, n, now, fmt.Errorf("%w: email: update of %s without a record", notifier.ErrPermanent, n.Request.EventID))
+	if n.Kind != notifier.KindDecided {
+		return c.failed(ctx, n, now, fmt.Errorf("%w: email: Update cannot deliver kind %q", notifier.ErrPermanent, n.Kind))
+	}
+	if n.Record == nil || !n.Record.Terminal() {
+		return c.failed(ctx, n, now, fmt.Errorf("%w: email: update of %s without a terminal record", notifier.ErrPermanent, n.Request.EventID))
 	}
 	view := newDecidedView(n.Record)
 	view.InboxURL = notifier.ApprovalURL(c.cfg.PublicURL, n.Request.EventID)

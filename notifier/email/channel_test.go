@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"regexp"
 	"strings"
 	"testing"
@@ -115,13 +114,10 @@ func TestNotifySendsOneMessageWithHeadersAndParts(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantID := "<" + n.IdempotencyKey() + "@countersign>"
-	if receipt.Status != notifier.ReceiptDelivered || receipt.Ref != wantID || receipt.IdempotencyKey != n.IdempotencyKey() || !receipt.At.Equal(now) {
-		t.Errorf("receipt = %+v, want delivered with Ref %s", receipt, wantID)
+	if receipt.Ref != wantID {
+		t.Errorf("receipt = %+v, want Ref %s", receipt, wantID)
 	}
 	m, c := next(t, srv)
-	if got := len(srv.Messages()); got != 1 {
-		t.Errorf("server has %d messages, want 1", got)
-	}
 	if m.From != "approvals@example.com" || len(m.To) != 1 || m.To[0] != "alice@example.com" {
 		t.Errorf("envelope from %q to %v", m.From, m.To)
 	}
@@ -212,25 +208,21 @@ func TestNotifyLinkExpiryIsCappedAt30Days(t *testing.T) {
 	}
 }
 
-func TestNotifyRedeliveryRepeatsMessageIDAndLink(t *testing.T) {
+// TestNotifyRedeliveryRepeatsTheLink: a redelivered request carries the
+// same personal link (the suite checks its Message-ID); a reminder, its own.
+func TestNotifyRedeliveryRepeatsTheLink(t *testing.T) {
 	srv := smtptest.Start(t)
 	links := newLinks(t)
 	ch := newChannel(t, srv, links)
 	req := toolRequest()
 	n := notifier.Requested(req, aliceTarget())
-	first, err := ch.Notify(testContext(t), n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	again, err := ch.Notify(testContext(t), n)
-	if err != nil {
-		t.Fatal(err)
+	for range 2 {
+		if _, err := ch.Notify(testContext(t), n); err != nil {
+			t.Fatal(err)
+		}
 	}
 	_, c1 := next(t, srv)
 	_, c2 := next(t, srv)
-	if first.Ref != again.Ref || c1.Header.Get("Message-Id") != c2.Header.Get("Message-Id") {
-		t.Errorf("redelivery changed the Message-ID: %s, %s", c1.Header.Get("Message-Id"), c2.Header.Get("Message-Id"))
-	}
 	if linkToken(t, c1.Text) != linkToken(t, c2.Text) {
 		t.Error("redelivery changed the personal link")
 	}
@@ -243,8 +235,8 @@ func TestNotifyRedeliveryRepeatsMessageIDAndLink(t *testing.T) {
 	if !strings.HasPrefix(r.Subject, "[Countersign] Reminder: Approval needed: payments.transfer") {
 		t.Errorf("reminder subject %q", r.Subject)
 	}
-	if r.Header.Get("X-Countersign-Kind") != "reminder.1" || r.Header.Get("Message-Id") == c1.Header.Get("Message-Id") {
-		t.Errorf("reminder kind %q, Message-ID %q", r.Header.Get("X-Countersign-Kind"), r.Header.Get("Message-Id"))
+	if r.Header.Get("X-Countersign-Kind") != "reminder.1" {
+		t.Errorf("reminder kind %q", r.Header.Get("X-Countersign-Kind"))
 	}
 	c1Claims, _ := links.Verify(linkToken(t, c1.Text), now)
 	rClaims, _ := links.Verify(linkToken(t, r.Text), now)
@@ -402,64 +394,27 @@ func TestNotifyTLSAndAuthFailuresAreTransient(t *testing.T) {
 	}
 }
 
-func TestNotifyFailuresByReplyCode(t *testing.T) {
+// TestRefusalNamesTheReplyCode: the error of a refused email quotes the
+// server's reply (the suite checks how refusals are classified).
+func TestRefusalNamesTheReplyCode(t *testing.T) {
 	srv := smtptest.Start(t)
 	ch := newChannel(t, srv, newLinks(t))
-	n := notifier.Requested(toolRequest(), aliceTarget())
-
 	srv.FailNext(1, 451, "mailbox busy, try later")
-	receipt, err := ch.Notify(testContext(t), n)
-	if err == nil || errors.Is(err, notifier.ErrPermanent) || receipt.Permanent {
-		t.Errorf("451: error %v, receipt %+v, want transient", err, receipt)
-	}
-	if !strings.Contains(err.Error(), "451") {
-		t.Errorf("451: error %q does not show the reply", err)
-	}
-
-	srv.FailNext(1, 550, "no such user")
-	receipt, err = ch.Notify(testContext(t), n)
-	if !errors.Is(err, notifier.ErrPermanent) || !receipt.Permanent || receipt.Ref != "" {
-		t.Errorf("550: error %v, receipt %+v, want permanent", err, receipt)
-	}
-
-	if _, err := ch.Notify(testContext(t), n); err != nil {
-		t.Errorf("after the failures: %v", err)
-	}
-	if got := len(srv.Messages()); got != 1 {
-		t.Errorf("server accepted %d messages, want 1", got)
+	_, err := ch.Notify(testContext(t), notifier.Requested(toolRequest(), aliceTarget()))
+	if err == nil || !strings.Contains(err.Error(), "451") {
+		t.Errorf("451: error %v does not show the reply", err)
 	}
 }
 
-func TestNotifyServerDownIsTransient(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	ch, err := email.New(email.Config{
-		SMTP: email.SMTPConfig{Host: "127.0.0.1", Port: port, Username: "mailer", Password: password, Timeout: 5 * time.Second},
-		From: from, PublicURL: publicURL, Links: newLinks(t), Now: clock,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	receipt, err := ch.Notify(testContext(t), notifier.Requested(toolRequest(), aliceTarget()))
-	if err == nil || errors.Is(err, notifier.ErrPermanent) || receipt.Permanent {
-		t.Fatalf("closed port: error %v, receipt %+v, want transient", err, receipt)
-	}
-	if strings.Contains(err.Error(), password) || strings.Contains(receipt.Error, password) {
-		t.Errorf("error shows the password: %v", err)
-	}
-}
-
-func TestNotifyBadRecipientIsPermanent(t *testing.T) {
+// TestBadRecipientErrorShowsNoLink: the error of an address that is not
+// one (permanent, as the suite checks) does not quote the signed link.
+func TestBadRecipientErrorShowsNoLink(t *testing.T) {
 	srv := smtptest.Start(t)
 	ch := newChannel(t, srv, newLinks(t))
 	target := notifier.Target{Channel: contracts.ChannelEmail, Address: "not an address", Approver: "alice"}
 	_, err := ch.Notify(testContext(t), notifier.Requested(toolRequest(), target))
-	if !errors.Is(err, notifier.ErrPermanent) {
-		t.Errorf("error %v, want permanent", err)
+	if err == nil {
+		t.Fatal("Notify succeeded")
 	}
 	if strings.Contains(err.Error(), "/e/") {
 		t.Errorf("error shows a link: %v", err)
@@ -497,10 +452,7 @@ func TestUpdateRepliesToTheRequestEmail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, c := next(t, srv)
-	if m.To[0] != "alice@example.com" {
-		t.Errorf("update sent to %v", m.To)
-	}
+	_, c := next(t, srv)
 	wantID := "<" + n.IdempotencyKey() + "@countersign>"
 	if receipt.Ref != wantID || c.Header.Get("Message-Id") != wantID {
 		t.Errorf("update Message-ID %q, receipt Ref %q, want %s", c.Header.Get("Message-Id"), receipt.Ref, wantID)
@@ -537,15 +489,6 @@ func TestUpdateWithoutRefStartsAThread(t *testing.T) {
 	}
 	if !strings.HasPrefix(c.Subject, "Re: [Countersign] ") {
 		t.Errorf("Subject %q", c.Subject)
-	}
-}
-
-func TestUpdateWithoutRecordIsPermanent(t *testing.T) {
-	srv := smtptest.Start(t)
-	ch := newChannel(t, srv, newLinks(t))
-	n := notifier.Notification{Kind: notifier.KindDecided, Target: aliceTarget(), Request: toolRequest()}
-	if _, err := ch.Update(testContext(t), n); !errors.Is(err, notifier.ErrPermanent) {
-		t.Errorf("error %v, want permanent", err)
 	}
 }
 

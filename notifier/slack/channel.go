@@ -144,12 +144,13 @@ func (c *Channel) Notify(ctx context.Context, n notifier.Notification) (notifier
 	}
 	msg := RequestMessage(&n.Request, nil, RenderOptions{
 		PublicURL: c.publicURL,
-		Reminder:  n.Kind != notifier.KindRequested,
+		Reminder:  reminder,
 	})
 	return c.deliver(ctx, n, func() (string, error) { return c.post(ctx, n.Target.Address, msg) })
 }
 
-// Update shows the outcome n.Record. With n.Ref "<conversation id>/<ts>" it
+// Update shows the outcome n.Record, which must be terminal (a pending
+// record is a permanent error). With n.Ref "<conversation id>/<ts>" it
 // replaces that message (chat.update), removing its buttons; without a
 // usable Ref, or when the message is gone, it posts the outcome as a new
 // message to n.Target.Address. The receipt's Ref is the message's
@@ -158,8 +159,8 @@ func (c *Channel) Update(ctx context.Context, n notifier.Notification) (notifier
 	if n.Kind != notifier.KindDecided {
 		return c.fail(n, fmt.Errorf("%w: slack: Update cannot deliver kind %q", notifier.ErrPermanent, n.Kind))
 	}
-	if n.Record == nil {
-		return c.fail(n, fmt.Errorf("%w: slack: Update needs the record", notifier.ErrPermanent))
+	if n.Record == nil || !n.Record.Terminal() {
+		return c.fail(n, fmt.Errorf("%w: slack: Update needs a terminal record", notifier.ErrPermanent))
 	}
 	msg := OutcomeMessage(n.Record, RenderOptions{PublicURL: c.publicURL})
 	return c.deliver(ctx, n, func() (string, error) {

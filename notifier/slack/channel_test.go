@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,12 +21,11 @@ func approved(req contracts.ApprovalRequested, by string) contracts.Record {
 	return rec
 }
 
-func TestNotifyPostsAndReturnsRef(t *testing.T) {
+// TestNotifyResolvesTheAddress: a conversation id, a #name and a user id
+// (a direct message) each reach their conversation, with the buttons.
+func TestNotifyResolvesTheAddress(t *testing.T) {
 	fake := newFake(t)
 	ch := newChannel(t, fake)
-	if ch.Name() != "slack" {
-		t.Errorf("Name = %q", ch.Name())
-	}
 	for _, tt := range []struct{ address, channel string }{
 		{channelID, channelID},
 		{"#" + channelName, channelID},
@@ -42,11 +40,8 @@ func TestNotifyPostsAndReturnsRef(t *testing.T) {
 		if !ok || c != tt.channel || ts == "" {
 			t.Errorf("Notify(%s): Ref = %q, want %s/<ts>", tt.address, rc.Ref, tt.channel)
 		}
-		if rc.Status != notifier.ReceiptDelivered || rc.EventID != eventID || rc.Target != tt.address || !rc.At.Equal(t0) {
-			t.Errorf("receipt %+v", rc)
-		}
 		m, ok := fake.Message(rc.Ref)
-		if !ok || !m.HasActions() || !strings.Contains(m.Text, "send_payment") {
+		if !ok || !m.HasActions() {
 			t.Errorf("stored message %+v", m)
 		}
 	}
@@ -72,7 +67,7 @@ func TestUpdateReplacesTheMessage(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Update: %v (refused %v)", err, fake.Refused())
 	}
-	if up.Ref != rc.Ref || up.Kind != notifier.KindDecided {
+	if up.Ref != rc.Ref {
 		t.Errorf("Update receipt %+v, want Ref %s", up, rc.Ref)
 	}
 	msgs := fake.Messages()
@@ -88,7 +83,7 @@ func TestUpdateReplacesTheMessage(t *testing.T) {
 		t.Errorf("outcome texts: %s", all)
 	}
 	if !strings.Contains(all, "<"+notifier.ApprovalURL(publicURL, eventID)+"|Open in Countersign>") {
-		t.Errorf("no link to the approval: %s", all)
+		t.Errorf("no link to the approval as mrkdwn: %s", all)
 	}
 	if before.Text == after.Text {
 		t.Error("the fallback text did not change")
@@ -140,6 +135,8 @@ func TestUpdateOfAGoneMessagePostsNew(t *testing.T) {
 	}
 }
 
+// TestNotifyErrors: how Slack's answers are classified (the suite checks
+// the rest of a failure).
 func TestNotifyErrors(t *testing.T) {
 	tests := []struct {
 		name       string
@@ -150,7 +147,6 @@ func TestNotifyErrors(t *testing.T) {
 		retryAfter time.Duration // 0: none asked
 	}{
 		{name: "bad token", token: "xoxb-wrong", address: channelID, permanent: true},
-		{name: "unknown channel", address: "C0UNKNOWN", permanent: true},
 		{name: "unknown #name", address: "#nowhere", permanent: true},
 		{name: "HTTP 429", address: channelID, retryAfter: 7 * time.Second,
 			fail: func(t *testing.T, f *slackFake) { f.FailNext("chat.postMessage", http.StatusTooManyRequests, "", "7") }},
@@ -168,7 +164,6 @@ func TestNotifyErrors(t *testing.T) {
 			fail: func(t *testing.T, f *slackFake) { f.FailNext("chat.postMessage", 0, "is_archived", "") }},
 		{name: "not_in_channel", address: channelID, permanent: true,
 			fail: func(t *testing.T, f *slackFake) { f.FailNext("chat.postMessage", 0, "not_in_channel", "") }},
-		{name: "no address", address: "", permanent: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -204,69 +199,7 @@ func TestNotifyErrors(t *testing.T) {
 			if len(fake.Messages()) != 0 {
 				t.Error("a message was stored")
 			}
-			if !tt.permanent {
-				// A transient failure is retried, and the retry delivers.
-				if _, err := ch.Notify(t.Context(), n); err != nil {
-					t.Errorf("retry: %v", err)
-				}
-			}
 		})
-	}
-}
-
-// TestNotifyTwiceDeliversOnce: a redelivered notification, even
-// concurrently, is posted once and gets the first receipt's Ref.
-func TestNotifyTwiceDeliversOnce(t *testing.T) {
-	fake := newFake(t)
-	ch := newChannel(t, fake)
-	n := notifier.Requested(toolRequest(t), target)
-	refs := make([]string, 8)
-	var wg sync.WaitGroup
-	for i := range refs {
-		wg.Go(func() {
-			rc, err := ch.Notify(t.Context(), n)
-			if err != nil {
-				t.Error(err)
-			}
-			refs[i] = rc.Ref
-		})
-	}
-	wg.Wait()
-	for _, r := range refs {
-		if r != refs[0] {
-			t.Errorf("refs differ: %v", refs)
-			break
-		}
-	}
-	if got := len(fake.Messages()); got != 1 {
-		t.Errorf("%d messages, want 1", got)
-	}
-	// A reminder is another notification.
-	if _, err := ch.Notify(t.Context(), notifier.Reminder(n.Request, target, 1)); err != nil {
-		t.Fatal(err)
-	}
-	if got := len(fake.Messages()); got != 2 {
-		t.Errorf("%d messages after a reminder, want 2", got)
-	}
-}
-
-func TestKindChecks(t *testing.T) {
-	fake := newFake(t)
-	ch := newChannel(t, fake)
-	req := toolRequest(t)
-	if _, err := ch.Notify(t.Context(), notifier.Decided(approved(req, "alice"), target, "")); !errors.Is(err, notifier.ErrPermanent) {
-		t.Errorf("Notify(decided) = %v, want permanent", err)
-	}
-	if _, err := ch.Update(t.Context(), notifier.Requested(req, target)); !errors.Is(err, notifier.ErrPermanent) {
-		t.Errorf("Update(requested) = %v, want permanent", err)
-	}
-	n := notifier.Decided(approved(req, "alice"), target, "")
-	n.Record = nil
-	if _, err := ch.Update(t.Context(), n); !errors.Is(err, notifier.ErrPermanent) {
-		t.Errorf("Update without record = %v, want permanent", err)
-	}
-	if len(fake.Calls()) != 0 {
-		t.Errorf("calls made: %v", fake.Calls())
 	}
 }
 

@@ -439,33 +439,46 @@ func (h *Interactions) viewSubmission(w http.ResponseWriter, r *http.Request, p 
 	}
 	log = log.With(attrApprover, approver)
 	v := h.newVote(meta.EventID, approver)
-	input := strings.TrimSpace(p.input())
+	if msg := fillSubmission(&v, cb, strings.TrimSpace(p.input()), meta); msg != "" {
+		viewErrors(w, msg)
+		return
+	}
+	h.castSubmission(w, r, log, meta, v)
+}
+
+// fillSubmission sets on v the decision that submitting modal cb with input
+// makes. When input cannot be that decision it returns what to say next to
+// the input instead.
+func fillSubmission(v *contracts.Vote, cb, input string, meta modalMeta) string {
 	switch cb {
 	case ActionEdit:
 		args, msg := jsonObject(input)
 		if msg != "" {
-			viewErrors(w, msg)
-			return
+			return msg
 		}
 		v.Decision, v.Arguments, v.ArgumentsSHA256 = contracts.DecisionEdit, args, meta.ArgumentsSHA256
 	case ActionRespond:
 		if input == "" {
-			viewErrors(w, "Write the response for the agent.")
-			return
+			return "Write the response for the agent."
 		}
 		v.Decision, v.Comment, v.ArgumentsSHA256 = contracts.DecisionRespond, input, meta.ArgumentsSHA256
 	case ActionAnswer:
 		content, msg := jsonObject(input)
 		if msg != "" {
 			if looksLikeJSON(input) || !meta.TextAnswer {
-				viewErrors(w, msg)
-				return
+				return msg
 			}
 			content, _ = json.Marshal(map[string]string{"text": input})
 		}
 		v.Decision, v.Answer = contracts.DecisionAnswer, &contracts.Answer{Action: contracts.AnswerAccept, Content: content}
 	}
+	return ""
+}
 
+// castSubmission casts the vote of a submitted modal while Slack waits, and
+// answers: the modal closes when the vote counted or is in flight (the
+// message or the user is updated afterwards), and shows why otherwise.
+func (h *Interactions) castSubmission(w http.ResponseWriter, r *http.Request, log *slog.Logger, meta modalMeta, v contracts.Vote) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.cfg.SubmitTimeout)
 	res, err := h.cfg.Resolver.Vote(ctx, v)
 	cancel()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/notifier"
+	"github.com/countersign/countersign/notifier/notifiertest"
 	"github.com/countersign/countersign/notifier/slack"
 	"github.com/countersign/countersign/notifier/slack/slacktest"
 )
@@ -26,17 +27,17 @@ type interactionEnv struct {
 	h    *slack.Interactions
 	req  contracts.ApprovalRequested
 	msg  slacktest.Message
-	logs *logBuffer
+	logs *notifiertest.Logs
 }
 
 func newInteractionEnv(t *testing.T, req contracts.ApprovalRequested, change ...func(*slack.InteractionsConfig)) *interactionEnv {
 	t.Helper()
 	fake := newFake(t)
-	e := &interactionEnv{fake: fake, res: newResolver(pending(req)), req: req, logs: &logBuffer{}}
+	e := &interactionEnv{fake: fake, res: newResolver(pending(req)), req: req, logs: &notifiertest.Logs{}}
 	e.msg = notify(t, fake, newChannel(t, fake), req)
 	cfg := slack.InteractionsConfig{
 		SigningSecret: signingSecret, BotToken: botToken, APIURL: fake.URL(), HTTPClient: fake.Client(),
-		Resolver: e.res, Users: directory, PublicURL: publicURL, Now: clock, Logger: e.logs.logger(),
+		Resolver: e.res, Users: directory, PublicURL: publicURL, Now: clock, Logger: e.logs.Logger(),
 	}
 	for _, f := range change {
 		f(&cfg)

@@ -66,6 +66,9 @@ type Server struct {
 	port  int
 	roots *x509.CertPool
 
+	stop     func()
+	stopOnce sync.Once
+
 	mu       sync.Mutex
 	messages []Message
 	next     int           // index of the message Next returns next
@@ -120,15 +123,21 @@ func Start(t testing.TB, opts ...Option) *Server {
 		defer close(done)
 		_ = s.srv.Serve(ln)
 	}()
-	t.Cleanup(func() {
+	s.stop = func() {
 		_ = s.srv.Close()
 		// Close only closes listeners Serve has registered; this one may
 		// not be yet.
 		_ = ln.Close()
 		<-done
-	})
+	}
+	t.Cleanup(s.Close)
 	return s
 }
+
+// Close stops the server: from then on connections to its port are
+// refused, as when the mail server is down. It is called when the test ends
+// too.
+func (s *Server) Close() { s.stopOnce.Do(s.stop) }
 
 // Addr is where the server listens: host "127.0.0.1" and its port.
 func (s *Server) Addr() (host string, port int) { return s.host, s.port }

@@ -76,6 +76,11 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	rep := s.apiLocked(method, r, body)
 	call := Call{Method: method, Body: body, Error: rep.code, Messages: rep.messages, Warnings: rep.warnings, Injected: rep.injected}
+	channel, _ := rep.body["channel"].(string)
+	ts, _ := rep.body["ts"].(string)
+	if call.Error == "" && channel != "" && ts != "" {
+		call.Ref = messageKey(channel, ts)
+	}
 	s.calls = append(s.calls, call)
 	if call.Error != "" && !call.Injected {
 		s.refused = append(s.refused, call)

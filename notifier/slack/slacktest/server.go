@@ -56,6 +56,9 @@ type Call struct {
 	Warnings []string
 	// Injected marks a failure made by FailNext; those are not in Refused.
 	Injected bool
+	// Ref is the "<channel>/<ts>" of the message a successful
+	// chat.postMessage or chat.update wrote, "" otherwise.
+	Ref string
 }
 
 func (c Call) String() string {
@@ -151,6 +154,10 @@ func New(t testing.TB, botToken string) *Server {
 	t.Cleanup(s.srv.Close)
 	return s
 }
+
+// Close stops the fake: from then on every call fails to connect, as
+// when Slack cannot be reached. It is called when the test ends too.
+func (s *Server) Close() { s.srv.Close() }
 
 // URL is the Web API base, ending in "/api/".
 func (s *Server) URL() string { return s.srv.URL + "/api/" }

@@ -237,45 +237,9 @@ func (c *checker) block(v any, ptr string) {
 		c.object(m, ptr, "type", "block_id", "text")
 		c.requiredText(m, "text", ptr, textPlain, maxHeaderText)
 	case "section":
-		c.object(m, ptr, "type", "block_id", "text", "fields", "accessory", "expand")
-		c.optionalText(m, "text", ptr, anyText, maxSectionText)
-		c.boolean(m, "expand", ptr)
-		fields, hasFields := m["fields"]
-		if _, hasText := m["text"]; !hasText && !hasFields {
-			c.fail(ptr, "must provide text or fields")
-		}
-		if hasFields {
-			arr, ok := fields.([]any)
-			switch {
-			case !ok:
-				c.fail(ptr+"/fields", "must provide an array")
-			case len(arr) == 0:
-				c.fail(ptr+"/fields", "must provide at least 1 item")
-			case len(arr) > maxSectionFields:
-				c.fail(ptr+"/fields", "no more than %d items allowed", maxSectionFields)
-			}
-			for i, f := range arr {
-				c.text(f, fmt.Sprintf("%s/fields/%d", ptr, i), anyText, maxFieldText)
-			}
-		}
-		if acc, ok := m["accessory"]; ok {
-			c.button(acc, ptr+"/accessory")
-		}
+		c.sectionBlock(m, ptr)
 	case "context":
-		c.object(m, ptr, "type", "block_id", "elements")
-		arr := c.elements(m, ptr, maxContextElems)
-		for i, e := range arr {
-			eptr := fmt.Sprintf("%s/elements/%d", ptr, i)
-			if em, ok := e.(map[string]any); ok && em["type"] == "image" {
-				c.object(em, eptr, "type", "image_url", "alt_text")
-				if u, ok := c.str(em, "image_url", eptr, maxImageURL, true); ok && !validURL(u) {
-					c.fail(eptr+"/image_url", "must be a valid URL")
-				}
-				c.str(em, "alt_text", eptr, maxImageAltText, true)
-				continue
-			}
-			c.text(e, eptr, anyText, maxContextText)
-		}
+		c.contextBlock(m, ptr)
 	case "actions":
 		c.object(m, ptr, "type", "block_id", "elements")
 		arr := c.elements(m, ptr, maxActionsElems)
@@ -285,32 +249,95 @@ func (c *checker) block(v any, ptr string) {
 	case "divider":
 		c.object(m, ptr, "type", "block_id")
 	case "input":
-		if c.surface != surfaceModal {
-			c.fail(ptr+"/type", "input blocks are only allowed in modals and home tabs")
+		if !c.inputBlock(m, ptr) {
 			return
-		}
-		c.object(m, ptr, "type", "block_id", "label", "element", "hint", "optional", "dispatch_action")
-		c.requiredText(m, "label", ptr, textPlain, maxInputLabel)
-		c.optionalText(m, "hint", ptr, textPlain, maxInputHint)
-		c.boolean(m, "optional", ptr)
-		c.boolean(m, "dispatch_action", ptr)
-		if el, ok := m["element"]; ok {
-			c.plainTextInput(el, ptr+"/element")
-		} else {
-			c.fail(ptr, "missing required field: element")
 		}
 	default:
 		c.fail(ptr+"/type", "unsupported block type %q (the fake knows header, section, context, actions, divider, input)", typ)
 		return
 	}
-	if _, ok := m["block_id"]; ok {
-		if id, ok := c.str(m, "block_id", ptr, maxBlockID, false); ok && id != "" {
-			if _, dup := c.blockIDs[id]; dup {
-				c.fail(ptr+"/block_id", "duplicate block_id %q", id)
-			}
-			raw, _ := json.Marshal(m)
-			c.blockIDs[id] = string(raw)
+	c.blockID(m, ptr)
+}
+
+// sectionBlock checks a section: text or fields (1 to maxSectionFields),
+// and a button as accessory.
+func (c *checker) sectionBlock(m map[string]any, ptr string) {
+	c.object(m, ptr, "type", "block_id", "text", "fields", "accessory", "expand")
+	c.optionalText(m, "text", ptr, anyText, maxSectionText)
+	c.boolean(m, "expand", ptr)
+	fields, hasFields := m["fields"]
+	if _, hasText := m["text"]; !hasText && !hasFields {
+		c.fail(ptr, "must provide text or fields")
+	}
+	if hasFields {
+		arr, ok := fields.([]any)
+		switch {
+		case !ok:
+			c.fail(ptr+"/fields", "must provide an array")
+		case len(arr) == 0:
+			c.fail(ptr+"/fields", "must provide at least 1 item")
+		case len(arr) > maxSectionFields:
+			c.fail(ptr+"/fields", "no more than %d items allowed", maxSectionFields)
 		}
+		for i, f := range arr {
+			c.text(f, fmt.Sprintf("%s/fields/%d", ptr, i), anyText, maxFieldText)
+		}
+	}
+	if acc, ok := m["accessory"]; ok {
+		c.button(acc, ptr+"/accessory")
+	}
+}
+
+// contextBlock checks a context block: texts and images.
+func (c *checker) contextBlock(m map[string]any, ptr string) {
+	c.object(m, ptr, "type", "block_id", "elements")
+	arr := c.elements(m, ptr, maxContextElems)
+	for i, e := range arr {
+		eptr := fmt.Sprintf("%s/elements/%d", ptr, i)
+		if em, ok := e.(map[string]any); ok && em["type"] == "image" {
+			c.object(em, eptr, "type", "image_url", "alt_text")
+			if u, ok := c.str(em, "image_url", eptr, maxImageURL, true); ok && !validURL(u) {
+				c.fail(eptr+"/image_url", "must be a valid URL")
+			}
+			c.str(em, "alt_text", eptr, maxImageAltText, true)
+			continue
+		}
+		c.text(e, eptr, anyText, maxContextText)
+	}
+}
+
+// inputBlock checks an input block, which only a modal may have; it
+// reports false when the surface refuses input blocks altogether.
+func (c *checker) inputBlock(m map[string]any, ptr string) bool {
+	if c.surface != surfaceModal {
+		c.fail(ptr+"/type", "input blocks are only allowed in modals and home tabs")
+		return false
+	}
+	c.object(m, ptr, "type", "block_id", "label", "element", "hint", "optional", "dispatch_action")
+	c.requiredText(m, "label", ptr, textPlain, maxInputLabel)
+	c.optionalText(m, "hint", ptr, textPlain, maxInputHint)
+	c.boolean(m, "optional", ptr)
+	c.boolean(m, "dispatch_action", ptr)
+	if el, ok := m["element"]; ok {
+		c.plainTextInput(el, ptr+"/element")
+	} else {
+		c.fail(ptr, "missing required field: element")
+	}
+	return true
+}
+
+// blockID checks a block's block_id, unique on its surface, and remembers
+// the block under it.
+func (c *checker) blockID(m map[string]any, ptr string) {
+	if _, ok := m["block_id"]; !ok {
+		return
+	}
+	if id, ok := c.str(m, "block_id", ptr, maxBlockID, false); ok && id != "" {
+		if _, dup := c.blockIDs[id]; dup {
+			c.fail(ptr+"/block_id", "duplicate block_id %q", id)
+		}
+		raw, _ := json.Marshal(m)
+		c.blockIDs[id] = string(raw)
 	}
 }
 
