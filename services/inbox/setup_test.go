@@ -40,16 +40,26 @@ func setup(t *testing.T) *env {
 	policies := countersigntest.LivePolicy(t, apiJS, "version: \"t0\"\ndefault: require_approval\n")
 	e := &env{js: js, tokens: map[string]string{}}
 	var tokens []api.Token
-	for _, tk := range []struct{ name, subject, role string }{
-		{"agent", "agent:billing", api.RoleAgent}, {"alice", "alice", api.RoleApprover},
-		{"bob", "bob", api.RoleApprover}, {"admin", "root", api.RoleAdmin},
+	// bob reads every request (viewer) besides deciding those that name
+	// him; carol decides only those that name her; the -acme and -globex
+	// tokens are limited to their tenant.
+	for _, tk := range []struct {
+		name, subject string
+		roles, tenants []string
+	}{
+		{"agent", "agent:billing", []string{api.RoleAgent}, nil}, {"alice", "alice", []string{api.RoleApprover}, nil},
+		{"bob", "bob", []string{api.RoleApprover, api.RoleViewer}, nil}, {"carol", "carol", []string{api.RoleApprover}, nil},
+		{"admin", "root", []string{api.RoleAdmin}, nil},
+		{"agent-acme", "agent:acme", []string{api.RoleAgent}, []string{"acme"}},
+		{"alice-acme", "alice", []string{api.RoleApprover}, []string{"acme"}},
+		{"gina-globex", "gina", []string{api.RoleApprover}, []string{"globex"}},
 	} {
 		tok, hash, err := api.NewToken()
 		if err != nil {
 			t.Fatal(err)
 		}
 		e.tokens[tk.name] = tok
-		tokens = append(tokens, api.Token{Name: tk.name, Subject: tk.subject, SHA256: hash, Roles: []string{tk.role}})
+		tokens = append(tokens, api.Token{Name: tk.name, Subject: tk.subject, SHA256: hash, Roles: tk.roles, Tenants: tk.tenants})
 	}
 	e.cfg = api.Config{JS: apiJS, Gate: countersigntest.Gate(t, apiJS, policies), Policies: policies, Tokens: tokens}
 	e.url = e.replica(t, nil)
