@@ -118,6 +118,9 @@ func (c *client) send(ctx context.Context, method, path, contentType string, bod
 		return 0, err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
+	// The API records reads of sensitive requests with the surface they
+	// came through; this names the CLI.
+	req.Header.Set("User-Agent", "countersign-cli/1")
 	if body != nil {
 		req.Header.Set("Content-Type", contentType)
 	}
