@@ -179,7 +179,9 @@ func TestClockWaitScheduled(t *testing.T) {
 	// A schedule stored after the wait began ends it; one at another time
 	// does not.
 	done := make(chan error, 1)
-	go func() { done <- b.clock.WaitScheduled(ctx, "a3", "expire", start.Add(2*time.Hour).Add(300*time.Millisecond)) }()
+	go func() {
+		done <- b.clock.WaitScheduled(ctx, "a3", "expire", start.Add(2*time.Hour).Add(300*time.Millisecond))
+	}()
 	b.schedule("a3", "expire", start.Add(time.Hour), `{}`)
 	b.schedule("a3", "expire", start.Add(2*time.Hour+time.Second), `{}`) // rounded up to the whole second
 	if err := <-done; err != nil {
