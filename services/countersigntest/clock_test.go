@@ -176,22 +176,25 @@ func TestClockWaitScheduled(t *testing.T) {
 	b := newClockBus(t, start)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	// A schedule stored after the wait began ends it; one at another time
-	// does not.
-	done := make(chan error, 1)
-	go func() {
-		done <- b.clock.WaitScheduled(ctx, "a3", "expire", start.Add(2*time.Hour).Add(300*time.Millisecond))
-	}()
 	b.schedule("a3", "expire", start.Add(time.Hour), `{}`)
-	b.schedule("a3", "expire", start.Add(2*time.Hour+time.Second), `{}`) // rounded up to the whole second
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	// Nothing at that time: the wait ends with ctx, with an error.
+	// A schedule at another time does not end the wait: ctx does, with an error.
 	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancelShort()
-	if err := b.clock.WaitScheduled(short, "a3", "expire", start.Add(time.Hour)); err == nil {
+	if err := b.clock.WaitScheduled(short, "a3", "expire", start.Add(2*time.Hour)); err == nil {
 		t.Fatal("WaitScheduled for a time nothing is scheduled at returned no error")
+	}
+	// One within the second of the time asked for does.
+	if err := b.clock.WaitScheduled(ctx, "a3", "expire", start.Add(time.Hour-300*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	// So does a replacement stored while it waits.
+	done := make(chan error, 1)
+	go func() {
+		done <- b.clock.WaitScheduled(ctx, "a3", "expire", start.Add(2*time.Hour+300*time.Millisecond))
+	}()
+	b.schedule("a3", "expire", start.Add(2*time.Hour+time.Second), `{}`) // a deadline rounded up to the second
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
 
