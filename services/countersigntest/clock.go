@@ -36,9 +36,12 @@ var (
 // The arbiter keeps its timers as JetStream message schedules, which the
 // server fires on the wall clock. The clock fires them itself instead, so a
 // test's timers must lie ahead of the wall clock for as long as the test
-// runs: start the clock at time.Now() (or later) and give timers hours of
-// fake time, as real timeouts and reminders have (a timer due within
-// seconds of a clock started at time.Now() is fired by the server too).
+// runs: start the clock at time.Now() and give timers hours of fake time,
+// as real timeouts and reminders have (a timer due within seconds of a
+// clock started at time.Now() is fired by the server too). The arbiter
+// checks the created_at of a request that time may approve or escalate
+// against when the server stored it (within arbiter.Config.ClockSkew), so
+// create such requests before advancing the clock far.
 //
 // Now is frozen between calls to Advance; a Clock is safe for concurrent use.
 type Clock struct {
@@ -113,7 +116,8 @@ func (c *Clock) Advance(ctx context.Context, d time.Duration) error {
 // reminder or escalation kind such as "remind-1") of approval eventID is
 // scheduled within a second of at (schedules take whole seconds), or ctx
 // ends. A timer is scheduled once the arbiter has handled the request or
-// command that sets it, which is after the record shows it.
+// command that sets it, which is after the record shows it; once fired, it
+// is no longer scheduled.
 func (c *Clock) WaitScheduled(ctx context.Context, eventID, kind string, at time.Time) error {
 	c.mu.Lock()
 	js := c.js
