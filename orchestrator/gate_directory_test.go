@@ -60,7 +60,7 @@ func (e *env) directoryGate(t *testing.T, policyYAML, directoryYAML string) (*or
 	dir := &swappable{}
 	dir.p.Store(parseDirectory(t, directoryYAML))
 	countersigntest.Trust(t, p)
-	gate, err := orchestrator.NewGate(context.Background(), orchestrator.Config{JS: e.js, Policy: orchestrator.StaticPolicy{P: p}, Directory: dir})
+	gate, err := orchestrator.NewGate(context.Background(), orchestrator.Config{JS: e.js, Policy: orchestrator.StaticPolicy{P: p}, Directory: dir, Now: e.now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,6 +46,8 @@ type env struct {
 	js   jetstream.JetStream
 	kv   jetstream.KeyValue
 	gate *orchestrator.Gate
+	// now is the clock of the env's arbiter and gates (nil: the wall clock).
+	now func() time.Time
 }
 
 func setup(t *testing.T) *env {
@@ -384,23 +386,48 @@ func TestReviewExpiresWithMessageForModel(t *testing.T) {
 	js := srv.JetStream()
 	srv.Provision(js)
 	ctx := context.Background()
-	countersigntest.RunArbiter(t, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter)})
-	gate := countersigntest.Gate(t, srv.JetStreamAs(embedded.RoleOrchestrator), orchestrator.StaticPolicy{P: countersigntest.Policy(t, `
+	clock := countersigntest.NewClock(time.Now())
+	clock.Attach(js)
+	countersigntest.RunArbiter(t, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter), Now: clock.Now})
+	p := countersigntest.Policy(t, `
 version: "t1"
 default: require_approval
 rules:
   - name: payments
     tools: ["payments.*"]
     action: require_approval
-    timeout: 1s
-`)})
-	call := orchestrator.ToolCall{ID: "pay-expire", Name: "payments.send", Arguments: json.RawMessage(`{"amount":1}`)}
-	rctx, rcancel := context.WithTimeout(ctx, 15*time.Second)
-	defer rcancel()
-	v, err := gate.Review(rctx, run, []orchestrator.ToolCall{call})
+    timeout: 1h
+`)
+	countersigntest.Trust(t, p)
+	gate, err := orchestrator.NewGate(ctx, orchestrator.Config{JS: srv.JetStreamAs(embedded.RoleOrchestrator), Policy: orchestrator.StaticPolicy{P: p}, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = gate.Close() })
+	call := orchestrator.ToolCall{ID: "pay-expire", Name: "payments.send", Arguments: json.RawMessage(`{"amount":1}`)}
+	rctx, rcancel := context.WithTimeout(ctx, 15*time.Second)
+	defer rcancel()
+	type result struct {
+		v   []orchestrator.Verdict
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := gate.Review(rctx, run, []orchestrator.ToolCall{call})
+		done <- result{v, err}
+	}()
+	// The hour passes once the arbiter has scheduled the deadline.
+	if err := clock.WaitScheduled(rctx, orchestrator.EventID(run, call.ID), contracts.TimerExpire, clock.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := clock.Advance(rctx, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	v := r.v
 	if v[0].Verdict != orchestrator.VerdictExpired || v[0].Reason == "" || v[0].Permit != nil {
 		t.Fatalf("verdict %+v, want expired with a reason and no permit", v[0])
 	}

@@ -5,9 +5,14 @@ import (
 	"encoding/json"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/events/embedded"
+	"github.com/countersign/countersign/events/eventstest"
 	"github.com/countersign/countersign/orchestrator"
+	"github.com/countersign/countersign/services/arbiter"
+	"github.com/countersign/countersign/services/countersigntest"
 )
 
 const timersGatePolicy = `
@@ -129,5 +134,80 @@ func TestGateSnapshotsRemindersAndEscalation(t *testing.T) {
 	_, raw := publishedRequest(t, e, contracts.ToolRequestedSubject(run.Agent))
 	if string(raw["reminders"]) != "[]" || string(raw["escalation"]) != "[]" {
 		t.Errorf("without timers: reminders %s escalation %s, want [] and []", raw["reminders"], raw["escalation"])
+	}
+}
+
+// setupClock is an env whose arbiter and gates run on a fake clock that
+// plays the server's scheduler, so a request's hours pass in no wall time.
+// It has no gate of its own: make one with directoryGate.
+func setupClock(t *testing.T) (*env, *countersigntest.Clock) {
+	t.Helper()
+	srv := eventstest.NewServer(t)
+	js := srv.JetStream()
+	srv.Provision(js)
+	clock := countersigntest.NewClock(time.Now())
+	clock.Attach(js)
+	countersigntest.RunArbiter(t, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter), Now: clock.Now})
+	kv, err := js.KeyValue(context.Background(), contracts.BucketApprovals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{srv: srv, js: js, kv: kv, now: clock.Now}, clock
+}
+
+// TestGateReviewWaitsThroughTheEscalationLadder follows a review up its
+// rule's ladder: before the first tier a manager may not approve; two hours
+// later the tier has added the managers, frozen from the directory, and a
+// manager's approval resumes the run.
+func TestGateReviewWaitsThroughTheEscalationLadder(t *testing.T) {
+	e, clock := setupClock(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	gate, _ := e.directoryGate(t, timersGatePolicy, financeDirectory)
+
+	run := contracts.Run{ID: "run-ladder", Agent: "billing-bot"}
+	call := orchestrator.ToolCall{ID: "pay", Name: "payments.send", Arguments: json.RawMessage(`{"amount":5}`)}
+	verdicts := make(chan []orchestrator.Verdict, 1)
+	if err := gate.ReviewAsync(ctx, run, []orchestrator.ToolCall{call}, func(v []orchestrator.Verdict, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		verdicts <- v
+	}); err != nil {
+		t.Fatal(err)
+	}
+	id := orchestrator.EventID(run, call.ID)
+	rec := e.waitRecord(t, id, pending)
+	for _, tm := range []struct {
+		kind  string
+		after time.Duration
+	}{{"remind-1", 10 * time.Minute}, {"remind-2", time.Hour}, {"escalate-1", 2 * time.Hour}} {
+		if err := clock.WaitScheduled(ctx, id, tm.kind, rec.Request.CreatedAt.Add(tm.after)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	e.vote(t, id, "alice", contracts.DecisionApprove, "")
+	rec = e.waitRecord(t, id, func(r *contracts.Record) bool { return len(r.RefusedVotes) == 1 })
+	if rec.RefusedVotes[0].Reason != contracts.ReasonNotAnApprover || rec.EscalationLevel != 0 {
+		t.Fatalf("a manager's vote before the tier: %+v at level %d, want refused as %s", rec.RefusedVotes, rec.EscalationLevel, contracts.ReasonNotAnApprover)
+	}
+
+	if err := clock.Advance(ctx, 2*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	e.waitRecord(t, id, func(r *contracts.Record) bool { return r.EscalationLevel == 1 })
+	e.vote(t, id, "alice", contracts.DecisionApprove, "")
+	select {
+	case v := <-verdicts:
+		if v[0].Verdict != orchestrator.VerdictAllowed {
+			t.Fatalf("verdict %+v, want allowed by the tier's manager", v[0])
+		}
+	case <-ctx.Done():
+		t.Fatal("the review was not resumed by the manager's approval")
+	}
+	final := e.waitRecord(t, id, func(r *contracts.Record) bool { return r.Status != contracts.StatusPending })
+	if final.Outcome == nil || !slices.Equal(final.Outcome.DecidedBy, []string{"alice"}) {
+		t.Fatalf("outcome %+v, want decided by alice", final.Outcome)
 	}
 }

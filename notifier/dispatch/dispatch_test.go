@@ -22,6 +22,7 @@ import (
 	"github.com/countersign/countersign/notifier/dispatch"
 	"github.com/countersign/countersign/orchestrator/policy"
 	"github.com/countersign/countersign/services/arbiter"
+	"github.com/countersign/countersign/services/countersigntest"
 )
 
 const wait = 20 * time.Second
@@ -129,6 +130,8 @@ type env struct {
 	t   *testing.T
 	srv *eventstest.Server
 	js  jetstream.JetStream
+	// clock, when set, is the arbiters' clock and the server's scheduler.
+	clock *countersigntest.Clock
 
 	mu       sync.Mutex
 	receipts []notifier.Receipt
@@ -138,6 +141,13 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	return newEnvOn(t, nil)
+}
+
+// newEnvOn is newEnv with its arbiters on clock, which plays the server's
+// scheduler for their timers (nil: the wall clock and the server's own).
+func newEnvOn(t *testing.T, clock *countersigntest.Clock) *env {
+	t.Helper()
 	srv := eventstest.NewServer(t)
 	js := srv.JetStream()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
@@ -145,7 +155,10 @@ func newEnv(t *testing.T) *env {
 	if err := events.Provision(ctx, js, events.ProvisionConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, srv: srv, js: js, more: make(chan struct{})}
+	e := &env{t: t, srv: srv, js: js, clock: clock, more: make(chan struct{})}
+	if clock != nil {
+		clock.Attach(js)
+	}
 	nc := srv.Connect()
 	t.Cleanup(nc.Close)
 	sub, err := nc.Subscribe(contracts.SubjectNotifyPrefix+">", func(m *nats.Msg) {
@@ -168,7 +181,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	arb, err := arbiter.New(ctx, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter), Policies: refundsPolicy(t)})
+	arb, err := arbiter.New(ctx, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter), Policies: refundsPolicy(t), Now: e.now()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,10 +197,21 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
+// now is the env's clock for its components (nil: the wall clock).
+func (e *env) now() func() time.Time {
+	if e.clock == nil {
+		return nil
+	}
+	return e.clock.Now
+}
+
 // start runs a dispatcher until the returned stop is called (or the test ends).
 func (e *env) start(cfg dispatch.Config) (stop func()) {
 	e.t.Helper()
 	cfg.JS = e.srv.JetStreamAs(embedded.RoleNotifier)
+	if cfg.Now == nil {
+		cfg.Now = e.now()
+	}
 	if cfg.People == nil {
 		cfg.People = directory
 	}
@@ -310,6 +334,12 @@ func (e *env) receiptsFor(id string, n int) map[string]notifier.Receipt {
 
 func (e *env) waitDecided(id string) {
 	e.t.Helper()
+	e.waitRecord(id, func(r contracts.Record) bool { return r.Terminal() })
+}
+
+// waitRecord waits until the record of id satisfies cond.
+func (e *env) waitRecord(id string, cond func(contracts.Record) bool) {
+	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	kv, err := e.js.KeyValue(ctx, contracts.BucketApprovals)
@@ -331,11 +361,11 @@ func (e *env) waitDecided(id string) {
 			if err := json.Unmarshal(en.Value(), &rec); err != nil {
 				e.t.Fatal(err)
 			}
-			if rec.Terminal() {
+			if cond(rec) {
 				return
 			}
 		case <-ctx.Done():
-			e.t.Fatalf("record %s never decided", id)
+			e.t.Fatalf("record %s never reached the state waited for", id)
 		}
 	}
 }
@@ -721,7 +751,7 @@ func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[str
 func (e *env) startArbiter() {
 	e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	arb, err := arbiter.New(ctx, arbiter.Config{JS: e.srv.JetStreamAs(embedded.RoleArbiter), Policies: refundsPolicy(e.t)})
+	arb, err := arbiter.New(ctx, arbiter.Config{JS: e.srv.JetStreamAs(embedded.RoleArbiter), Policies: refundsPolicy(e.t), Now: e.now()})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -736,19 +766,34 @@ func (e *env) startArbiter() {
 }
 
 func TestRemindersAndEscalationReachTheRightPeopleOnceWithTwoReplicas(t *testing.T) {
-	e := newEnv(t)
+	clock := countersigntest.NewClock(time.Now())
+	e := newEnvOn(t, clock)
 	e.startArbiter() // two arbiters
 	a, b := newChannel("email", nil), newChannel("email", nil)
 	e.start(dispatch.Config{Channels: []notifier.Channel{a}})
 	e.start(dispatch.Config{Channels: []notifier.Channel{b}})
 	req := request("email")
 	req.Quorum.Required = 2
-	req.Reminders = []string{"1s", "2s"}
-	req.Escalation = []contracts.EscalationTier{{After: "1s", Approvers: []string{"carol"}, Channels: []string{"email"}}}
-	req.ExpiresAt = time.Now().Add(30 * time.Second)
+	req.Reminders = []string{"10m", "20m"}
+	req.Escalation = []contracts.EscalationTier{{After: "10m", Approvers: []string{"carol"}, Channels: []string{"email"}}}
+	req.CreatedAt = clock.Now().UTC()
+	req.ExpiresAt = req.CreatedAt.Add(time.Hour)
 	e.publish(req)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	for kind, after := range map[string]time.Duration{"remind-1": 10 * time.Minute, "escalate-1": 10 * time.Minute, "remind-2": 20 * time.Minute} {
+		if err := clock.WaitScheduled(ctx, req.EventID, kind, req.CreatedAt.Add(after)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	e.receiptsFor(req.EventID, 2) // alice and bob were asked
 	e.vote(req.EventID, "alice", contracts.DecisionApprove)
+	e.waitRecord(req.EventID, func(r contracts.Record) bool { return len(r.Votes) == 1 })
+	// Ten minutes pass: the first reminder and carol's tier; ten more: the
+	// second reminder.
+	if err := clock.Advance(ctx, 10*time.Minute); err != nil {
+		t.Fatal(err)
+	}
 
 	// Each reminder reaches bob, who has not voted, and carol once her tier
 	// is reached; alice, who voted, is left alone.
@@ -757,6 +802,9 @@ func TestRemindersAndEscalationReachTheRightPeopleOnceWithTwoReplicas(t *testing
 	})
 	if esc.Target != "carol@example.com" || esc.Approver != "carol" || esc.Status != notifier.ReceiptDelivered {
 		t.Fatalf("escalation receipt %+v", esc)
+	}
+	if err := clock.Advance(ctx, 10*time.Minute); err != nil {
+		t.Fatal(err)
 	}
 	r2 := map[string]bool{}
 	for len(r2) < 2 {

@@ -73,19 +73,8 @@ rules:
     allowed_decisions: [approve, reject, edit, respond]
 `
 
-// approveOnTimeoutPolicy lets time approve after one second.
-const approveOnTimeoutPolicy = `
-version: v1-approve-on-timeout
-rules:
-  - name: refunds
-    tools: ["*"]
-    action: require_approval
-    timeout: 1s
-    on_timeout: approve
-`
-
 // approveOnTimeoutHourPolicy is busPolicy's rule with time approving after
-// an hour (the size budget's expire path).
+// an hour (the timer tests and the size budget's expire path).
 const approveOnTimeoutHourPolicy = `
 version: v1-approve-on-timeout-1h
 rules:
@@ -117,7 +106,7 @@ func (b *bus) startArbiter(cfg arbiter.Config) {
 		cfg.Now = busNow
 	}
 	if cfg.Policies == nil {
-		cfg.Policies = arbiter.Policies{mustPolicy(b.t, busPolicy), mustPolicy(b.t, approveOnTimeoutPolicy), mustPolicy(b.t, approveOnTimeoutHourPolicy)}
+		cfg.Policies = arbiter.Policies{mustPolicy(b.t, busPolicy), mustPolicy(b.t, approveOnTimeoutHourPolicy)}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	arb, err := arbiter.New(ctx, cfg)

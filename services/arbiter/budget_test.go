@@ -48,29 +48,30 @@ func schemaOf(t *testing.T, n int) json.RawMessage {
 	return json.RawMessage(head + strings.Repeat("d", fill) + `"}`)
 }
 
-// budget is a bus whose arbiter runs on the real clock, as the arbiter role.
+// budget is a bus whose arbiter runs on a fake clock, as the arbiter role.
 type budget struct {
-	*bus
+	*clockBus
 	lim      contracts.Limits
 	resolver jetstream.JetStream
 }
 
 func newBudget(t *testing.T) *budget {
 	t.Helper()
-	b := newBus(t, events.ProvisionConfig{})
-	b.startArbiter(arbiter.Config{Now: time.Now})
+	b := newClockBus(t)
+	b.startArbiter(arbiter.Config{})
 	mp := b.srv.JetStreamAs(embedded.RoleArbiter).Conn().MaxPayload()
 	if mp != contracts.DefaultMaxPayload {
 		t.Fatalf("the server's max payload is %d, want the default %d", mp, contracts.DefaultMaxPayload)
 	}
-	return &budget{bus: b, lim: contracts.LimitsFor(mp), resolver: b.srv.JetStreamAs(embedded.RoleResolver)}
+	return &budget{clockBus: b, lim: contracts.LimitsFor(mp), resolver: b.srv.JetStreamAs(embedded.RoleResolver)}
 }
 
 // maxRequest is the largest tool approval each surface accepts: arguments
 // and schema at their limits, long ids, approvers who may each decide.
 func (b *budget) maxRequest(t *testing.T, opts ...func(*contracts.ApprovalRequested)) contracts.ApprovalRequested {
 	t.Helper()
-	now := time.Now().UTC()
+	b.catchUp()
+	now := b.clock.Now().UTC()
 	args := objectOf(t, "requested", b.lim.Arguments)
 	sha, err := contracts.ArgumentsSHA256(args)
 	if err != nil {
@@ -215,11 +216,15 @@ func TestSizeBudgetEveryTerminalPath(t *testing.T) {
 				r.Policy.Version = "v1-approve-on-timeout-1h"
 			}},
 			decide: func(t *testing.T, id string) {
-				// Brought forward: the request expires a second from now.
+				// Brought forward: the request expires a minute from now, and
+				// a minute passes.
+				until := b.clock.Now().Add(time.Minute)
 				b.command(contracts.Command{
 					Spec: contracts.SpecCommand, EventID: id, Command: contracts.CommandExtend,
-					CommandID: uuid.NewString(), By: "ops", Until: time.Now().Add(time.Second),
+					CommandID: uuid.NewString(), By: "ops", Until: until,
 				})
+				b.scheduled(id, contracts.TimerExpire, until)
+				b.advance(time.Minute)
 			}},
 		{name: "cancel", before: aliceEdits, status: contracts.StatusCancelled,
 			decide: func(t *testing.T, id string) {
@@ -275,11 +280,11 @@ func TestSizeBudgetEveryTerminalPath(t *testing.T) {
 // their limits: the request is dead-lettered with too_large and no record is
 // created; the votes are refused as too_large on the record.
 func TestSizeBudgetRefusesOneByteOver(t *testing.T) {
-	b := newBus(t, events.ProvisionConfig{})
+	b := newClockBus(t)
 	reg := prometheus.NewRegistry()
-	b.startArbiter(arbiter.Config{Now: time.Now, Registerer: reg})
+	b.startArbiter(arbiter.Config{Registerer: reg})
 	lim := contracts.LimitsFor(b.js.Conn().MaxPayload())
-	bb := &budget{bus: b, lim: lim, resolver: b.srv.JetStreamAs(embedded.RoleResolver)}
+	bb := &budget{clockBus: b, lim: lim, resolver: b.srv.JetStreamAs(embedded.RoleResolver)}
 
 	over := bb.maxRequest(t)
 	over.ToolCall.Arguments = objectOf(t, "requested", lim.Arguments+1)

@@ -14,13 +14,13 @@ import (
 	"github.com/countersign/countersign/contracts/approval"
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/services/arbiter"
+	"github.com/countersign/countersign/services/countersigntest"
 )
 
-// timedRequest is a pending tool approval created now that expires after d,
-// on the real clock the timer tests run on.
-func timedRequest(t *testing.T, d time.Duration, opts ...func(*contracts.ApprovalRequested)) contracts.ApprovalRequested {
+// timedRequest is a pending tool approval created at now that expires after d.
+func timedRequest(t *testing.T, now time.Time, d time.Duration, opts ...func(*contracts.ApprovalRequested)) contracts.ApprovalRequested {
 	t.Helper()
-	now := time.Now().UTC()
+	now = now.UTC()
 	return request(t, append([]func(*contracts.ApprovalRequested){func(r *contracts.ApprovalRequested) {
 		r.EventID = "timer-" + uuid.NewString()
 		r.CreatedAt = now
@@ -28,11 +28,69 @@ func timedRequest(t *testing.T, d time.Duration, opts ...func(*contracts.Approva
 	}}, opts...)...)
 }
 
-func timerBus(t *testing.T) *bus {
+// clockBus is a bus whose timers run on a fake clock: the clock plays the
+// server's scheduler, so an hour of a request's life takes no wall time.
+// Its arbiters, started with startArbiter, read the clock.
+type clockBus struct {
+	*bus
+	clock *countersigntest.Clock
+}
+
+func newClockBus(t *testing.T) *clockBus {
 	t.Helper()
 	b := newBus(t, events.ProvisionConfig{})
-	b.startArbiter(arbiter.Config{Now: time.Now})
+	clock := countersigntest.NewClock(time.Now())
+	clock.Attach(b.js)
+	return &clockBus{bus: b, clock: clock}
+}
+
+// timerBus is a clockBus with one arbiter.
+func timerBus(t *testing.T) *clockBus {
+	t.Helper()
+	b := newClockBus(t)
+	b.startArbiter(arbiter.Config{})
 	return b
+}
+
+// startArbiter runs an arbiter replica on the bus's clock.
+func (b *clockBus) startArbiter(cfg arbiter.Config) {
+	b.t.Helper()
+	cfg.Now = b.clock.Now
+	b.bus.startArbiter(cfg)
+}
+
+// request is a pending request created now by the clock, expiring after d.
+func (b *clockBus) request(d time.Duration, opts ...func(*contracts.ApprovalRequested)) contracts.ApprovalRequested {
+	b.t.Helper()
+	return timedRequest(b.t, b.clock.Now(), d, opts...)
+}
+
+// scheduled waits until the arbiter has scheduled timer kind of id at at.
+func (b *clockBus) scheduled(id, kind string, at time.Time) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), busWait)
+	defer cancel()
+	if err := b.clock.WaitScheduled(ctx, id, kind, at); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// catchUp moves the clock on to the wall clock's second, if it is behind:
+// the arbiter checks the created_at of a request that time may approve or
+// escalate against when the server stored it (within Config.ClockSkew).
+func (b *clockBus) catchUp() {
+	b.t.Helper()
+	if d := time.Now().Truncate(time.Second).Sub(b.clock.Now()); d > 0 {
+		b.advance(d)
+	}
+}
+
+// advance moves the clock by d, firing the timers that come due.
+func (b *clockBus) advance(d time.Duration) {
+	b.t.Helper()
+	if err := b.clock.Advance(context.Background(), d); err != nil {
+		b.t.Fatal(err)
+	}
 }
 
 func terminal(r *contracts.Record) bool { return r.Status != contracts.StatusPending }
@@ -59,11 +117,13 @@ func assertTimedOut(t *testing.T, rec contracts.Record, status string) {
 
 func TestTimerExpiresPendingRequest(t *testing.T) {
 	t.Parallel()
-	b := newBus(t, events.ProvisionConfig{})
+	b := newClockBus(t)
 	reg := prometheus.NewRegistry()
-	b.startArbiter(arbiter.Config{Now: time.Now, Registerer: reg})
-	req := timedRequest(t, time.Second)
+	b.startArbiter(arbiter.Config{Registerer: reg})
+	req := b.request(time.Hour)
 	b.create(req)
+	b.scheduled(req.EventID, contracts.TimerExpire, req.ExpiresAt)
+	b.advance(time.Hour)
 	rec := b.waitRecord(req.EventID, terminal)
 	assertTimedOut(t, rec, contracts.StatusExpired)
 	d := b.waitDecided(req.EventID)
@@ -94,13 +154,13 @@ func TestTimerExpiresPendingRequest(t *testing.T) {
 func TestTimerOnTimeoutApprove(t *testing.T) {
 	t.Parallel()
 	b := timerBus(t)
-	req := timedRequest(t, time.Second, func(r *contracts.ApprovalRequested) {
+	req := b.request(time.Hour, func(r *contracts.ApprovalRequested) {
 		r.OnTimeout = contracts.OnTimeoutApprove
-		r.Policy.Version = "v1-approve-on-timeout"
-		r.Quorum.Veto = true
-		r.AllowedDecisions = []string{contracts.DecisionApprove, contracts.DecisionReject}
+		r.Policy.Version = "v1-approve-on-timeout-1h"
 	})
 	b.create(req)
+	b.scheduled(req.EventID, contracts.TimerExpire, req.ExpiresAt)
+	b.advance(time.Hour)
 	rec := b.waitRecord(req.EventID, terminal)
 	assertTimedOut(t, rec, contracts.StatusApproved)
 	if d := b.waitDecided(req.EventID); len(d) != 1 || d[0].Status != contracts.StatusApproved {
@@ -112,11 +172,12 @@ func TestTimerAfterDecisionDoesNothing(t *testing.T) {
 	t.Parallel()
 	b := timerBus(t)
 	acks := sniffAcksOf(t, b.srv.Connect(), contracts.StreamTimers, arbiter.DurableTimers)
-	req := timedRequest(t, time.Second)
+	req := b.request(time.Hour)
 	b.create(req)
+	b.scheduled(req.EventID, contracts.TimerExpire, req.ExpiresAt)
 	b.vote(contracts.Vote{
 		Spec: contracts.SpecVote, VoteID: uuid.NewString(), EventID: req.EventID, Decision: contracts.DecisionReject,
-		Approver: contracts.Approver{ID: "alice", Via: contracts.ViaNATS}, DecidedAt: time.Now().UTC(),
+		Approver: contracts.Approver{ID: "alice", Via: contracts.ViaNATS}, DecidedAt: b.clock.Now().UTC(),
 	})
 	decided := b.waitRecord(req.EventID, terminal)
 	if decided.Status != contracts.StatusRejected {
@@ -124,8 +185,9 @@ func TestTimerAfterDecisionDoesNothing(t *testing.T) {
 	}
 	_, rev := b.record(req.EventID)
 
-	// Wait for the fire, then for the arbiter's acknowledgement of it: the
-	// arbiter acknowledges only once it has handled the message.
+	// The deadline passes: wait for the fire, then for the arbiter's
+	// acknowledgement of it (given only once it has handled the message).
+	b.advance(time.Hour)
 	md, err := b.waitMessage(contracts.StreamTimers, contracts.TimerFireSubject(req.EventID, contracts.TimerExpire)).Metadata()
 	if err != nil {
 		t.Fatal(err)
@@ -143,9 +205,10 @@ func TestTimerAfterDecisionDoesNothing(t *testing.T) {
 func TestTimerExtendMovesExpiry(t *testing.T) {
 	t.Parallel()
 	b := timerBus(t)
-	req := timedRequest(t, 2*time.Second)
+	req := b.request(2 * time.Hour)
 	b.create(req)
-	until := req.ExpiresAt.Add(2 * time.Second)
+	b.scheduled(req.EventID, contracts.TimerExpire, req.ExpiresAt)
+	until := req.ExpiresAt.Add(2 * time.Hour)
 	b.command(contracts.Command{
 		Spec: contracts.SpecCommand, CommandID: uuid.NewString(), EventID: req.EventID,
 		Command: contracts.CommandExtend, By: "frank", Until: until,
@@ -154,6 +217,13 @@ func TestTimerExtendMovesExpiry(t *testing.T) {
 	if extended.Status != contracts.StatusPending || !extended.ExpiresAt.Equal(until) {
 		t.Fatalf("after extend: status %s expires %s, want pending until %s", extended.Status, extended.ExpiresAt, until)
 	}
+	// The timer moved with the deadline: nothing fires at the old one.
+	b.scheduled(req.EventID, contracts.TimerExpire, until)
+	b.advance(2 * time.Hour)
+	if fired := b.messages(contracts.StreamTimers, contracts.TimerFireSubject(req.EventID, contracts.TimerExpire)); len(fired) != 0 {
+		t.Fatalf("%d expiry timers fired at the old deadline, want none", len(fired))
+	}
+	b.advance(2 * time.Hour)
 	rec := b.waitRecord(req.EventID, terminal)
 	assertTimedOut(t, rec, contracts.StatusExpired)
 	if rec.Outcome.DecidedAt.Before(until) {
@@ -164,10 +234,14 @@ func TestTimerExtendMovesExpiry(t *testing.T) {
 	}
 }
 
+// TestTimerSurvivesServerRestart runs on the server's own scheduler and the
+// wall clock, the path production takes (the other timer tests play the
+// scheduler with a fake clock).
 func TestTimerSurvivesServerRestart(t *testing.T) {
 	t.Parallel()
-	b := timerBus(t)
-	req := timedRequest(t, 5*time.Second)
+	b := newBus(t, events.ProvisionConfig{})
+	b.startArbiter(arbiter.Config{Now: time.Now})
+	req := timedRequest(t, time.Now(), 5*time.Second)
 	b.create(req)
 	// The schedule is stored before the record is acknowledged.
 	b.waitMessage(contracts.StreamTimers, contracts.TimerScheduleSubject(req.EventID, contracts.TimerExpire))
@@ -219,19 +293,23 @@ func (b *bus) changes(id, kind string, n int) []contracts.Changed {
 
 func TestTimerRemindersAreAnnouncedOnceEach(t *testing.T) {
 	t.Parallel()
-	b := newBus(t, events.ProvisionConfig{})
+	b := newClockBus(t)
 	// Two replicas: each fire is handled by one of them.
-	b.startArbiter(arbiter.Config{Now: time.Now})
-	b.startArbiter(arbiter.Config{Now: time.Now})
+	b.startArbiter(arbiter.Config{})
+	b.startArbiter(arbiter.Config{})
 	acks := sniffAcksOf(t, b.srv.Connect(), contracts.StreamTimers, arbiter.DurableTimers)
-	req := timedRequest(t, 4*time.Second, ladder([]string{"1s", "2s", "10s"}))
+	req := b.request(4*time.Hour, ladder([]string{"1h", "2h", "10h"}))
 	b.create(req)
+	b.scheduled(req.EventID, "remind-1", req.CreatedAt.Add(time.Hour))
+	b.scheduled(req.EventID, "remind-2", req.CreatedAt.Add(2*time.Hour))
+	b.advance(time.Hour)
+	b.advance(time.Hour)
 	got := b.changes(req.EventID, contracts.ChangeReminded, 2)
 	for i, c := range got {
 		if c.Step != i+1 || c.Status != contracts.StatusPending {
 			t.Errorf("reminder %d: %+v", i+1, c)
 		}
-		if at := req.CreatedAt.Add(time.Duration(i+1) * time.Second); c.At.Before(at) {
+		if at := req.CreatedAt.Add(time.Duration(i+1) * time.Hour); c.At.Before(at) {
 			t.Errorf("reminder %d announced at %s, before it was due at %s", i+1, c.At, at)
 		}
 	}
@@ -260,18 +338,22 @@ func TestTimerEscalationAddsApproversAndADecisionStopsTheLadder(t *testing.T) {
 	t.Parallel()
 	b := timerBus(t)
 	acks := sniffAcksOf(t, b.srv.Connect(), contracts.StreamTimers, arbiter.DurableTimers)
-	req := timedRequest(t, 6*time.Second, ladder([]string{"3s"},
-		contracts.EscalationTier{After: "1s", Approvers: []string{"mgr"}, Channels: []string{"email"}},
-		contracts.EscalationTier{After: "3s", Approvers: []string{"cfo"}}))
+	req := b.request(6*time.Hour, ladder([]string{"3h"},
+		contracts.EscalationTier{After: "1h", Approvers: []string{"mgr"}, Channels: []string{"email"}},
+		contracts.EscalationTier{After: "3h", Approvers: []string{"cfo"}}))
 	b.create(req)
+	for kind, after := range map[string]time.Duration{"escalate-1": time.Hour, "escalate-2": 3 * time.Hour, "remind-1": 3 * time.Hour} {
+		b.scheduled(req.EventID, kind, req.CreatedAt.Add(after))
+	}
 	// Before the tier, the manager is not an approver.
 	early := contracts.Vote{Spec: contracts.SpecVote, VoteID: uuid.NewString(), EventID: req.EventID, Decision: contracts.DecisionApprove,
-		Approver: contracts.Approver{ID: "mgr", Via: contracts.ViaNATS}, DecidedAt: time.Now().UTC()}
+		Approver: contracts.Approver{ID: "mgr", Via: contracts.ViaNATS}, DecidedAt: b.clock.Now().UTC()}
 	b.vote(early)
 	rec := b.waitRecord(req.EventID, func(r *contracts.Record) bool { return len(r.RefusedVotes) == 1 })
 	if rec.RefusedVotes[0].Reason != contracts.ReasonNotAnApprover || rec.EscalationLevel != 0 {
 		t.Fatalf("early vote of the tier's approver: %+v, level %d", rec.RefusedVotes, rec.EscalationLevel)
 	}
+	b.advance(time.Hour)
 	c := b.changes(req.EventID, contracts.ChangeEscalated, 1)[0]
 	if c.Step != 1 {
 		t.Fatalf("escalated %+v, want step 1", c)
@@ -288,6 +370,7 @@ func TestTimerEscalationAddsApproversAndADecisionStopsTheLadder(t *testing.T) {
 	_, rev := b.record(req.EventID)
 	// The second tier and the reminder fire after the decision and change
 	// nothing, announce nothing.
+	b.advance(2 * time.Hour)
 	for _, kind := range []string{"escalate-2", "remind-1"} {
 		md, err := b.waitMessage(contracts.StreamTimers, contracts.TimerFireSubject(req.EventID, kind)).Metadata()
 		if err != nil {

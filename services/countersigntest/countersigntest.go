@@ -12,6 +12,13 @@
 // starts for the same test, as a deployment lists such policies in
 // arbiter.Config.Policies; policies applied to the hitl_policy bucket are
 // read from there.
+//
+// Clock is a fake clock for expiry, reminders and escalation: the
+// components under test read its Now, and Advance moves it and plays the
+// server's scheduler for the arbiter's timers (JetStream message schedules
+// on HITL_TIMERS), so "eight hours later" takes no wall time. Wait for a
+// timer with Clock.WaitScheduled before advancing past it; StartStack's
+// WithClock runs a Stack on one.
 package countersigntest
 
 import (

@@ -39,8 +39,26 @@ type Stack struct {
 	conns []*nats.Conn
 }
 
+// StackOption configures StartStack.
+type StackOption func(*stackOptions)
+
+type stackOptions struct {
+	clock *Clock
+}
+
+// WithClock runs the stack's arbiter on clock and attaches clock to the
+// stack's server (as its admin user), so that clock.Advance fires the
+// stack's timers. Components connected to the stack take clock.Now too.
+func WithClock(clock *Clock) StackOption {
+	return func(o *stackOptions) { o.clock = clock }
+}
+
 // StartStack starts a Stack whose arbiter trusts the policy in policyYAML.
-func StartStack(policyYAML string) (*Stack, error) {
+func StartStack(policyYAML string, opts ...StackOption) (*Stack, error) {
+	var o stackOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	pol, err := policy.Parse([]byte(policyYAML))
 	if err != nil {
 		return nil, err
@@ -78,7 +96,12 @@ func StartStack(policyYAML string) (*Stack, error) {
 	if err != nil {
 		return fail(err)
 	}
-	arb, err := arbiter.New(ctx, arbiter.Config{JS: arbJS, Policies: arbiter.Policies{pol}})
+	acfg := arbiter.Config{JS: arbJS, Policies: arbiter.Policies{pol}}
+	if o.clock != nil {
+		acfg.Now = o.clock.Now
+		o.clock.Attach(admin)
+	}
+	arb, err := arbiter.New(ctx, acfg)
 	if err != nil {
 		return fail(err)
 	}
