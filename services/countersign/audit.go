@@ -56,6 +56,8 @@ func printAudit(out io.Writer, rec *contracts.Record, tl api.Timeline) {
 			p.changed(e.At, e.Data)
 		case api.KindDecided:
 			p.decided(e.At, e.Data)
+		case api.KindRead:
+			p.read(e.At, e.Data)
 		}
 	}
 	if tl.Truncated {
@@ -118,6 +120,19 @@ func (p *auditPrinter) requested(at time.Time) {
 }
 
 // notified writes one notification's receipt.
+// read writes a recorded read of the approval or export of its trail.
+func (p *auditPrinter) read(at time.Time, data json.RawMessage) {
+	var r contracts.Read
+	if json.Unmarshal(data, &r) != nil {
+		return
+	}
+	what := "opened"
+	if r.What == contracts.ReadExport {
+		what = "audit trail exported"
+	}
+	p.line(at, "read", fmt.Sprintf("%s by %s via %s", what, r.Reader, r.Surface))
+}
+
 func (p *auditPrinter) notified(at time.Time, data json.RawMessage) {
 	var r contracts.NotifyReceipt
 	if json.Unmarshal(data, &r) != nil {
