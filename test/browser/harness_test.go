@@ -52,7 +52,7 @@ rules:
     tools: ["db.migrate"]
     action: require_approval
     risk: low
-    approvers: [alice]
+    approvers: [alice, gina]
     summary: "Run migration {{args.migration}} on {{args.database}}"
 `
 
@@ -76,15 +76,22 @@ func startStack(t *testing.T) *stack {
 	gate := countersigntest.Gate(t, srv.JetStreamAs(embedded.RoleAPI), policies)
 	st := &stack{tokens: map[string]string{}}
 	var tokens []api.Token
-	for _, u := range []struct{ name, subject, role string }{
-		{"agent", "agent:fleet", api.RoleAgent}, {"alice", "alice", api.RoleApprover}, {"bob", "bob", api.RoleApprover},
+	// alice-acme and gina-globex are limited to their tenants; carol is an
+	// approver no rule names.
+	for _, u := range []struct {
+		name, subject, role string
+		tenants             []string
+	}{
+		{"agent", "agent:fleet", api.RoleAgent, nil}, {"alice", "alice", api.RoleApprover, nil}, {"bob", "bob", api.RoleApprover, nil},
+		{"alice-acme", "alice", api.RoleApprover, []string{"acme"}}, {"gina-globex", "gina", api.RoleApprover, []string{"globex"}},
+		{"carol", "carol", api.RoleApprover, nil},
 	} {
 		tok, hash, err := api.NewToken()
 		if err != nil {
 			t.Fatal(err)
 		}
 		st.tokens[u.name] = tok
-		tokens = append(tokens, api.Token{Name: u.name, Subject: u.subject, SHA256: hash, Roles: []string{u.role}})
+		tokens = append(tokens, api.Token{Name: u.name, Subject: u.subject, SHA256: hash, Roles: []string{u.role}, Tenants: u.tenants})
 	}
 	reg := prometheus.NewRegistry()
 	s, err := api.New(ctx, api.Config{JS: srv.JetStreamAs(embedded.RoleAPI), Gate: gate, Policies: policies, Tokens: tokens, Registerer: reg})
@@ -119,8 +126,13 @@ type verdict struct {
 // review posts one call of run as the agent; with wait, it blocks until
 // the call is decided (or the wait ends).
 func (st *stack) review(ctx context.Context, agent, runID string, c call, wait string) (verdict, error) {
+	return st.reviewFor(ctx, "", agent, runID, c, wait)
+}
+
+// reviewFor is review for a tenant's run.
+func (st *stack) reviewFor(ctx context.Context, tenant, agent, runID string, c call, wait string) (verdict, error) {
 	body, _ := json.Marshal(map[string]any{
-		"run":        map[string]any{"id": runID, "agent": agent, "requested_by": "agent:" + agent},
+		"run":        map[string]any{"id": runID, "agent": agent, "requested_by": "agent:" + agent, "tenant": tenant},
 		"tool_calls": []call{c},
 	})
 	path := "/v1/reviews"
