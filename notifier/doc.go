@@ -37,6 +37,14 @@
 // Every channel passes the conformance suite of package notifiertest, which
 // checks these guarantees against the channel's real receiving side.
 //
-// This package imports only the standard library and contracts; channels
-// never import the orchestrator.
+// # Sensitive values
+//
+// Argument values a request lists as sensitive never leave Countersign in a
+// notification: channels render ShownArguments (approval.Mask in their
+// place) with SensitiveNote, and send Redacted notifications as data, except
+// to a webhook endpoint configured to include them. Nothing a channel or the
+// notifier logs, and no metric label, holds an argument value.
+//
+// This package imports only the standard library, contracts and the pure
+// rules of contracts/approval; channels never import the orchestrator.
 package notifier

@@ -166,6 +166,7 @@ func (g *Gate) SubmitQuestion(ctx context.Context, run contracts.Run, q Question
 	req.Kind = contracts.KindHumanInput
 	req.ToolCall = nil
 	req.ToolSchema = nil
+	req.Sensitive = nil
 	req.Question = &contracts.Question{Text: q.Text, Schema: compactJSON(q.Schema)}
 	req.AllowedDecisions = []string{contracts.DecisionAnswer}
 	// Time never answers for a human: an unanswered question expires.

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/approval"
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/orchestrator/directory"
 	"github.com/countersign/countersign/orchestrator/policy"
@@ -453,6 +454,9 @@ func (g *Gate) gate(ctx context.Context, run contracts.Run, c ToolCall, args jso
 func (g *Gate) request(run contracts.Run, c ToolCall, args json.RawMessage, sha string, d policy.Decision, eventID string) contracts.ApprovalRequested {
 	now := g.cfg.Now().UTC()
 	timeout := min(d.Timeout, g.cfg.Retention)
+	// Values the rule or the tool schema marks are masked wherever the
+	// request leaves Countersign, the summary included.
+	sensitive := approval.SensitivePointers(args, c.Schema, d.Sensitive)
 	return contracts.ApprovalRequested{
 		Spec:       contracts.SpecApprovalRequested,
 		EventID:    eventID,
@@ -461,7 +465,7 @@ func (g *Gate) request(run contracts.Run, c ToolCall, args json.RawMessage, sha 
 		ToolCall:   &contracts.ToolCall{ID: c.ID, Name: c.Name, Arguments: args, ArgumentsSHA256: sha},
 		ToolSchema: compactJSON(c.Schema),
 		Risk:       d.Risk,
-		Summary:    Summary(d.Summary, run, c.Name, args),
+		Summary:    Summary(d.Summary, run, c.Name, approval.Redact(args, sensitive)),
 		Policy:     contracts.PolicyRef{Rule: d.Rule, Version: d.Version, Error: d.Error},
 		Quorum: contracts.Quorum{
 			Required: d.Quorum, Approvers: g.approvers(d.Approvers, d.Quorum, eventID), Veto: d.Veto,
@@ -474,6 +478,7 @@ func (g *Gate) request(run contracts.Run, c ToolCall, args json.RawMessage, sha 
 		ExpiresAt:        now.Add(timeout),
 		OnTimeout:        d.OnTimeout,
 		CreatedAt:        now,
+		Sensitive:        sensitive,
 	}
 }
 

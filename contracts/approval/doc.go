@@ -2,7 +2,11 @@
 // record, a message and a time, with no I/O: the state machine (NewRecord,
 // ApplyVote, ApplyVoteWithin, ApplyCommand, Expire, Escalate), the checks of
 // requests and votes against their schemas (ValidateRequest,
-// CheckVoteContent, CompileSchema), and the RFC 6902 diff of an edit.
+// CheckVoteContent, CompileSchema), the RFC 6902 diff of an edit, and the
+// masking of sensitive argument values wherever arguments leave Countersign
+// (Redact, RedactDiff, RedactRecord; which values, from a rule's patterns
+// and a tool schema's marks: SensitivePointers). Masking never recomputes
+// a hash: arguments_sha256 and the diff's paths refer to the real values.
 //
 // Every surface imports it: the arbiter (services/arbiter) applies the rules
 // to the records it alone writes; the HTTP API, the inbox, Slack and email

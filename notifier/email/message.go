@@ -45,6 +45,8 @@ type requestView struct {
 	Tool      string
 	Arguments string
 	Question  string
+	// SensitiveNote says that masked values are sensitive, when some are.
+	SensitiveNote string
 	// Quoted forms of the blocks above, for plain text.
 	ArgumentsQuoted string
 	QuestionQuoted  string
@@ -65,6 +67,7 @@ type decidedView struct {
 	ContentLabel  string
 	Content       string
 	ContentQuoted string
+	SensitiveNote string
 	InboxURL      string
 	DecidedAt     string
 }
@@ -99,8 +102,9 @@ func newRequestView(req *contracts.ApprovalRequested, reminder bool, now time.Ti
 	}
 	if req.ToolCall != nil {
 		v.Tool = oneLine(req.ToolCall.Name)
-		v.Arguments = block(notifier.FormatJSON(req.ToolCall.Arguments, maxArguments))
+		v.Arguments = block(notifier.FormatJSON(notifier.ShownArguments(req, req.ToolCall.Arguments), maxArguments))
 		v.ArgumentsQuoted = quote(v.Arguments, "    ")
+		v.SensitiveNote = notifier.SensitiveNote(req)
 	}
 	if req.Kind == contracts.KindHumanInput {
 		v.Progress = "" // one answer decides; there is no quorum to show
@@ -130,7 +134,8 @@ func newDecidedView(rec *contracts.Record) decidedView {
 			} else if o.Decision != contracts.DecisionEdit {
 				v.ContentLabel = "Arguments"
 			}
-			v.Content = block(notifier.FormatJSON(o.Arguments, maxArguments))
+			v.Content = block(notifier.FormatJSON(notifier.ShownArguments(req, o.Arguments), maxArguments))
+			v.SensitiveNote = notifier.SensitiveNote(req)
 			v.ContentQuoted = quote(v.Content, "    ")
 		}
 	}

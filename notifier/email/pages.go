@@ -330,7 +330,7 @@ func (p *pages) requestPage(rec *contracts.Record, claims Claims) pageView {
 		pr.Outcome = notifier.OutcomeLine(rec)
 	}
 	if args, editor := currentArguments(rec); editor != "" {
-		pr.Arguments = block(notifier.FormatJSON(args, maxArguments))
+		pr.Arguments = block(notifier.FormatJSON(notifier.ShownArguments(&req, args), maxArguments))
 		pr.Edited = editor
 	}
 	if req.Question != nil && len(req.Question.Schema) > 0 {

@@ -114,7 +114,8 @@ func RequestMessage(req *contracts.ApprovalRequested, rec *contracts.Record, opt
 		if editor != "" {
 			heading = "*Arguments* (edited by " + escapeCut(editor, maxFactText) + ")"
 		}
-		b.add("args", slackgo.NewSectionBlock(mrkdwn(codeText(heading, jsonFormat(args))), nil, nil))
+		heading += sensitiveHeading(req)
+		b.add("args", slackgo.NewSectionBlock(mrkdwn(codeText(heading, jsonFormat(notifier.ShownArguments(req, args)))), nil, nil))
 	}
 	b.add("context", slackgo.NewContextBlock("", mrkdwn(contextText(req, opts, false))))
 	if buttons := requestButtons(req, sha, opts); len(buttons) > 0 {
@@ -156,7 +157,8 @@ func OutcomeMessage(rec *contracts.Record, opts RenderOptions) Message {
 		if o != nil && o.Decision == contracts.DecisionEdit && len(o.Arguments) > 0 {
 			heading, args = "*Arguments* (edited)", o.Arguments
 		}
-		b.add("args", slackgo.NewSectionBlock(mrkdwn(codeText(heading, jsonFormat(args))), nil, nil))
+		heading += sensitiveHeading(req)
+		b.add("args", slackgo.NewSectionBlock(mrkdwn(codeText(heading, jsonFormat(notifier.ShownArguments(req, args)))), nil, nil))
 	}
 	b.add("context", slackgo.NewContextBlock("", mrkdwn(contextText(req, opts, true))))
 	return b.message(req.EventID, escapeCut(emoji+" "+line+": "+notifier.Title(req), maxFallbackText))
@@ -548,4 +550,13 @@ func reminderMessage(req *contracts.ApprovalRequested, rec *contracts.Record, pu
 	var b builder
 	b.add("reminder", slackgo.NewSectionBlock(mrkdwn(line), nil, nil))
 	return b.message(req.EventID, escapeCut("Reminder: "+notifier.Title(req)+" still needs a decision", maxFallbackText))
+}
+
+// sensitiveHeading follows the arguments' heading when some values are
+// masked.
+func sensitiveHeading(req *contracts.ApprovalRequested) string {
+	if note := notifier.SensitiveNote(req); note != "" {
+		return "\n_" + escape(note) + "_"
+	}
+	return ""
 }

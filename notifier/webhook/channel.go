@@ -69,6 +69,8 @@ type endpoint struct {
 	keys     [][]byte
 	timeout  time.Duration
 	disabled atomic.Bool
+	// includeSensitive: sent the real values of sensitive arguments.
+	includeSensitive bool
 }
 
 // New validates cfg and returns a Channel. Errors name the invalid field and
@@ -101,6 +103,7 @@ func (c *Channel) Notify(ctx context.Context, n notifier.Notification) (notifier
 	if n.Kind != notifier.KindRequested && !strings.HasPrefix(n.Kind, "reminder.") && !strings.HasPrefix(n.Kind, "escalation.") {
 		return c.fail(n, fmt.Errorf("%w: webhook: Notify cannot deliver kind %q", notifier.ErrPermanent, n.Kind))
 	}
+	n = c.shown(n)
 	body, err := json.Marshal(n.Request)
 	if err != nil {
 		return c.fail(n, fmt.Errorf("%w: webhook: encoding the request: %v", notifier.ErrPermanent, err))
@@ -118,6 +121,7 @@ func (c *Channel) Update(ctx context.Context, n notifier.Notification) (notifier
 	if n.Record == nil || !n.Record.Terminal() {
 		return c.fail(n, fmt.Errorf("%w: webhook: Update needs a terminal record", notifier.ErrPermanent))
 	}
+	n = c.shown(n)
 	ev := decided(n.Record)
 	if n.Event != nil && n.Event.EventID == ev.EventID {
 		ev = *n.Event // as announced, with the record's revision
@@ -148,6 +152,15 @@ func decided(rec *contracts.Record) contracts.Decided {
 		d.DecidedAt = rec.Outcome.DecidedAt
 	}
 	return d
+}
+
+// shown is n as its endpoint may see it: sensitive values masked unless
+// the endpoint includes them.
+func (c *Channel) shown(n notifier.Notification) notifier.Notification {
+	if ep, ok := c.endpoints[n.Target.Address]; ok && ep.includeSensitive {
+		return n
+	}
+	return n.Redacted()
 }
 
 func (c *Channel) fail(n notifier.Notification, err error) (notifier.Receipt, error) {

@@ -47,6 +47,10 @@ type Endpoint struct {
 	Secrets []string
 	// Timeout bounds one attempt (default DefaultTimeout).
 	Timeout time.Duration
+	// IncludeSensitive sends this endpoint the real values of the
+	// arguments a request lists as sensitive; by default they are masked
+	// (approval.Mask) like in every other notification.
+	IncludeSensitive bool
 }
 
 func (c *Config) setDefaults() {
@@ -123,7 +127,7 @@ func newEndpoint(e Endpoint) (*endpoint, []error) {
 	if len(errs) > 0 {
 		return nil, errs
 	}
-	return &endpoint{name: e.Name, url: e.URL, keys: keys, timeout: timeout}, nil
+	return &endpoint{name: e.Name, url: e.URL, keys: keys, timeout: timeout, includeSensitive: e.IncludeSensitive}, nil
 }
 
 func validURL(s string) bool {

@@ -138,6 +138,7 @@ func compileRule(rs *ruleSpec, fs *fileSpec, fallback settings, version string, 
 	} else {
 		ignoredSettings(rs, ps)
 		r.failClosed = fallback.decision(ActionRequireApproval, rs.name, version, rs.line)
+		r.failClosed.Sensitive = sensitiveOf(&rs.gateSpec, &fs.defaultRule)
 		if r.cond != nil {
 			noteRepeat(fallback)
 			checkQuorum(fallback, rs.where+" (gated when its condition errors, with default_rule's settings)",
@@ -163,6 +164,7 @@ type settings struct {
 	allowed    []string
 	summary    string
 	reason     string
+	sensitive  []string
 	// Timers, with the layer each comes from (nil: not set).
 	reminders     []time.Duration
 	remindersFrom *gateSpec
@@ -231,6 +233,7 @@ func settingsFor(risk string, layers ...*gateSpec) settings {
 	if len(layers) > 0 && layers[0] != nil {
 		s.reason = layers[0].reason
 	}
+	s.sensitive = sensitiveOf(layers...)
 	return s
 }
 
@@ -240,7 +243,7 @@ func (s settings) decision(action, rule, version string, line int) Decision {
 		Risk: s.risk, Approvers: slices.Clone(s.approvers), Quorum: s.quorum, Veto: s.veto,
 		AllowSelfApproval: s.self, Order: s.order, Timeout: s.timeout, OnTimeout: s.onTimeout,
 		AllowedDecisions: slices.Clone(s.allowed), Channels: slices.Clone(s.channels), Summary: s.summary,
-		Reminders: slices.Clone(s.reminders),
+		Reminders: slices.Clone(s.reminders), Sensitive: slices.Clone(s.sensitive),
 	}
 	d.Escalation, _ = s.ladder()
 	switch {
@@ -449,6 +452,9 @@ func ignoredSettings(rs *ruleSpec, ps *problems) {
 	for _, f := range rs.set {
 		if f.name() == "reason" && rs.action == ActionDeny {
 			continue
+		}
+		if f.name() == "sensitive" && rs.when != "" {
+			continue // the call gates, masked, when the condition errors
 		}
 		ps.add(f.key.Line, f.key.Column, SeverityWarning, "%s: %s has no effect on a rule whose action is %s", rs.where, f.name(), rs.action)
 	}

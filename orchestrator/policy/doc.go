@@ -41,6 +41,11 @@
 // escalation_repeat follow the same order as the other settings; an empty
 // list turns off what a lower layer sets.
 //
+// sensitive lists JSON pointer patterns of argument values ("/ssn",
+// "/items/*/iban") that a gated request masks outside Countersign. Unlike
+// the other settings it adds up: a rule's and default_rule's patterns
+// together, so a rule can mask more, never less.
+//
 // Lint reports what Parse refuses plus warnings (unreachable rules, unknown
 // approver groups, settings without effect); ParseCases and RunCases run a
 // table of calls against a policy, for CI of policy repositories.

@@ -260,7 +260,7 @@ func show(s string) string {
 // clone copies the decision's slices, the strings in one allocation, so
 // that a caller that changes them cannot change the policy.
 func (d Decision) clone() Decision {
-	n := len(d.Approvers) + len(d.AllowedDecisions) + len(d.Channels)
+	n := len(d.Approvers) + len(d.AllowedDecisions) + len(d.Channels) + len(d.Sensitive)
 	for _, t := range d.Escalation {
 		n += len(t.Approvers) + len(t.Channels)
 	}
@@ -271,6 +271,7 @@ func (d Decision) clone() Decision {
 	d.Approvers, buf = carve(buf, d.Approvers)
 	d.AllowedDecisions, buf = carve(buf, d.AllowedDecisions)
 	d.Channels, buf = carve(buf, d.Channels)
+	d.Sensitive, buf = carve(buf, d.Sensitive)
 	d.Reminders = slices.Clone(d.Reminders)
 	if d.Escalation != nil {
 		tiers := make([]EscalationTier, len(d.Escalation))

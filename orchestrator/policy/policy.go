@@ -76,6 +76,11 @@ type Decision struct {
 	// escalation_repeat already expanded and the tiers the timeout cuts off
 	// left out.
 	Escalation []EscalationTier
+	// Sensitive are the JSON pointer patterns (a "*" segment matches any
+	// key or index) of the argument values a request shows masked outside
+	// Countersign: the rule's and default_rule's together. The gate expands
+	// them against the call's arguments (approval.ExpandPointers).
+	Sensitive []string
 }
 
 // EscalationTier widens a pending request: from After (since the request

@@ -19,7 +19,7 @@ var (
 	topKeys  = []string{"version", "default", "default_rule", "groups", "risk_defaults", "rules"}
 	gateKeys = []string{"risk", "approvers", "quorum", "veto", "allow_self_approval", "order",
 		"channels", "timeout", "on_timeout", "allowed_decisions", "summary", "reason",
-		"reminders", "escalation", "escalation_repeat"}
+		"reminders", "escalation", "escalation_repeat", "sensitive"}
 	riskDefaultKeys = []string{"approvers", "quorum", "veto", "allow_self_approval", "order",
 		"channels", "timeout", "on_timeout", "allowed_decisions",
 		"reminders", "escalation", "escalation_repeat"}
@@ -68,6 +68,8 @@ type gateSpec struct {
 	allowed       []string
 	summary       string
 	reason        string
+	// sensitive are JSON pointer patterns of argument values to mask.
+	sensitive []string
 	// reminders and escalation are set when their key is (an empty list
 	// included: it turns off what a lower layer sets).
 	reminders     []time.Duration
@@ -367,6 +369,9 @@ var gateFieldReaders = map[string]func(g *gateSpec, f field, what string, ps *pr
 	},
 	"reason": func(g *gateSpec, f field, what string, ps *problems) {
 		g.reason = ps.str(f.val, what)
+	},
+	"sensitive": func(g *gateSpec, f field, what string, ps *problems) {
+		g.sensitive = readSensitive(f.val, what, ps)
 	},
 	"reminders": func(g *gateSpec, f field, what string, ps *problems) {
 		g.reminders, g.reminderNodes, g.remindersSet = readReminders(f.val, what, ps)

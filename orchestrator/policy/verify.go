@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/approval"
 )
 
 // This file checks a request's snapshot against what the policy version it
@@ -81,7 +82,9 @@ var allDecisions = []string{
 // people. Approver groups the policy does not define are resolved by the
 // orchestrator's directory, which the check does not see: where a rule
 // names such a group, a snapshot approver who is not one of the rule's named
-// people is taken to be a member. Reminders, channels, risk and summary
+// people is taken to be a member. The sensitive values must include every
+// one the rule's patterns and the snapshot's tool schema name in the
+// arguments (a request that would show one of them is refused). Reminders, channels, risk and summary
 // decide who is told and how, not who may decide, and are not checked.
 func VerifyRequest(req *contracts.ApprovalRequested, d Decision, opts VerifyOptions) error {
 	human := req.Kind == contracts.KindHumanInput
@@ -127,6 +130,7 @@ func VerifyRequest(req *contracts.ApprovalRequested, d Decision, opts VerifyOpti
 		}
 	}
 	ps = append(ps, checkDeadline(req, d, opts)...)
+	ps = append(ps, checkSensitive(req, d)...)
 	if len(ps) > 0 {
 		return &RequestError{Reason: contracts.RefusalWeakerThanPolicy, Problems: ps}
 	}
@@ -297,3 +301,18 @@ func checkDeadline(req *contracts.ApprovalRequested, d Decision, opts VerifyOpti
 }
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// checkSensitive requires the snapshot to mask at least the argument values
+// the rule's patterns name and the snapshot's tool schema marks.
+func checkSensitive(req *contracts.ApprovalRequested, d Decision) []string {
+	if req.ToolCall == nil {
+		return nil
+	}
+	var ps []string
+	for _, p := range approval.SensitivePointers(req.ToolCall.Arguments, req.ToolSchema, d.Sensitive) {
+		if !slices.Contains(req.Sensitive, p) {
+			ps = append(ps, fmt.Sprintf("sensitive does not list %q, which the rule or the tool schema masks", p))
+		}
+	}
+	return ps
+}

@@ -57,6 +57,9 @@ type webhookConfig struct {
 	URL     string   `yaml:"url"`
 	Secrets []string `yaml:"secrets"`
 	Timeout string   `yaml:"timeout"`
+	// IncludeSensitive sends the endpoint the real values of sensitive
+	// arguments (masked by default).
+	IncludeSensitive bool `yaml:"include_sensitive"`
 }
 
 type retryConfig struct {
@@ -138,7 +141,7 @@ func buildChannels(cfg serveConfig, publicURL string, log *slog.Logger) (*notifi
 	if len(n.Webhooks) > 0 {
 		var eps []webhook.Endpoint
 		for i, w := range n.Webhooks {
-			ep := webhook.Endpoint{Name: w.Name, URL: w.URL}
+			ep := webhook.Endpoint{Name: w.Name, URL: w.URL, IncludeSensitive: w.IncludeSensitive}
 			for j, s := range w.Secrets {
 				v, err := secret(fmt.Sprintf("notify.webhooks[%d].secrets[%d]", i, j), s)
 				if err != nil {

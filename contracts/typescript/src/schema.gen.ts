@@ -82,6 +82,10 @@ export interface ToolApprovalRequest {
   tool_schema?: {
     [k: string]: unknown;
   };
+  /**
+   * RFC 6901 JSON pointers into tool_call.arguments naming every value that is shown masked outside Countersign (notifications, logs); the arguments and their hash are the real ones.
+   */
+  sensitive?: string[];
   question?: Question;
   risk: 'low' | 'medium' | 'high' | 'critical';
   summary: string;
@@ -306,6 +310,12 @@ export interface HumanInputRequest {
    * W3C trace context of the review that asked; the outcome is announced in the same trace.
    */
   traceparent?: string;
+  /**
+   * A question has no tool arguments; always empty when present.
+   *
+   * @maxItems 0
+   */
+  sensitive?: [];
   policy: Policy;
   quorum: Quorum;
   escalation: EscalationTier[];
