@@ -92,7 +92,7 @@ func TestReadsAreScopedToWhoMayDecideOrAudit(t *testing.T) {
 		{"agent-acme", true, true},       // the agent token that submitted it
 		{"admin", true, true},            // admin sees everything
 		{"auditor-acme", true, false},    // an auditor of its tenant: values masked
-		{"bob", false, false},            // an approver it does not name
+		{"approver-0", false, false},     // an approver it does not name
 		{"gina-globex", false, false},    // named by the policy, but of another tenant
 		{"agent-globex", false, false},   // an agent token of another tenant
 		{"auditor-globex", false, false}, // an auditor of another tenant

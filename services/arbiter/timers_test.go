@@ -303,6 +303,9 @@ func TestTimerRemindersAreAnnouncedOnceEach(t *testing.T) {
 	b.scheduled(req.EventID, "remind-1", req.CreatedAt.Add(time.Hour))
 	b.scheduled(req.EventID, "remind-2", req.CreatedAt.Add(2*time.Hour))
 	b.advance(time.Hour)
+	// The second fire waits for the first to be announced: the two
+	// replicas would otherwise handle them at once, in either order.
+	b.changes(req.EventID, contracts.ChangeReminded, 1)
 	b.advance(time.Hour)
 	got := b.changes(req.EventID, contracts.ChangeReminded, 2)
 	for i, c := range got {
