@@ -91,7 +91,7 @@ func TestCLIShowsEachPersonOnlyWhatTheyMayDecideOrAudit(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, err := p.cliAs(tokens["alice"], "audit", "--json", id)
-	if err != nil || !strings.Contains(out, `"reader":"audrey"`) || !strings.Contains(out, `"surface":"cli"`) {
+	if err != nil || !strings.Contains(out, `"reader": "audrey"`) || !strings.Contains(out, `"surface": "cli"`) {
 		t.Fatalf("audit trail after audrey's export: %v\n%s", err, out)
 	}
 }
