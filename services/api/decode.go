@@ -150,26 +150,7 @@ func checkValue(v any, t reflect.Type, path string) *Error {
 	case reflect.Interface:
 		return nil
 	case reflect.Struct:
-		obj, ok := v.(map[string]any)
-		if !ok {
-			return typeError(path, "an object")
-		}
-		fields := jsonFields(t)
-		keys := make([]string, 0, len(obj))
-		for k := range obj {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for _, k := range keys {
-			ft, ok := fields[k]
-			if !ok {
-				return fieldError(http.StatusBadRequest, CodeUnknownField, joinPath(path, k), "unknown field %q", joinPath(path, k))
-			}
-			if e := checkValue(obj[k], ft, joinPath(path, k)); e != nil {
-				return e
-			}
-		}
-		return nil
+		return checkStruct(v, t, path)
 	case reflect.Map:
 		obj, ok := v.(map[string]any)
 		if !ok || t.Key().Kind() != reflect.String {
@@ -192,6 +173,39 @@ func checkValue(v any, t reflect.Type, path string) *Error {
 			}
 		}
 		return nil
+	}
+	return checkScalar(v, t, path)
+}
+
+// checkStruct checks an object against a struct: every key must be one of
+// its JSON field names, and every value its field's type.
+func checkStruct(v any, t reflect.Type, path string) *Error {
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return typeError(path, "an object")
+	}
+	fields := jsonFields(t)
+	keys := make([]string, 0, len(obj))
+	for k := range obj {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		ft, ok := fields[k]
+		if !ok {
+			return fieldError(http.StatusBadRequest, CodeUnknownField, joinPath(path, k), "unknown field %q", joinPath(path, k))
+		}
+		if e := checkValue(obj[k], ft, joinPath(path, k)); e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// checkScalar checks a string, boolean or number against its Go type,
+// numbers within the type's range.
+func checkScalar(v any, t reflect.Type, path string) *Error {
+	switch t.Kind() {
 	case reflect.String:
 		if _, ok := v.(string); !ok {
 			return typeError(path, "a string")
@@ -203,34 +217,25 @@ func checkValue(v any, t reflect.Type, path string) *Error {
 		}
 		return nil
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		n, ok := v.(json.Number)
-		if !ok {
-			return typeError(path, "an integer")
-		}
-		if _, err := strconv.ParseInt(n.String(), 10, t.Bits()); err != nil {
-			return typeError(path, "an integer in range")
-		}
-		return nil
+		return checkNumber(v, path, "an integer", func(n string) error { _, err := strconv.ParseInt(n, 10, t.Bits()); return err })
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		n, ok := v.(json.Number)
-		if !ok {
-			return typeError(path, "a non-negative integer")
-		}
-		if _, err := strconv.ParseUint(n.String(), 10, t.Bits()); err != nil {
-			return typeError(path, "a non-negative integer in range")
-		}
-		return nil
+		return checkNumber(v, path, "a non-negative integer", func(n string) error { _, err := strconv.ParseUint(n, 10, t.Bits()); return err })
 	case reflect.Float32, reflect.Float64:
-		n, ok := v.(json.Number)
-		if !ok {
-			return typeError(path, "a number")
-		}
-		if _, err := strconv.ParseFloat(n.String(), t.Bits()); err != nil {
-			return typeError(path, "a number in range")
-		}
-		return nil
+		return checkNumber(v, path, "a number", func(n string) error { _, err := strconv.ParseFloat(n, t.Bits()); return err })
 	}
 	return typeError(path, "a supported value")
+}
+
+// checkNumber checks that v is a JSON number that parse accepts.
+func checkNumber(v any, path, want string, parse func(string) error) *Error {
+	n, ok := v.(json.Number)
+	if !ok {
+		return typeError(path, want)
+	}
+	if parse(n.String()) != nil {
+		return typeError(path, want+" in range")
+	}
+	return nil
 }
 
 func typeError(path, want string) *Error {

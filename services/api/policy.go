@@ -96,24 +96,31 @@ func (s *Server) getPolicy(w http.ResponseWriter, r *http.Request) {
 
 // postPolicy answers POST /v1/policy[?dry_run=1]: the body is the policy's
 // YAML source. It is validated, then stored as the fleet's live policy.
+// readPolicySource reads a policy's YAML source from the request body.
+func readPolicySource(w http.ResponseWriter, r *http.Request) ([]byte, *Error) {
+	source, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return nil, errorf(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "the policy exceeds %d bytes", MaxBodyBytes)
+		}
+		return nil, errorf(http.StatusBadRequest, CodeInvalidPolicy, "the request body could not be read")
+	}
+	if len(strings.TrimSpace(string(source))) == 0 {
+		return nil, errorf(http.StatusBadRequest, CodeInvalidPolicy, "the request body is empty; send the policy's YAML source")
+	}
+	return source, nil
+}
+
 func (s *Server) postPolicy(w http.ResponseWriter, r *http.Request) {
 	dryRun, aerr := parseFlag(r, "dry_run")
 	if aerr != nil {
 		writeError(w, aerr)
 		return
 	}
-	source, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			writeError(w, errorf(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "the policy exceeds %d bytes", MaxBodyBytes))
-			return
-		}
-		writeError(w, errorf(http.StatusBadRequest, CodeInvalidPolicy, "the request body could not be read"))
-		return
-	}
-	if len(strings.TrimSpace(string(source))) == 0 {
-		writeError(w, errorf(http.StatusBadRequest, CodeInvalidPolicy, "the request body is empty; send the policy's YAML source"))
+	source, aerr := readPolicySource(w, r)
+	if aerr != nil {
+		writeError(w, aerr)
 		return
 	}
 	var errs, warnings []policy.Problem

@@ -117,28 +117,13 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, p *Princip
 		return
 	}
 	defer s.feed.unsubscribe(sub)
-	// Where this client is: where it says it was, or where the feed is.
-	pos := sub.from
-	var replay []streamMsg
-	if last := r.Header.Get("Last-Event-ID"); last != "" {
-		if from, ok := parseFeedPos(last, sub.from); ok && from != sub.from {
-			// Replays are bounded per process: each holds a consumer of a
-			// stream every API replica shares (the server allows 1,000).
-			select {
-			case s.feed.replays <- struct{}{}:
-			default:
-				w.Header().Set("Retry-After", "1")
-				fail(errorf(http.StatusServiceUnavailable, CodeUnavailable, "too many event streams are catching up at once; reconnect in a second"))
-				return
-			}
-			replay, err = s.replay(ctx, from, sub.from)
-			<-s.feed.replays
-			if err != nil {
-				fail(s.backendError("replay the event streams", err))
-				return
-			}
-			pos = from
+	pos, replay, aerr := s.resumeAt(ctx, r.Header.Get("Last-Event-ID"), sub.from)
+	if aerr != nil {
+		if aerr.Status == http.StatusServiceUnavailable {
+			w.Header().Set("Retry-After", "1")
 		}
+		fail(aerr)
+		return
 	}
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -207,6 +192,28 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, p *Princip
 			return
 		}
 	}
+}
+
+// resumeAt is where a client that last saw event lastID resumes: where it
+// was, with what it missed replayed, or where the feed is now (no id, or
+// one this API did not give). Replays are bounded per process: each holds a
+// consumer of a stream every API replica shares (the server allows 1,000).
+func (s *Server) resumeAt(ctx context.Context, lastID string, now feedPos) (feedPos, []streamMsg, *Error) {
+	from, ok := parseFeedPos(lastID, now)
+	if lastID == "" || !ok || from == now {
+		return now, nil, nil
+	}
+	select {
+	case s.feed.replays <- struct{}{}:
+	default:
+		return now, nil, errorf(http.StatusServiceUnavailable, CodeUnavailable, "too many event streams are catching up at once; reconnect in a second")
+	}
+	replay, err := s.replay(ctx, from, now)
+	<-s.feed.replays
+	if err != nil {
+		return now, nil, s.backendError("replay the event streams", err)
+	}
+	return from, replay, nil
 }
 
 // feedSources are what event streams carry: every request, and the

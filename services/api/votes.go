@@ -60,6 +60,31 @@ func (s *Server) limits() contracts.Limits {
 	return contracts.LimitsFor(s.cfg.JS.Conn().MaxPayload())
 }
 
+// readVoteBody decodes and checks a vote's body, with the rules every
+// surface shares; a body that names its approver is a forged identity
+// attempt, refused and counted.
+func (s *Server) readVoteBody(w http.ResponseWriter, r *http.Request, body *voteBody) *Error {
+	if aerr := decodeBody(w, r, body, false); aerr != nil {
+		return aerr
+	}
+	if len(body.Approver) > 0 {
+		s.m.votes.WithLabelValues(CodeApproverNotAllowed).Inc()
+		return fieldError(http.StatusBadRequest, CodeApproverNotAllowed, "approver",
+			"a vote cannot name its approver; it is cast in the name of the token's subject")
+	}
+	if aerr := validateVote(body); aerr != nil {
+		return aerr
+	}
+	if aerr := checkVote(s.limits(), contracts.Vote{
+		Decision: body.Decision, Comment: body.Comment, Arguments: body.Arguments,
+		ArgumentsSHA256: body.ArgumentsSHA256, Answer: body.contractAnswer(),
+	}); aerr != nil {
+		s.m.votes.WithLabelValues(aerr.Code).Inc()
+		return aerr
+	}
+	return nil
+}
+
 // postVote answers POST /v1/approvals/{event_id}/votes.
 func (s *Server) postVote(w http.ResponseWriter, r *http.Request) {
 	id, aerr := eventIDParam(r)
@@ -68,26 +93,7 @@ func (s *Server) postVote(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var body voteBody
-	if aerr := decodeBody(w, r, &body, false); aerr != nil {
-		writeError(w, aerr)
-		return
-	}
-	if len(body.Approver) > 0 {
-		// A forged identity attempt: refused and counted.
-		s.m.votes.WithLabelValues(CodeApproverNotAllowed).Inc()
-		writeError(w, fieldError(http.StatusBadRequest, CodeApproverNotAllowed, "approver",
-			"a vote cannot name its approver; it is cast in the name of the token's subject"))
-		return
-	}
-	if aerr := validateVote(&body); aerr != nil {
-		writeError(w, aerr)
-		return
-	}
-	if aerr := checkVote(s.limits(), contracts.Vote{
-		Decision: body.Decision, Comment: body.Comment, Arguments: body.Arguments,
-		ArgumentsSHA256: body.ArgumentsSHA256, Answer: body.contractAnswer(),
-	}); aerr != nil {
-		s.m.votes.WithLabelValues(aerr.Code).Inc()
+	if aerr := s.readVoteBody(w, r, &body); aerr != nil {
 		writeError(w, aerr)
 		return
 	}

@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -32,92 +33,18 @@ func (in *Inbox) postDecide(w http.ResponseWriter, r *http.Request, sess *sessio
 		in.message(w, aerr.Status, sess, aerr.Message)
 		return
 	}
-	f := r.PostForm
-	vote := contracts.Vote{
-		Spec: contracts.SpecVote, VoteID: uuid.Must(uuid.NewV7()).String(), EventID: id,
-		Approver: contracts.Approver{ID: sess.p.Subject, Via: contracts.ViaWeb},
-		Comment:  strings.TrimSpace(f.Get("comment")), DecidedAt: in.now().UTC(), ApproverTenants: sess.p.Tenants,
-	}
-	decision := f.Get("decision")
-	var formErr, argsErr string
-	editText := ""
-	switch decision {
-	case contracts.DecisionApprove:
-		vote.Decision, vote.ArgumentsSHA256 = contracts.DecisionApprove, f.Get("h")
-	case contracts.DecisionReject:
-		vote.Decision = contracts.DecisionReject
-	case contracts.DecisionEdit:
-		vote.Decision, vote.ArgumentsSHA256 = contracts.DecisionEdit, f.Get("h")
-		editText = f.Get("arguments")
-		args, msg := editedArguments(editText)
-		if msg != "" {
-			argsErr = msg
-		}
-		vote.Arguments = args
-	case contracts.DecisionRespond:
-		vote.Decision = contracts.DecisionRespond
-		if vote.Comment == "" {
-			formErr = "Write the response: it is returned to the agent as the tool result."
-		}
-	case contracts.DecisionAnswer:
-		vote.Decision = contracts.DecisionAnswer
-		vote.Answer = &contracts.Answer{Action: contracts.AnswerAccept, Content: answerContent(f.Get("answer"))}
-		if strings.TrimSpace(f.Get("answer")) == "" {
-			formErr = "Write an answer, or decline."
-		}
-	case "decline":
-		vote.Decision = contracts.DecisionAnswer
-		vote.Answer = &contracts.Answer{Action: contracts.AnswerDecline}
-	default:
-		formErr = "Unknown decision."
-	}
-	if len(vote.Comment) > contracts.MaxCommentBytes {
-		formErr = "The comment must be at most 16 KiB."
-	}
-	status := http.StatusOK
-	var result, resultErr, code string
-	switch {
-	case formErr != "" || argsErr != "":
-		status, resultErr, code = http.StatusBadRequest, formErr, contracts.ReasonMalformed
-		if argsErr != "" {
-			code = contracts.ReasonInvalidArguments
-		}
-	case !sess.p.Has(api.RoleApprover):
-		status, resultErr, code = http.StatusForbidden, "Your token cannot vote: it lacks the approver role.", api.CodeForbidden
-	default:
-		res, err := in.api.Resolver().Vote(ctx, vote)
-		switch {
-		case err != nil:
-			status, resultErr, code = http.StatusServiceUnavailable, "Your vote could not be sent; try again shortly.", api.CodeUnavailable
-		case res.InFlight:
-			status, result = http.StatusAccepted, "Your vote was sent; the decision is still being recorded."
-		case res.Refused != "":
-			status, code = contracts.Reason(res.Refused).HTTPStatus(), res.Refused
-			resultErr = "Your vote was refused: " + contracts.Reason(res.Refused).Message() + "."
-			if res.Refused == contracts.ReasonInvalidArguments && res.Detail != "" {
-				if decision == contracts.DecisionEdit {
-					argsErr = res.Detail
-				} else {
-					resultErr += " " + res.Detail
-				}
-			}
-		default:
-			result = "Your " + decision + " was counted."
-			if res.Record != nil && res.Record.Terminal() {
-				result += " " + notifier.OutcomeLine(res.Record) + "."
-			}
-		}
-		if res.Record != nil {
-			rec = res.Record
-		}
+	wv := in.readVote(r.PostForm, sess, id)
+	out := in.cast(ctx, sess, &wv)
+	if out.rec != nil {
+		rec = out.rec
 	}
 	if fresh, aerr := in.api.Record(ctx, sess.p, id, 0); aerr == nil && (fresh.UpdatedAt.After(rec.UpdatedAt) || fresh.Terminal()) {
 		rec = fresh
 	}
-	in.log.Info("inbox vote", "event_id", id, "vote_id", vote.VoteID, "approver", sess.p.Subject, "decision", decision, "result", orDash(code))
-	if resultErr == "" && argsErr == "" {
-		kind := flashCounted + decision
-		if status == http.StatusAccepted {
+	in.log.Info("inbox vote", "event_id", id, "vote_id", wv.vote.VoteID, "approver", sess.p.Subject, "decision", wv.decision, "result", orDash(out.code))
+	if out.resultErr == "" && wv.argsErr == "" {
+		kind := flashCounted + wv.decision
+		if out.status == http.StatusAccepted {
 			kind = flashInFlight
 		}
 		setFlash(w, r, id, kind)
@@ -126,15 +53,110 @@ func (in *Inbox) postDecide(w http.ResponseWriter, r *http.Request, sess *sessio
 	}
 	pg := in.detail(ctx, rec, sess)
 	sv := &pg.Status
-	sv.Result, sv.ResultError, sv.ResultCode, sv.ArgsError = result, resultErr, code, argsErr
-	if resultErr != "" || argsErr != "" {
-		// The person's input is kept for another try.
-		sv.Comment, sv.Answer = f.Get("comment"), f.Get("answer")
-		if decision == contracts.DecisionEdit {
-			sv.EditArgs = editText
+	sv.Result, sv.ResultError, sv.ResultCode, sv.ArgsError = out.result, out.resultErr, out.code, wv.argsErr
+	// The person's input is kept for another try.
+	sv.Comment, sv.Answer = r.PostForm.Get("comment"), r.PostForm.Get("answer")
+	if wv.decision == contracts.DecisionEdit {
+		sv.EditArgs = wv.editText
+	}
+	in.render(w, out.status, "detail", pg)
+}
+
+// webVote is a decision as the inbox's form sent it.
+type webVote struct {
+	vote     contracts.Vote
+	decision string
+	// editText is the edit form's arguments as typed.
+	editText string
+	// formErr and argsErr say what is wrong with the form, if anything.
+	formErr, argsErr string
+}
+
+// readVote makes the vote of the signed-in person from the decide form.
+func (in *Inbox) readVote(f url.Values, sess *session, id string) webVote {
+	wv := webVote{decision: f.Get("decision"), vote: contracts.Vote{
+		Spec: contracts.SpecVote, VoteID: uuid.Must(uuid.NewV7()).String(), EventID: id,
+		Approver: contracts.Approver{ID: sess.p.Subject, Via: contracts.ViaWeb},
+		Comment:  strings.TrimSpace(f.Get("comment")), DecidedAt: in.now().UTC(), ApproverTenants: sess.p.Tenants,
+	}}
+	v := &wv.vote
+	switch wv.decision {
+	case contracts.DecisionApprove:
+		v.Decision, v.ArgumentsSHA256 = contracts.DecisionApprove, f.Get("h")
+	case contracts.DecisionReject:
+		v.Decision = contracts.DecisionReject
+	case contracts.DecisionEdit:
+		v.Decision, v.ArgumentsSHA256 = contracts.DecisionEdit, f.Get("h")
+		wv.editText = f.Get("arguments")
+		v.Arguments, wv.argsErr = editedArguments(wv.editText)
+	case contracts.DecisionRespond:
+		v.Decision = contracts.DecisionRespond
+		if v.Comment == "" {
+			wv.formErr = "Write the response: it is returned to the agent as the tool result."
+		}
+	case contracts.DecisionAnswer:
+		v.Decision = contracts.DecisionAnswer
+		v.Answer = &contracts.Answer{Action: contracts.AnswerAccept, Content: answerContent(f.Get("answer"))}
+		if strings.TrimSpace(f.Get("answer")) == "" {
+			wv.formErr = "Write an answer, or decline."
+		}
+	case "decline":
+		v.Decision = contracts.DecisionAnswer
+		v.Answer = &contracts.Answer{Action: contracts.AnswerDecline}
+	default:
+		wv.formErr = "Unknown decision."
+	}
+	if len(v.Comment) > contracts.MaxCommentBytes {
+		wv.formErr = "The comment must be at most 16 KiB."
+	}
+	return wv
+}
+
+// voteOutcome is what became of a web vote: the page's status and result
+// (or error, with its code), and the record the answer brought.
+type voteOutcome struct {
+	status                  int
+	result, resultErr, code string
+	rec                     *contracts.Record
+}
+
+// cast sends wv through the API's vote path, unless the form is wrong or
+// the person's token cannot vote. A refused edit's schema error is shown
+// next to the arguments (wv.argsErr).
+func (in *Inbox) cast(ctx context.Context, sess *session, wv *webVote) voteOutcome {
+	switch {
+	case wv.formErr != "" || wv.argsErr != "":
+		if wv.argsErr != "" {
+			return voteOutcome{status: http.StatusBadRequest, resultErr: wv.formErr, code: contracts.ReasonInvalidArguments}
+		}
+		return voteOutcome{status: http.StatusBadRequest, resultErr: wv.formErr, code: contracts.ReasonMalformed}
+	case !sess.p.Has(api.RoleApprover):
+		return voteOutcome{status: http.StatusForbidden, resultErr: "Your token cannot vote: it lacks the approver role.", code: api.CodeForbidden}
+	}
+	res, err := in.api.Resolver().Vote(ctx, wv.vote)
+	out := voteOutcome{status: http.StatusOK, rec: res.Record}
+	switch {
+	case err != nil:
+		out.status, out.resultErr, out.code = http.StatusServiceUnavailable, "Your vote could not be sent; try again shortly.", api.CodeUnavailable
+	case res.InFlight:
+		out.status, out.result = http.StatusAccepted, "Your vote was sent; the decision is still being recorded."
+	case res.Refused != "":
+		out.status, out.code = contracts.Reason(res.Refused).HTTPStatus(), res.Refused
+		out.resultErr = "Your vote was refused: " + contracts.Reason(res.Refused).Message() + "."
+		if res.Refused == contracts.ReasonInvalidArguments && res.Detail != "" {
+			if wv.decision == contracts.DecisionEdit {
+				wv.argsErr = res.Detail
+			} else {
+				out.resultErr += " " + res.Detail
+			}
+		}
+	default:
+		out.result = "Your " + wv.decision + " was counted."
+		if res.Record != nil && res.Record.Terminal() {
+			out.result += " " + notifier.OutcomeLine(res.Record) + "."
 		}
 	}
-	in.render(w, status, "detail", pg)
+	return out
 }
 
 // The flash cookie carries the result of a decision across the redirect to

@@ -44,7 +44,7 @@ func setup(t *testing.T) *env {
 	// him; carol decides only those that name her; the -acme and -globex
 	// tokens are limited to their tenant.
 	for _, tk := range []struct {
-		name, subject string
+		name, subject  string
 		roles, tenants []string
 	}{
 		{"agent", "agent:billing", []string{api.RoleAgent}, nil}, {"alice", "alice", []string{api.RoleApprover}, nil},
