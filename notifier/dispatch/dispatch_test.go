@@ -181,19 +181,7 @@ func newEnvOn(t *testing.T, clock *countersigntest.Clock) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	arb, err := arbiter.New(ctx, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter), Policies: refundsPolicy(t), Now: e.now()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	actx, acancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- arb.Run(actx) }()
-	t.Cleanup(func() {
-		acancel()
-		if err := <-done; err != nil {
-			t.Errorf("arbiter: %v", err)
-		}
-	})
+	countersigntest.RunArbiter(t, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter), Policies: refundsPolicy(t), Now: e.now()})
 	return e
 }
 

@@ -33,6 +33,7 @@ import (
 	"github.com/countersign/countersign/orchestrator"
 	"github.com/countersign/countersign/orchestrator/policy"
 	"github.com/countersign/countersign/services/arbiter"
+	"github.com/countersign/countersign/services/countersigntest"
 )
 
 // The secrets of these tests. ssnSecret is named by the rule, editedSecret
@@ -131,20 +132,8 @@ func TestSensitiveValuesNeverLeaveInNotificationsLogsOrMetrics(t *testing.T) {
 	logs := &logBuffer{}
 	reg := prometheus.NewRegistry()
 
-	arb, err := arbiter.New(ctx, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter), Policies: arbiter.Policies{pol},
+	countersigntest.RunArbiter(t, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter), Policies: arbiter.Policies{pol},
 		Logger: logs.logger("arbiter"), Registerer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	actx, acancel := context.WithCancel(context.Background())
-	adone := make(chan error, 1)
-	go func() { adone <- arb.Run(actx) }()
-	t.Cleanup(func() {
-		acancel()
-		if err := <-adone; err != nil {
-			t.Errorf("arbiter: %v", err)
-		}
-	})
 
 	const publicURL = "https://countersign.example.com"
 	fake := slacktest.New(t, "xoxb-redact-test")
