@@ -23,9 +23,19 @@ import (
 type WaitFunc func(rec *contracts.Record, revision uint64) (done bool)
 
 // Waiter matches changes of approval records to the runs waiting for them.
-// It holds one KV watch for the whole process, whatever the number of waits:
-// a wait is a map entry and a callback, with no goroutine and no JetStream
-// consumer of its own.
+// A wait is a map entry and a callback, with no goroutine and no JetStream
+// consumer of its own. How the waiter learns of changes depends on how it
+// was made:
+//
+//   - NewWaiter subscribes, for each record waited on, to the arbiter's
+//     announcements of that record (hitl.approval.changed.<event_id> and
+//     hitl.approval.decided.<event_id>, plain NATS subscriptions) and reads
+//     the record when one arrives. The server sends a process only what
+//     concerns its own waits, so a fleet of agent processes costs the same
+//     per decision as one.
+//   - NewBucketWaiter holds one watch of the whole approvals bucket: every
+//     change of every record reaches the process.
+//   - NewFedWaiter is told the changes by a watch the process already holds.
 type Waiter struct {
 	kv  jetstream.KeyValue
 	log *slog.Logger
@@ -43,6 +53,14 @@ type Waiter struct {
 	statuses chan nats.Status
 	// fed waiters have no watch of their own (NewFedWaiter).
 	fed bool
+	// keyed waiters subscribe per record (NewWaiter): subs holds the
+	// announcement subscriptions of each record waited on.
+	keyed bool
+	subs  map[string][]*nats.Subscription
+	// seen is the newest revision a keyed waiter read of each record, so
+	// that two reads racing never hand a wait an older record after a
+	// newer one.
+	seen map[string]uint64
 }
 
 type wait struct {
@@ -52,8 +70,22 @@ type wait struct {
 	finished atomic.Bool
 }
 
-// NewWaiter opens the approvals bucket and starts the watch. Stop it with Close.
+// NewWaiter opens the approvals bucket; each wait then follows its own
+// record's announcements. Stop it with Close. Its NATS user must be allowed
+// to subscribe to hitl.approval.changed.> and hitl.approval.decided.> (the
+// orchestrator role of deploy/ is).
 func NewWaiter(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*Waiter, error) {
+	w, err := newWaiter(ctx, js, log, true)
+	if err != nil {
+		return nil, err
+	}
+	w.fed, w.keyed, w.subs, w.seen = false, true, map[string][]*nats.Subscription{}, map[string]uint64{}
+	return w, nil
+}
+
+// NewBucketWaiter opens the approvals bucket and watches all of it, for a
+// NATS user without the subscriptions NewWaiter needs. Stop it with Close.
+func NewBucketWaiter(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*Waiter, error) {
 	return newWaiter(ctx, js, log, false)
 }
 
@@ -134,7 +166,8 @@ func (w *Waiter) startWatch(ctx context.Context) error {
 func (w *Waiter) reconnected() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if w.fed {
+	if w.fed || w.keyed {
+		// Subscriptions are renewed by the connection itself.
 		w.recheck(ctx)
 		return
 	}
@@ -154,6 +187,16 @@ func (w *Waiter) Close() error {
 		err = w.watcher.Stop()
 	}
 	w.watchMu.Unlock()
+	if w.keyed {
+		w.mu.Lock()
+		for key, subs := range w.subs {
+			for _, s := range subs {
+				_ = s.Unsubscribe()
+			}
+			delete(w.subs, key)
+		}
+		w.mu.Unlock()
+	}
 	w.running.Wait()
 	return err
 }
@@ -211,9 +254,72 @@ func (w *Waiter) finish(key string, wt *wait) {
 	}
 	if len(list) == 0 {
 		delete(w.waits, key)
+		if w.keyed {
+			for _, s := range w.subs[key] {
+				_ = s.Unsubscribe()
+			}
+			delete(w.subs, key)
+			delete(w.seen, key)
+		}
 	} else {
 		w.waits[key] = list
 	}
+}
+
+// follow subscribes a keyed waiter to key's announcements, once per key.
+// Called with w.mu held, before the wait reads its record: an announcement
+// that lands after the subscription is seen, one before is covered by the
+// read.
+func (w *Waiter) follow(key string) error {
+	if !w.keyed || w.subs[key] != nil {
+		return nil
+	}
+	var subs []*nats.Subscription
+	for _, subject := range []string{contracts.ChangedSubject(key), contracts.DecidedSubject(key)} {
+		s, err := w.nc.Subscribe(subject, func(*nats.Msg) { w.reread(key) })
+		if err != nil {
+			for _, x := range subs {
+				_ = x.Unsubscribe()
+			}
+			return fmt.Errorf("orchestrator: follow %s: %w", subject, err)
+		}
+		subs = append(subs, s)
+	}
+	w.subs[key] = subs
+	return nil
+}
+
+// reread reads key's record after an announcement and hands it to the
+// waits on it.
+func (w *Waiter) reread(key string) {
+	w.mu.Lock()
+	_, waiting := w.waits[key]
+	w.mu.Unlock()
+	if !waiting {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e, err := w.kv.Get(ctx, key)
+	if err != nil {
+		w.log.Warn("reading an announced approval record failed; the next announcement or a reconnect reads it again", "event_id", key, "err", err)
+		return
+	}
+	w.mu.Lock()
+	stale := e.Revision() <= w.seen[key]
+	if !stale && w.waits[key] != nil {
+		w.seen[key] = e.Revision()
+	}
+	w.mu.Unlock()
+	if stale {
+		return
+	}
+	var rec contracts.Record
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		w.log.Error("unreadable approval record", "event_id", key, "err", err)
+		return
+	}
+	w.deliver(key, &rec, e.Revision())
 }
 
 // Watch calls fn with the record eventID now and on every change until fn
@@ -233,8 +339,13 @@ func (w *Waiter) Watch(ctx context.Context, eventID string, fn WaitFunc) (cancel
 	}
 	w.mu.Lock()
 	w.waits[eventID] = append(w.waits[eventID], wt)
+	err = w.follow(eventID)
 	w.mu.Unlock()
 	cancel = func() { w.finish(eventID, wt) }
+	if err != nil {
+		cancel()
+		return nil, err
+	}
 	if err := w.check(ctx, eventID, wt); err != nil {
 		cancel()
 		return nil, err

@@ -187,6 +187,8 @@ func (g *grant) orchestrator() {
 	// Decision pools (orchestrator.DecisionPool): durable consumers of the
 	// decided events, shared by a pool of workers, acknowledged by them.
 	g.pub(durableConsumer(contracts.StreamEvents)...)
+	// A waiter follows the announcements of the records it waits on.
+	g.sub(contracts.SubjectChangedPrefix+">", contracts.SubjectDecidedPrefix+">")
 }
 
 // Durable is a durable consumer of a Countersign role.

@@ -103,8 +103,8 @@ type userSpec struct {
 }
 
 type tokenSpec struct {
-	Name   string   `yaml:"name"`
-	SHA256 string   `yaml:"sha256"`
+	Name    string   `yaml:"name"`
+	SHA256  string   `yaml:"sha256"`
 	Roles   []string `yaml:"roles"`
 	Tenants []string `yaml:"tenants"`
 	Agents  []string `yaml:"agents"`

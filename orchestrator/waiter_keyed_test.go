@@ -1,0 +1,106 @@
+package orchestrator_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/events/embedded"
+	"github.com/countersign/countersign/orchestrator"
+)
+
+// A waiter follows only the records it waits on: decisions of other
+// processes' approvals deliver nothing to its connection, and its own
+// approval's decision reaches it. A bucket waiter, for comparison, is
+// sent every change.
+func TestWaiterReceivesOnlyWhatConcernsItsWaits(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js := e.srv.JetStreamAs(embedded.RoleOrchestrator)
+	keyed, err := orchestrator.NewWaiter(ctx, js, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer keyed.Close()
+	bucketJS := e.srv.JetStreamAs(embedded.RoleOrchestrator)
+	bucket, err := orchestrator.NewBucketWaiter(ctx, bucketJS, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bucket.Close()
+
+	propose := func(runID string) string {
+		r := contracts.Run{ID: runID, Agent: "billing-bot", RequestedBy: "agent:billing"}
+		call := orchestrator.ToolCall{ID: "pay", Name: "payments.send", Arguments: json.RawMessage(`{"amount":1}`)}
+		if _, err := e.gate.Submit(ctx, r, []orchestrator.ToolCall{call}); err != nil {
+			t.Fatal(err)
+		}
+		id := orchestrator.EventID(r, call.ID)
+		e.waitRecord(t, id, pending)
+		return id
+	}
+	mine := propose("keyed-mine")
+	decided := make(chan *contracts.Record, 2)
+	for _, w := range []*orchestrator.Waiter{keyed, bucket} {
+		if _, err := w.Watch(ctx, mine, func(rec *contracts.Record, _ uint64) bool {
+			if rec.Terminal() {
+				decided <- rec
+				return true
+			}
+			return false
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const others = 20
+	ids := make([]string, others)
+	for i := range ids {
+		ids[i] = propose(fmt.Sprintf("keyed-other-%d", i))
+	}
+	// The bucket waiter is told of each decision by its watch of the whole
+	// bucket.
+	seen := make(chan struct{}, others)
+	for _, id := range ids {
+		if _, err := bucket.Watch(ctx, id, func(rec *contracts.Record, _ uint64) bool {
+			if rec.Terminal() {
+				seen <- struct{}{}
+				return true
+			}
+			return false
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keyedBefore, bucketBefore := js.Conn().Stats().InMsgs, bucketJS.Conn().Stats().InMsgs
+	for _, id := range ids {
+		e.vote(t, id, "alice", contracts.DecisionApprove, "")
+	}
+	for range others {
+		select {
+		case <-seen:
+		case <-ctx.Done():
+			t.Fatal("the bucket waiter never saw every decision")
+		}
+	}
+	if got := bucketJS.Conn().Stats().InMsgs - bucketBefore; got < others {
+		t.Fatalf("the bucket waiter's connection received %d messages, want at least %d (one per decision)", got, others)
+	}
+	if got := js.Conn().Stats().InMsgs - keyedBefore; got != 0 {
+		t.Fatalf("the keyed waiter's connection received %d messages about %d other approvals, want 0", got, others)
+	}
+	e.vote(t, mine, "alice", contracts.DecisionApprove, "")
+	for range 2 {
+		select {
+		case rec := <-decided:
+			if rec.Status != contracts.StatusApproved {
+				t.Fatalf("status %s", rec.Status)
+			}
+		case <-ctx.Done():
+			t.Fatal("a waiter never saw its own approval decided")
+		}
+	}
+}
