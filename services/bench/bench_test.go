@@ -124,3 +124,20 @@ func TestRunClusterSmoke(t *testing.T) {
 		t.Errorf("the report does not say what the cluster mode is:\n%s", out.String())
 	}
 }
+
+// The fleet mode runs end to end at small sizes and reports what it
+// measured: every review resumed, and the server's deliveries counted.
+func TestFleetSmoke(t *testing.T) {
+	reps, err := bench.Fleet(context.Background(), bench.FleetConfig{Dir: t.TempDir(), Processes: []int{1, 4}, Decisions: 8, Count: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reps) != 4 {
+		t.Fatalf("%d reports, want 4 (two sizes, two waiter kinds)", len(reps))
+	}
+	for _, r := range reps {
+		if r.Decisions != 8 || r.CyclesPerSec <= 0 || r.ResumeP99Ms <= 0 || r.MsgsPerDecision <= 0 || r.FleetMsgsPerDecision <= 0 {
+			t.Errorf("report %+v", r)
+		}
+	}
+}

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strconv"
+	"strings"
 
 	"github.com/countersign/countersign/services/bench"
 )
@@ -29,6 +32,13 @@ Then, once, the pending-capacity run: N waits held at once through
 Gate.ReviewAsync, the waiter's memory per wait, the goroutines the waits add,
 and how long after the last decision the last run is woken.
 
+With -fleet 1,10,100,1000 it measures fleets instead: that many agent
+processes (each a NATS connection with its own gate and waiter) hold
+-fleet-decisions reviews between them, all decided at once; for each size
+and waiter kind (keyed: the library's waiter; bucket: one watch of the whole
+bucket per process) it reports cycles/s, vote → resumed p50 and p99, and the
+messages the server delivered per decision, in all and to the fleet.
+
 The summary gives the median of each figure over the repetitions, with its
 range, and each budget with PASS or MISS. The defaults take about three
 minutes on two cores; figures from a shared machine are noisy.
@@ -45,6 +55,9 @@ func cmdBench(args []string, out io.Writer) error {
 	dir := fs.String("dir", "", "parent directory of the stores (a temporary one by default); each store is removed afterwards")
 	jsonOut := fs.Bool("json", false, "print the report as JSON instead of the table")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	fleet := fs.String("fleet", "", "measure fleets of these many agent processes instead (comma-separated, e.g. 1,10,100,1000)")
+	fleetDecisions := fs.Int("fleet-decisions", 1000, "decisions at each fleet size, spread over its processes")
+	fleetWaiters := fs.String("fleet-waiters", "keyed,bucket", "waiter kinds measured at each fleet size: keyed, bucket")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -56,6 +69,9 @@ func cmdBench(args []string, out io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if *fleet != "" {
+		return runFleet(ctx, out, *fleet, *fleetWaiters, *fleetDecisions, *count, *dir, *jsonOut)
+	}
 	cfg := bench.Config{
 		Dir: *dir, Sync: *syncMode, Duration: *duration, Count: *count, Concurrency: *concurrency,
 		ArbiterConcurrency: *arbiterConcurrency, Pending: *pending, Out: out,
@@ -77,6 +93,39 @@ func cmdBench(args []string, out io.Writer) error {
 	rep, err := bench.Run(ctx, cfg)
 	if *jsonOut && rep != nil {
 		if werr := rep.WriteJSON(out); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	return err
+}
+
+// runFleet is bench -fleet: sizes and kinds are comma-separated lists.
+func runFleet(ctx context.Context, out io.Writer, sizes, kinds string, decisions, count int, dir string, jsonOut bool) error {
+	var procs []int
+	for _, f := range strings.Split(sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return fmt.Errorf("bench: -fleet %q: want positive process counts such as 1,10,100", sizes)
+		}
+		procs = append(procs, n)
+	}
+	var waiters []string
+	for _, k := range strings.Split(kinds, ",") {
+		k = strings.TrimSpace(k)
+		if k != bench.WaiterKeyed && k != bench.WaiterBucket {
+			return fmt.Errorf("bench: -fleet-waiters %q: want keyed, bucket or both", kinds)
+		}
+		waiters = append(waiters, k)
+	}
+	cfg := bench.FleetConfig{Dir: dir, Processes: procs, Decisions: decisions, Waiters: waiters, Count: count, Out: out}
+	if jsonOut {
+		cfg.Out = io.Discard
+	}
+	reps, err := bench.Fleet(ctx, cfg)
+	if jsonOut && reps != nil {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if werr := enc.Encode(reps); werr != nil && err == nil {
 			err = werr
 		}
 	}
