@@ -243,11 +243,16 @@ func TestRejectReturnsReason(t *testing.T) {
 	ctx := context.Background()
 	call := orchestrator.ToolCall{ID: "pay-2", Name: "payments.send", Arguments: json.RawMessage(`{"amount":1}`)}
 	eventID := orchestrator.EventID(run, call.ID)
+	voted := make(chan struct{})
 	go func() {
+		// The vote's ack can arrive after the review returns: the test
+		// waits for it before its connections close.
+		defer close(voted)
 		e.waitRecord(t, eventID, pending)
 		e.vote(t, eventID, "bob", contracts.DecisionReject, "wrong vendor")
 	}()
 	v, err := e.gate.Review(ctx, run, []orchestrator.ToolCall{call})
+	<-voted
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,6 +66,8 @@ type FleetReport struct {
 	// FleetMsgsPerDecision is the part of it the fleet's connections
 	// received.
 	FleetMsgsPerDecision float64 `json:"fleet_msgs_per_decision"`
+	// Error says why this fleet could not be measured (no figures then).
+	Error string `json:"error,omitempty"`
 }
 
 // Fleet measures decision → resumed for fleets of agent processes.
@@ -94,12 +96,24 @@ func Fleet(ctx context.Context, cfg FleetConfig) ([]FleetReport, error) {
 	for _, n := range cfg.Processes {
 		for _, kind := range cfg.Waiters {
 			var runs []FleetReport
+			var failed error
 			for range cfg.Count {
 				r, err := fleetOnce(ctx, root, n, cfg.Decisions, kind)
 				if err != nil {
-					return out, fmt.Errorf("fleet of %d (%s): %w", n, kind, err)
+					failed = err
+					break
 				}
 				runs = append(runs, *r)
+			}
+			if ctx.Err() != nil {
+				return out, ctx.Err()
+			}
+			if failed != nil {
+				// A fleet the server cannot hold is a finding, reported as
+				// such, never as figures.
+				out = append(out, FleetReport{Processes: n, Waiter: kind, Decisions: cfg.Decisions, Error: failed.Error()})
+				fmt.Fprintf(cfg.Out, "%-10d %-7s failed: %v\n", n, kind, failed)
+				continue
 			}
 			m := fleetMedian(runs)
 			out = append(out, m)
