@@ -183,7 +183,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 				return finish(err)
 			}
 			mr, err := runMode(ctx, mode, root, cfg, i+1, pr)
-			if mr != nil {
+			if err == nil {
+				// A failed repetition is reported as the error it is,
+				// never as figures in the medians.
 				rep.Runs = append(rep.Runs, *mr)
 			}
 			if err != nil {

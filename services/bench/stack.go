@@ -92,7 +92,7 @@ func startStack(ctx context.Context, mode, root string, arbiterConcurrency int) 
 	if err != nil {
 		return st, err
 	}
-	if err := events.Provision(ctx, adminJS, events.ProvisionConfig{Replicas: st.replicas}); err != nil {
+	if err := provisionWhenPlaced(ctx, adminJS, st.replicas); err != nil {
 		return st, err
 	}
 	_, arbJS, err := st.connect(roleArbiter)
@@ -126,6 +126,31 @@ func startStack(ctx context.Context, mode, root string, arbiterConcurrency int) 
 		return st, err
 	}
 	return st, nil
+}
+
+// jsErrClusterNoPeers is the JetStream error code of a stream that cannot
+// be placed yet: "no suitable peers for placement".
+const jsErrClusterNoPeers = 10005
+
+// provisionWhenPlaced provisions the streams and buckets, retrying while
+// the cluster cannot place them: a freshly formed cluster's leader learns
+// of its peers' JetStream a moment after it is elected.
+func provisionWhenPlaced(ctx context.Context, js jetstream.JetStream, replicas int) error {
+	deadline := time.Now().Add(60 * time.Second)
+	backoff := 50 * time.Millisecond
+	for {
+		err := events.Provision(ctx, js, events.ProvisionConfig{Replicas: replicas})
+		var apiErr *jetstream.APIError
+		if err == nil || !errors.As(err, &apiErr) || apiErr.ErrorCode != jsErrClusterNoPeers || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
 }
 
 // connect opens one role's connection.
