@@ -456,7 +456,7 @@ func (g *Gate) request(run contracts.Run, c ToolCall, args json.RawMessage, sha 
 	timeout := min(d.Timeout, g.cfg.Retention)
 	// Values the rule or the tool schema marks are masked wherever the
 	// request leaves Countersign, the summary included.
-	sensitive := approval.SensitivePointers(args, c.Schema, d.Sensitive)
+	sensitive := d.SensitivePointers(args, c.Schema)
 	return contracts.ApprovalRequested{
 		Spec:       contracts.SpecApprovalRequested,
 		EventID:    eventID,

@@ -139,6 +139,7 @@ func compileRule(rs *ruleSpec, fs *fileSpec, fallback settings, version string, 
 		ignoredSettings(rs, ps)
 		r.failClosed = fallback.decision(ActionRequireApproval, rs.name, version, rs.line)
 		r.failClosed.Sensitive = sensitiveOf(&rs.gateSpec, &fs.defaultRule)
+		r.failClosed.sensitiveFields = fieldMatchersOf(&rs.gateSpec, &fs.defaultRule)
 		if r.cond != nil {
 			noteRepeat(fallback)
 			checkQuorum(fallback, rs.where+" (gated when its condition errors, with default_rule's settings)",
@@ -165,6 +166,7 @@ type settings struct {
 	summary    string
 	reason     string
 	sensitive  []string
+	fields     []*fieldMatcher
 	// Timers, with the layer each comes from (nil: not set).
 	reminders     []time.Duration
 	remindersFrom *gateSpec
@@ -234,6 +236,7 @@ func settingsFor(risk string, layers ...*gateSpec) settings {
 		s.reason = layers[0].reason
 	}
 	s.sensitive = sensitiveOf(layers...)
+	s.fields = fieldMatchersOf(layers...)
 	return s
 }
 
@@ -243,7 +246,7 @@ func (s settings) decision(action, rule, version string, line int) Decision {
 		Risk: s.risk, Approvers: slices.Clone(s.approvers), Quorum: s.quorum, Veto: s.veto,
 		AllowSelfApproval: s.self, Order: s.order, Timeout: s.timeout, OnTimeout: s.onTimeout,
 		AllowedDecisions: slices.Clone(s.allowed), Channels: slices.Clone(s.channels), Summary: s.summary,
-		Reminders: slices.Clone(s.reminders), Sensitive: slices.Clone(s.sensitive),
+		Reminders: slices.Clone(s.reminders), Sensitive: slices.Clone(s.sensitive), sensitiveFields: s.fields,
 	}
 	d.Escalation, _ = s.ladder()
 	switch {
@@ -453,7 +456,7 @@ func ignoredSettings(rs *ruleSpec, ps *problems) {
 		if f.name() == "reason" && rs.action == ActionDeny {
 			continue
 		}
-		if f.name() == "sensitive" && rs.when != "" {
+		if (f.name() == "sensitive" || f.name() == "sensitive_fields") && rs.when != "" {
 			continue // the call gates, masked, when the condition errors
 		}
 		ps.add(f.key.Line, f.key.Column, SeverityWarning, "%s: %s has no effect on a rule whose action is %s", rs.where, f.name(), rs.action)

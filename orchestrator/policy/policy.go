@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/approval"
 )
 
 // Actions.
@@ -81,6 +83,23 @@ type Decision struct {
 	// Countersign: the rule's and default_rule's together. The gate expands
 	// them against the call's arguments (approval.ExpandPointers).
 	Sensitive []string
+	// sensitiveFields are the sensitive_fields expressions of the rule and
+	// default_rule (see SensitivePointers).
+	sensitiveFields []*fieldMatcher
+}
+
+// SensitivePointers are the concrete pointers of the values of args a
+// request under d shows masked: those the Sensitive patterns name, those
+// the tool schema marks, and the fields the sensitive_fields expressions
+// hold true for. The gate puts them in the request; the arbiter's check
+// computes them again.
+func (d Decision) SensitivePointers(args, schema json.RawMessage) []string {
+	out := append(approval.SensitivePointers(args, schema, d.Sensitive), fieldPointers(args, d.sensitiveFields)...)
+	if len(out) == 0 {
+		return nil
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // EscalationTier widens a pending request: from After (since the request

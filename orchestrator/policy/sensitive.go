@@ -37,6 +37,17 @@ func readSensitive(v *yaml.Node, what string, ps *problems) []string {
 	return out
 }
 
+// fieldMatchersOf is every sensitive_fields expression the layers set.
+func fieldMatchersOf(layers ...*gateSpec) []*fieldMatcher {
+	var out []*fieldMatcher
+	for _, g := range layers {
+		if g != nil && g.sensitiveFields != nil {
+			out = append(out, g.sensitiveFields)
+		}
+	}
+	return out
+}
+
 // sensitiveOf is every pattern the layers name, in order, without repeats:
 // unlike other settings, a layer adds to what another hides and can never
 // show what it hides.

@@ -19,7 +19,7 @@ var (
 	topKeys  = []string{"version", "default", "default_rule", "groups", "risk_defaults", "rules"}
 	gateKeys = []string{"risk", "approvers", "quorum", "veto", "allow_self_approval", "order",
 		"channels", "timeout", "on_timeout", "allowed_decisions", "summary", "reason",
-		"reminders", "escalation", "escalation_repeat", "sensitive"}
+		"reminders", "escalation", "escalation_repeat", "sensitive", "sensitive_fields"}
 	riskDefaultKeys = []string{"approvers", "quorum", "veto", "allow_self_approval", "order",
 		"channels", "timeout", "on_timeout", "allowed_decisions",
 		"reminders", "escalation", "escalation_repeat"}
@@ -70,6 +70,8 @@ type gateSpec struct {
 	reason        string
 	// sensitive are JSON pointer patterns of argument values to mask.
 	sensitive []string
+	// sensitiveFields masks the fields whose names it holds true for.
+	sensitiveFields *fieldMatcher
 	// reminders and escalation are set when their key is (an empty list
 	// included: it turns off what a lower layer sets).
 	reminders     []time.Duration
@@ -372,6 +374,9 @@ var gateFieldReaders = map[string]func(g *gateSpec, f field, what string, ps *pr
 	},
 	"sensitive": func(g *gateSpec, f field, what string, ps *problems) {
 		g.sensitive = readSensitive(f.val, what, ps)
+	},
+	"sensitive_fields": func(g *gateSpec, f field, what string, ps *problems) {
+		g.sensitiveFields = readSensitiveFields(f.val, what, ps)
 	},
 	"reminders": func(g *gateSpec, f field, what string, ps *problems) {
 		g.reminders, g.reminderNodes, g.remindersSet = readReminders(f.val, what, ps)

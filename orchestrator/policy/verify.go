@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/contracts"
-	"github.com/countersign/countersign/contracts/approval"
 )
 
 // This file checks a request's snapshot against what the policy version it
@@ -309,7 +308,7 @@ func checkSensitive(req *contracts.ApprovalRequested, d Decision) []string {
 		return nil
 	}
 	var ps []string
-	for _, p := range approval.SensitivePointers(req.ToolCall.Arguments, req.ToolSchema, d.Sensitive) {
+	for _, p := range d.SensitivePointers(req.ToolCall.Arguments, req.ToolSchema) {
 		if !slices.Contains(req.Sensitive, p) {
 			ps = append(ps, fmt.Sprintf("sensitive does not list %q, which the rule or the tool schema masks", p))
 		}
