@@ -479,6 +479,7 @@ func (g *Gate) request(run contracts.Run, c ToolCall, args json.RawMessage, sha 
 		OnTimeout:        d.OnTimeout,
 		CreatedAt:        now,
 		Sensitive:        sensitive,
+		Grants:           d.Grants,
 	}
 }
 

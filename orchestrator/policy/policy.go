@@ -81,6 +81,9 @@ type Decision struct {
 	// Countersign: the rule's and default_rule's together. The gate expands
 	// them against the call's arguments (approval.ExpandPointers).
 	Sensitive []string
+	// Grants are the standing grants the rule permits an approver to give
+	// (nil: only the call). Meaningful when Action is require_approval.
+	Grants *contracts.GrantLimits
 }
 
 // EscalationTier widens a pending request: from After (since the request

@@ -19,7 +19,7 @@ var (
 	topKeys  = []string{"version", "default", "default_rule", "groups", "risk_defaults", "rules"}
 	gateKeys = []string{"risk", "approvers", "quorum", "veto", "allow_self_approval", "order",
 		"channels", "timeout", "on_timeout", "allowed_decisions", "summary", "reason",
-		"reminders", "escalation", "escalation_repeat", "sensitive"}
+		"reminders", "escalation", "escalation_repeat", "sensitive", "grants"}
 	riskDefaultKeys = []string{"approvers", "quorum", "veto", "allow_self_approval", "order",
 		"channels", "timeout", "on_timeout", "allowed_decisions",
 		"reminders", "escalation", "escalation_repeat"}
@@ -70,6 +70,8 @@ type gateSpec struct {
 	reason        string
 	// sensitive are JSON pointer patterns of argument values to mask.
 	sensitive []string
+	// grants is the standing grants setting (nil: not set).
+	grants *grantsSpec
 	// reminders and escalation are set when their key is (an empty list
 	// included: it turns off what a lower layer sets).
 	reminders     []time.Duration
@@ -383,6 +385,7 @@ var gateFieldReaders = map[string]func(g *gateSpec, f field, what string, ps *pr
 		}
 	},
 	"escalation_repeat": readEscalationRepeatField,
+	"grants":            readGrantsField,
 }
 
 func readRiskField(g *gateSpec, f field, what string, ps *problems) {
