@@ -284,7 +284,7 @@ func CheckCommandFields(c *Command) *FieldError {
 		return malformed("by", "by is required: at most %d bytes of text", MaxApproverIDBytes)
 	}
 	switch c.Command {
-	case CommandCancel:
+	case CommandCancel, CommandRevokeGrant:
 	case CommandClaim:
 		if !ValidClientID(c.ClaimID) {
 			return malformed("claim_id", "claim_id must be 1 to %d characters of A-Z, a-z, 0-9 and - _ . :", MaxClientIDBytes)

@@ -169,6 +169,9 @@ type ApprovalRequested struct {
 	// those the tool schema marks. The arguments and their hash stay the
 	// real ones.
 	Sensitive []string `json:"sensitive,omitempty"`
+	// Grants are the standing grants the deciding rule permits (an
+	// extension of the contract; absent: none, only the call).
+	Grants *GrantLimits `json:"grants,omitempty"`
 }
 
 // Read records on hitl.approval.read.<event_id> that someone read an
@@ -218,8 +221,11 @@ type Vote struct {
 	// ApproverTenants limits the approver to requests of these tenants, as
 	// the resolver knows them (an extension of the contract; empty: no
 	// limit). The arbiter refuses the vote on another tenant's request.
-	ApproverTenants []string  `json:"approver_tenants,omitempty"`
-	DecidedAt       time.Time `json:"decided_at"`
+	ApproverTenants []string `json:"approver_tenants,omitempty"`
+	// Grant asks, with an approval, to approve more than this call (an
+	// extension of the contract; see GrantRequest).
+	Grant     *GrantRequest `json:"grant,omitempty"`
+	DecidedAt time.Time     `json:"decided_at"`
 }
 
 // Command is published on hitl.approval.command.<event_id>.

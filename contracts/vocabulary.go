@@ -59,6 +59,8 @@ var reasons = map[Reason]reasonInfo{
 	ReasonMalformed:          {http.StatusUnprocessableEntity, "the vote is malformed"},
 	ReasonTooLarge:           {http.StatusRequestEntityTooLarge, "what you sent is too large"},
 	ReasonUnknownEvent:       {http.StatusNotFound, "the request does not exist (or has been removed)"},
+	ReasonGrantNotAllowed:    {http.StatusForbidden, "this rule does not permit the grant you asked for"},
+	ReasonUnknownGrant:       {http.StatusNotFound, "the grant does not exist (or has been removed)"},
 }
 
 // Reasons lists every refusal reason.
@@ -66,7 +68,7 @@ func Reasons() []Reason {
 	return []Reason{
 		ReasonNotAnApprover, ReasonSelfApproval, ReasonDecisionNotAllowed, ReasonDuplicateVote, ReasonClosed,
 		ReasonStaleArguments, ReasonOutOfOrder, ReasonAlreadyClaimed, ReasonNotApproved, ReasonInvalidArguments,
-		ReasonMalformed, ReasonTooLarge, ReasonUnknownEvent, ReasonWrongTenant,
+		ReasonMalformed, ReasonTooLarge, ReasonUnknownEvent, ReasonWrongTenant, ReasonGrantNotAllowed, ReasonUnknownGrant,
 	}
 }
 

@@ -80,7 +80,7 @@ func StreamConfigs(cfg ProvisionConfig) []jetstream.StreamConfig {
 			contracts.SubjectResolvedPrefix+">", contracts.SubjectCommandPrefix+">"),
 		base(contracts.StreamEvents, "Countersign outcomes, changes and notification receipts",
 			contracts.SubjectDecidedPrefix+">", contracts.SubjectChangedPrefix+">", contracts.SubjectNotifyPrefix+">",
-			contracts.SubjectReadPrefix+">"),
+			contracts.SubjectReadPrefix+">", contracts.SubjectGrantPrefix+">"),
 		timers,
 		base(contracts.StreamDeadLetter, "Countersign messages no consumer could process",
 			contracts.SubjectDeadLetterPrefix+">"),
@@ -152,6 +152,15 @@ func SessionsBucketConfig(cfg ProvisionConfig) jetstream.KeyValueConfig {
 	return bucketConfig(cfg, contracts.BucketSessions, "Countersign web inbox sessions; written and read by the API only", 1, SessionsTTL)
 }
 
+// GrantsBucketConfig returns the configuration of the hitl_grants bucket:
+// standing grants, written by the arbiter only, kept as long as records
+// (no grant outlives the retention; revoked and expired ones stay for audit
+// until then).
+func GrantsBucketConfig(cfg ProvisionConfig) jetstream.KeyValueConfig {
+	cfg.setDefaults()
+	return bucketConfig(cfg, contracts.BucketGrants, "Countersign standing grants; written by the arbiter only", 1, cfg.Retention)
+}
+
 // Provision creates or updates every stream and bucket of the contract. It is
 // idempotent and safe to run from several processes at once.
 func Provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig) error {
@@ -195,7 +204,15 @@ func provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig)
 	if _, err := js.CreateOrUpdateKeyValue(ctx, SessionsBucketConfig(cfg)); err != nil {
 		return fmt.Errorf("events: provision bucket %s: %w", contracts.BucketSessions, err)
 	}
-	return readsFromLeader(ctx, js, "KV_"+contracts.BucketSessions, cfg.Replicas)
+	if err := readsFromLeader(ctx, js, "KV_"+contracts.BucketSessions, cfg.Replicas); err != nil {
+		return err
+	}
+	// A revocation must stop a grant on every gate at once: grant reads go
+	// to the leader.
+	if _, err := js.CreateOrUpdateKeyValue(ctx, GrantsBucketConfig(cfg)); err != nil {
+		return fmt.Errorf("events: provision bucket %s: %w", contracts.BucketGrants, err)
+	}
+	return readsFromLeader(ctx, js, "KV_"+contracts.BucketGrants, cfg.Replicas)
 }
 
 // jsErrCodeClusterNoPeers is the JetStream API error a cluster answers when

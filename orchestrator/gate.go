@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/approval"
@@ -95,6 +96,9 @@ type Verdict struct {
 	// Diff is the change, an RFC 6902 JSON Patch from the proposed ones.
 	Edited bool            `json:"edited,omitempty"`
 	Diff   json.RawMessage `json:"diff,omitempty"`
+	// GrantID names the standing grant that allowed the call without a
+	// new request (its use is in the grant's timeline); "" otherwise.
+	GrantID string `json:"grant_id,omitempty"`
 	// Permit must be claimed right before an allowed call runs. Only an
 	// allowed verdict carries one; every other verdict has none.
 	Permit *Permit `json:"-"`
@@ -129,14 +133,22 @@ type Config struct {
 	// define to the group's members when a request is created (optional).
 	// Groups neither knows stay as written: nobody can approve as them.
 	Directory directory.Source
+	// Grants is the process's book of standing grants, shared by every
+	// Gate of the process; one is opened if nil.
+	Grants *GrantBook
+	// Registerer receives the gate's metrics (grant uses) when set.
+	Registerer prometheus.Registerer
 }
 
 // Gate reviews tool calls against the policy and waits for humans.
 type Gate struct {
-	cfg     Config
-	kv      jetstream.KeyValue
-	waiter  *Waiter
-	ownWait bool
+	cfg       Config
+	kv        jetstream.KeyValue
+	waiter    *Waiter
+	ownWait   bool
+	grants    *GrantBook
+	ownGrants bool
+	gm        grantMetrics
 }
 
 func (c *Config) setDefaults() {
@@ -178,9 +190,18 @@ func NewGate(ctx context.Context, cfg Config) (*Gate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: open bucket %s: %w", contracts.BucketApprovals, err)
 	}
-	g := &Gate{cfg: cfg, kv: kv, waiter: cfg.Waiter}
+	g := &Gate{cfg: cfg, kv: kv, waiter: cfg.Waiter, grants: cfg.Grants, gm: newGrantMetrics(cfg.Registerer)}
+	if g.grants == nil {
+		if g.grants, err = NewGrantBook(ctx, cfg.JS, cfg.Logger); err != nil {
+			return nil, err
+		}
+		g.ownGrants = true
+	}
 	if g.waiter == nil {
 		if g.waiter, err = NewWaiter(ctx, cfg.JS, cfg.Logger); err != nil {
+			if g.ownGrants {
+				_ = g.grants.Close()
+			}
 			return nil, err
 		}
 		g.ownWait = true
@@ -196,12 +217,19 @@ func (g *Gate) limits() contracts.Limits {
 // Waiter returns the gate's waiter.
 func (g *Gate) Waiter() *Waiter { return g.waiter }
 
-// Close releases the waiter if the gate created it.
+// Grants returns the gate's book of standing grants.
+func (g *Gate) Grants() *GrantBook { return g.grants }
+
+// Close releases the waiter and the grant book if the gate created them.
 func (g *Gate) Close() error {
-	if g.ownWait {
-		return g.waiter.Close()
+	var errs []error
+	if g.ownGrants {
+		errs = append(errs, g.grants.Close())
 	}
-	return nil
+	if g.ownWait {
+		errs = append(errs, g.waiter.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // Review decides every call and blocks until each gated call has a terminal
@@ -439,6 +467,10 @@ func (g *Gate) gate(ctx context.Context, run contracts.Run, c ToolCall, args jso
 	case !errors.Is(err, jetstream.ErrKeyNotFound):
 		return v, fmt.Errorf("read record %s: %w", eventID, err)
 	}
+	// A standing grant may cover the call: then it runs without a request.
+	if gv, ok := g.grantVerdict(ctx, run, c, args, sha, d, eventID); ok {
+		return gv, nil
+	}
 	req := g.request(run, c, args, sha, d, eventID)
 	req.Traceparent = contracts.TraceparentFrom(ctx)
 	req.Submitter = submitterFrom(ctx)
@@ -479,6 +511,7 @@ func (g *Gate) request(run contracts.Run, c ToolCall, args json.RawMessage, sha 
 		OnTimeout:        d.OnTimeout,
 		CreatedAt:        now,
 		Sensitive:        sensitive,
+		Grants:           d.Grants,
 	}
 }
 
@@ -690,6 +723,19 @@ type Permit struct {
 	by       string
 	claimID  string
 	byPolicy bool
+	// A permit from a standing grant: the grant, and the call as it was
+	// checked against it.
+	grantID   string
+	grantCall approval.GrantCall
+	grantIn   policy.Input
+}
+
+// GrantID of the standing grant behind the permit ("" when none).
+func (p *Permit) GrantID() string {
+	if p == nil {
+		return ""
+	}
+	return p.grantID
 }
 
 // EventID of the approval behind the permit ("" for a call the policy allows outright).
@@ -722,6 +768,9 @@ func (p *Permit) Claim(ctx context.Context) error {
 	}
 	if p.byPolicy {
 		return nil
+	}
+	if p.grantID != "" && p.g != nil {
+		return p.claimGrant(ctx)
 	}
 	if p.g == nil || p.eventID == "" || p.claimID == "" {
 		return ErrNotApproved

@@ -187,6 +187,9 @@ func refuse(rec contracts.Record, v contracts.Vote) string {
 	if CheckVoteContent(&req, &v) != nil {
 		return contracts.ReasonInvalidArguments
 	}
+	if v.Grant != nil && (!approving && asksGrant(v.Grant) || CheckGrantRequest(&req, v.Grant) != "") {
+		return contracts.ReasonGrantNotAllowed
+	}
 	return ""
 }
 

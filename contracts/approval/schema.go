@@ -49,6 +49,12 @@ func CheckVoteContent(req *contracts.ApprovalRequested, v *contracts.Vote) *Sche
 // refusalDetail says for people why a vote refused as invalid_arguments is
 // invalid; other refusals need no more than their reason code.
 func refusalDetail(rec contracts.Record, v contracts.Vote, reason string) string {
+	if reason == contracts.ReasonGrantNotAllowed {
+		if why := CheckGrantRequest(&rec.Request, v.Grant); why != "" {
+			return why
+		}
+		return "grant: only an approval or an edit can grant"
+	}
 	if reason != contracts.ReasonInvalidArguments {
 		return ""
 	}

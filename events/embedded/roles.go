@@ -61,6 +61,7 @@ const (
 	streamApprovals = "KV_" + contracts.BucketApprovals
 	streamPolicy    = "KV_" + contracts.BucketPolicy
 	streamSessions  = "KV_" + contracts.BucketSessions
+	streamGrants    = "KV_" + contracts.BucketGrants
 )
 
 // Permissions returns the NATS permissions of role: a fresh value each call.
@@ -81,6 +82,11 @@ func Permissions(r Role) *server.Permissions {
 		}
 	case RoleArbiter:
 		g.pub(kvWrite(contracts.BucketApprovals))
+		// Standing grants: written by the arbiter alone; issued and
+		// revoked are recorded in the grant's timeline.
+		g.pub(kvWrite(contracts.BucketGrants))
+		g.pub(kvRead(streamGrants)...)
+		g.pub(contracts.SubjectGrantIssuedPrefix+">", contracts.SubjectGrantRevokedPrefix+">")
 		g.pub(kvRead(streamApprovals)...)
 		g.pub(kvWatch(streamApprovals)...)
 		g.pub(kvRead(streamPolicy)...)
@@ -131,7 +137,7 @@ func Permissions(r Role) *server.Permissions {
 	g.denyPub(managementDeny...)
 	g.protectDurables(r)
 	if r != RoleArbiter {
-		g.denyPub(kvWrite(contracts.BucketApprovals))
+		g.denyPub(kvWrite(contracts.BucketApprovals), kvWrite(contracts.BucketGrants))
 	}
 	if r != RoleAPI {
 		g.denyPub(kvWrite(contracts.BucketPolicy), kvWrite(contracts.BucketSessions))
@@ -184,6 +190,10 @@ func (g *grant) orchestrator() {
 	g.pub(kvWatch(streamApprovals)...)
 	g.pub(kvRead(streamPolicy)...)
 	g.pub(kvWatch(streamPolicy)...)
+	// Standing grants: every gate watches them and records each use.
+	g.pub(kvRead(streamGrants)...)
+	g.pub(kvWatch(streamGrants)...)
+	g.pub(contracts.SubjectGrantUsedPrefix + ">")
 	// Decision pools (orchestrator.DecisionPool): durable consumers of the
 	// decided events, shared by a pool of workers, acknowledged by them.
 	g.pub(durableConsumer(contracts.StreamEvents)...)

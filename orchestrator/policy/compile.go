@@ -167,6 +167,7 @@ type settings struct {
 	reason     string
 	sensitive  []string
 	fields     []*fieldMatcher
+	grants     *grantsSpec
 	// Timers, with the layer each comes from (nil: not set).
 	reminders     []time.Duration
 	remindersFrom *gateSpec
@@ -219,6 +220,9 @@ func settingsFor(risk string, layers ...*gateSpec) settings {
 		if !allowed && len(g.allowed) > 0 {
 			allowed, s.allowed = true, g.allowed
 		}
+		if s.grants == nil && g.grants != nil {
+			s.grants = g.grants
+		}
 		if !summary && g.summary != "" {
 			summary, s.summary = true, g.summary
 		}
@@ -247,6 +251,7 @@ func (s settings) decision(action, rule, version string, line int) Decision {
 		AllowSelfApproval: s.self, Order: s.order, Timeout: s.timeout, OnTimeout: s.onTimeout,
 		AllowedDecisions: slices.Clone(s.allowed), Channels: slices.Clone(s.channels), Summary: s.summary,
 		Reminders: slices.Clone(s.reminders), Sensitive: slices.Clone(s.sensitive), sensitiveFields: s.fields,
+		Grants: limitsOf(s.grants),
 	}
 	d.Escalation, _ = s.ladder()
 	switch {

@@ -264,7 +264,7 @@ func (d Decision) clone() Decision {
 	for _, t := range d.Escalation {
 		n += len(t.Approvers) + len(t.Channels)
 	}
-	if n == 0 && d.Reminders == nil && d.Escalation == nil {
+	if n == 0 && d.Reminders == nil && d.Escalation == nil && d.Grants == nil {
 		return d
 	}
 	buf := make([]string, 0, n)
@@ -273,6 +273,11 @@ func (d Decision) clone() Decision {
 	d.Channels, buf = carve(buf, d.Channels)
 	d.Sensitive, buf = carve(buf, d.Sensitive)
 	d.Reminders = slices.Clone(d.Reminders)
+	if d.Grants != nil {
+		l := *d.Grants
+		l.Scopes = slices.Clone(l.Scopes)
+		d.Grants = &l
+	}
 	if d.Escalation != nil {
 		tiers := make([]EscalationTier, len(d.Escalation))
 		for i, t := range d.Escalation {

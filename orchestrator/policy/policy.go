@@ -86,6 +86,9 @@ type Decision struct {
 	// sensitiveFields are the sensitive_fields expressions of the rule and
 	// default_rule (see SensitivePointers).
 	sensitiveFields []*fieldMatcher
+	// Grants are the standing grants the rule permits an approver to give
+	// (nil: only the call). Meaningful when Action is require_approval.
+	Grants *contracts.GrantLimits
 }
 
 // SensitivePointers are the concrete pointers of the values of args a

@@ -19,7 +19,7 @@ var (
 	topKeys  = []string{"version", "default", "default_rule", "groups", "risk_defaults", "rules"}
 	gateKeys = []string{"risk", "approvers", "quorum", "veto", "allow_self_approval", "order",
 		"channels", "timeout", "on_timeout", "allowed_decisions", "summary", "reason",
-		"reminders", "escalation", "escalation_repeat", "sensitive", "sensitive_fields"}
+		"reminders", "escalation", "escalation_repeat", "sensitive", "sensitive_fields", "grants"}
 	riskDefaultKeys = []string{"approvers", "quorum", "veto", "allow_self_approval", "order",
 		"channels", "timeout", "on_timeout", "allowed_decisions",
 		"reminders", "escalation", "escalation_repeat"}
@@ -72,6 +72,8 @@ type gateSpec struct {
 	sensitive []string
 	// sensitiveFields masks the fields whose names it holds true for.
 	sensitiveFields *fieldMatcher
+	// grants is the standing grants setting (nil: not set).
+	grants *grantsSpec
 	// reminders and escalation are set when their key is (an empty list
 	// included: it turns off what a lower layer sets).
 	reminders     []time.Duration
@@ -388,6 +390,7 @@ var gateFieldReaders = map[string]func(g *gateSpec, f field, what string, ps *pr
 		}
 	},
 	"escalation_repeat": readEscalationRepeatField,
+	"grants":            readGrantsField,
 }
 
 func readRiskField(g *gateSpec, f field, what string, ps *problems) {

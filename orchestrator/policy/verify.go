@@ -130,6 +130,7 @@ func VerifyRequest(req *contracts.ApprovalRequested, d Decision, opts VerifyOpti
 	}
 	ps = append(ps, checkDeadline(req, d, opts)...)
 	ps = append(ps, checkSensitive(req, d)...)
+	ps = append(ps, checkGrants(req, d)...)
 	if len(ps) > 0 {
 		return &RequestError{Reason: contracts.RefusalWeakerThanPolicy, Problems: ps}
 	}

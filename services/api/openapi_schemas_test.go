@@ -61,7 +61,7 @@ var contractDefComponents = map[string]map[string]string{
 		"event_id": "EventID", "timestamp": "Timestamp", "sha256": "ArgumentsSHA256", "duration": "Duration",
 		"risk": "Risk", "decision": "Decision", "on_timeout": "OnTimeout", "run": "RequestRun",
 		"tool_call": "ToolCall", "question": "Question", "policy": "RequestPolicy", "quorum": "Quorum",
-		"escalation_tier": "EscalationTier",
+		"escalation_tier": "EscalationTier", "grant_limits": "GrantLimits",
 	},
 	"vote": {"approver": "Approver", "answer": "Answer"},
 	"record": {

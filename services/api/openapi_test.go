@@ -32,6 +32,7 @@ var apiCodes = map[string]string{
 	"CodeUnavailable": api.CodeUnavailable, "CodeNotReady": api.CodeNotReady, "CodeInternal": api.CodeInternal,
 	"CodeInvalidPolicy": api.CodeInvalidPolicy, "CodeVersionExists": api.CodeVersionExists,
 	"CodePolicyConflict": api.CodePolicyConflict, "CodeNoLivePolicy": api.CodeNoLivePolicy,
+	"CodeUnknownGrant": api.CodeUnknownGrant,
 }
 
 // readOpenAPI reads openapi.json, the document the server embeds and
@@ -217,7 +218,7 @@ func TestOpenAPIErrorCodes(t *testing.T) {
 	}
 	// A vote's refusals are documented under the status they are answered
 	// with (the command-only reasons apart).
-	commandOnly := map[contracts.Reason]bool{contracts.ReasonAlreadyClaimed: true, contracts.ReasonNotApproved: true}
+	commandOnly := map[contracts.Reason]bool{contracts.ReasonAlreadyClaimed: true, contracts.ReasonNotApproved: true, contracts.ReasonUnknownGrant: true}
 	votes := at(t, doc, "paths", "/v1/approvals/{event_id}/votes", "post", "responses").(map[string]any)
 	for _, r := range contracts.Reasons() {
 		if commandOnly[r] {

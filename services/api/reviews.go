@@ -66,6 +66,9 @@ type reviewResult struct {
 	// Diff is the change (RFC 6902 JSON Patch from the proposed arguments).
 	Edited bool            `json:"edited,omitempty"`
 	Diff   json.RawMessage `json:"diff,omitempty"`
+	// GrantID names the standing grant that allowed the call without a
+	// new request.
+	GrantID string `json:"grant_id,omitempty"`
 	// Explain (with ?explain=1) says how the policy in force decides the
 	// call, rule by rule.
 	Explain *explanation `json:"explain,omitempty"`
@@ -139,7 +142,7 @@ func (s *Server) postReviews(w http.ResponseWriter, r *http.Request) {
 	for i, v := range verdicts {
 		ans.Results[i] = reviewResult{
 			ToolCallID: v.ToolCallID, Verdict: v.Verdict, EventID: v.EventID, Reason: v.Reason, Code: v.Code, Rule: v.Rule,
-			Arguments: v.Arguments, Edited: v.Edited, Diff: v.Diff,
+			Arguments: v.Arguments, Edited: v.Edited, Diff: v.Diff, GrantID: v.GrantID,
 		}
 		if explain {
 			d, steps, err := s.cfg.Gate.Explain(run, calls[i])

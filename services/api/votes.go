@@ -29,6 +29,8 @@ type voteBody struct {
 	ArgumentsSHA256 string          `json:"arguments_sha256"`
 	Answer          *answerBody     `json:"answer"`
 	Via             string          `json:"via"`
+	// Grant asks, with an approval, to approve more than this call.
+	Grant *contracts.GrantRequest `json:"grant"`
 	// Approver is refused: identity comes from the token.
 	Approver json.RawMessage `json:"approver"`
 }
@@ -117,7 +119,7 @@ func (s *Server) postVote(w http.ResponseWriter, r *http.Request) {
 		Spec: contracts.SpecVote, VoteID: body.VoteID, EventID: id, Decision: body.Decision,
 		Approver: contracts.Approver{ID: p.Subject, Via: body.Via}, Comment: body.Comment,
 		Arguments: body.Arguments, ArgumentsSHA256: body.ArgumentsSHA256, DecidedAt: s.cfg.Now().UTC(),
-		ApproverTenants: p.Tenants,
+		ApproverTenants: p.Tenants, Grant: body.Grant,
 	}
 	vote.Answer = body.contractAnswer()
 	// The arbiter decides, but an approver's edit or answer that fails the
@@ -128,6 +130,11 @@ func (s *Server) postVote(w http.ResponseWriter, r *http.Request) {
 		if e := approval.CheckVoteContent(&current.Request, &vote); e != nil {
 			s.m.votes.WithLabelValues(contracts.ReasonInvalidArguments).Inc()
 			writeError(w, schemaRefusal(e.Field, e.Message))
+			return
+		}
+		if why := grantProblem(&current.Request, &vote); why != "" {
+			s.m.votes.WithLabelValues(contracts.ReasonGrantNotAllowed).Inc()
+			writeError(w, grantRefusal(why))
 			return
 		}
 	}
@@ -147,6 +154,9 @@ func (s *Server) postVote(w http.ResponseWriter, r *http.Request) {
 		s.m.votes.WithLabelValues(reason).Inc()
 		field, msg, _ := strings.Cut(detail, ": ")
 		writeError(w, schemaRefusal(field, msg))
+	case reason == contracts.ReasonGrantNotAllowed && detail != "":
+		s.m.votes.WithLabelValues(reason).Inc()
+		writeError(w, grantRefusal(detail))
 	case reason != "":
 		s.m.votes.WithLabelValues(reason).Inc()
 		writeError(w, refusal(reason))

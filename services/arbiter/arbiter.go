@@ -107,6 +107,10 @@ type Arbiter struct {
 	lim     contracts.Limits
 	waiting *unknownWaits
 	commits *commits
+	// grants is hitl_grants, opened when first needed; gm its metrics.
+	grantsMu sync.Mutex
+	grants   jetstream.KeyValue
+	gm       grantMetrics
 }
 
 type metrics struct {
@@ -184,6 +188,7 @@ func New(ctx context.Context, cfg Config) (*Arbiter, error) {
 		lim:     contracts.LimitsFor(cfg.JS.Conn().MaxPayload()),
 		waiting: newUnknownWaits(),
 		commits: newCommits(),
+		gm:      newGrantMetrics(cfg.Registerer),
 	}, nil
 }
 
@@ -334,7 +339,13 @@ func (a *Arbiter) handleResolution(ctx context.Context, msg jetstream.Msg) error
 		return a.apply(ctx, msg, op{
 			eventID: v.EventID,
 			apply: func(rec contracts.Record) approval.Result {
-				return approval.ApplyVoteWithin(rec, v, a.cfg.Now(), a.lim)
+				res := approval.ApplyVoteWithin(rec, v, a.cfg.Now(), a.lim)
+				if res.Changed && res.Refusal == "" {
+					if why := grantConditionProblem(&v); why != "" {
+						return approval.Refuse(rec, v, contracts.ReasonGrantNotAllowed, why, a.cfg.Now())
+					}
+				}
+				return res
 			},
 			tooLarge: func(rec contracts.Record) approval.Result {
 				return approval.Refuse(rec, v, contracts.ReasonTooLarge, "the approval record has no room for this vote", a.cfg.Now())
@@ -353,6 +364,9 @@ func (a *Arbiter) handleResolution(ctx context.Context, msg jetstream.Msg) error
 		}
 		if err := validateCommand(&c, strings.TrimPrefix(subj, contracts.SubjectCommandPrefix)); err != nil {
 			return events.Poison(err)
+		}
+		if c.Command == contracts.CommandRevokeGrant {
+			return a.revokeGrant(ctx, msg, c)
 		}
 		if c.Command == contracts.CommandExtend {
 			if c.Until.After(a.cfg.Now().Add(a.cfg.Retention)) {
@@ -625,8 +639,11 @@ func (a *Arbiter) finish(ctx context.Context, p *queuedOp, rev uint64) error {
 	}
 	if res.Duplicate {
 		if p.before.Terminal() {
-			// The outcome may not have been announced if a replica died
-			// between its write and its publish.
+			// The outcome may not have been announced, nor its grant
+			// written, if a replica died between its write and its publish.
+			if err := a.issueGrant(ctx, p.before); err != nil {
+				return err
+			}
 			return a.reannounce(ctx, p.before, rev)
 		}
 		if o.after != nil {
@@ -654,6 +671,11 @@ func (a *Arbiter) finish(ctx context.Context, p *queuedOp, rev uint64) error {
 			"status", res.Record.Status, "decided_by", res.Record.Outcome.DecidedBy,
 			"trace_id", contracts.TraceID(res.Record.Request.Traceparent), "by_trace_id", contracts.TraceID(contracts.TraceparentFrom(ctx)))
 		a.m.latency.WithLabelValues(res.Record.Request.Risk).Observe(res.Record.Outcome.DecidedAt.Sub(res.Record.Request.CreatedAt).Seconds())
+		// The grant is written before the decision is announced: a run
+		// resumed by the announcement finds it for its next call.
+		if err := a.issueGrant(ctx, res.Record); err != nil {
+			return err
+		}
 		return a.announce(ctx, res.Record, rev)
 	}
 	if ch := o.counted(); ch != nil {

@@ -155,8 +155,11 @@ func approvalsVote(a *approvalsCmd, args []string) error {
 	ctx, fs, newClient, out, jsonOut, sub := a.ctx, a.fs, a.newClient, a.out, a.jsonOut, a.sub
 	comment := fs.String("comment", "", "comment kept with the vote")
 	reason := new(string)
+	var gf *grantFlags
 	if sub == "reject" {
 		reason = fs.String("reason", "", "why, returned to the agent")
+	} else {
+		gf = addGrantFlags(fs)
 	}
 	id, c, err := parseOne(ctx, fs, args, newClient)
 	if err != nil {
@@ -174,7 +177,20 @@ func approvalsVote(a *approvalsCmd, args []string) error {
 	if text != "" {
 		body["comment"] = text
 	}
-	_, err = castVote(ctx, c, out, id, body, *jsonOut)
+	if gf != nil {
+		g, err := gf.request()
+		if err != nil {
+			return err
+		}
+		if g != nil {
+			body["grant"] = g
+		}
+	}
+	ans, err := castVote(ctx, c, out, id, body, *jsonOut)
+	if err == nil && ans != nil && !*jsonOut && body["grant"] != nil {
+		fmt.Fprintf(out, "Grant asked for (%s, %s): issued with the decision once the quorum agrees; see: countersign grants show %s\n",
+			*gf.scope, *gf.ttl, ans.Record.Request.EventID)
+	}
 	return err
 }
 

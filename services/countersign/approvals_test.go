@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/countersign/countersign/contracts"
@@ -39,6 +40,7 @@ rules:
     action: require_approval
     approvers: [alice]
     allowed_decisions: [approve, reject, edit, respond]
+    grants: {scopes: [call, run], max_ttl: 2h}
   - name: wires
     tools: ["wire.send"]
     when: args.amount > 100
@@ -49,6 +51,7 @@ rules:
 // cliStack is a real arbiter, gate and API on an embedded NATS server, and
 // the flags that point the CLI at it as alice.
 type cliStack struct {
+	js         jetstream.JetStream
 	gate       *orchestrator.Gate
 	url, token string
 	flags      []string
@@ -76,7 +79,7 @@ func newCLIStack(t *testing.T) *cliStack {
 	t.Cleanup(func() { _ = s.Close() })
 	hs := httptest.NewServer(s.Handler())
 	t.Cleanup(hs.Close)
-	return &cliStack{gate: gate, url: hs.URL, token: tok, flags: []string{"--url", hs.URL, "--token", tok}}
+	return &cliStack{js: js, gate: gate, url: hs.URL, token: tok, flags: []string{"--url", hs.URL, "--token", tok}}
 }
 
 // cli runs the countersign command with args and the stack's flags.

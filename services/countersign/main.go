@@ -46,6 +46,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return cmdApprovals(args[1:], stdout)
 	case "policy":
 		return cmdPolicy(args[1:], stdout)
+	case "grants":
+		return cmdGrants(args[1:], stdout)
 	case "audit":
 		return cmdAudit(args[1:], stdout)
 	case "provision":

@@ -210,7 +210,7 @@ func (n *node) startAPI(ctx context.Context, out *os.File) error {
 	n.closers = append(n.closers, func() { policies.Close() })
 	gate, err := orchestrator.NewGate(ctx, orchestrator.Config{
 		JS: js, Policy: policies, Waiter: waiter, Directory: n.dir,
-		Logger: n.log.With("role", "orchestrator"), Retention: cfg.retention,
+		Logger: n.log.With("role", "orchestrator"), Retention: cfg.retention, Registerer: n.reg,
 	})
 	if err != nil {
 		return err

@@ -1,0 +1,135 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/orchestrator"
+	"github.com/countersign/countersign/services/api"
+)
+
+const grantsPolicy = `
+version: "grants-api-1"
+rules:
+  - name: payments
+    tools: ["payments.*"]
+    action: require_approval
+    approvers: [alice, bob]
+    grants: {scopes: [call, run, agent], max_ttl: 8h, arguments: condition}
+`
+
+type grantResult struct {
+	result
+	GrantID string `json:"grant_id"`
+}
+
+func (e *env) reviewGrant(t *testing.T, run contracts.Run, id, args string) grantResult {
+	t.Helper()
+	r := e.call(t, "POST", "/v1/reviews", "agent", reviewBody(run, toolCall{ID: id, Name: "payments.send", Arguments: json.RawMessage(args)}))
+	if r.status != http.StatusOK {
+		t.Fatalf("review: %d %s", r.status, r.body)
+	}
+	var ans struct {
+		Results []grantResult `json:"results"`
+	}
+	r.decode(t, &ans)
+	return ans.Results[0]
+}
+
+func TestGrantsOverHTTP(t *testing.T) {
+	e := setup(t)
+	if r := e.call(t, "POST", "/v1/policy", "admin", grantsPolicy); r.status != http.StatusOK {
+		t.Fatalf("apply policy: %d %s", r.status, r.body)
+	}
+	run := contracts.Run{ID: "run-h", Agent: "billing-bot", Tenant: "acme"}
+	first := e.reviewGrant(t, run, "c1", `{"amount": 30}`)
+	if first.Verdict != orchestrator.VerdictPending {
+		t.Fatalf("first: %+v", first)
+	}
+	// Beyond the rule: refused at the door with the reason and the field.
+	r := e.vote(t, "alice", first.EventID, map[string]any{"decision": "approve",
+		"grant": map[string]any{"scope": "agent", "ttl": "24h", "arguments": "same"}})
+	r.wantError(t, http.StatusForbidden, "grant_not_allowed", "grant/ttl")
+	r = e.vote(t, "alice", first.EventID, map[string]any{"decision": "approve",
+		"grant": map[string]any{"scope": "agent", "ttl": "2h", "arguments": "condition", "condition": "args.amount <"}})
+	r.wantError(t, http.StatusForbidden, "grant_not_allowed", "grant/condition")
+
+	// Within the rule: the approval counts, and the grant is issued.
+	r = e.vote(t, "alice", first.EventID, map[string]any{"decision": "approve",
+		"grant": map[string]any{"scope": "agent", "ttl": "2h", "arguments": "condition", "condition": "args.amount <= 50"}})
+	if r.status != http.StatusOK {
+		t.Fatalf("approve with a grant: %d %s", r.status, r.body)
+	}
+	// The arbiter writes the grant right after the record.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	grants, err := e.js.KeyValue(ctx, contracts.BucketGrants)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := grants.Watch(ctx, first.EventID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for e := range w.Updates() {
+		if e != nil {
+			break
+		}
+	}
+	_ = w.Stop()
+	var g api.GrantView
+	e.call(t, "GET", "/v1/grants/"+first.EventID, "alice", nil).decode(t, &g)
+	if g.Status != contracts.GrantActive || g.Scope != "agent" || g.Condition != "args.amount <= 50" || g.GrantedBy[0] != "alice" {
+		t.Fatalf("grant = %+v", g)
+	}
+
+	second := e.reviewGrant(t, contracts.Run{ID: "run-other", Agent: "billing-bot", Tenant: "acme"}, "c2", `{"amount": 12}`)
+	if second.Verdict != orchestrator.VerdictAllowed || second.GrantID != first.EventID {
+		t.Fatalf("a call the grant covers: %+v", second)
+	}
+	if big := e.reviewGrant(t, run, "c3", `{"amount": 51}`); big.Verdict != orchestrator.VerdictPending {
+		t.Fatalf("a call outside the condition: %+v", big)
+	}
+
+	var list struct {
+		Grants []api.GrantView `json:"grants"`
+	}
+	e.call(t, "GET", "/v1/grants?status=active", "alice", nil).decode(t, &list)
+	if len(list.Grants) != 1 || list.Grants[0].GrantID != first.EventID {
+		t.Fatalf("active grants = %+v", list.Grants)
+	}
+	e.call(t, "GET", "/v1/grants?status=bogus", "alice", nil).wantError(t, http.StatusBadRequest, "invalid_parameter", "status")
+	// approver-1 is no approver of the issuing request: may not revoke.
+	e.call(t, "POST", "/v1/grants/"+first.EventID+"/revoke", "approver-1", nil).wantError(t, http.StatusNotFound, "unknown_grant", "")
+	e.call(t, "POST", "/v1/grants/nope/revoke", "bob", nil).wantError(t, http.StatusNotFound, "unknown_grant", "")
+
+	r = e.call(t, "POST", "/v1/grants/"+first.EventID+"/revoke", "bob", nil)
+	if r.status != http.StatusOK {
+		t.Fatalf("revoke: %d %s", r.status, r.body)
+	}
+	r.decode(t, &g)
+	if g.Status != contracts.GrantRevoked || g.Revoked.By != "bob" {
+		t.Fatalf("revoked grant = %+v", g)
+	}
+	if after := e.reviewGrant(t, contracts.Run{ID: "run-3", Agent: "billing-bot", Tenant: "acme"}, "c4", `{"amount": 12}`); after.Verdict != orchestrator.VerdictPending {
+		t.Fatalf("a call after the revocation: %+v", after)
+	}
+
+	var tl api.Timeline
+	e.call(t, "GET", "/v1/grants/"+first.EventID+"/events", "alice", nil).decode(t, &tl)
+	var kinds []string
+	for _, ev := range tl.Events {
+		kinds = append(kinds, ev.Kind)
+	}
+	if len(kinds) != 3 || kinds[0] != "grant_issued" || kinds[1] != "grant_used" || kinds[2] != "grant_revoked" {
+		t.Fatalf("grant timeline kinds = %v", kinds)
+	}
+	var used contracts.GrantEvent
+	if err := json.Unmarshal(tl.Events[1].Data, &used); err != nil || used.ToolCallID != "c2" || used.RunID != "run-other" {
+		t.Fatalf("use = %+v (%v)", used, err)
+	}
+}

@@ -1,0 +1,157 @@
+package arbiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/approval"
+	"github.com/countersign/countersign/events"
+	"github.com/countersign/countersign/orchestrator/policy"
+)
+
+// This file is the arbiter's side of standing grants: it writes a grant
+// when a decision that met the quorum asked for one (approval.IssueGrant),
+// and applies revocations. It is the only writer of hitl_grants.
+
+type grantMetrics struct {
+	issued  *prometheus.CounterVec
+	revoked *prometheus.CounterVec
+}
+
+func newGrantMetrics(reg prometheus.Registerer) grantMetrics {
+	m := grantMetrics{
+		issued: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "countersign_grants_issued_total", Help: "Standing grants issued by approvals that met their quorum, by rule.",
+		}, []string{"rule"}),
+		revoked: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "countersign_grants_revoked_total", Help: "Standing grants revoked, by rule.",
+		}, []string{"rule"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.issued, m.revoked)
+	}
+	return m
+}
+
+// grantConditionProblem says why a vote's grant condition cannot be used
+// ("" when it compiles, or the vote asks for none).
+func grantConditionProblem(v *contracts.Vote) string {
+	if v.Grant == nil || v.Grant.Arguments != contracts.GrantArgumentsCondition || v.Grant.Condition == "" {
+		return ""
+	}
+	if _, err := policy.CompileGrantCondition(v.Grant.Condition); err != nil {
+		return "grant/condition: " + err.Error()
+	}
+	return ""
+}
+
+// issueGrant writes the grant the approved record issues, if any, and
+// records its issue in the grant's timeline. Both steps are idempotent:
+// a redelivered decision writes nothing new and publishes a duplicate.
+func (a *Arbiter) issueGrant(ctx context.Context, rec contracts.Record) error {
+	g, ok := approval.IssueGrant(rec)
+	if !ok {
+		return nil
+	}
+	if !a.cfg.Now().Before(g.ExpiresAt) {
+		return nil // expired before it could be written (a very late redelivery)
+	}
+	data, err := contracts.Marshal(g)
+	if err != nil {
+		return events.Poison(err)
+	}
+	kv, err := a.grantsBucket(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := kv.Create(ctx, g.GrantID, data); err != nil {
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return err
+		}
+	} else {
+		a.gm.issued.WithLabelValues(g.Policy.Rule).Inc()
+		a.cfg.Logger.Info("grant issued", "grant_id", g.GrantID, "rule", g.Policy.Rule, "scope", g.Scope,
+			"arguments", g.Arguments, "granted_by", g.GrantedBy, "expires_at", g.ExpiresAt)
+	}
+	ev := contracts.GrantEvent{
+		Spec: contracts.SpecGrantEvent, GrantID: g.GrantID, Event: contracts.GrantEventIssued, By: g.GrantedBy,
+		RunID: rec.Request.Run.ID, ToolCallID: rec.Request.ToolCall.ID, Tool: g.Tool,
+		ArgumentsSHA256: rec.Outcome.ArgumentsSHA256, Grant: data, At: g.GrantedAt,
+	}
+	_, err = events.Publish(ctx, a.cfg.JS, contracts.GrantIssuedSubject(g.GrantID), ev, "grant-issued:"+g.GrantID, nil)
+	return err
+}
+
+// grantsBucket opens hitl_grants once.
+func (a *Arbiter) grantsBucket(ctx context.Context) (jetstream.KeyValue, error) {
+	a.grantsMu.Lock()
+	defer a.grantsMu.Unlock()
+	if a.grants != nil {
+		return a.grants, nil
+	}
+	kv, err := a.cfg.JS.KeyValue(ctx, contracts.BucketGrants)
+	if err != nil {
+		return nil, fmt.Errorf("arbiter: open bucket %s: %w", contracts.BucketGrants, err)
+	}
+	a.grants = kv
+	return kv, nil
+}
+
+// revokeGrant applies a revoke_grant command with compare-and-set, and
+// records the revocation in the grant's timeline. A revocation of a grant
+// that is already revoked changes nothing; of one that does not exist is
+// refused (announced on the approval's changed subject).
+func (a *Arbiter) revokeGrant(ctx context.Context, msg jetstream.Msg, c contracts.Command) error {
+	kv, err := a.grantsBucket(ctx)
+	if err != nil {
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		entry, err := kv.Get(ctx, c.EventID)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			a.m.refused.WithLabelValues(contracts.ReasonUnknownGrant).Inc()
+			return a.publishChanged(ctx, c.EventID, &contracts.Changed{
+				Change: ChangeGrantRevokeRefused, By: c.By, Reason: contracts.ReasonUnknownGrant,
+			}, 0, msg)
+		}
+		if err != nil {
+			return err
+		}
+		var g contracts.Grant
+		if err := contracts.Decode(entry.Value(), &g); err != nil {
+			return events.Poison(fmt.Errorf("grant %s is unreadable: %w", c.EventID, err))
+		}
+		next, changed := approval.RevokeGrant(g, c, a.cfg.Now())
+		if changed {
+			data, err := contracts.Marshal(next)
+			if err != nil {
+				return events.Poison(err)
+			}
+			if _, err := kv.Update(ctx, c.EventID, data, entry.Revision()); err != nil {
+				if (errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSequence(err)) && attempt < 50 {
+					a.m.conflict.Inc()
+					continue
+				}
+				return err
+			}
+			a.gm.revoked.WithLabelValues(g.Policy.Rule).Inc()
+			a.cfg.Logger.Info("grant revoked", "grant_id", g.GrantID, "rule", g.Policy.Rule, "by", c.By)
+		}
+		r := next.Revoked
+		ev := contracts.GrantEvent{
+			Spec: contracts.SpecGrantEvent, GrantID: g.GrantID, Event: contracts.GrantEventRevoked,
+			By: []string{r.By}, Tool: g.Tool, At: r.At,
+		}
+		_, err = events.Publish(ctx, a.cfg.JS, contracts.GrantRevokedSubject(g.GrantID), ev, "grant-revoked:"+g.GrantID, nil)
+		return err
+	}
+}
+
+// ChangeGrantRevokeRefused announces a revocation of a grant that does not
+// exist, on the approval's changed subject.
+const ChangeGrantRevokeRefused = "grant_revoke_refused"
