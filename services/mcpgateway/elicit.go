@@ -23,7 +23,13 @@ func (l *link) elicit(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitR
 	}
 	if down := l.down; down != nil {
 		if ip := down.InitializeParams(); ip != nil && ip.Capabilities != nil && ip.Capabilities.Elicitation != nil {
-			return down.Elicit(ctx, p)
+			res, err := down.Elicit(ctx, p)
+			if err == nil {
+				return res, nil
+			}
+			// A client that cannot take the question now (its protocol
+			// version wants it asked another way): the approvers answer.
+			l.g.cfg.Logger.Debug("client elicitation failed; asking the approvers", slog.Any("err", err))
 		}
 	}
 	if p.Mode == "url" {
