@@ -204,5 +204,3 @@ func readCallers(path string) (mcpgateway.Callers, error) {
 	}
 	return out, nil
 }
-
-
