@@ -306,7 +306,7 @@ func newRig(t *testing.T, edit func(*mcpgateway.Config)) *rig {
 	return newRigOn(t, s, edit)
 }
 
-func newRigOn(t *testing.T, s *serve, edit func(*mcpgateway.Config)) *rig {
+func newRigOn(t testing.TB, s *serve, edit func(*mcpgateway.Config)) *rig {
 	t.Helper()
 	ctx := context.Background()
 	r := &rig{serve: s, notes: &notes{}, runID: "test:" + t.Name(), progress: make(chan *mcp.ProgressNotificationParams, 100)}
