@@ -58,6 +58,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return cmdBench(args[1:], stdout)
 	case "token":
 		return cmdToken(args[1:], stdout)
+	case "mcp":
+		return cmdMCP(args[1:], stdout, stderr)
 	case "version":
 		if err := newFlagSet("version", stdout).Parse(args[1:]); err != nil {
 			return err

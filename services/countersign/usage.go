@@ -46,6 +46,7 @@ var commands = []command{
 	{path: "provision", synopsis: "--nats-url URLS [--user U] [--creds FILE] [--replicas N] [--retention D]", about: "create the streams and buckets on an external NATS (as admin)"},
 	{path: "demo", synopsis: "[--session NAME] [--no-wait] [--rounds N] [--fleet]", about: "a simulated agent fleet proposing tool calls; run it again to re-attach"},
 	{path: "bench", synopsis: "[flags]", about: "measure cycles/s, latency and pending capacity", long: benchAbout},
+	{path: "mcp", synopsis: "--name NAME [flags] -- COMMAND [ARGS...] | --listen ADDR --callers FILE --upstream NAME=URL...", about: "an MCP gateway: approvals in front of any MCP server's tools", long: mcpAbout},
 	{path: "token new", synopsis: "--subject ID [--name LABEL] [--roles agent,approver]", about: "a new API token and its hash"},
 	{path: "version", about: "print the version"},
 }

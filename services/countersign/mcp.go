@@ -1,0 +1,206 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"os/user"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.yaml.in/yaml/v3"
+
+	csclient "github.com/countersign/countersign/contracts/client"
+	"github.com/countersign/countersign/services/mcpgateway"
+)
+
+const mcpAbout = `Stdio: countersign mcp --name NAME [flags] -- COMMAND [ARGS...]
+  launches COMMAND as the MCP server and serves its tools, resources and
+  prompts on stdin/stdout; paste it into an MCP client's config in place of
+  the server. Streamable HTTP: countersign mcp --listen ADDR --callers FILE
+  --upstream NAME=URL [--upstream ...] serves each upstream at /mcp/NAME.
+  Every tools/call is reviewed as NAME.TOOL with its arguments and the tool's
+  annotations as labels (mcp.destructiveHint, mcp.readOnlyHint, ...).
+  Countersign is found through --url/--token, COUNTERSIGN_URL and
+  COUNTERSIGN_TOKEN, or the local serve's ./data, as for the other commands.
+  Logs go to stderr; see docs/mcp.md.
+`
+
+// listFlag collects a repeated flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+func cmdMCP(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("mcp", stdout)
+	conn := clientFlags(fs.FlagSet)
+	name := fs.String("name", "", "stdio: the server's name; its tools are reviewed as NAME.TOOL")
+	listen := fs.String("listen", "", "HTTP: serve Streamable HTTP on this address (e.g. 127.0.0.1:8090)")
+	var upstreams, labels listFlag
+	fs.Var(&upstreams, "upstream", "HTTP: NAME=URL of an upstream Streamable HTTP server (repeatable)")
+	callersFile := fs.String("callers", "", "HTTP: YAML file of callers: [{id, token_sha256}] ('countersign token new' prints hashes)")
+	agent := fs.String("agent", mcpgateway.DefaultAgent, "agent name of the reviews")
+	runID := fs.String("run-id", "", "stdio: run identity, stable across restarts (default mcp:USER@HOST:NAME)")
+	requestedBy := fs.String("requested-by", os.Getenv("COUNTERSIGN_REQUESTED_BY"), "stdio: the person the calls are made for (default $COUNTERSIGN_REQUESTED_BY)")
+	tenant := fs.String("tenant", "", "the runs' tenant")
+	fs.Var(&labels, "label", "KEY=VALUE run label for the policy (repeatable)")
+	maxWait := fs.Duration("max-wait", mcpgateway.DefaultMaxWait, "how long a call waits for a human before answering that it awaits approval")
+	progress := fs.Duration("progress-every", mcpgateway.DefaultProgressEvery, "interval of progress notifications while a call waits")
+	maxArgs := fs.Int("max-arguments", mcpgateway.DefaultMaxArguments, "largest arguments of a call, in bytes")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error (logs go to stderr)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("mcp: --log-level: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	lbl := map[string]string{}
+	for _, kv := range labels {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("mcp: --label %q: want KEY=VALUE", kv)
+		}
+		lbl[k] = v
+	}
+	c, err := conn()
+	if err != nil {
+		return fmt.Errorf("mcp: %w", err)
+	}
+	cs, err := csclient.New(csclient.Config{URL: c.url, Token: c.token})
+	if err != nil {
+		return fmt.Errorf("mcp: %w", err)
+	}
+	base := mcpgateway.Config{Countersign: cs, Agent: *agent, RequestedBy: *requestedBy, Tenant: *tenant, Labels: lbl,
+		MaxWait: *maxWait, ProgressEvery: *progress, MaxArguments: *maxArgs, Logger: log}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	command := fs.Args()
+	switch {
+	case *listen == "" && len(command) == 0:
+		return errors.New("mcp: give the server to wrap after --, or --listen with --upstream (see 'countersign mcp --help')")
+	case *listen != "" && len(command) > 0:
+		return errors.New("mcp: either a command to wrap (stdio) or --listen (HTTP), not both")
+	case *listen == "":
+		if *name == "" {
+			return errors.New("mcp: --name is required: tools are reviewed as NAME.TOOL")
+		}
+		cfg := base
+		cfg.Name = *name
+		cfg.RunID = firstNonEmpty(*runID, defaultRunID(*name))
+		cfg.Dial = func(ctx context.Context, mc *mcp.Client) (*mcp.ClientSession, error) {
+			cmd := exec.Command(command[0], command[1:]...)
+			cmd.Stderr = stderr
+			return mc.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, nil)
+		}
+		g, err := mcpgateway.New(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("mcp: %w", err)
+		}
+		defer g.Close()
+		log.Info("mcp gateway on stdio", slog.String("server", cfg.Name), slog.String("countersign", c.url), slog.String("run_id", cfg.RunID))
+		if err := g.Run(ctx, &mcp.StdioTransport{}); err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("mcp: %w", err)
+		}
+		return nil
+	}
+	if len(upstreams) == 0 {
+		return errors.New("mcp: --listen needs at least one --upstream NAME=URL")
+	}
+	if *callersFile == "" {
+		return errors.New("mcp: --listen needs --callers: every HTTP caller is authenticated, to name who requested a call")
+	}
+	callers, err := readCallers(*callersFile)
+	if err != nil {
+		return fmt.Errorf("mcp: --callers: %w", err)
+	}
+	var gws []*mcpgateway.Gateway
+	for _, u := range upstreams {
+		n, url, ok := strings.Cut(u, "=")
+		if !ok || n == "" || url == "" {
+			return fmt.Errorf("mcp: --upstream %q: want NAME=URL", u)
+		}
+		cfg := base
+		cfg.Name, cfg.RunID = n, "mcp:"+n
+		cfg.Dial = func(ctx context.Context, mc *mcp.Client) (*mcp.ClientSession, error) {
+			return mc.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url}, nil)
+		}
+		g, err := mcpgateway.New(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("mcp: upstream %s: %w", n, err)
+		}
+		defer g.Close()
+		gws = append(gws, g)
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("mcp: %w", err)
+	}
+	srv := &http.Server{Handler: mcpgateway.Handler(gws, callers), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	fmt.Fprintf(stdout, "MCP gateway: http://%s/mcp/NAME for %s\n", ln.Addr(), strings.Join(upstreams, ", "))
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("mcp: %w", err)
+	}
+	return nil
+}
+
+// defaultRunID is the run identity of a stdio gateway: stable across its
+// restarts, distinct per user, machine and server name.
+func defaultRunID(name string) string {
+	who := "unknown"
+	if u, err := user.Current(); err == nil {
+		who = u.Username
+	}
+	host, _ := os.Hostname()
+	return "mcp:" + who + "@" + host + ":" + name
+}
+
+// readCallers reads a callers file: callers: [{id: carol, token_sha256: HEX}].
+func readCallers(path string) (mcpgateway.Callers, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var f struct {
+		Callers []struct {
+			ID          string `yaml:"id"`
+			TokenSHA256 string `yaml:"token_sha256"`
+		} `yaml:"callers"`
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	out := mcpgateway.Callers{}
+	for i, c := range f.Callers {
+		h := strings.ToLower(c.TokenSHA256)
+		if c.ID == "" || len(h) != 64 || strings.Trim(h, "0123456789abcdef") != "" {
+			return nil, fmt.Errorf("%s: callers[%d]: needs an id and a token_sha256 of 64 hex digits", path, i)
+		}
+		out[h] = c.ID
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no callers", path)
+	}
+	return out, nil
+}

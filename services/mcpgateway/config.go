@@ -1,0 +1,107 @@
+package mcpgateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/countersign/countersign/contracts/client"
+)
+
+// Defaults of Config.
+const (
+	DefaultAgent         = "mcp"
+	DefaultMaxWait       = 50 * time.Second
+	DefaultProgressEvery = 5 * time.Second
+	DefaultMaxArguments  = 256 << 10
+)
+
+// Dialer connects to the upstream MCP server with the given client and
+// returns the session. It is called once per client session of the gateway
+// (and again after the upstream went away).
+type Dialer func(ctx context.Context, c *mcp.Client) (*mcp.ClientSession, error)
+
+// Config configures a Gateway.
+type Config struct {
+	// Name is the upstream server's name: tools are reviewed as
+	// "<Name>.<tool>" (required; letters, digits, '_' and '-').
+	Name string
+	// Dial connects to the upstream (required).
+	Dial Dialer
+	// Countersign reviews, waits for and claims the calls (required).
+	Countersign *client.Client
+	// Agent is the agent name of every review (default "mcp").
+	Agent string
+	// RunID is the run identity of calls that come without a caller
+	// (stdio). It must be stable across restarts of the gateway for calls
+	// to re-attach; the caller of an HTTP session replaces it.
+	RunID string
+	// RequestedBy names the person the calls are made for, when the
+	// transport does not say (stdio).
+	RequestedBy string
+	// Tenant is the run's tenant (optional).
+	Tenant string
+	// Labels are added to every review's run labels.
+	Labels map[string]string
+	// MaxWait is how long one tools/call waits for a human before it answers
+	// that the call awaits approval (default 50 s).
+	MaxWait time.Duration
+	// ProgressEvery is how often a waiting call sends a progress
+	// notification (default 5 s).
+	ProgressEvery time.Duration
+	// MaxArguments bounds a call's arguments in bytes (default 256 KiB).
+	MaxArguments int
+	// Logger (default: slog.Default()).
+	Logger *slog.Logger
+}
+
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+func (c *Config) setDefaults() {
+	if c.Agent == "" {
+		c.Agent = DefaultAgent
+	}
+	if c.MaxWait == 0 {
+		c.MaxWait = DefaultMaxWait
+	}
+	if c.ProgressEvery == 0 {
+		c.ProgressEvery = DefaultProgressEvery
+	}
+	if c.MaxArguments == 0 {
+		c.MaxArguments = DefaultMaxArguments
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if !namePattern.MatchString(c.Name) {
+		errs = append(errs, fmt.Errorf("Name: %q must be 1 to 64 letters, digits, '_' or '-'", c.Name))
+	}
+	if c.Dial == nil {
+		errs = append(errs, errors.New("Dial: required"))
+	}
+	if c.Countersign == nil {
+		errs = append(errs, errors.New("Countersign: required"))
+	}
+	if c.RunID == "" {
+		errs = append(errs, errors.New("RunID: required (a run identity stable across restarts)"))
+	}
+	if c.MaxWait < 0 {
+		errs = append(errs, errors.New("MaxWait: must not be negative"))
+	}
+	if c.ProgressEvery <= 0 {
+		errs = append(errs, errors.New("ProgressEvery: must be positive"))
+	}
+	if c.MaxArguments < 0 {
+		errs = append(errs, errors.New("MaxArguments: must not be negative"))
+	}
+	return errors.Join(errs...)
+}

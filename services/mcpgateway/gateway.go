@@ -1,0 +1,308 @@
+package mcpgateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Gateway is an MCP server that passes everything through to one upstream
+// MCP server and gates tools/call with Countersign. It is safe for
+// concurrent use; serve it with Run (stdio) or Handler (Streamable HTTP).
+type Gateway struct {
+	cfg      Config
+	server   *mcp.Server
+	instance string // unique to this process: claim ids derive from it
+	book     callBook
+
+	mu    sync.Mutex
+	links map[*mcp.ServerSession]*link
+	spare *link // the upstream session New opened, for the first client
+}
+
+// New connects to the upstream once, to mirror its capabilities, and
+// returns the gateway. The connection is kept for the first client.
+func New(ctx context.Context, cfg Config) (*Gateway, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("mcpgateway: %w", err)
+	}
+	var nonce [16]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return nil, err
+	}
+	g := &Gateway{cfg: cfg, instance: hex.EncodeToString(nonce[:]), links: map[*mcp.ServerSession]*link{}}
+	g.book.init()
+	first := &link{g: g}
+	up, err := first.session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	g.spare = first
+	init := up.InitializeResult()
+	caps := &mcp.ServerCapabilities{}
+	if c := init.Capabilities; c != nil {
+		caps.Tools = &mcp.ToolCapabilities{}
+		if c.Resources != nil {
+			caps.Resources = &mcp.ResourceCapabilities{}
+		}
+		if c.Prompts != nil {
+			caps.Prompts = &mcp.PromptCapabilities{}
+		}
+		if c.Logging != nil {
+			caps.Logging = &mcp.LoggingCapabilities{}
+		}
+		if c.Completions != nil {
+			caps.Completions = &mcp.CompletionCapabilities{}
+		}
+	}
+	impl := &mcp.Implementation{Name: cfg.Name, Version: "countersign"}
+	if si := init.ServerInfo; si != nil {
+		impl = &mcp.Implementation{Name: si.Name, Title: si.Title, Version: si.Version}
+	}
+	g.server = mcp.NewServer(impl, &mcp.ServerOptions{
+		Instructions: init.Instructions,
+		Logger:       cfg.Logger,
+		Capabilities: caps,
+	})
+	g.server.AddReceivingMiddleware(g.middleware)
+	return g, nil
+}
+
+// Server is the MCP server the gateway presents to its clients.
+func (g *Gateway) Server() *mcp.Server { return g.server }
+
+// Run serves one client over t (for instance &mcp.StdioTransport{}) until
+// the client goes away or ctx ends.
+func (g *Gateway) Run(ctx context.Context, t mcp.Transport) error {
+	return g.server.Run(ctx, t)
+}
+
+// Close closes every upstream session.
+func (g *Gateway) Close() error {
+	g.mu.Lock()
+	ls := make([]*link, 0, len(g.links)+1)
+	for _, l := range g.links {
+		ls = append(ls, l)
+	}
+	if g.spare != nil {
+		ls = append(ls, g.spare)
+	}
+	g.mu.Unlock()
+	for _, l := range ls {
+		l.close()
+	}
+	return nil
+}
+
+// linkFor returns the upstream link of a client session, creating it on
+// the session's first request.
+func (g *Gateway) linkFor(ss *mcp.ServerSession, extra *mcp.RequestExtra) (*link, error) {
+	caller := ""
+	if extra != nil && extra.TokenInfo != nil {
+		caller = extra.TokenInfo.UserID
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if l := g.links[ss]; l != nil {
+		if l.caller != caller {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "this MCP session belongs to another caller"}
+		}
+		return l, nil
+	}
+	l := g.spare
+	g.spare = nil
+	if l == nil {
+		l = &link{g: g}
+	}
+	l.down, l.caller = ss, caller
+	g.links[ss] = l
+	go func() {
+		_ = ss.Wait()
+		g.mu.Lock()
+		delete(g.links, ss)
+		g.mu.Unlock()
+		l.close()
+	}()
+	return l, nil
+}
+
+// middleware serves every request of a client: tools/call is gated, the
+// other MCP methods go to the upstream, the rest (initialize, ping, ...)
+// is the SDK's.
+func (g *Gateway) middleware(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		ss, ok := req.GetSession().(*mcp.ServerSession)
+		if !ok {
+			return next(ctx, method, req)
+		}
+		switch method {
+		case "tools/list", "tools/call", "resources/list", "resources/templates/list", "resources/read",
+			"prompts/list", "prompts/get", "completion/complete":
+		default:
+			return next(ctx, method, req)
+		}
+		l, err := g.linkFor(ss, req.GetExtra())
+		if err != nil {
+			return nil, err
+		}
+		if method == "tools/call" {
+			return g.callTool(ctx, l, req.(*mcp.CallToolRequest))
+		}
+		up, err := l.session(ctx)
+		if err != nil {
+			return nil, err
+		}
+		switch r := req.(type) {
+		case *mcp.ListToolsRequest:
+			res, err := up.ListTools(ctx, r.Params)
+			if err == nil {
+				l.remember(res.Tools)
+			}
+			return res, upstreamError(err)
+		case *mcp.ListResourcesRequest:
+			res, err := up.ListResources(ctx, r.Params)
+			return res, upstreamError(err)
+		case *mcp.ListResourceTemplatesRequest:
+			res, err := up.ListResourceTemplates(ctx, r.Params)
+			return res, upstreamError(err)
+		case *mcp.ReadResourceRequest:
+			res, err := up.ReadResource(ctx, r.Params)
+			return res, upstreamError(err)
+		case *mcp.ListPromptsRequest:
+			res, err := up.ListPrompts(ctx, r.Params)
+			return res, upstreamError(err)
+		case *mcp.GetPromptRequest:
+			res, err := up.GetPrompt(ctx, r.Params)
+			return res, upstreamError(err)
+		case *mcp.CompleteRequest:
+			res, err := up.Complete(ctx, r.Params)
+			return res, upstreamError(err)
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// upstreamError passes the upstream's JSON-RPC errors through and names the
+// upstream in any other failure (a closed connection, a crash).
+func upstreamError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var we *jsonrpc.Error
+	if errors.As(err, &we) {
+		return err
+	}
+	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the upstream MCP server failed: " + err.Error()}
+}
+
+// link is one client session's connection to the upstream.
+type link struct {
+	g      *Gateway
+	down   *mcp.ServerSession // nil until the first request (the spare)
+	caller string             // the authenticated caller (HTTP), else ""
+
+	mu    sync.Mutex
+	up    *mcp.ClientSession
+	tools map[string]*mcp.Tool
+}
+
+// session returns the upstream session, connecting (again) when there is
+// none or the last one ended.
+func (l *link) session(ctx context.Context) (*mcp.ClientSession, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.up != nil {
+		return l.up, nil
+	}
+	c := mcp.NewClient(&mcp.Implementation{Name: "countersign-mcp-gateway", Version: "1"}, &mcp.ClientOptions{
+		// No roots: the gateway has none of its own to offer, and an
+		// upstream that asked would narrow what it may touch to nothing.
+		Capabilities:                &mcp.ClientCapabilities{},
+		ElicitationHandler:          l.elicit,
+		ProgressNotificationHandler: l.progress,
+		LoggingMessageHandler:       l.logMessage,
+	})
+	up, err := l.g.cfg.Dial(ctx, c)
+	if err != nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError,
+			Message: fmt.Sprintf("cannot reach the upstream MCP server %q: %v", l.g.cfg.Name, err)}
+	}
+	l.up = up
+	go func() {
+		_ = up.Wait()
+		l.mu.Lock()
+		if l.up == up {
+			l.up = nil
+		}
+		l.mu.Unlock()
+	}()
+	return up, nil
+}
+
+func (l *link) close() {
+	l.mu.Lock()
+	up := l.up
+	l.up = nil
+	l.mu.Unlock()
+	if up != nil {
+		_ = up.Close()
+	}
+}
+
+// remember keeps the tools' annotations for the policy.
+func (l *link) remember(tools []*mcp.Tool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.tools == nil {
+		l.tools = map[string]*mcp.Tool{}
+	}
+	for _, t := range tools {
+		if t != nil {
+			l.tools[t.Name] = t
+		}
+	}
+}
+
+// tool returns the upstream's description of name, listing the tools when
+// it is not known yet; nil when the upstream does not list it.
+func (l *link) tool(ctx context.Context, up *mcp.ClientSession, name string) *mcp.Tool {
+	l.mu.Lock()
+	t := l.tools[name]
+	l.mu.Unlock()
+	if t != nil {
+		return t
+	}
+	var all []*mcp.Tool
+	for t, err := range up.Tools(ctx, nil) {
+		if err != nil {
+			break
+		}
+		all = append(all, t)
+	}
+	l.remember(all)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.tools[name]
+}
+
+// progress relays the upstream's progress on a forwarded call (which
+// carries the client's own progress token) to the client.
+func (l *link) progress(ctx context.Context, req *mcp.ProgressNotificationClientRequest) {
+	if l.down != nil && req.Params != nil {
+		_ = l.down.NotifyProgress(ctx, req.Params)
+	}
+}
+
+// logMessage relays the upstream's log messages to the client.
+func (l *link) logMessage(ctx context.Context, req *mcp.LoggingMessageRequest) {
+	if l.down != nil && req.Params != nil {
+		_ = l.down.Log(ctx, req.Params)
+	}
+}

@@ -1,0 +1,52 @@
+package mcpgateway
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Callers maps the hex SHA-256 of a bearer token to the caller it
+// authenticates (their user id, which becomes requested_by).
+type Callers map[string]string
+
+// HashToken is the hex SHA-256 of a bearer token, as Callers keys it.
+func HashToken(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+// Handler serves the gateways over Streamable HTTP, each at /mcp/<name>.
+// Every request needs a bearer token that callers knows; the caller is the
+// requester of the session's calls and owns the session.
+func Handler(gateways []*Gateway, callers Callers) http.Handler {
+	mux := http.NewServeMux()
+	verify := func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+		id, ok := callers[HashToken(token)]
+		if !ok {
+			return nil, fmt.Errorf("%w: unknown bearer token", auth.ErrInvalidToken)
+		}
+		// Tokens do not expire by themselves; the list of callers decides.
+		return &auth.TokenInfo{UserID: id, Expiration: time.Now().Add(24 * time.Hour)}, nil
+	}
+	bearer := auth.RequireBearerToken(verify, nil)
+	for _, g := range gateways {
+		h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server }, nil)
+		mux.Handle("/mcp/"+g.cfg.Name, bearer(h))
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		names := make([]string, len(gateways))
+		for i, g := range gateways {
+			names[i] = "/mcp/" + g.cfg.Name
+		}
+		http.Error(w, "not found: the MCP servers here are "+strings.Join(names, ", "), http.StatusNotFound)
+	})
+	return mux
+}

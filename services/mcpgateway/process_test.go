@@ -1,0 +1,110 @@
+package mcpgateway_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// gatewayProc is `countersign mcp` (the real binary) wrapping the notes
+// upstream (this test binary) on stdio, with a Go SDK client on its stdio.
+type gatewayProc struct {
+	cmd     *exec.Cmd
+	session *mcp.ClientSession
+}
+
+func startGatewayProc(t *testing.T, s *serve, log string, maxWait string) *gatewayProc {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary, "mcp", "--name", "notes", "--run-id", "restart-run", "--max-wait", maxWait,
+		"--progress-every", "100ms", "--log-level", "warn", "--", self)
+	cmd.Env = append(os.Environ(), "COUNTERSIGN_URL="+s.url, "COUNTERSIGN_TOKEN="+s.token, upstreamEnv+"="+log)
+	cmd.Stderr = os.Stderr
+	c := mcp.NewClient(&mcp.Implementation{Name: "restart-client"}, nil)
+	session, err := c.Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &gatewayProc{cmd: cmd, session: session}
+	t.Cleanup(func() { p.kill() })
+	return p
+}
+
+// kill sends SIGKILL to the gateway.
+func (p *gatewayProc) kill() {
+	if p.cmd.Process != nil {
+		_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	}
+	_ = p.session.Close()
+}
+
+func upstreamLog(t *testing.T, path string) []string {
+	b, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Fields(strings.ReplaceAll(string(b), "\n", " "))
+}
+
+// The gateway is killed with SIGKILL while a destructive call is held;
+// after a restart the same call re-attaches to the same approval and, once
+// approved, the upstream runs it exactly once.
+func TestKilledGatewayReattachesAndRunsOnce(t *testing.T) {
+	s := startServe(t)
+	log := filepath.Join(t.TempDir(), "upstream.log")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	first := startGatewayProc(t, s, log, "60s")
+	errs := make(chan error, 1)
+	go func() {
+		_, err := first.session.CallTool(ctx, &mcp.CallToolParams{Name: "delete_note", Arguments: map[string]any{"id": "q3-report"}})
+		errs <- err
+	}()
+	id := s.pending(t, "restart-run", "notes.delete_note")
+	first.kill()
+	if err := receive(t, errs); err == nil {
+		t.Fatal("the call returned a result from a killed gateway")
+	}
+
+	second := startGatewayProc(t, s, log, "300ms")
+	res, err := second.session.CallTool(ctx, &mcp.CallToolParams{Name: "delete_note", Arguments: map[string]any{"id": "q3-report"}})
+	if err != nil || !strings.Contains(text(res), id) {
+		t.Fatalf("after the restart: %v %s (want approval %s)", err, text(res), id)
+	}
+	if n := len(s.approvals(t, "restart-run")); n != 1 {
+		t.Fatalf("%d approvals, want the one re-attached", n)
+	}
+	s.cli(t, "approvals", "approve", id)
+	res, err = second.session.CallTool(ctx, &mcp.CallToolParams{Name: "delete_note", Arguments: map[string]any{"id": "q3-report"}})
+	if err != nil || res.IsError || !strings.Contains(text(res), "deleted") {
+		t.Fatalf("approved call: %v %s", err, text(res))
+	}
+	if got := upstreamLog(t, log); len(got) != 2 || got[0] != "delete_note" || got[1] != `{"id":"q3-report"}` {
+		t.Fatalf("upstream ran %q, want the approved call once", got)
+	}
+	// Killed again after the run: a third gateway never runs it a second
+	// time; the same call is a new request.
+	second.kill()
+	third := startGatewayProc(t, s, log, "300ms")
+	res, err = third.session.CallTool(ctx, &mcp.CallToolParams{Name: "delete_note", Arguments: map[string]any{"id": "q3-report"}})
+	if err != nil || !strings.Contains(text(res), "awaiting human approval") || strings.Contains(text(res), id) {
+		t.Fatalf("third gateway: %v %s", err, text(res))
+	}
+	if got := upstreamLog(t, log); len(got) != 2 {
+		t.Fatalf("upstream ran %q", got)
+	}
+}
