@@ -256,6 +256,7 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 		"/v1/approvals/{event_id}/events": {"get"},
 		"/v1/events":                      {"get"},
 		"/v1/policy":                      {"get", "post"},
+		"/v1/oversight":                   {"get"},
 		"/healthz":                        {"get"},
 		"/readyz":                         {"get"},
 		"/metrics":                        {"get"},
