@@ -36,6 +36,7 @@ var commands = []command{
 	{path: "approvals extend", synopsis: "ID 2h", about: "move the deadline (or give an RFC 3339 time)"},
 	{path: "approvals cancel", synopsis: "ID [--reason TEXT]", about: "cancel a pending approval"},
 	{path: "audit", synopsis: "ID [--json]", about: "the full timeline: request, policy, notifications, votes, outcome"},
+	{path: "oversight", synopsis: "[--since 30d] [--fast 10s] [--json]", about: "how approvals are decided, per approver and rule (admins, viewers, auditors)"},
 	{path: "policy lint", synopsis: "[--directory F] [--strict] FILE...", about: "check syntax, CEL types, unreachable rules, unknown groups"},
 	{path: "policy test", synopsis: "POLICY CASES [-v]", about: "run a table of tool calls against a policy"},
 	{path: "policy apply", synopsis: "FILE [--dry-run]", about: "validate and make it the fleet's live policy"},

@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"html/template"
-	"math"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/countersign/countersign/services/api"
 	"github.com/countersign/countersign/services/api/oversight"
@@ -68,13 +66,6 @@ type figures struct {
 	HasDecisions, HasHighRisks bool
 }
 
-// fastFlagShare is the share of fast decisions on high and critical risk
-// from which a row is flagged (and at least fastFlagMin of them).
-const (
-	fastFlagShare = 0.5
-	fastFlagMin   = 2
-)
-
 func figuresOf(name string, s oversight.Stats) figures {
 	f := figures{
 		Name: name, Requests: s.Requests, Decisions: s.Decisions, Approved: s.Approved, Rejected: s.Rejected,
@@ -93,26 +84,13 @@ func figuresOf(name string, s oversight.Stats) figures {
 	if s.HighRiskDecisions > 0 {
 		share := float64(s.FastHighRisk) / float64(s.HighRiskDecisions)
 		f.FastShare = fmt.Sprintf("%.0f%%", share*100)
-		f.FastFlag = s.FastHighRisk >= fastFlagMin && share >= fastFlagShare
+		f.FastFlag = s.ManyFast()
 	}
 	return f
 }
 
-// seconds says a time to decide for people: "0.4s", "4s", "2m05s", "3h10m", "2d4h".
-func seconds(s float64) string {
-	d := time.Duration(s * float64(time.Second))
-	switch {
-	case d < 10*time.Second:
-		return strconv.FormatFloat(math.Round(s*10)/10, 'f', -1, 64) + "s"
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(math.Round(s)))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm%02ds", int(d/time.Minute), int(d%time.Minute/time.Second))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh%02dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
-	}
-	return fmt.Sprintf("%dd%dh", int(d/(24*time.Hour)), int(d%(24*time.Hour)/time.Hour))
-}
+// seconds says a time to decide for people.
+func seconds(s float64) string { return oversight.Human(s) }
 
 // getOversight serves GET /oversight?since=&fast=.
 func (in *Inbox) getOversight(w http.ResponseWriter, r *http.Request, sess *session) {

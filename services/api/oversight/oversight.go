@@ -2,8 +2,10 @@ package oversight
 
 import (
 	"cmp"
+	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/countersign/countersign/contracts"
@@ -105,6 +107,20 @@ type Stats struct {
 	ExpiredUndecided int `json:"expired_undecided"`
 
 	seconds []float64 // every time to decide, sorted once the row is done
+}
+
+// A row's fast decisions are flagged (ManyFast) when there are at least
+// FlagFastMin of them and they are at least FlagFastShare of its decisions
+// on high and critical risk.
+const (
+	FlagFastMin   = 2
+	FlagFastShare = 0.5
+)
+
+// ManyFast reports whether s's fast decisions on high and critical risk
+// are many enough to be flagged: a sign of rubber-stamping.
+func (s *Stats) ManyFast() bool {
+	return s.FastHighRisk >= FlagFastMin && float64(s.FastHighRisk) >= FlagFastShare*float64(s.HighRiskDecisions)
 }
 
 // Seconds returns the row's times to decide in seconds, in ascending order.
@@ -276,4 +292,21 @@ func Quantile(sorted []float64, q float64) float64 {
 	}
 	frac := pos - float64(lo)
 	return sorted[lo] + frac*(sorted[lo+1]-sorted[lo])
+}
+
+// Human says a time to decide in seconds for people: "0.4s", "4s",
+// "2m05s", "3h10m", "2d4h".
+func Human(s float64) string {
+	d := time.Duration(s * float64(time.Second))
+	switch {
+	case d < 10*time.Second:
+		return strconv.FormatFloat(math.Round(s*10)/10, 'f', -1, 64) + "s"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(math.Round(s)))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d/time.Minute), int(d%time.Minute/time.Second))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
+	}
+	return fmt.Sprintf("%dd%dh", int(d/(24*time.Hour)), int(d%(24*time.Hour)/time.Hour))
 }

@@ -116,6 +116,16 @@ func TestComputeKnownAnswers(t *testing.T) {
 	if diff := compare(rep, want); diff != "" {
 		t.Fatal(diff)
 	}
+	// Flags: alice made 2 of her 3 high-risk decisions fast; refunds had
+	// 1 fast of 2 (below the minimum of 2); the total 2 of 5.
+	for _, c := range []struct {
+		s    oversight.Stats
+		want bool
+	}{{rep.Approvers[0].Stats, true}, {rep.Rules[2].Stats, false}, {rep.Total, false}, {rep.Approvers[1].Stats, false}} {
+		if got := c.s.ManyFast(); got != c.want {
+			t.Errorf("ManyFast(%+v) = %v", c.s, got)
+		}
+	}
 	// The threshold is a strict bound: alice's 8 s is not fast below 8 s.
 	rep = oversight.Compute(knownRequests(), oversight.Options{Since: t0, Fast: 8 * time.Second})
 	if got := rep.Total.FastHighRisk; got != 1 {
@@ -310,5 +320,13 @@ func TestReportJSON(t *testing.T) {
 	}
 	if ttd, _ := dave["time_to_decide"].(map[string]any); ttd["median"] != 10.0 || ttd["p90"] != 18.0 {
 		t.Fatalf("dave's time to decide: %v", dave["time_to_decide"])
+	}
+}
+
+func TestHuman(t *testing.T) {
+	for s, want := range map[float64]string{0: "0s", 0.44: "0.4s", 4: "4s", 9.96: "10s", 42.4: "42s", 125: "2m05s", 3600: "1h00m", 11400: "3h10m", 187200: "2d4h"} {
+		if got := oversight.Human(s); got != want {
+			t.Errorf("Human(%v) = %q, want %q", s, got, want)
+		}
 	}
 }
