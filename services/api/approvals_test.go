@@ -260,6 +260,7 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 		"/v1/grants/{grant_id}":           {"get"},
 		"/v1/grants/{grant_id}/revoke":    {"post"},
 		"/v1/grants/{grant_id}/events":    {"get"},
+		"/v1/oversight":                   {"get"},
 		"/healthz":                        {"get"},
 		"/readyz":                         {"get"},
 		"/metrics":                        {"get"},

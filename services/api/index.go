@@ -31,13 +31,16 @@ type summary struct {
 	// who is the part of the record that says who may read it (run,
 	// approvers, escalation reached, submitter), for approval.CanRead.
 	who *contracts.Record
+	// over is what the oversight figures need (oversight.go).
+	over overseen
 }
 
 // summaryJSON is the part of a record the index decodes.
 type summaryJSON struct {
 	Status          string `json:"status"`
 	EscalationLevel int    `json:"escalation_level"`
-	Request         struct {
+	overseenJSON
+	Request struct {
 		Run        contracts.Run              `json:"run"`
 		Quorum     contracts.Quorum           `json:"quorum"`
 		Escalation []contracts.EscalationTier `json:"escalation"`
@@ -45,6 +48,7 @@ type summaryJSON struct {
 		Kind       string                     `json:"kind"`
 		Sensitive  []string                   `json:"sensitive"`
 		CreatedAt  time.Time                  `json:"created_at"`
+		overseenRequestJSON
 	} `json:"request"`
 }
 
@@ -125,6 +129,7 @@ func (ix *index) apply(e jetstream.KeyValueEntry) {
 			sum = &summary{
 				eventID: e.Key(), status: sj.Status, agent: sj.Request.Run.Agent, runID: sj.Request.Run.ID,
 				approvers: slices.Clone(sj.Request.Quorum.Approvers), createdAt: sj.Request.CreatedAt,
+				over: overseenOf(&sj),
 			}
 			if len(sum.approvers) > 0 {
 				for i, tier := range sj.Request.Escalation {

@@ -69,6 +69,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if s.m, err = newMetrics(cfg.Registerer, s.index.pendingCount); err != nil {
 		return nil, fmt.Errorf("api: register metrics: %w", err)
 	}
+	if err := cfg.Registerer.Register(newOversightCollector(s)); err != nil {
+		return nil, fmt.Errorf("api: register the oversight metrics: %w", err)
+	}
 	if err := s.index.start(ctx); err != nil {
 		return nil, err
 	}
@@ -110,6 +113,7 @@ func (s *Server) routes() {
 	mux.HandleFunc("GET /v1/grants/{grant_id}/events", s.authed(s.getGrantTimeline))
 	mux.HandleFunc("GET /v1/policy", s.authed(s.getPolicy))
 	mux.HandleFunc("POST /v1/policy", s.authed(s.postPolicy, RoleAdmin))
+	mux.HandleFunc("GET /v1/oversight", s.authed(s.getOversight, OversightRoles...))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))

@@ -50,6 +50,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return cmdGrants(args[1:], stdout)
 	case "audit":
 		return cmdAudit(args[1:], stdout)
+	case "oversight":
+		return cmdOversight(args[1:], stdout)
 	case "provision":
 		return cmdProvision(args[1:], stdout)
 	case "demo":

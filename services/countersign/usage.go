@@ -39,6 +39,7 @@ var commands = []command{
 	{path: "grants show", synopsis: "ID", about: "one grant and its timeline: who granted, each call that used it"},
 	{path: "grants revoke", synopsis: "ID", about: "revoke a grant on every gate at once"},
 	{path: "audit", synopsis: "ID [--json]", about: "the full timeline: request, policy, notifications, votes, outcome"},
+	{path: "oversight", synopsis: "[--since 30d] [--fast 10s] [--json]", about: "how approvals are decided, per approver and rule (admins, viewers, auditors)"},
 	{path: "policy lint", synopsis: "[--directory F] [--strict] FILE...", about: "check syntax, CEL types, unreachable rules, unknown groups"},
 	{path: "policy test", synopsis: "POLICY CASES [-v]", about: "run a table of tool calls against a policy"},
 	{path: "policy apply", synopsis: "FILE [--dry-run]", about: "validate and make it the fleet's live policy"},

@@ -24,6 +24,7 @@ import (
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/notifier"
 	"github.com/countersign/countersign/services/api"
+	"github.com/countersign/countersign/services/api/oversight"
 )
 
 const (
@@ -169,6 +170,7 @@ type Backend interface {
 	AwaitRecord(ctx context.Context, id string, wait time.Duration)
 	Settle(ctx context.Context) error
 	Resolver() notifier.Resolver
+	Oversight(ctx context.Context, p api.Principal, q api.OversightQuery) (*oversight.Report, *api.Error)
 }
 
 // Config wires an Inbox.
@@ -220,7 +222,7 @@ type Inbox struct {
 }
 
 // New opens the sessions bucket and serves the inbox's pages (/, /history,
-// /approvals/{event_id}, /login, /logout, /inbox/events, /assets/) on
+// /oversight, /approvals/{event_id}, /login, /logout, /inbox/events, /assets/) on
 // cfg.API.
 func New(ctx context.Context, cfg Config) (*Inbox, error) {
 	cfg.setDefaults()
@@ -254,6 +256,7 @@ func (in *Inbox) register() {
 	mux := in.api
 	mux.Handle("GET /{$}", in.page(in.getList))
 	mux.Handle("GET /history", in.page(in.getHistory))
+	mux.Handle("GET /oversight", in.page(in.getOversight))
 	mux.Handle("GET /approvals/{event_id}", in.page(in.getDetail))
 	mux.Handle("POST /approvals/{event_id}/decide", in.page(in.postDecide))
 	mux.Handle("GET /inbox/events", in.secure(in.getEvents))

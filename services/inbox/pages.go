@@ -37,6 +37,8 @@ type Page struct {
 	User  string
 	CSRF  string
 	Nav   string
+	// Oversight: the person may see the oversight page (its nav link).
+	Oversight bool
 }
 
 type loginPage struct {
@@ -69,7 +71,7 @@ func (in *Inbox) renderTemplate(w http.ResponseWriter, status int, page, name st
 }
 
 func (in *Inbox) pageFor(sess *session, title, nav string) Page {
-	return Page{Title: title, User: sess.p.Subject, CSRF: sess.csrf, Nav: nav}
+	return Page{Title: title, User: sess.p.Subject, CSRF: sess.csrf, Nav: nav, Oversight: sess.p.Has(api.OversightRoles...)}
 }
 
 func (in *Inbox) message(w http.ResponseWriter, status int, sess *session, msg string) {

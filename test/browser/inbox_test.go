@@ -241,4 +241,5 @@ func TestInboxScreenshots(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	oversightScreenshot(t, dir)
 }

@@ -1,0 +1,312 @@
+package oversight
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/countersign/countersign/contracts"
+)
+
+// DefaultWindow and DefaultFast are the window and the fast-decision
+// threshold used when a caller names none.
+const (
+	DefaultWindow = 30 * 24 * time.Hour
+	DefaultFast   = 10 * time.Second
+)
+
+// Vote is what the figures need of one counted vote.
+type Vote struct {
+	Approver  string
+	Decision  string
+	DecidedAt time.Time
+}
+
+// Request is what the figures need of one approval record.
+type Request struct {
+	EventID string
+	// Rule is the policy rule that gated the call ("" when none did).
+	Rule      string
+	Risk      string
+	CreatedAt time.Time
+	// Approvers are who could decide it: the quorum's approvers and those of
+	// the escalation tiers it reached. Empty means any approver.
+	Approvers []string
+	// Votes are its counted votes.
+	Votes []Vote
+	// TimedOut is set when time decided it (its outcome's decided_by names
+	// "timeout"): expired, or approved by on_timeout: approve.
+	TimedOut bool
+}
+
+// Options are the window and the fast-decision threshold.
+type Options struct {
+	// Since and Until bound the window: requests created in [Since, Until).
+	// A zero Until has no upper bound.
+	Since, Until time.Time
+	// Fast is the threshold below which a decision on a high or critical
+	// risk request counts as fast (DefaultFast when zero).
+	Fast time.Duration
+}
+
+// Report is the oversight view of one window.
+type Report struct {
+	Since                time.Time `json:"since"`
+	Until                time.Time `json:"until"`
+	FastThresholdSeconds float64   `json:"fast_threshold_seconds"`
+	// Total covers every request in the window.
+	Total Stats `json:"total"`
+	// Approvers has a row for each approver who decided, or was named by
+	// a request that expired undecided: most decisions first.
+	Approvers []ApproverStats `json:"approvers"`
+	// Rules has a row for each rule with a request in the window: most
+	// requests first.
+	Rules []RuleStats `json:"rules"`
+}
+
+// ApproverStats are one approver's figures.
+type ApproverStats struct {
+	Approver string `json:"approver"`
+	Stats
+}
+
+// RuleStats are one rule's figures. Grants issued and used under the rule
+// belong here once standing grants exist (see docs/oversight.md): they are
+// counts from the grants, not from approval records, and are added beside
+// these fields rather than derived from them.
+type RuleStats struct {
+	Rule string `json:"rule"`
+	Stats
+}
+
+// Stats are the figures of one row.
+type Stats struct {
+	// Requests: for a rule or the total, the requests in the window; for an
+	// approver, those that named them or that they voted on.
+	Requests int `json:"requests"`
+	// Decisions are counted votes, by kind below.
+	Decisions int `json:"decisions"`
+	Approved  int `json:"approved"` // approve and edit
+	Rejected  int `json:"rejected"`
+	Responded int `json:"responded"`
+	Answered  int `json:"answered"`
+	// ApprovalRate is Approved / (Approved + Rejected + Responded); nil
+	// when there is no such decision.
+	ApprovalRate *float64 `json:"approval_rate"`
+	// TimeToDecide is the spread of the decisions' times to decide; nil
+	// without decisions.
+	TimeToDecide *Spread `json:"time_to_decide"`
+	// HighRiskDecisions are the decisions on high and critical risk
+	// requests; FastHighRisk those of them faster than the threshold.
+	HighRiskDecisions int `json:"high_risk_decisions"`
+	FastHighRisk      int `json:"fast_high_risk"`
+	// ExpiredUndecided counts requests time decided (see the package doc).
+	ExpiredUndecided int `json:"expired_undecided"`
+
+	seconds []float64 // every time to decide, sorted once the row is done
+}
+
+// A row's fast decisions are flagged (ManyFast) when there are at least
+// FlagFastMin of them and they are at least FlagFastShare of its decisions
+// on high and critical risk.
+const (
+	FlagFastMin   = 2
+	FlagFastShare = 0.5
+)
+
+// ManyFast reports whether s's fast decisions on high and critical risk
+// are many enough to be flagged: a sign of rubber-stamping.
+func (s *Stats) ManyFast() bool {
+	return s.FastHighRisk >= FlagFastMin && float64(s.FastHighRisk) >= FlagFastShare*float64(s.HighRiskDecisions)
+}
+
+// Seconds returns the row's times to decide in seconds, in ascending order.
+func (s *Stats) Seconds() []float64 { return s.seconds }
+
+// Spread is a distribution of times to decide, in seconds.
+type Spread struct {
+	Min    float64 `json:"min"`
+	P25    float64 `json:"p25"`
+	Median float64 `json:"median"`
+	P75    float64 `json:"p75"`
+	P90    float64 `json:"p90"`
+	Max    float64 `json:"max"`
+}
+
+// HighRisk reports whether risk is high or critical.
+func HighRisk(risk string) bool {
+	return risk == contracts.RiskHigh || risk == contracts.RiskCritical
+}
+
+// TimeToDecide is how long after its request v was made, never negative.
+func TimeToDecide(req *Request, v *Vote) time.Duration {
+	return max(v.DecidedAt.Sub(req.CreatedAt), 0)
+}
+
+// InWindow reports whether a request created at t is in o's window.
+func (o Options) InWindow(t time.Time) bool {
+	return !t.Before(o.Since) && (o.Until.IsZero() || t.Before(o.Until))
+}
+
+// Compute returns the oversight figures of the requests in o's window.
+// The order of reqs does not matter.
+func Compute(reqs []Request, o Options) Report {
+	if o.Fast <= 0 {
+		o.Fast = DefaultFast
+	}
+	rep := Report{Since: o.Since, Until: o.Until, FastThresholdSeconds: o.Fast.Seconds()}
+	approvers := map[string]*ApproverStats{}
+	rules := map[string]*RuleStats{}
+	approverRow := func(id string) *Stats {
+		a := approvers[id]
+		if a == nil {
+			a = &ApproverStats{Approver: id}
+			approvers[id] = a
+		}
+		return &a.Stats
+	}
+	for i := range reqs {
+		req := &reqs[i]
+		if !o.InWindow(req.CreatedAt) {
+			continue
+		}
+		rule := rules[req.Rule]
+		if rule == nil {
+			rule = &RuleStats{Rule: req.Rule}
+			rules[req.Rule] = rule
+		}
+		rows := []*Stats{&rep.Total, &rule.Stats}
+		for _, row := range rows {
+			row.Requests++
+			if req.TimedOut {
+				row.ExpiredUndecided++
+			}
+		}
+		// An approver's requests: named by it or voted on, each once.
+		seen := map[string]bool{}
+		for _, id := range req.Approvers {
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+			row := approverRow(id)
+			row.Requests++
+			if req.TimedOut && !voted(req, id) {
+				row.ExpiredUndecided++
+			}
+		}
+		for j := range req.Votes {
+			v := &req.Votes[j]
+			row := approverRow(v.Approver)
+			if !seen[v.Approver] {
+				seen[v.Approver] = true
+				row.Requests++
+			}
+			for _, r := range []*Stats{&rep.Total, &rule.Stats, row} {
+				r.count(req, v, o.Fast)
+			}
+		}
+	}
+	rep.Total.finish()
+	for _, a := range approvers {
+		a.finish()
+		rep.Approvers = append(rep.Approvers, *a)
+	}
+	for _, r := range rules {
+		r.finish()
+		rep.Rules = append(rep.Rules, *r)
+	}
+	slices.SortFunc(rep.Approvers, func(a, b ApproverStats) int {
+		return cmp.Or(cmp.Compare(b.Decisions, a.Decisions), cmp.Compare(b.ExpiredUndecided, a.ExpiredUndecided), cmp.Compare(a.Approver, b.Approver))
+	})
+	slices.SortFunc(rep.Rules, func(a, b RuleStats) int {
+		return cmp.Or(cmp.Compare(b.Requests, a.Requests), cmp.Compare(a.Rule, b.Rule))
+	})
+	if rep.Approvers == nil {
+		rep.Approvers = []ApproverStats{}
+	}
+	if rep.Rules == nil {
+		rep.Rules = []RuleStats{}
+	}
+	return rep
+}
+
+func voted(req *Request, id string) bool {
+	return slices.ContainsFunc(req.Votes, func(v Vote) bool { return v.Approver == id })
+}
+
+// count adds decision v on req to s.
+func (s *Stats) count(req *Request, v *Vote, fast time.Duration) {
+	s.Decisions++
+	switch v.Decision {
+	case contracts.DecisionApprove, contracts.DecisionEdit:
+		s.Approved++
+	case contracts.DecisionReject:
+		s.Rejected++
+	case contracts.DecisionRespond:
+		s.Responded++
+	case contracts.DecisionAnswer:
+		s.Answered++
+	}
+	d := TimeToDecide(req, v)
+	s.seconds = append(s.seconds, d.Seconds())
+	if HighRisk(req.Risk) {
+		s.HighRiskDecisions++
+		if d < fast {
+			s.FastHighRisk++
+		}
+	}
+}
+
+// finish computes the rate and the spread once every decision is counted.
+func (s *Stats) finish() {
+	if n := s.Approved + s.Rejected + s.Responded; n > 0 {
+		rate := float64(s.Approved) / float64(n)
+		s.ApprovalRate = &rate
+	}
+	if len(s.seconds) == 0 {
+		return
+	}
+	slices.Sort(s.seconds)
+	s.TimeToDecide = &Spread{
+		Min: s.seconds[0], P25: Quantile(s.seconds, 0.25), Median: Quantile(s.seconds, 0.5),
+		P75: Quantile(s.seconds, 0.75), P90: Quantile(s.seconds, 0.9), Max: s.seconds[len(s.seconds)-1],
+	}
+}
+
+// Quantile returns the q-quantile (0 ≤ q ≤ 1) of sorted, interpolating
+// linearly between the closest ranks; NaN when sorted is empty.
+func Quantile(sorted []float64, q float64) float64 {
+	n := len(sorted)
+	if n == 0 {
+		return math.NaN()
+	}
+	q = min(max(q, 0), 1)
+	pos := q * float64(n-1)
+	lo := int(math.Floor(pos))
+	if lo >= n-1 {
+		return sorted[n-1]
+	}
+	frac := pos - float64(lo)
+	return sorted[lo] + frac*(sorted[lo+1]-sorted[lo])
+}
+
+// Human says a time to decide in seconds for people: "0.4s", "4s",
+// "2m05s", "3h10m", "2d4h".
+func Human(s float64) string {
+	d := time.Duration(s * float64(time.Second))
+	switch {
+	case d < 10*time.Second:
+		return strconv.FormatFloat(math.Round(s*10)/10, 'f', -1, 64) + "s"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(math.Round(s)))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d/time.Minute), int(d%time.Minute/time.Second))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
+	}
+	return fmt.Sprintf("%dd%dh", int(d/(24*time.Hour)), int(d%(24*time.Hour)/time.Hour))
+}

@@ -1,0 +1,123 @@
+package api
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/approval"
+	"github.com/countersign/countersign/services/api/oversight"
+)
+
+// The oversight metrics are the oversight view's figures over every record
+// (the default window, oversight.DefaultWindow, and threshold,
+// oversight.DefaultFast), computed at each scrape from the records index.
+// They are gauges of a window, not counters: every API replica reports the
+// same values (aggregate replicas with max, not sum), and a record that
+// leaves the window leaves the figures. They are labelled by rule and
+// risk, never by approver: people are unbounded as label values, and
+// /metrics is not scoped by who may read which request, while per-person
+// figures are served only to admins, viewers and auditors, over what they
+// may read (GET /v1/oversight, the inbox's /oversight page).
+//
+// Grants issued and used under a rule are counted where grants are issued
+// and used (countersign_grants_issued_total{rule},
+// countersign_grant_uses_total{rule}); the oversight view adds them beside
+// the rule's figures here once they exist.
+
+// oversightBuckets bound the time-to-decide histogram, in seconds: from a
+// glance (1 s) to the default timeout (24 h).
+var oversightBuckets = []float64{1, 2, 5, 10, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 24 * 3600}
+
+type oversightCollector struct {
+	s *Server
+
+	requests, decisions, fast, expired, median, p90, window, threshold *prometheus.Desc
+	timeToDecide                                                       *prometheus.Desc
+}
+
+func newOversightCollector(s *Server) *oversightCollector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("countersign_oversight_"+name, help, labels, nil)
+	}
+	return &oversightCollector{
+		s:            s,
+		requests:     d("requests", "Approval requests created in the oversight window, by rule and risk.", "rule", "risk"),
+		decisions:    d("decisions", "Counted votes on the requests of the oversight window, by rule, risk and decision.", "rule", "risk", "decision"),
+		timeToDecide: d("time_to_decide_seconds", "Time from a request's creation to each counted vote on it, over the requests of the oversight window, by rule and risk.", "rule", "risk"),
+		fast:         d("fast_decisions", "Votes on high and critical risk requests of the oversight window made faster than the fast-decision threshold, by rule and risk.", "rule", "risk"),
+		expired:      d("expired_undecided", "Requests of the oversight window that time decided (expired, or approved by on_timeout: approve), by rule and risk.", "rule", "risk"),
+		median:       d("time_to_decide_median_seconds", "Median time to decide of the oversight window, by rule.", "rule"),
+		p90:          d("time_to_decide_p90_seconds", "90th percentile of the time to decide of the oversight window, by rule.", "rule"),
+		window:       d("window_seconds", "Length of the oversight window the countersign_oversight_* figures cover."),
+		threshold:    d("fast_threshold_seconds", "Threshold below which a decision on a high or critical risk request counts as fast."),
+	}
+}
+
+func (c *oversightCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.requests, c.decisions, c.timeToDecide, c.fast, c.expired, c.median, c.p90, c.window, c.threshold} {
+		ch <- d
+	}
+}
+
+func (c *oversightCollector) Collect(ch chan<- prometheus.Metric) {
+	o := oversight.Options{Since: c.s.cfg.Now().Add(-oversight.DefaultWindow), Fast: oversight.DefaultFast}
+	reqs := c.s.index.overseen(approval.Reader{Admin: true}, o)
+	ch <- prometheus.MustNewConstMetric(c.window, prometheus.GaugeValue, oversight.DefaultWindow.Seconds())
+	ch <- prometheus.MustNewConstMetric(c.threshold, prometheus.GaugeValue, o.Fast.Seconds())
+
+	// Per rule: the exact median and p90, as the JSON has them.
+	for _, r := range oversight.Compute(reqs, o).Rules {
+		if r.TimeToDecide != nil {
+			ch <- prometheus.MustNewConstMetric(c.median, prometheus.GaugeValue, r.TimeToDecide.Median, r.Rule)
+			ch <- prometheus.MustNewConstMetric(c.p90, prometheus.GaugeValue, r.TimeToDecide.P90, r.Rule)
+		}
+	}
+	// Per rule and risk.
+	type key struct{ rule, risk string }
+	groups := map[key][]oversight.Request{}
+	for _, r := range reqs {
+		k := key{r.Rule, r.Risk}
+		groups[k] = append(groups[k], r)
+	}
+	keys := make([]key, 0, len(groups))
+	for k := range groups {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b key) int { return cmp.Or(cmp.Compare(a.rule, b.rule), cmp.Compare(a.risk, b.risk)) })
+	for _, k := range keys {
+		st := oversight.Compute(groups[k], o).Total
+		ch <- prometheus.MustNewConstMetric(c.requests, prometheus.GaugeValue, float64(st.Requests), k.rule, k.risk)
+		ch <- prometheus.MustNewConstMetric(c.expired, prometheus.GaugeValue, float64(st.ExpiredUndecided), k.rule, k.risk)
+		byDecision := map[string]int{}
+		for _, r := range groups[k] {
+			for _, v := range r.Votes {
+				byDecision[v.Decision]++
+			}
+		}
+		for _, dec := range []string{contracts.DecisionApprove, contracts.DecisionEdit, contracts.DecisionReject, contracts.DecisionRespond, contracts.DecisionAnswer} {
+			if n := byDecision[dec]; n > 0 {
+				ch <- prometheus.MustNewConstMetric(c.decisions, prometheus.GaugeValue, float64(n), k.rule, k.risk, dec)
+			}
+		}
+		if oversight.HighRisk(k.risk) {
+			ch <- prometheus.MustNewConstMetric(c.fast, prometheus.GaugeValue, float64(st.FastHighRisk), k.rule, k.risk)
+		}
+		secs := st.Seconds()
+		buckets := make(map[float64]uint64, len(oversightBuckets))
+		sum := 0.0
+		for _, x := range secs {
+			sum += x
+		}
+		for _, b := range oversightBuckets {
+			i, _ := slices.BinarySearch(secs, b) // secs is sorted: first index ≥ b
+			for i < len(secs) && secs[i] == b {
+				i++ // le: a time equal to the bound is in its bucket
+			}
+			buckets[b] = uint64(i)
+		}
+		ch <- prometheus.MustNewConstHistogram(c.timeToDecide, uint64(len(secs)), sum, buckets, k.rule, k.risk)
+	}
+}
