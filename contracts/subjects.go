@@ -23,7 +23,11 @@ const (
 	SubjectCommandPrefix        = "hitl.approval.command."
 	SubjectDecidedPrefix        = "hitl.approval.decided."
 	SubjectChangedPrefix        = "hitl.approval.changed."
-	SubjectNotifyPrefix         = "hitl.notify."
+	// SubjectCreatedPrefix is where the arbiter tells, as a plain NATS
+	// message that no stream stores, that it created an approval's record
+	// (waiters of that approval read it then).
+	SubjectCreatedPrefix = "hitl.approval.created."
+	SubjectNotifyPrefix  = "hitl.notify."
 	// SubjectReadPrefix is where the API records that someone read an
 	// approval with sensitive arguments, or exported its audit trail.
 	SubjectReadPrefix          = "hitl.approval.read."
@@ -75,6 +79,9 @@ func CommandSubject(eventID string) string { return SubjectCommandPrefix + event
 
 // DecidedSubject is where the arbiter announces an approval's terminal outcome.
 func DecidedSubject(eventID string) string { return SubjectDecidedPrefix + eventID }
+
+// CreatedSubject is where the creation of an approval's record is told.
+func CreatedSubject(eventID string) string { return SubjectCreatedPrefix + eventID }
 
 // ReadSubject is where reads of an approval are recorded.
 func ReadSubject(eventID string) string { return SubjectReadPrefix + eventID }

@@ -20,7 +20,7 @@ var exporterMetrics = []string{"jetstream_consumer_num_pending", "jetstream_cons
 // Countersign registers: Name: "countersign_..." or prometheus.NewDesc("countersign_...").
 func codeMetrics(t *testing.T) map[string]bool {
 	t.Helper()
-	re := regexp.MustCompile(`(?:Name:\s*|prometheus.NewDesc\()"(countersign_[a-z0-9_]+)"`)
+	re := regexp.MustCompile(`(?:Name:\s*|prometheus.NewDesc\(|d\()"(countersign_[a-z0-9_]+)"`)
 	names := map[string]bool{}
 	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {

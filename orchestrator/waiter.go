@@ -275,7 +275,7 @@ func (w *Waiter) follow(key string) error {
 		return nil
 	}
 	var subs []*nats.Subscription
-	for _, subject := range []string{contracts.ChangedSubject(key), contracts.DecidedSubject(key)} {
+	for _, subject := range []string{contracts.CreatedSubject(key), contracts.ChangedSubject(key), contracts.DecidedSubject(key)} {
 		s, err := w.nc.Subscribe(subject, func(*nats.Msg) { w.reread(key) })
 		if err != nil {
 			for _, x := range subs {

@@ -97,6 +97,7 @@ func Permissions(r Role) *server.Permissions {
 		g.pub(
 			contracts.SubjectDecidedPrefix+">",
 			contracts.SubjectChangedPrefix+">",
+			contracts.SubjectCreatedPrefix+">",
 			contracts.SubjectDeadLetterPrefix+">",
 			subjectTimerPrefix+">",
 		)
@@ -198,7 +199,7 @@ func (g *grant) orchestrator() {
 	// decided events, shared by a pool of workers, acknowledged by them.
 	g.pub(durableConsumer(contracts.StreamEvents)...)
 	// A waiter follows the announcements of the records it waits on.
-	g.sub(contracts.SubjectChangedPrefix+">", contracts.SubjectDecidedPrefix+">")
+	g.sub(contracts.SubjectCreatedPrefix+">", contracts.SubjectChangedPrefix+">", contracts.SubjectDecidedPrefix+">")
 }
 
 // Durable is a durable consumer of a Countersign role.

@@ -39,20 +39,21 @@ type oversightCollector struct {
 }
 
 func newOversightCollector(s *Server) *oversightCollector {
+	// Full names, written out, so that a search of the code finds each.
 	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc("countersign_oversight_"+name, help, labels, nil)
+		return prometheus.NewDesc(name, help, labels, nil)
 	}
 	return &oversightCollector{
 		s:            s,
-		requests:     d("requests", "Approval requests created in the oversight window, by rule and risk.", "rule", "risk"),
-		decisions:    d("decisions", "Counted votes on the requests of the oversight window, by rule, risk and decision.", "rule", "risk", "decision"),
-		timeToDecide: d("time_to_decide_seconds", "Time from a request's creation to each counted vote on it, over the requests of the oversight window, by rule and risk.", "rule", "risk"),
-		fast:         d("fast_decisions", "Votes on high and critical risk requests of the oversight window made faster than the fast-decision threshold, by rule and risk.", "rule", "risk"),
-		expired:      d("expired_undecided", "Requests of the oversight window that time decided (expired, or approved by on_timeout: approve), by rule and risk.", "rule", "risk"),
-		median:       d("time_to_decide_median_seconds", "Median time to decide of the oversight window, by rule.", "rule"),
-		p90:          d("time_to_decide_p90_seconds", "90th percentile of the time to decide of the oversight window, by rule.", "rule"),
-		window:       d("window_seconds", "Length of the oversight window the countersign_oversight_* figures cover."),
-		threshold:    d("fast_threshold_seconds", "Threshold below which a decision on a high or critical risk request counts as fast."),
+		requests:     d("countersign_oversight_requests", "Approval requests created in the oversight window, by rule and risk.", "rule", "risk"),
+		decisions:    d("countersign_oversight_decisions", "Counted votes on the requests of the oversight window, by rule, risk and decision.", "rule", "risk", "decision"),
+		timeToDecide: d("countersign_oversight_time_to_decide_seconds", "Time from a request's creation to each counted vote on it, over the requests of the oversight window, by rule and risk.", "rule", "risk"),
+		fast:         d("countersign_oversight_fast_decisions", "Votes on high and critical risk requests of the oversight window made faster than the fast-decision threshold, by rule and risk.", "rule", "risk"),
+		expired:      d("countersign_oversight_expired_undecided", "Requests of the oversight window that time decided (expired, or approved by on_timeout: approve), by rule and risk.", "rule", "risk"),
+		median:       d("countersign_oversight_time_to_decide_median_seconds", "Median time to decide of the oversight window, by rule.", "rule"),
+		p90:          d("countersign_oversight_time_to_decide_p90_seconds", "90th percentile of the time to decide of the oversight window, by rule.", "rule"),
+		window:       d("countersign_oversight_window_seconds", "Length of the oversight window the countersign_oversight_* figures cover."),
+		threshold:    d("countersign_oversight_fast_threshold_seconds", "Threshold below which a decision on a high or critical risk request counts as fast."),
 	}
 }
 

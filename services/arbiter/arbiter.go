@@ -292,6 +292,9 @@ func (a *Arbiter) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 		return err
 	}
 	a.m.created.Inc()
+	// Waiters of the approval read its record on this; a lost message is
+	// covered by their own read after they register, and after reconnects.
+	_ = a.cfg.JS.Conn().Publish(contracts.CreatedSubject(req.EventID), nil)
 	a.cfg.Logger.Info("approval requested", "event_id", req.EventID, "run_id", req.Run.ID, "agent", req.Run.Agent,
 		"rule", req.Policy.Rule, "risk", req.Risk, "expires_at", req.ExpiresAt, "trace_id", contracts.TraceID(req.Traceparent))
 	// An error here redelivers the request, which schedules again.
