@@ -5,7 +5,10 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
+
+	"github.com/countersign/countersign/contracts"
 )
 
 // DefaultTTL is how long a receipt is valid when no TTL is configured:
@@ -49,6 +52,10 @@ func NewSigner(cfg SignerConfig) (*Signer, error) {
 	var errs []error
 	if len(cfg.Key.Key) != ed25519.PrivateKeySize || cfg.Key.ID == "" {
 		errs = append(errs, errors.New("receipt: SignerConfig.Key must be an Ed25519 key with an id"))
+	}
+	if !plainText(cfg.Key.ID, contracts.MaxReceiptKeyIDBytes) || !plainText(cfg.Issuer, contracts.MaxReceiptIssuerBytes) {
+		errs = append(errs, fmt.Errorf("receipt: SignerConfig: a key id (at most %d bytes) and an issuer (at most %d) must be printable ASCII without \" \\ < > &",
+			contracts.MaxReceiptKeyIDBytes, contracts.MaxReceiptIssuerBytes))
 	}
 	if cfg.TTL < time.Second || cfg.TTL > MaxTTL {
 		errs = append(errs, errors.New("receipt: SignerConfig.TTL must be between 1s and 1h"))
@@ -105,4 +112,19 @@ type header struct {
 	Typ  string   `json:"typ,omitempty"`
 	Kid  string   `json:"kid,omitempty"`
 	Crit []string `json:"crit,omitempty"`
+}
+
+// plainText reports whether s is 1 to n characters of printable ASCII that
+// JSON encodes as they are.
+func plainText(s string, n int) bool {
+	if s == "" || len(s) > n {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x21 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }
