@@ -47,6 +47,10 @@ export type Vote = {
    */
   arguments_sha256?: string;
   answer?: Answer;
+  /**
+   * The tenants the approver is limited to, as the resolver knows them (empty: no limit); a vote on a request of another tenant is refused as wrong_tenant.
+   */
+  approver_tenants?: string[];
   decided_at: string;
   [k: string]: unknown;
 };
@@ -89,6 +93,10 @@ export interface ToolApprovalRequest {
   question?: Question;
   risk: 'low' | 'medium' | 'high' | 'critical';
   summary: string;
+  /**
+   * Who submitted the request through the HTTP API (the subject of the agent's token); that token may read it.
+   */
+  submitter?: string;
   /**
    * W3C trace context of the review that asked; the outcome is announced in the same trace.
    */
@@ -215,7 +223,8 @@ export interface ApprovalChanged {
     | 'already_claimed'
     | 'not_approved'
     | 'out_of_order'
-    | 'too_large';
+    | 'too_large'
+    | 'wrong_tenant';
   revision: number;
   at: string;
   [k: string]: unknown;
@@ -310,6 +319,10 @@ export interface HumanInputRequest {
    * W3C trace context of the review that asked; the outcome is announced in the same trace.
    */
   traceparent?: string;
+  /**
+   * Who submitted the request through the HTTP API (the subject of the agent's token); that token may read it.
+   */
+  submitter?: string;
   /**
    * A question has no tool arguments; always empty when present.
    *
@@ -409,7 +422,8 @@ export interface RefusedVote {
     | 'already_claimed'
     | 'not_approved'
     | 'out_of_order'
-    | 'too_large';
+    | 'too_large'
+    | 'wrong_tenant';
   /**
    * More for people, e.g. the JSON pointer and message where an edit fails the tool's schema.
    */
@@ -423,5 +437,9 @@ export interface RefusedVote {
 export interface Claim {
   claim_id: string;
   at: string;
+  /**
+   * The receipt the arbiter signed with the claim: a compact JWS (EdDSA, typ countersign-receipt+jwt) a tool verifies against /.well-known/jwks.json. See docs/receipts.md.
+   */
+  receipt?: string;
   [k: string]: unknown;
 }
