@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -690,6 +691,8 @@ type Permit struct {
 	by       string
 	claimID  string
 	byPolicy bool
+	// receipt is the signed receipt of the accepted claim (see Receipt).
+	receipt atomic.Pointer[string]
 }
 
 // EventID of the approval behind the permit ("" for a call the policy allows outright).
@@ -708,6 +711,21 @@ func (p *Permit) ClaimID() string {
 		return ""
 	}
 	return p.claimID
+}
+
+// Receipt is the receipt the arbiter signed when this permit's claim was
+// accepted ("" before a successful Claim, for a call the policy allows
+// outright, or when the arbiter signs none): pass it to a tool that
+// verifies receipts, in the Countersign-Receipt header (see
+// contracts/receipt).
+func (p *Permit) Receipt() string {
+	if p == nil {
+		return ""
+	}
+	if r := p.receipt.Load(); r != nil {
+		return *r
+	}
+	return ""
 }
 
 // Claim marks the approval as used, right before the call runs. It succeeds
@@ -742,6 +760,8 @@ func (p *Permit) Claim(ctx context.Context) error {
 		case rec.Claim == nil:
 			return false
 		case rec.Claim.ClaimID == claimID:
+			r := rec.Claim.Receipt
+			p.receipt.Store(&r)
 			result <- nil
 		default:
 			result <- ErrAlreadyExecuted
