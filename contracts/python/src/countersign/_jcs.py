@@ -27,9 +27,13 @@ def canonicalize(value: Any) -> str:
             if not isinstance(k, str):
                 raise ValueError("JSON object keys must be strings")
         # Members sorted by the UTF-16 code units of their names.
-        keys = sorted(value, key=lambda k: k.encode("utf-16-be", "surrogatepass"))
+        keys = sorted(value, key=_utf16)
         return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + canonicalize(value[k]) for k in keys) + "}"
     raise ValueError(f"{type(value).__name__} is not a JSON value")
+
+
+def _utf16(key: str) -> bytes:
+    return key.encode("utf-16-be", "surrogatepass")
 
 
 def _number(x: float) -> str:
