@@ -379,7 +379,7 @@ func (l Limits) Reserve(rec *Record) int {
 			refused -= len(data) + 1
 		}
 	}
-	reserve := max(0, refused) + claimMax + recordSlack
+	reserve := max(0, refused) + claimMax + ReceiptReserve(&rec.Request) + recordSlack
 	if rec.Status != StatusPending {
 		return reserve
 	}

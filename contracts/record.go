@@ -117,6 +117,10 @@ type Outcome struct {
 type Claim struct {
 	ClaimID string    `json:"claim_id"`
 	At      time.Time `json:"at"`
+	// Receipt is the signed receipt the arbiter issued with the claim (a
+	// compact JWS; see contracts/receipt), written in the same record write
+	// as the claim. Empty when the arbiter signs no receipts.
+	Receipt string `json:"receipt,omitempty"`
 }
 
 // Record is the value under <event_id> in the hitl_approvals bucket. Only the

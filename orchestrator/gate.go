@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -728,6 +729,8 @@ type Permit struct {
 	grantID   string
 	grantCall approval.GrantCall
 	grantIn   policy.Input
+	// receipt is the signed receipt of the accepted claim (see Receipt).
+	receipt atomic.Pointer[string]
 }
 
 // GrantID of the standing grant behind the permit ("" when none).
@@ -754,6 +757,21 @@ func (p *Permit) ClaimID() string {
 		return ""
 	}
 	return p.claimID
+}
+
+// Receipt is the receipt the arbiter signed when this permit's claim was
+// accepted ("" before a successful Claim, for a call the policy allows
+// outright, or when the arbiter signs none): pass it to a tool that
+// verifies receipts, in the Countersign-Receipt header (see
+// contracts/receipt).
+func (p *Permit) Receipt() string {
+	if p == nil {
+		return ""
+	}
+	if r := p.receipt.Load(); r != nil {
+		return *r
+	}
+	return ""
 }
 
 // Claim marks the approval as used, right before the call runs. It succeeds
@@ -791,6 +809,8 @@ func (p *Permit) Claim(ctx context.Context) error {
 		case rec.Claim == nil:
 			return false
 		case rec.Claim.ClaimID == claimID:
+			r := rec.Claim.Receipt
+			p.receipt.Store(&r)
 			result <- nil
 		default:
 			result <- ErrAlreadyExecuted

@@ -265,6 +265,7 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 		"/readyz":                         {"get"},
 		"/metrics":                        {"get"},
 		"/openapi.json":                   {"get"},
+		"/.well-known/jwks.json":          {"get"},
 	}
 	for path, methods := range routes {
 		for _, m := range methods {

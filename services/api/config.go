@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/countersign/countersign/contracts/receipt"
 	"github.com/countersign/countersign/orchestrator"
 	"github.com/countersign/countersign/orchestrator/directory"
 )
@@ -85,6 +86,9 @@ type Config struct {
 	Ready func(ctx context.Context) error
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// ReceiptKeys are the public keys served at /.well-known/jwks.json,
+	// which verify the receipts the arbiter signs (see contracts/receipt).
+	ReceiptKeys *receipt.KeySet
 }
 
 func (c *Config) setDefaults() {

@@ -118,6 +118,7 @@ func (s *Server) routes() {
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /openapi.json", s.openAPI)
+	mux.HandleFunc("GET /.well-known/jwks.json", s.getJWKS)
 	s.mux = mux
 	s.handler = s.observe(s.recoverPanics(http.HandlerFunc(s.route)))
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/approval"
+	"github.com/countersign/countersign/contracts/receipt"
 	"github.com/countersign/countersign/events"
 )
 
@@ -57,6 +58,9 @@ type Config struct {
 	// the server stored it, and the slack of its deadline checks (default
 	// one minute).
 	ClockSkew time.Duration
+	// Receipts signs the receipt of every accepted claim (see receipts.go);
+	// nil issues none.
+	Receipts *receipt.Signer
 }
 
 func (c *Config) setDefaults() {
@@ -381,6 +385,9 @@ func (a *Arbiter) handleResolution(ctx context.Context, msg jetstream.Msg) error
 			apply: func(rec contracts.Record) approval.Result {
 				if c.Command == contracts.CommandExtend && c.Until.After(rec.Request.CreatedAt.Add(a.cfg.Retention)) {
 					c.Until = rec.Request.CreatedAt.Add(a.cfg.Retention)
+				}
+				if c.Command == contracts.CommandClaim {
+					return a.withReceipt(approval.ApplyCommand(rec, c, a.cfg.Now()))
 				}
 				return approval.ApplyCommand(rec, c, a.cfg.Now())
 			},

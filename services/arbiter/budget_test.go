@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/receipt"
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/services/arbiter"
@@ -58,7 +59,17 @@ type budget struct {
 func newBudget(t *testing.T) *budget {
 	t.Helper()
 	b := newClockBus(t)
-	b.startArbiter(arbiter.Config{})
+	// Receipts with the longest key id and issuer a signer takes.
+	key, err := receipt.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key.ID = strings.Repeat("k", contracts.MaxReceiptKeyIDBytes)
+	signer, err := receipt.NewSigner(receipt.SignerConfig{Key: key, Issuer: strings.Repeat("i", contracts.MaxReceiptIssuerBytes), Now: b.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.startArbiter(arbiter.Config{Receipts: signer})
 	mp := b.srv.JetStreamAs(embedded.RoleArbiter).Conn().MaxPayload()
 	if mp != contracts.DefaultMaxPayload {
 		t.Fatalf("the server's max payload is %d, want the default %d", mp, contracts.DefaultMaxPayload)
@@ -257,7 +268,9 @@ func TestSizeBudgetEveryTerminalPath(t *testing.T) {
 					CommandID: strings.Repeat("k", contracts.MaxClientIDBytes), ClaimID: strings.Repeat("k", contracts.MaxClientIDBytes),
 					By: hardText(contracts.MaxApproverIDBytes),
 				})
-				b.waitRecord(id, func(r *contracts.Record) bool { return r.Claim != nil })
+				if c := b.waitRecord(id, func(r *contracts.Record) bool { return r.Claim != nil }).Claim; c.Receipt == "" {
+					t.Fatal("claimed without a receipt")
+				}
 			}
 			// Refused votes are still recorded on the decided record.
 			before := rec.RefusedVotesOmitted

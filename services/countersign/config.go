@@ -43,6 +43,8 @@ type fileConfig struct {
 	PublicURL string `yaml:"public_url"`
 	// Notify configures the notification channels.
 	Notify notifyConfig `yaml:"notify"`
+	// Receipts configures the keys that sign receipts (receipts.go).
+	Receipts receiptsConfig `yaml:"receipts"`
 }
 
 type natsConfig struct {
@@ -99,7 +101,7 @@ func loadConfig(path string) (fileConfig, error) {
 		return cfg, fmt.Errorf("config %s: %w", path, err)
 	}
 	// Relative paths in the file are relative to the file.
-	for _, p := range []*string{&cfg.Policy, &cfg.Directory} {
+	for _, p := range []*string{&cfg.Policy, &cfg.Directory, &cfg.Receipts.Keys, &cfg.Receipts.PublicKeys} {
 		if *p != "" && !filepath.IsAbs(*p) && !strings.HasPrefix(*p, "./") {
 			*p = filepath.Join(filepath.Dir(path), *p)
 		}

@@ -50,6 +50,7 @@ type node struct {
 	url          string       // http:// address of ln
 	publicURL    string       // where links in notifications point
 	parts        *notifierParts
+	receipts     *receiptKeys
 
 	runCtx  context.Context
 	wg      sync.WaitGroup
@@ -119,6 +120,11 @@ func (n *node) prepare(ctx context.Context) error {
 		return err
 	}
 	n.parts = parts
+	if cfg.has(roleArbiter) || cfg.has(roleAPI) {
+		if n.receipts, err = loadReceiptKeys(cfg, n.log); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -165,6 +171,7 @@ func (n *node) startArbiter(ctx context.Context) ([]events.Consumer, error) {
 	arb, err := arbiter.New(ctx, arbiter.Config{
 		JS: js, Logger: n.log.With("role", "arbiter"), Registerer: n.reg,
 		Retention: n.cfg.retention, OnDeadLetter: n.onDeadLetter, Policies: trusted,
+		Receipts: n.receipts.signer,
 	})
 	if err != nil {
 		return nil, err
@@ -218,7 +225,7 @@ func (n *node) startAPI(ctx context.Context, out *os.File) error {
 	nc := n.cs.api
 	srv, err := api.New(ctx, api.Config{
 		JS: js, Gate: gate, Waiter: waiter, Policies: policies, Tokens: tokens, Directory: n.dir, Logger: n.log.With("role", "api"),
-		Registerer: n.reg, Gatherer: n.reg,
+		Registerer: n.reg, Gatherer: n.reg, ReceiptKeys: n.receipts.public,
 		Ready: func(context.Context) error {
 			if !nc.IsConnected() {
 				return errors.New("NATS is not connected")

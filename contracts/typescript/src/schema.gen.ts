@@ -437,5 +437,9 @@ export interface RefusedVote {
 export interface Claim {
   claim_id: string;
   at: string;
+  /**
+   * The receipt the arbiter signed with the claim: a compact JWS (EdDSA, typ countersign-receipt+jwt) a tool verifies against /.well-known/jwks.json. See docs/receipts.md.
+   */
+  receipt?: string;
   [k: string]: unknown;
 }

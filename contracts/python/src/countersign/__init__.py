@@ -23,6 +23,8 @@ from .errors import (AlreadyClaimed, ArgumentsChanged, Closed, CountersignError,
                      WebhookVerificationError, codes)
 from .gated import AsyncGatedTool, CallDenied, Denied, GatedTool, gated
 from .ids import event_id_for, new_claim_id, new_vote_id
+from .receipts import (JWKSFetcher, KeySet, MemoryReplayStore, ReceiptError, arguments_sha256, inspect_receipt,
+                       verify_receipt)
 from .toolcalls import ToolCallLike, to_tool_call
 from .types import Answer, Decision, Event, Question, Record, Result, Run, Status, ToolCall, Verdict, VoteDecision
 from .webhooks import Webhook, WebhookReceiver, parse_secret, sign, verify_webhook
@@ -38,4 +40,6 @@ __all__ = [
     "ToolCallLike", "Unauthenticated", "Unavailable", "Verdict", "VoteDecision", "Webhook", "WebhookReceiver",
     "WebhookVerificationError", "codes", "event_id_for", "gated", "new_claim_id", "new_vote_id", "parse_secret",
     "sign", "to_tool_call", "verify_webhook",
+    "JWKSFetcher", "KeySet", "MemoryReplayStore", "ReceiptError", "arguments_sha256", "inspect_receipt",
+    "verify_receipt",
 ]

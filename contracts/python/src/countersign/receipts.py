@@ -1,0 +1,305 @@
+"""Verify Countersign receipts: the signed countersignature a tool checks before it runs a call.
+
+A receipt is a compact JWS (EdDSA over Ed25519, RFC 8037) the arbiter signs when an approved call
+is claimed. ``verify_receipt`` checks it against the tool's own name and the arguments it is about
+to run, with the issuer's public keys (``JWKSFetcher`` for ``/.well-known/jwks.json``, or a pinned
+``KeySet``), and uses up its id in a replay store. Every refusal is a ``ReceiptError`` subclass
+with a stable ``code``. Standard library only: Ed25519 verification is ``countersign._ed25519``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import threading
+import time
+import urllib.request
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from . import _ed25519
+from ._jcs import canonicalize
+
+TYPE = "countersign-receipt+jwt"
+ALGORITHM = "EdDSA"
+DEFAULT_ISSUER = "countersign"
+HEADER = "Countersign-Receipt"
+MAX_RECEIPT_BYTES = 16 << 10
+
+
+class ReceiptError(Exception):
+    """A receipt was refused. ``code`` is stable; ``status`` is the HTTP status to answer with."""
+
+    code = "receipt_unavailable"
+    status = 503
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"receipt: {message}")
+
+
+class MissingReceipt(ReceiptError):
+    code, status = "receipt_missing", 401
+
+
+class MalformedReceipt(ReceiptError):
+    code, status = "receipt_malformed", 401
+
+
+class UnknownKey(ReceiptError):
+    code, status = "receipt_unknown_key", 401
+
+
+class BadSignature(ReceiptError):
+    code, status = "receipt_bad_signature", 401
+
+
+class WrongIssuer(ReceiptError):
+    code, status = "receipt_wrong_issuer", 401
+
+
+class ExpiredReceipt(ReceiptError):
+    code, status = "receipt_expired", 401
+
+
+class WrongTool(ReceiptError):
+    code, status = "receipt_wrong_tool", 403
+
+
+class ArgumentsDiffer(ReceiptError):
+    code, status = "receipt_arguments_differ", 403
+
+
+class ReplayedReceipt(ReceiptError):
+    code, status = "receipt_replayed", 409
+
+
+class KeySource(Protocol):
+    def key(self, kid: str) -> bytes:
+        """Return the raw 32-byte Ed25519 public key ``kid`` names, or raise UnknownKey."""
+        ...
+
+
+class ReplayStore(Protocol):
+    def use(self, receipt_id: str, until: float) -> None:
+        """Mark ``receipt_id`` used until ``until`` (Unix seconds); raise ReplayedReceipt if it was.
+
+        Must be atomic across the tool's replicas when they share it."""
+        ...
+
+
+def _b64decode(s: str) -> bytes:
+    if not s or "=" in s or not all(c.isalnum() or c in "-_" for c in s):
+        raise ValueError("not base64url")
+    try:
+        return base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+    except (binascii.Error, ValueError) as e:
+        raise ValueError("not base64url") from e
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"duplicate key {k!r}")
+        out[k] = v
+    return out
+
+
+class KeySet:
+    """Pinned public keys by key id, read from a JWKS. Keys that are not Ed25519 signing keys are skipped."""
+
+    def __init__(self, keys: Mapping[str, bytes]) -> None:
+        self._keys = dict(keys)
+
+    @classmethod
+    def from_jwks(cls, jwks: str | bytes | Mapping[str, Any]) -> KeySet:
+        try:
+            doc = json.loads(jwks) if isinstance(jwks, (str, bytes)) else jwks
+        except ValueError as e:
+            raise MalformedReceipt(f"JWKS: {e}") from e
+        keys = doc.get("keys") if isinstance(doc, Mapping) else None
+        if not isinstance(keys, list):
+            raise MalformedReceipt("JWKS: no keys member")
+        out: dict[str, bytes] = {}
+        for i, k in enumerate(keys):
+            if not isinstance(k, Mapping) or k.get("kty") != "OKP" or k.get("crv") != "Ed25519":
+                continue
+            if k.get("use", "sig") != "sig" or k.get("alg", ALGORITHM) != ALGORITHM:
+                continue
+            kid, x = k.get("kid"), k.get("x")
+            if not isinstance(kid, str) or not kid:
+                raise MalformedReceipt(f"JWKS: keys[{i}] has no kid")
+            try:
+                raw = _b64decode(x) if isinstance(x, str) else b""
+            except ValueError:
+                raw = b""
+            if len(raw) != 32:
+                raise MalformedReceipt(f"JWKS: keys[{i}].x is not a 32-byte base64url key")
+            if kid in out:
+                raise MalformedReceipt(f"JWKS: kid {kid!r} appears twice")
+            out[kid] = raw
+        return cls(out)
+
+    def key(self, kid: str) -> bytes:
+        try:
+            return self._keys[kid]
+        except KeyError:
+            raise UnknownKey(f"no key {kid!r} in the key set") from None
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
+class JWKSFetcher:
+    """Fetches the issuer's JWKS over HTTP and caches it for ``ttl`` seconds.
+
+    A kid the cached set lacks fetches again, at most once per ``min_refresh`` seconds (a key added by a
+    rotation). Fails closed: a set older than ``ttl`` that cannot be fetched again is an error."""
+
+    def __init__(self, url: str, *, ttl: float = 300, min_refresh: float = 10, timeout: float = 10,
+                 clock: Any = time.time) -> None:
+        self._url, self._ttl, self._min_refresh, self._timeout, self._clock = url, ttl, min_refresh, timeout, clock
+        self._lock = threading.Lock()
+        self._set: KeySet | None = None
+        self._fetched = 0.0
+        self._tried = float("-inf")
+
+    def key(self, kid: str) -> bytes:
+        with self._lock:
+            now = self._clock()
+            if self._set is None or now - self._fetched >= self._ttl:
+                self._fetch(now)
+            assert self._set is not None
+            try:
+                return self._set.key(kid)
+            except UnknownKey:
+                if now - self._tried < self._min_refresh:
+                    raise
+            self._fetch(now)
+            return self._set.key(kid)
+
+    def _fetch(self, now: float) -> None:
+        self._tried = now
+        req = urllib.request.Request(self._url, headers={"Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=self._timeout) as resp:  # noqa: S310 (the configured URL)
+                data = resp.read(1 << 20)
+        except OSError as e:
+            raise ReceiptError(f"fetch JWKS {self._url}: {e}") from e
+        self._set, self._fetched = KeySet.from_jwks(data), now
+
+
+class MemoryReplayStore:
+    """An in-memory ReplayStore: receipts are single-use within this process."""
+
+    def __init__(self, clock: Any = time.time) -> None:
+        self._seen: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._clock = clock
+
+    def use(self, receipt_id: str, until: float) -> None:
+        with self._lock:
+            now = self._clock()
+            for k in [k for k, t in self._seen.items() if t < now]:
+                del self._seen[k]
+            if receipt_id in self._seen:
+                raise ReplayedReceipt(f"receipt {receipt_id} was already used")
+            self._seen[receipt_id] = until
+
+
+DEFAULT_REPLAY_STORE = MemoryReplayStore()
+
+
+def arguments_sha256(arguments: Any) -> str:
+    """The hex SHA-256 of the RFC 8785 form of tool-call arguments (a JSON value, or its text as bytes)."""
+    if isinstance(arguments, (bytes, bytearray)):
+        arguments = json.loads(arguments.decode("utf-8") or "{}", object_pairs_hook=_no_duplicates)
+    return hashlib.sha256(canonicalize(arguments).encode("utf-8")).hexdigest()
+
+
+def inspect_receipt(receipt: str | None, *, keys: KeySource, issuer: str = DEFAULT_ISSUER,
+                    now: float | None = None, leeway: float = 0) -> dict[str, Any]:
+    """Check a receipt's signature, issuer and times and return its claims (not tool, arguments or replay)."""
+    receipt = (receipt or "").strip()
+    if not receipt:
+        raise MissingReceipt("no receipt")
+    if len(receipt) > MAX_RECEIPT_BYTES:
+        raise MalformedReceipt(f"longer than {MAX_RECEIPT_BYTES} bytes")
+    parts = receipt.split(".")
+    if len(parts) != 3:
+        raise MalformedReceipt("not a compact JWS (header.payload.signature)")
+    header = _part(parts[0], "header")
+    if header.get("alg") != ALGORITHM:
+        raise MalformedReceipt(f"alg {header.get('alg')!r}, want {ALGORITHM}")
+    if header.get("typ") != TYPE:
+        raise MalformedReceipt(f"typ {header.get('typ')!r}, want {TYPE}")
+    kid = header.get("kid")
+    if not isinstance(kid, str) or not kid:
+        raise MalformedReceipt("no kid in the header")
+    if header.get("crit"):
+        raise MalformedReceipt("critical header parameters are not understood")
+    public = keys.key(kid)
+    try:
+        sig = _b64decode(parts[2])
+    except ValueError:
+        sig = b""
+    if len(sig) != 64 or not _ed25519.verify(public, (parts[0] + "." + parts[1]).encode("ascii"), sig):
+        raise BadSignature(f"the signature does not verify with key {kid!r}")
+    claims = _part(parts[1], "payload")
+    _check_claims(claims)
+    if not hmac.compare_digest(str(claims["iss"]).encode(), issuer.encode()):
+        raise WrongIssuer(f"issuer {claims['iss']!r}, want {issuer!r}")
+    t = time.time() if now is None else now
+    if t >= claims["exp"] + leeway:
+        raise ExpiredReceipt(f"expired at {claims['exp']}")
+    if t + leeway < claims["iat"]:
+        raise ExpiredReceipt(f"issued in the future ({claims['iat']})")
+    return claims
+
+
+def verify_receipt(receipt: str | None, tool: str, arguments: Any, *, keys: KeySource,
+                   replay: ReplayStore | None = None, issuer: str = DEFAULT_ISSUER,
+                   now: float | None = None, leeway: float = 0) -> dict[str, Any]:
+    """Verify that ``receipt`` allows running ``tool`` with ``arguments`` now, once, and return its claims.
+
+    ``arguments`` is the JSON value about to run (or its JSON text as bytes). Raises MissingReceipt,
+    MalformedReceipt, UnknownKey, BadSignature, WrongIssuer, ExpiredReceipt, WrongTool, ArgumentsDiffer or
+    ReplayedReceipt (all ReceiptError). Only a receipt that passes every other check uses up its id."""
+    claims = inspect_receipt(receipt, keys=keys, issuer=issuer, now=now, leeway=leeway)
+    if not hmac.compare_digest(claims["tool"].encode(), tool.encode()):
+        raise WrongTool(f"the receipt is for tool {claims['tool']!r}, not {tool!r}")
+    try:
+        sha = arguments_sha256(arguments)
+    except ValueError as e:
+        raise ArgumentsDiffer(f"the arguments are not valid JSON: {e}") from e
+    if not hmac.compare_digest(sha.encode(), claims["args_sha256"].encode()):
+        raise ArgumentsDiffer(f"the arguments' SHA-256 is {sha}, the receipt allows {claims['args_sha256']}")
+    (replay or DEFAULT_REPLAY_STORE).use(claims["jti"], claims["exp"] + leeway)
+    return claims
+
+
+def _part(s: str, name: str) -> dict[str, Any]:
+    try:
+        value = json.loads(_b64decode(s).decode("utf-8"), object_pairs_hook=_no_duplicates)
+    except ValueError as e:
+        raise MalformedReceipt(f"{name}: {e}") from e
+    if not isinstance(value, dict):
+        raise MalformedReceipt(f"{name} is not a JSON object")
+    return value
+
+
+def _check_claims(c: dict[str, Any]) -> None:
+    missing = [n for n in ("iss", "jti", "agent", "tool", "args_sha256", "basis") if not isinstance(c.get(n), str) or not c[n]]
+    missing += [n for n in ("iat", "exp") if not isinstance(c.get(n), int) or isinstance(c.get(n), bool) or c[n] <= 0]
+    if missing:
+        raise MalformedReceipt(f"claims {', '.join(missing)} are required")
+    if c["exp"] <= c["iat"]:
+        raise MalformedReceipt("exp must be after iat")
+    if c["basis"] not in ("approval", "grant", "policy"):
+        raise MalformedReceipt(f"basis {c['basis']!r} is not approval, grant or policy")
+    sha = c["args_sha256"]
+    if len(sha) != 64 or any(ch not in "0123456789abcdef" for ch in sha):
+        raise MalformedReceipt("args_sha256 must be 64 lowercase hex digits")

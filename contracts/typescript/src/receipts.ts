@@ -1,0 +1,356 @@
+/**
+ * Verify Countersign receipts: the signed countersignature a tool checks
+ * before it runs a call. A receipt is a compact JWS (EdDSA over Ed25519,
+ * RFC 8037) the arbiter signs when an approved call is claimed;
+ * verifyReceipt checks it, with the jose library, against the tool's own
+ * name and the arguments it is about to run, and uses up its id.
+ */
+import { compactVerify, createLocalJWKSet, createRemoteJWKSet, decodeProtectedHeader, errors as joseErrors } from 'jose';
+import type { JSONWebKeySet, JWSHeaderParameters, FlattenedJWSInput } from 'jose';
+
+export const RECEIPT_TYPE = 'countersign-receipt+jwt';
+export const RECEIPT_HEADER = 'countersign-receipt';
+export const DEFAULT_ISSUER = 'countersign';
+const MAX_RECEIPT_BYTES = 16 << 10;
+
+/** The stable codes of a refused receipt, and the HTTP status to answer with. */
+export const ReceiptCodes = {
+  missing: 'receipt_missing',
+  malformed: 'receipt_malformed',
+  unknownKey: 'receipt_unknown_key',
+  badSignature: 'receipt_bad_signature',
+  wrongIssuer: 'receipt_wrong_issuer',
+  expired: 'receipt_expired',
+  wrongTool: 'receipt_wrong_tool',
+  argumentsDiffer: 'receipt_arguments_differ',
+  replayed: 'receipt_replayed',
+  unavailable: 'receipt_unavailable',
+} as const;
+export type ReceiptCode = (typeof ReceiptCodes)[keyof typeof ReceiptCodes];
+
+const statusOf: Record<ReceiptCode, number> = {
+  receipt_missing: 401, receipt_malformed: 401, receipt_unknown_key: 401, receipt_bad_signature: 401,
+  receipt_wrong_issuer: 401, receipt_expired: 401, receipt_wrong_tool: 403, receipt_arguments_differ: 403,
+  receipt_replayed: 409, receipt_unavailable: 503,
+};
+
+/** A refused receipt. */
+export class ReceiptError extends Error {
+  readonly status: number;
+  constructor(readonly code: ReceiptCode, message: string) {
+    super(`receipt: ${message}`);
+    this.name = 'ReceiptError';
+    this.status = statusOf[code];
+  }
+}
+
+/** The claims of a receipt (see docs/receipts.md). */
+export interface ReceiptClaims {
+  iss: string;
+  jti: string;
+  iat: number;
+  exp: number;
+  event_id?: string;
+  claim_id?: string;
+  tenant?: string;
+  agent: string;
+  run_id?: string;
+  tool_call_id?: string;
+  tool: string;
+  args_sha256: string;
+  basis: 'approval' | 'grant' | 'policy';
+  decided_by?: string[];
+  quorum?: { required: number; approvals: number };
+  grant?: string;
+  rule?: string;
+  policy_version?: string;
+}
+
+/** Finds the key a receipt's header names (jose's key-resolving function). */
+export type KeySource = (header: JWSHeaderParameters, token: FlattenedJWSInput) => Promise<CryptoKey | Uint8Array> | CryptoKey | Uint8Array;
+
+/** Pinned keys: a JWKS object (e.g. a copy of /.well-known/jwks.json). */
+export function localKeys(jwks: JSONWebKeySet): KeySource {
+  return createLocalJWKSet(jwks) as KeySource;
+}
+
+/**
+ * The issuer's JWKS, fetched and cached (jose's remote key set): refetched
+ * after cacheMaxAge (default 5 minutes) and, for a kid it does not hold, at
+ * most once per cooldown (default 10 s).
+ */
+export function remoteKeys(url: string | URL, options?: { cacheMaxAge?: number; cooldown?: number; timeout?: number }): KeySource {
+  return createRemoteJWKSet(new URL(url), {
+    cacheMaxAge: options?.cacheMaxAge ?? 300_000,
+    cooldownDuration: options?.cooldown ?? 10_000,
+    timeoutDuration: options?.timeout ?? 10_000,
+  }) as KeySource;
+}
+
+/** Remembers used receipt ids; use must be atomic across the tool's replicas when they share a store. */
+export interface ReplayStore {
+  /** Marks id used until `until` (unix seconds); throws ReceiptError(receipt_replayed) if it was. */
+  use(id: string, until: number): void | Promise<void>;
+}
+
+/** An in-memory ReplayStore: receipts are single-use within the process. */
+export class MemoryReplayStore implements ReplayStore {
+  private readonly seen = new Map<string, number>();
+  constructor(private readonly clock: () => number = () => Date.now() / 1000) {}
+  use(id: string, until: number): void {
+    const now = this.clock();
+    for (const [k, t] of this.seen) if (t < now) this.seen.delete(k);
+    if (this.seen.has(id)) throw new ReceiptError(ReceiptCodes.replayed, `receipt ${id} was already used`);
+    this.seen.set(id, until);
+  }
+}
+
+const defaultReplayStore = new MemoryReplayStore();
+
+export interface VerifyReceiptOptions {
+  keys: KeySource;
+  /** Default: one in-memory store per process. */
+  replay?: ReplayStore;
+  /** The iss receipts must carry (default "countersign"). */
+  issuer?: string;
+  /** The verifier's clock, unix seconds or a Date (default now). */
+  now?: number | Date;
+  /** Clock skew tolerated on iat and exp, seconds (default 0). */
+  leewaySeconds?: number;
+}
+
+/** RFC 8785 canonical JSON of a parsed JSON value. */
+export function canonicalize(value: unknown): string {
+  if (value === null || typeof value === 'boolean' || typeof value === 'string') return JSON.stringify(value);
+  if (typeof value === 'number') {
+    if (!Number.isFinite(value)) throw new TypeError('NaN and Infinity are not JSON numbers');
+    return JSON.stringify(value); // ECMAScript Number.prototype.toString, -0 as 0
+  }
+  if (Array.isArray(value)) return '[' + value.map(canonicalize).join(',') + ']';
+  if (typeof value === 'object') {
+    const obj = value as Record<string, unknown>;
+    // Default sort compares UTF-16 code units, as RFC 8785 requires.
+    const keys = Object.keys(obj).filter((k) => obj[k] !== undefined).sort();
+    return '{' + keys.map((k) => JSON.stringify(k) + ':' + canonicalize(obj[k])).join(',') + '}';
+  }
+  throw new TypeError(`${typeof value} is not a JSON value`);
+}
+
+/** Hex SHA-256 of the RFC 8785 form of tool-call arguments (a JSON value, or its JSON text as bytes). */
+export async function argumentsSha256(args: unknown): Promise<string> {
+  const value = args instanceof Uint8Array ? parseStrict(new TextDecoder().decode(args) || '{}') : args ?? {};
+  const digest = await crypto.subtle.digest('SHA-256', new TextEncoder().encode(canonicalize(value)));
+  return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, '0')).join('');
+}
+
+/**
+ * Checks that `receipt` allows running `tool` with `args` now, once, and
+ * returns its claims; otherwise throws a ReceiptError whose code says why.
+ * Only a receipt that passes every other check uses up its id.
+ */
+export async function verifyReceipt(receipt: string | undefined | null, tool: string, args: unknown, options: VerifyReceiptOptions): Promise<ReceiptClaims> {
+  const claims = await inspectReceipt(receipt, options);
+  if (claims.tool !== tool) throw new ReceiptError(ReceiptCodes.wrongTool, `the receipt is for tool ${JSON.stringify(claims.tool)}, not ${JSON.stringify(tool)}`);
+  let sha: string;
+  try {
+    sha = await argumentsSha256(args);
+  } catch (e) {
+    throw new ReceiptError(ReceiptCodes.argumentsDiffer, `the arguments are not valid JSON: ${(e as Error).message}`);
+  }
+  if (sha !== claims.args_sha256) throw new ReceiptError(ReceiptCodes.argumentsDiffer, `the arguments' SHA-256 is ${sha}, the receipt allows ${claims.args_sha256}`);
+  await (options.replay ?? defaultReplayStore).use(claims.jti, claims.exp + (options.leewaySeconds ?? 0));
+  return claims;
+}
+
+/** Checks a receipt's signature, issuer and times and returns its claims (not the tool, arguments or replay). */
+export async function inspectReceipt(receipt: string | undefined | null, options: VerifyReceiptOptions): Promise<ReceiptClaims> {
+  const token = (receipt ?? '').trim();
+  if (!token) throw new ReceiptError(ReceiptCodes.missing, 'no receipt');
+  if (token.length > MAX_RECEIPT_BYTES) throw new ReceiptError(ReceiptCodes.malformed, `longer than ${MAX_RECEIPT_BYTES} bytes`);
+  const parts = token.split('.');
+  if (parts.length !== 3) throw new ReceiptError(ReceiptCodes.malformed, 'not a compact JWS (header.payload.signature)');
+  let header: JWSHeaderParameters;
+  try {
+    checkDuplicates(b64text(parts[0]!));
+    header = decodeProtectedHeader(token) as JWSHeaderParameters;
+  } catch (e) {
+    throw new ReceiptError(ReceiptCodes.malformed, `header: ${(e as Error).message}`);
+  }
+  if (header.alg !== 'EdDSA') throw new ReceiptError(ReceiptCodes.malformed, `alg ${JSON.stringify(header.alg)}, want EdDSA`);
+  if (header.typ !== RECEIPT_TYPE) throw new ReceiptError(ReceiptCodes.malformed, `typ ${JSON.stringify(header.typ)}, want ${RECEIPT_TYPE}`);
+  if (typeof header.kid !== 'string' || !header.kid) throw new ReceiptError(ReceiptCodes.malformed, 'no kid in the header');
+  if (header.crit !== undefined) throw new ReceiptError(ReceiptCodes.malformed, 'critical header parameters are not understood');
+  let payload: Uint8Array;
+  try {
+    ({ payload } = await compactVerify(token, options.keys, { algorithms: ['EdDSA', 'Ed25519'] }));
+  } catch (e) {
+    throw mapJoseError(e, header.kid);
+  }
+  const text = new TextDecoder().decode(payload);
+  let claims: ReceiptClaims;
+  try {
+    claims = parseStrict(text) as ReceiptClaims;
+  } catch (e) {
+    throw new ReceiptError(ReceiptCodes.malformed, `payload: ${(e as Error).message}`);
+  }
+  checkClaims(claims);
+  const issuer = options.issuer ?? DEFAULT_ISSUER;
+  if (claims.iss !== issuer) throw new ReceiptError(ReceiptCodes.wrongIssuer, `issuer ${JSON.stringify(claims.iss)}, want ${JSON.stringify(issuer)}`);
+  const now = options.now === undefined ? Date.now() / 1000 : options.now instanceof Date ? options.now.getTime() / 1000 : options.now;
+  const leeway = options.leewaySeconds ?? 0;
+  if (now >= claims.exp + leeway) throw new ReceiptError(ReceiptCodes.expired, `expired at ${new Date(claims.exp * 1000).toISOString()}`);
+  if (now + leeway < claims.iat) throw new ReceiptError(ReceiptCodes.expired, `issued in the future (${new Date(claims.iat * 1000).toISOString()})`);
+  return claims;
+}
+
+function mapJoseError(e: unknown, kid: string): ReceiptError {
+  if (e instanceof ReceiptError) return e;
+  if (e instanceof joseErrors.JWKSNoMatchingKey) return new ReceiptError(ReceiptCodes.unknownKey, `no key ${JSON.stringify(kid)} in the key set`);
+  if (e instanceof joseErrors.JWSSignatureVerificationFailed) return new ReceiptError(ReceiptCodes.badSignature, `the signature does not verify with key ${JSON.stringify(kid)}`);
+  if (e instanceof joseErrors.JWKSTimeout || e instanceof joseErrors.JWKSInvalid || !(e instanceof joseErrors.JOSEError)) {
+    return new ReceiptError(ReceiptCodes.unavailable, `keys: ${(e as Error).message}`);
+  }
+  return new ReceiptError(ReceiptCodes.malformed, (e as Error).message);
+}
+
+function checkClaims(c: ReceiptClaims): void {
+  if (typeof c !== 'object' || c === null || Array.isArray(c)) throw new ReceiptError(ReceiptCodes.malformed, 'the payload is not a JSON object');
+  const rec = c as unknown as Record<string, unknown>;
+  const missing = ['iss', 'jti', 'agent', 'tool', 'args_sha256', 'basis'].filter((n) => typeof rec[n] !== 'string' || rec[n] === '');
+  missing.push(...['iat', 'exp'].filter((n) => !Number.isInteger(rec[n]) || (rec[n] as number) <= 0));
+  if (missing.length) throw new ReceiptError(ReceiptCodes.malformed, `claims ${missing.join(', ')} are required`);
+  if (c.exp <= c.iat) throw new ReceiptError(ReceiptCodes.malformed, 'exp must be after iat');
+  if (!['approval', 'grant', 'policy'].includes(c.basis)) throw new ReceiptError(ReceiptCodes.malformed, `basis ${JSON.stringify(c.basis)} is not approval, grant or policy`);
+  if (!/^[0-9a-f]{64}$/.test(c.args_sha256)) throw new ReceiptError(ReceiptCodes.malformed, 'args_sha256 must be 64 lowercase hex digits');
+}
+
+function b64text(s: string): string {
+  if (!/^[A-Za-z0-9_-]*$/.test(s)) throw new Error('not base64url');
+  const b = atob(s.replace(/-/g, '+').replace(/_/g, '/') + '='.repeat((4 - (s.length % 4)) % 4));
+  return new TextDecoder().decode(Uint8Array.from(b, (ch) => ch.charCodeAt(0)));
+}
+
+/** JSON.parse that refuses duplicate object keys: two readers must never see different claims. */
+function parseStrict(text: string): unknown {
+  checkDuplicates(text);
+  return JSON.parse(text);
+}
+
+function checkDuplicates(text: string): void {
+  // A scan of the JSON text: a stack of key sets, one per open object.
+  const stack: (Set<string> | null)[] = [];
+  let expectKey = false;
+  for (let i = 0; i < text.length; i++) {
+    const ch = text[i];
+    if (ch === '"') {
+      let j = i + 1;
+      while (j < text.length && text[j] !== '"') j += text[j] === '\\' ? 2 : 1;
+      const raw = text.slice(i, j + 1);
+      const top = stack[stack.length - 1];
+      if (expectKey && top) {
+        const key = JSON.parse(raw) as string;
+        if (top.has(key)) throw new Error(`duplicate key ${raw}`);
+        top.add(key);
+      }
+      expectKey = false;
+      i = j;
+    } else if (ch === '{') {
+      stack.push(new Set());
+      expectKey = true;
+    } else if (ch === '[') {
+      stack.push(null);
+    } else if (ch === '}' || ch === ']') {
+      stack.pop();
+    } else if (ch === ',') {
+      expectKey = stack[stack.length - 1] != null;
+    }
+  }
+}
+
+/** The parts of a Node request the middleware uses (node:http, Express, Fastify's raw request). */
+export interface ReceiptRequest {
+  headers: Record<string, string | string[] | undefined>;
+  body?: unknown;
+  on(event: 'data', cb: (chunk: Uint8Array) => void): unknown;
+  on(event: 'end', cb: () => void): unknown;
+  on(event: 'error', cb: (err: Error) => void): unknown;
+  countersignReceipt?: ReceiptClaims;
+}
+
+/** The parts of a Node response the middleware uses. */
+export interface ReceiptResponse {
+  statusCode: number;
+  setHeader(name: string, value: string): unknown;
+  end(body: string): unknown;
+}
+
+export interface ReceiptMiddlewareOptions extends VerifyReceiptOptions {
+  /** The tool name receipts must carry, or a function of the request. */
+  tool: string | ((req: ReceiptRequest) => string);
+  /** The arguments about to run (default: the parsed JSON body; req.body when a body parser ran first). */
+  arguments?: (req: ReceiptRequest) => unknown | Promise<unknown>;
+  /** Told about every refusal. */
+  onRefused?: (req: ReceiptRequest, err: ReceiptError) => void;
+}
+
+const MAX_BODY_BYTES = 1 << 20;
+
+/**
+ * A (req, res, next) middleware for node:http, Express and Connect-style
+ * servers: next runs only for a request whose countersign-receipt header
+ * holds a valid, unused receipt for this tool and exactly these arguments.
+ * Other requests are answered with 401, 403 or 409 and
+ * {"error":{"code","message"}}. The verified claims are req.countersignReceipt.
+ */
+export function receiptMiddleware(options: ReceiptMiddlewareOptions) {
+  return (req: ReceiptRequest, res: ReceiptResponse, next: (err?: unknown) => void): void => {
+    void (async () => {
+      try {
+        const raw = req.headers[RECEIPT_HEADER];
+        const receipt = Array.isArray(raw) ? raw[0] : raw;
+        if (!receipt) throw new ReceiptError(ReceiptCodes.missing, 'no receipt');
+        const args = options.arguments ? await options.arguments(req) : await bodyOf(req);
+        const tool = typeof options.tool === 'function' ? options.tool(req) : options.tool;
+        req.countersignReceipt = await verifyReceipt(receipt, tool, args, options);
+      } catch (e) {
+        const err = e instanceof ReceiptError ? e : new ReceiptError(ReceiptCodes.unavailable, (e as Error).message);
+        options.onRefused?.(req, err);
+        res.statusCode = err.status;
+        res.setHeader('content-type', 'application/json');
+        res.setHeader('cache-control', 'no-store');
+        res.end(JSON.stringify({ error: { code: err.code, message: err.message } }));
+        return;
+      }
+      next();
+    })();
+  };
+}
+
+async function bodyOf(req: ReceiptRequest): Promise<unknown> {
+  if (req.body !== undefined) return req.body;
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  await new Promise<void>((resolve, reject) => {
+    req.on('data', (c) => {
+      size += c.length;
+      if (size <= MAX_BODY_BYTES) chunks.push(c);
+    });
+    req.on('end', () => resolve());
+    req.on('error', reject);
+  });
+  if (size > MAX_BODY_BYTES) throw new ReceiptError(ReceiptCodes.argumentsDiffer, `the body is larger than ${MAX_BODY_BYTES} bytes`);
+  const bytes = new Uint8Array(size);
+  let off = 0;
+  for (const c of chunks) {
+    bytes.set(c, off);
+    off += c.length;
+  }
+  let parsed: unknown;
+  try {
+    parsed = parseStrict(new TextDecoder().decode(bytes) || '{}');
+  } catch (e) {
+    throw new ReceiptError(ReceiptCodes.argumentsDiffer, `the body is not JSON arguments: ${(e as Error).message}`);
+  }
+  req.body = parsed; // for the handler: the stream is consumed
+  return parsed;
+}
