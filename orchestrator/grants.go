@@ -32,6 +32,8 @@ type GrantBook struct {
 
 	watcher jetstream.KeyWatcher
 	done    chan struct{}
+	// changed is closed and replaced at every change the watch delivers.
+	changed chan struct{}
 }
 
 type bookGrant struct {
@@ -49,7 +51,8 @@ func NewGrantBook(ctx context.Context, js jetstream.JetStream, log *slog.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: open bucket %s: %w", contracts.BucketGrants, err)
 	}
-	b := &GrantBook{kv: kv, log: log, byCall: map[string]map[string]*bookGrant{}, byID: map[string]string{}, done: make(chan struct{})}
+	b := &GrantBook{kv: kv, log: log, byCall: map[string]map[string]*bookGrant{}, byID: map[string]string{},
+		done: make(chan struct{}), changed: make(chan struct{})}
 	b.watcher, err = kv.WatchAll(context.Background())
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: watch bucket %s: %w", contracts.BucketGrants, err)
@@ -76,6 +79,33 @@ func (b *GrantBook) run(loaded chan struct{}) {
 			continue
 		}
 		b.observe(e)
+		b.mu.Lock()
+		close(b.changed)
+		b.changed = make(chan struct{})
+		b.mu.Unlock()
+	}
+}
+
+// Await returns once the watch has delivered grant id (a grant an
+// approval just issued reaches each process's book a moment after the
+// approval's decision), or ctx ends. Until then this process's gates ask
+// for approval as they would without the grant.
+func (b *GrantBook) Await(ctx context.Context, id string) error {
+	for {
+		b.mu.RLock()
+		_, ok := b.byID[id]
+		changed := b.changed
+		b.mu.RUnlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-b.done:
+			return errors.New("orchestrator: the grant book is closed")
+		}
 	}
 }
 

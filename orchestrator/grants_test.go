@@ -108,6 +108,14 @@ func (e *grantEnv) waitGrant(t *testing.T, id string, cond func(*contracts.Grant
 	t.Helper()
 	var g contracts.Grant
 	waitKey(t, e.grants, id, func(b []byte) bool { return json.Unmarshal(b, &g) == nil && cond(&g) })
+	// Both gates' books have it too: a call right after is judged with it.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, gate := range []*orchestrator.Gate{e.a, e.b} {
+		if err := gate.Grants().Await(ctx, id); err != nil {
+			t.Fatalf("a gate's book never had grant %s: %v", id, err)
+		}
+	}
 	return g
 }
 

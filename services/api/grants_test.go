@@ -87,6 +87,10 @@ func TestGrantsOverHTTP(t *testing.T) {
 		t.Fatalf("grant = %+v", g)
 	}
 
+	// The API's gate has it in its book: a call now is judged with it.
+	if err := e.cfg.Gate.Grants().Await(ctx, first.EventID); err != nil {
+		t.Fatal(err)
+	}
 	second := e.reviewGrant(t, contracts.Run{ID: "run-other", Agent: "billing-bot", Tenant: "acme"}, "c2", `{"amount": 12}`)
 	if second.Verdict != orchestrator.VerdictAllowed || second.GrantID != first.EventID {
 		t.Fatalf("a call the grant covers: %+v", second)

@@ -50,9 +50,10 @@ func grantConditionProblem(v *contracts.Vote) string {
 	return ""
 }
 
-// issueGrant writes the grant the approved record issues, if any, and
-// records its issue in the grant's timeline. Both steps are idempotent:
-// a redelivered decision writes nothing new and publishes a duplicate.
+// issueGrant records the issue of the grant the approved record issues, if
+// any, in the grant's timeline, and writes the grant. Both steps are
+// idempotent: a redelivered decision writes nothing new and publishes a
+// duplicate.
 func (a *Arbiter) issueGrant(ctx context.Context, rec contracts.Record) error {
 	g, ok := approval.IssueGrant(rec)
 	if !ok {
@@ -64,6 +65,18 @@ func (a *Arbiter) issueGrant(ctx context.Context, rec contracts.Record) error {
 	data, err := contracts.Marshal(g)
 	if err != nil {
 		return events.Poison(err)
+	}
+	// The issue is recorded before the grant is written, so that no use of
+	// it (recorded by the gates that see it in the bucket) comes before its
+	// issue in its timeline. A redelivery publishes a duplicate, which the
+	// stream drops, and writes the grant if the first attempt did not.
+	ev := contracts.GrantEvent{
+		Spec: contracts.SpecGrantEvent, GrantID: g.GrantID, Event: contracts.GrantEventIssued, By: g.GrantedBy,
+		RunID: rec.Request.Run.ID, ToolCallID: rec.Request.ToolCall.ID, Tool: g.Tool,
+		ArgumentsSHA256: rec.Outcome.ArgumentsSHA256, Grant: data, At: g.GrantedAt,
+	}
+	if _, err := events.Publish(ctx, a.cfg.JS, contracts.GrantIssuedSubject(g.GrantID), ev, "grant-issued:"+g.GrantID, nil); err != nil {
+		return err
 	}
 	kv, err := a.grantsBucket(ctx)
 	if err != nil {
@@ -78,13 +91,7 @@ func (a *Arbiter) issueGrant(ctx context.Context, rec contracts.Record) error {
 		a.cfg.Logger.Info("grant issued", "grant_id", g.GrantID, "rule", g.Policy.Rule, "scope", g.Scope,
 			"arguments", g.Arguments, "granted_by", g.GrantedBy, "expires_at", g.ExpiresAt)
 	}
-	ev := contracts.GrantEvent{
-		Spec: contracts.SpecGrantEvent, GrantID: g.GrantID, Event: contracts.GrantEventIssued, By: g.GrantedBy,
-		RunID: rec.Request.Run.ID, ToolCallID: rec.Request.ToolCall.ID, Tool: g.Tool,
-		ArgumentsSHA256: rec.Outcome.ArgumentsSHA256, Grant: data, At: g.GrantedAt,
-	}
-	_, err = events.Publish(ctx, a.cfg.JS, contracts.GrantIssuedSubject(g.GrantID), ev, "grant-issued:"+g.GrantID, nil)
-	return err
+	return nil
 }
 
 // grantsBucket opens hitl_grants once.

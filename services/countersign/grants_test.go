@@ -28,6 +28,10 @@ func (c *cliStack) waitGrant(t *testing.T, id string, cond func(*contracts.Grant
 	for e := range w.Updates() {
 		var g contracts.Grant
 		if e != nil && json.Unmarshal(e.Value(), &g) == nil && cond(&g) {
+			// The stack's gate has it in its book too.
+			if err := c.gate.Grants().Await(ctx, id); err != nil {
+				t.Fatal(err)
+			}
 			return
 		}
 	}
