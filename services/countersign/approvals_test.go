@@ -56,6 +56,8 @@ type cliStack struct {
 	gate       *orchestrator.Gate
 	url, token string
 	flags      []string
+	// adminFlags point the CLI at the stack as an admin.
+	adminFlags []string
 }
 
 func newCLIStack(t *testing.T) *cliStack {
@@ -71,16 +73,22 @@ func newCLIStack(t *testing.T) *cliStack {
 	if err != nil {
 		t.Fatal(err)
 	}
+	adminTok, adminHash, err := api.NewToken()
+	if err != nil {
+		t.Fatal(err)
+	}
 	reg := prometheus.NewRegistry()
 	s, err := api.New(ctx, api.Config{JS: apiJS, Gate: gate, Registerer: reg, Gatherer: reg,
-		Tokens: []api.Token{{Name: "alice", Subject: "alice", SHA256: hash, Roles: []string{api.RoleApprover, api.RoleAgent}}}})
+		Tokens: []api.Token{{Name: "alice", Subject: "alice", SHA256: hash, Roles: []string{api.RoleApprover, api.RoleAgent}},
+			{Name: "root", Subject: "root", SHA256: adminHash, Roles: []string{api.RoleAdmin}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	hs := httptest.NewServer(s.Handler())
 	t.Cleanup(hs.Close)
-	return &cliStack{js: js, gate: gate, url: hs.URL, token: tok, flags: []string{"--url", hs.URL, "--token", tok}}
+	return &cliStack{js: js, gate: gate, url: hs.URL, token: tok, flags: []string{"--url", hs.URL, "--token", tok},
+		adminFlags: []string{"--url", hs.URL, "--token", adminTok}}
 }
 
 // cli runs the countersign command with args and the stack's flags.
@@ -88,6 +96,14 @@ func (c *cliStack) cli(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	err := run(append(args, c.flags...), &out, &errOut)
+	return out.String() + errOut.String(), err
+}
+
+// admin runs the countersign command with args as the stack's admin.
+func (c *cliStack) admin(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err := run(append(args, c.adminFlags...), &out, &errOut)
 	return out.String() + errOut.String(), err
 }
 
