@@ -250,6 +250,7 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 		"/v1/approvals":                   {"get"},
 		"/v1/approvals/{event_id}":        {"get"},
 		"/v1/approvals/{event_id}/votes":  {"post"},
+		"/v1/votes":                       {"post"},
 		"/v1/approvals/{event_id}/cancel": {"post"},
 		"/v1/approvals/{event_id}/extend": {"post"},
 		"/v1/approvals/{event_id}/claim":  {"post"},

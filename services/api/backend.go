@@ -58,6 +58,8 @@ type Query struct {
 	Statuses []string
 	// Limit is the most records returned, newest first.
 	Limit int
+	// RunID, when set, selects the records of that run.
+	RunID string
 }
 
 // Records returns the newest records matching q that p may read, after
@@ -67,7 +69,7 @@ func (s *Server) Records(ctx context.Context, p Principal, q Query) ([]*contract
 	if err := s.Settle(ctx); err != nil {
 		s.log.Warn("records index is behind the bucket; listing what it holds", "err", err)
 	}
-	ids, _ := s.index.page(listFilter{statuses: q.Statuses, reader: p.Reader()}, nil, q.Limit)
+	ids, _ := s.index.page(listFilter{statuses: q.Statuses, reader: p.Reader(), runID: q.RunID}, nil, q.Limit)
 	items, aerr := s.fetchRecords(ctx, ids)
 	if aerr != nil {
 		return nil, aerr

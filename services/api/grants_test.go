@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,5 +136,85 @@ func TestGrantsOverHTTP(t *testing.T) {
 	var used contracts.GrantEvent
 	if err := json.Unmarshal(tl.Events[1].Data, &used); err != nil || used.ToolCallID != "c2" || used.RunID != "run-other" {
 		t.Fatalf("use = %+v (%v)", used, err)
+	}
+}
+
+// TestPolicyApplyListsStoppedGrants: a dry run and an apply name the active
+// grants the new version no longer permits; a version that still permits
+// them names none.
+func TestPolicyApplyListsStoppedGrants(t *testing.T) {
+	e := setup(t)
+	if r := e.call(t, "POST", "/v1/policy", "admin", grantsPolicy); r.status != http.StatusOK {
+		t.Fatalf("apply policy: %d %s", r.status, r.body)
+	}
+	run := contracts.Run{ID: "run-s", Agent: "billing-bot"}
+	first := e.reviewGrant(t, run, "c1", `{"amount": 30}`)
+	r := e.vote(t, "alice", first.EventID, map[string]any{"decision": "approve",
+		"grant": map[string]any{"scope": "agent", "ttl": "2h", "arguments": "same"}})
+	if r.status != http.StatusOK {
+		t.Fatalf("approve with a grant: %d %s", r.status, r.body)
+	}
+	// The arbiter writes the grant right after the record.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	grants, err := e.js.KeyValue(ctx, contracts.BucketGrants)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := grants.Watch(ctx, first.EventID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for u := range w.Updates() {
+		if u != nil {
+			break
+		}
+	}
+	_ = w.Stop()
+	type answer struct {
+		Version       string             `json:"version"`
+		StoppedGrants []api.StoppedGrant `json:"stopped_grants"`
+	}
+	narrower := `
+version: "grants-api-2"
+rules:
+  - name: payments
+    tools: ["payments.*"]
+    action: require_approval
+    approvers: [alice, bob]
+    grants: {scopes: [call, run], max_ttl: 8h}
+`
+	var ans answer
+	e.call(t, "POST", "/v1/policy?dry_run=1", "admin", narrower).decode(t, &ans)
+	if len(ans.StoppedGrants) != 1 || ans.StoppedGrants[0].GrantID != first.EventID || ans.StoppedGrants[0].Reason != "no longer permitted" ||
+		ans.StoppedGrants[0].Rule != "payments" || ans.StoppedGrants[0].Tool != "payments.send" {
+		t.Fatalf("dry run: %+v", ans)
+	}
+	renamed := `
+version: "grants-api-3"
+rules:
+  - name: big-payments
+    tools: ["payments.*"]
+    action: require_approval
+    approvers: [alice, bob]
+    grants: {scopes: [call, run, agent], max_ttl: 8h}
+`
+	e.call(t, "POST", "/v1/policy?dry_run=1", "admin", renamed).decode(t, &ans)
+	if len(ans.StoppedGrants) != 1 || ans.StoppedGrants[0].Reason != "rule changed" || ans.StoppedGrants[0].NewRule != "big-payments" {
+		t.Fatalf("dry run of a renamed rule: %+v", ans)
+	}
+	same := strings.Replace(grantsPolicy, "grants-api-1", "grants-api-4", 1)
+	ans = answer{}
+	e.call(t, "POST", "/v1/policy?dry_run=1", "admin", same).decode(t, &ans)
+	if len(ans.StoppedGrants) != 0 {
+		t.Fatalf("a version that still permits the grant: %+v", ans)
+	}
+	ans = answer{}
+	e.call(t, "POST", "/v1/policy", "admin", narrower).decode(t, &ans)
+	if ans.Version != "grants-api-2" || len(ans.StoppedGrants) != 1 {
+		t.Fatalf("apply: %+v", ans)
+	}
+	if v := e.reviewGrant(t, run, "c2", `{"amount": 30}`); v.Verdict != orchestrator.VerdictPending {
+		t.Fatalf("a call the stopped grant covered: %+v", v)
 	}
 }

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/approval"
 	"github.com/countersign/countersign/orchestrator"
 	"github.com/countersign/countersign/orchestrator/policy"
 )
@@ -39,6 +42,66 @@ type policyAnswer struct {
 	// directory gives members: a policy may name them without defining
 	// them (policy lint asks for them).
 	DirectoryGroups []string `json:"directory_groups,omitempty"`
+	// StoppedGrants (POST only) are the active grants this version no
+	// longer permits: from its application on, they allow no call.
+	StoppedGrants []StoppedGrant `json:"stopped_grants,omitempty"`
+}
+
+// StoppedGrant is an active grant a policy version would no longer permit,
+// and why: "rule changed" (the version decides the grant's calls by another
+// rule) or "no longer permitted" (the rule no longer permits its scope,
+// lifetime or argument mode).
+type StoppedGrant struct {
+	GrantID string `json:"grant_id"`
+	Tool    string `json:"tool"`
+	Agent   string `json:"agent"`
+	Tenant  string `json:"tenant,omitempty"`
+	RunID   string `json:"run_id,omitempty"`
+	Scope   string `json:"scope"`
+	Rule    string `json:"rule"`
+	// NewRule is the rule the version decides the grant's calls by.
+	NewRule string `json:"new_rule"`
+	Reason  string `json:"reason"`
+}
+
+// grantsStoppedBy lists the active grants p would no longer permit. Each
+// grant is judged, as a gate would judge it, on the call that issued it
+// (its run and approved arguments).
+func (s *Server) grantsStoppedBy(ctx context.Context, p *policy.Policy) []StoppedGrant {
+	if s.cfg.Gate == nil || s.cfg.Gate.Grants() == nil {
+		return nil
+	}
+	now := s.cfg.Now()
+	var out []StoppedGrant
+	for _, g := range s.cfg.Gate.Grants().List() {
+		if g.Status(now) != contracts.GrantActive {
+			continue
+		}
+		in := policy.Input{Run: contracts.Run{ID: g.RunID, Agent: g.Agent, Tenant: g.Tenant}, Tool: g.Tool}
+		if rec, _, aerr := s.getRecord(ctx, g.GrantID); aerr == nil {
+			in.Run = rec.Request.Run
+			switch {
+			case rec.Outcome != nil && len(rec.Outcome.Arguments) > 0:
+				in.Arguments = rec.Outcome.Arguments
+			case rec.Request.ToolCall != nil:
+				in.Arguments = rec.Request.ToolCall.Arguments
+			}
+		}
+		d := p.EvaluateContext(ctx, in)
+		reason := ""
+		switch {
+		case d.Rule != g.Policy.Rule:
+			reason = approval.NotCoveredRule
+		case !approval.GrantPermitted(d.Grants, &g):
+			reason = approval.NotCoveredPolicy
+		default:
+			continue
+		}
+		out = append(out, StoppedGrant{GrantID: g.GrantID, Tool: g.Tool, Agent: g.Agent, Tenant: g.Tenant, RunID: g.RunID,
+			Scope: g.Scope, Rule: g.Policy.Rule, NewRule: d.Rule, Reason: reason})
+	}
+	slices.SortFunc(out, func(a, b StoppedGrant) int { return strings.Compare(a.GrantID, b.GrantID) })
+	return out
 }
 
 // directoryGroups names the groups the approver directory gives members.
@@ -149,12 +212,19 @@ func (s *Server) postPolicy(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		changed := false
-		writeJSON(w, http.StatusOK, policyAnswer{Version: p.Version(), Changed: &changed, Warnings: warnings})
+		writeJSON(w, http.StatusOK, policyAnswer{Version: p.Version(), Changed: &changed, Warnings: warnings,
+			StoppedGrants: s.grantsStoppedBy(r.Context(), p)})
 		return
 	}
 	if s.cfg.Policies == nil {
 		writeError(w, errorf(http.StatusServiceUnavailable, CodeUnavailable, "this server does not store policies"))
 		return
+	}
+	// What the version stops is judged before it applies, against the
+	// grants active now.
+	var stopped []StoppedGrant
+	if np, err := policy.Parse(source); err == nil {
+		stopped = s.grantsStoppedBy(r.Context(), np)
 	}
 	p := principalFrom(r.Context())
 	res, err := orchestrator.ApplyPolicy(r.Context(), s.cfg.JS, source, p.Subject, s.cfg.Now())
@@ -189,6 +259,7 @@ func (s *Server) postPolicy(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, policyAnswer{
 		Version: res.Document.Version, SHA256: res.Document.SHA256, AppliedBy: res.Document.AppliedBy,
 		AppliedAt: res.Document.AppliedAt, Revision: res.Revision, Live: true, Changed: &changed, Warnings: warnings,
+		StoppedGrants: stopped,
 	})
 }
 

@@ -102,6 +102,7 @@ func (s *Server) routes() {
 	mux.HandleFunc("GET /v1/approvals", s.authed(s.listApprovals))
 	mux.HandleFunc("GET /v1/approvals/{event_id}", s.authed(s.getApproval))
 	mux.HandleFunc("POST /v1/approvals/{event_id}/votes", s.authed(s.postVote, RoleApprover))
+	mux.HandleFunc("POST /v1/votes", s.authed(s.postVotes, RoleApprover))
 	mux.HandleFunc("POST /v1/approvals/{event_id}/cancel", s.authed(s.postCancel, RoleApprover))
 	mux.HandleFunc("POST /v1/approvals/{event_id}/extend", s.authed(s.postExtend, RoleApprover))
 	mux.HandleFunc("POST /v1/approvals/{event_id}/claim", s.authed(s.postClaim, RoleAgent))

@@ -69,6 +69,20 @@ func (s *Server) readVoteBody(w http.ResponseWriter, r *http.Request, body *vote
 	if aerr := decodeBody(w, r, body, false); aerr != nil {
 		return aerr
 	}
+	return s.checkVoteBody(body, "")
+}
+
+// checkVoteBody applies the rules every vote's body must meet; at names
+// the body's place in a batch ("votes[3]." or "vote."), "" for a single vote.
+func (s *Server) checkVoteBody(body *voteBody, at string) *Error {
+	aerr := s.voteBodyProblem(body)
+	if aerr != nil && aerr.Field != "" {
+		aerr.Field = at + aerr.Field
+	}
+	return aerr
+}
+
+func (s *Server) voteBodyProblem(body *voteBody) *Error {
 	if len(body.Approver) > 0 {
 		s.m.votes.WithLabelValues(CodeApproverNotAllowed).Inc()
 		return fieldError(http.StatusBadRequest, CodeApproverNotAllowed, "approver",
@@ -99,15 +113,42 @@ func (s *Server) postVote(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr)
 		return
 	}
-	ctx := r.Context()
-	p := principalFrom(ctx)
+	ans := s.vote(r.Context(), principalFrom(r.Context()), id, body)
+	switch {
+	case ans.err != nil:
+		writeError(w, ans.err)
+	case ans.status == http.StatusAccepted:
+		writeJSON(w, http.StatusAccepted, inFlightAnswer{Status: "in_flight", VoteID: ans.voteID})
+	default:
+		writeJSON(w, http.StatusOK, recordAnswer{Record: ans.rec, Revision: ans.rev})
+	}
+}
+
+// voteAnswer is what came of one vote over HTTP: the status a single vote
+// is answered with (200 counted, 202 in flight, else err), the record when
+// counted, and the vote's id.
+type voteAnswer struct {
+	status int
+	voteID string
+	rec    *contracts.Record
+	rev    uint64
+	err    *Error
+}
+
+func failedVote(voteID string, e *Error) voteAnswer {
+	return voteAnswer{status: e.Status, voteID: voteID, err: e}
+}
+
+// vote casts body, already checked by readVoteBody's rules, on approval id
+// as p, and waits for the arbiter's answer. It is the one vote path of the
+// API: a single vote and each vote of a batch go through it.
+func (s *Server) vote(ctx context.Context, p *Principal, id string, body voteBody) voteAnswer {
 	current, _, aerr := s.readableRecordSoon(ctx, p, id, unknownEventWait)
 	if aerr != nil {
 		if aerr.Code == CodeUnknownEvent {
 			s.m.votes.WithLabelValues(contracts.ReasonUnknownEvent).Inc()
 		}
-		writeError(w, aerr)
-		return
+		return failedVote(body.VoteID, aerr)
 	}
 	if body.VoteID == "" {
 		body.VoteID = uuid.Must(uuid.NewV7()).String()
@@ -129,40 +170,37 @@ func (s *Server) postVote(w http.ResponseWriter, r *http.Request) {
 	if !current.Terminal() && approval.IsApprover(current, p.Subject) {
 		if e := approval.CheckVoteContent(&current.Request, &vote); e != nil {
 			s.m.votes.WithLabelValues(contracts.ReasonInvalidArguments).Inc()
-			writeError(w, schemaRefusal(e.Field, e.Message))
-			return
+			return failedVote(vote.VoteID, schemaRefusal(e.Field, e.Message))
 		}
 		if why := grantProblem(&current.Request, &vote); why != "" {
 			s.m.votes.WithLabelValues(contracts.ReasonGrantNotAllowed).Inc()
-			writeError(w, grantRefusal(why))
-			return
+			return failedVote(vote.VoteID, grantRefusal(why))
 		}
 	}
 	res, err := s.castVote(ctx, vote)
 	if err != nil {
 		s.m.votes.WithLabelValues("error").Inc()
-		writeError(w, s.backendError("publish vote", err))
-		return
+		return failedVote(vote.VoteID, s.backendError("publish vote", err))
 	}
 	rec, rev, done, reason, detail := res.rec, res.rev, res.done, res.reason, res.detail
 	s.log.Info("vote", "event_id", id, "vote_id", vote.VoteID, "approver", p.Subject, "decision", vote.Decision, "token_name", p.Name)
 	switch {
 	case !done:
 		s.m.votes.WithLabelValues("in_flight").Inc()
-		writeJSON(w, http.StatusAccepted, inFlightAnswer{Status: "in_flight", VoteID: vote.VoteID})
+		return voteAnswer{status: http.StatusAccepted, voteID: vote.VoteID}
 	case reason == contracts.ReasonInvalidArguments && detail != "":
 		s.m.votes.WithLabelValues(reason).Inc()
 		field, msg, _ := strings.Cut(detail, ": ")
-		writeError(w, schemaRefusal(field, msg))
+		return failedVote(vote.VoteID, schemaRefusal(field, msg))
 	case reason == contracts.ReasonGrantNotAllowed && detail != "":
 		s.m.votes.WithLabelValues(reason).Inc()
-		writeError(w, grantRefusal(detail))
+		return failedVote(vote.VoteID, grantRefusal(detail))
 	case reason != "":
 		s.m.votes.WithLabelValues(reason).Inc()
-		writeError(w, refusal(reason))
+		return failedVote(vote.VoteID, refusal(reason))
 	default:
 		s.m.votes.WithLabelValues("counted").Inc()
-		writeJSON(w, http.StatusOK, recordAnswer{Record: rec, Revision: rev})
+		return voteAnswer{status: http.StatusOK, voteID: vote.VoteID, rec: rec, rev: rev}
 	}
 }
 

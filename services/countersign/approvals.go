@@ -8,12 +8,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
 	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/approval"
@@ -154,6 +157,8 @@ func approvalsShow(a *approvalsCmd, args []string) error {
 func approvalsVote(a *approvalsCmd, args []string) error {
 	ctx, fs, newClient, out, jsonOut, sub := a.ctx, a.fs, a.newClient, a.out, a.jsonOut, a.sub
 	comment := fs.String("comment", "", "comment kept with the vote")
+	runID := fs.String("run", "", "decide every pending call of this run that you may decide")
+	agent := fs.String("agent", "", "with --run: only this agent's calls")
 	reason := new(string)
 	var gf *grantFlags
 	if sub == "reject" {
@@ -161,9 +166,16 @@ func approvalsVote(a *approvalsCmd, args []string) error {
 	} else {
 		gf = addGrantFlags(fs)
 	}
-	id, c, err := parseOne(ctx, fs, args, newClient)
-	if err != nil {
+	if err := fs.Parse(reorder(args)); err != nil {
 		return err
+	}
+	switch {
+	case *runID != "" && fs.NArg() > 0:
+		return errors.New("give approval ids or --run RUN, not both")
+	case *runID == "" && fs.NArg() == 0:
+		return errors.New("want an approval id, several, or --run RUN")
+	case *agent != "" && *runID == "":
+		return errors.New("--agent narrows --run; give --run RUN too")
 	}
 	decision := contracts.DecisionApprove
 	text := *comment
@@ -186,12 +198,107 @@ func approvalsVote(a *approvalsCmd, args []string) error {
 			body["grant"] = g
 		}
 	}
+	c, err := newClient()
+	if err != nil {
+		return err
+	}
+	if *runID != "" || fs.NArg() > 1 {
+		return castBatch(ctx, c, out, body, fs.Args(), *runID, *agent, *jsonOut)
+	}
+	id, err := resolveID(ctx, c, fs.Arg(0))
+	if err != nil {
+		return err
+	}
 	ans, err := castVote(ctx, c, out, id, body, *jsonOut)
 	if err == nil && ans != nil && !*jsonOut && body["grant"] != nil {
 		fmt.Fprintf(out, "Grant asked for (%s, %s): issued with the decision once the quorum agrees; see: countersign grants show %s\n",
 			*gf.scope, *gf.ttl, ans.Record.Request.EventID)
 	}
 	return err
+}
+
+// batchAnswer is the answer of POST /v1/votes.
+type batchAnswer struct {
+	Results []struct {
+		EventID        string `json:"event_id"`
+		VoteID         string `json:"vote_id"`
+		Result         string `json:"result"`
+		Status         int    `json:"status"`
+		ApprovalStatus string `json:"approval_status"`
+		Error          *struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	} `json:"results"`
+	Counted   int  `json:"counted"`
+	InFlight  int  `json:"in_flight"`
+	Refused   int  `json:"refused"`
+	Truncated bool `json:"truncated"`
+}
+
+// castBatch casts vote (a vote's body) on each of ids, or on every pending
+// call of run runID, in one request, and prints each result. Every vote
+// carries its own vote id, so the request can be sent again safely. It
+// fails when a vote was not counted.
+func castBatch(ctx context.Context, c *client, out io.Writer, vote map[string]any, ids []string, runID, agent string, jsonOut bool) error {
+	vote["via"] = contracts.ViaCLI
+	var req map[string]any
+	if runID != "" {
+		vote["vote_id"] = uuid.Must(uuid.NewV7()).String()
+		req = map[string]any{"run_id": runID, "vote": vote}
+		if agent != "" {
+			req["agent"] = agent
+		}
+	} else {
+		votes := make([]map[string]any, 0, len(ids))
+		for _, arg := range ids {
+			id, err := resolveID(ctx, c, arg)
+			if err != nil {
+				return err
+			}
+			v := maps.Clone(vote)
+			v["event_id"], v["vote_id"] = id, uuid.Must(uuid.NewV7()).String()
+			votes = append(votes, v)
+		}
+		req = map[string]any{"votes": votes}
+	}
+	var ans batchAnswer
+	if _, err := c.do(ctx, "POST", "/v1/votes", req, &ans); err != nil {
+		return err
+	}
+	if jsonOut {
+		if err := printJSON(out, ans); err != nil {
+			return err
+		}
+	} else {
+		if len(ans.Results) == 0 {
+			fmt.Fprintf(out, "No pending call of run %s waits for you.\n", runID)
+			return nil
+		}
+		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "EVENT ID\tRESULT\tSTATUS")
+		for _, r := range ans.Results {
+			what := r.ApprovalStatus
+			switch {
+			case r.Error != nil:
+				what = r.Error.Code + ": " + r.Error.Message
+			case r.Result == "in_flight":
+				what = "sent; not counted yet"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", r.EventID, r.Result, what)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "%d counted, %d refused, %d in flight.\n", ans.Counted, ans.Refused, ans.InFlight)
+		if ans.Truncated {
+			fmt.Fprintf(out, "The run has more pending calls than one batch decides; run the command again for the rest.\n")
+		}
+	}
+	if ans.Refused > 0 {
+		return fmt.Errorf("%d of %d votes were not counted", ans.Refused, len(ans.Results))
+	}
+	return nil
 }
 
 func approvalsEdit(a *approvalsCmd, args []string) error {

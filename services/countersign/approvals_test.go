@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -55,6 +56,8 @@ type cliStack struct {
 	gate       *orchestrator.Gate
 	url, token string
 	flags      []string
+	// adminFlags point the CLI at the stack as an admin.
+	adminFlags []string
 }
 
 func newCLIStack(t *testing.T) *cliStack {
@@ -70,16 +73,22 @@ func newCLIStack(t *testing.T) *cliStack {
 	if err != nil {
 		t.Fatal(err)
 	}
+	adminTok, adminHash, err := api.NewToken()
+	if err != nil {
+		t.Fatal(err)
+	}
 	reg := prometheus.NewRegistry()
 	s, err := api.New(ctx, api.Config{JS: apiJS, Gate: gate, Registerer: reg, Gatherer: reg,
-		Tokens: []api.Token{{Name: "alice", Subject: "alice", SHA256: hash, Roles: []string{api.RoleApprover, api.RoleAgent}}}})
+		Tokens: []api.Token{{Name: "alice", Subject: "alice", SHA256: hash, Roles: []string{api.RoleApprover, api.RoleAgent}},
+			{Name: "root", Subject: "root", SHA256: adminHash, Roles: []string{api.RoleAdmin}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	hs := httptest.NewServer(s.Handler())
 	t.Cleanup(hs.Close)
-	return &cliStack{js: js, gate: gate, url: hs.URL, token: tok, flags: []string{"--url", hs.URL, "--token", tok}}
+	return &cliStack{js: js, gate: gate, url: hs.URL, token: tok, flags: []string{"--url", hs.URL, "--token", tok},
+		adminFlags: []string{"--url", hs.URL, "--token", adminTok}}
 }
 
 // cli runs the countersign command with args and the stack's flags.
@@ -87,6 +96,14 @@ func (c *cliStack) cli(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	err := run(append(args, c.flags...), &out, &errOut)
+	return out.String() + errOut.String(), err
+}
+
+// admin runs the countersign command with args as the stack's admin.
+func (c *cliStack) admin(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err := run(append(args, c.adminFlags...), &out, &errOut)
 	return out.String() + errOut.String(), err
 }
 
@@ -305,5 +322,72 @@ func TestCLIShowPolicyErrorRevisionAndClaim(t *testing.T) {
 	out, err = c.cli(t, "approvals", "show", id)
 	if err != nil || !strings.Contains(out, "by claim claim-7; the outcome of the tool call is unknown to Countersign") || strings.Contains(out, "Executed") {
 		t.Fatalf("show after the claim: %v\n%s", err, out)
+	}
+}
+
+// TestCLIBatchRunOfFifty approves the 50 pending calls of a run in one
+// command: the one alice requested herself is refused (self_approval) and
+// reported, the other 49 count.
+func TestCLIBatchRunOfFifty(t *testing.T) {
+	c := newCLIStack(t)
+	ctx := context.Background()
+	run := contracts.Run{ID: "run-50", Agent: "billing-bot"}
+	var calls []orchestrator.ToolCall
+	for i := range 49 {
+		calls = append(calls, orchestrator.ToolCall{ID: fmt.Sprintf("r%d", i), Name: "stripe.refund", Arguments: json.RawMessage(fmt.Sprintf(`{"amount":%d}`, i+1))})
+	}
+	v, err := c.gate.Submit(ctx, run, calls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine := run
+	mine.RequestedBy = "alice"
+	vs, err := c.gate.Submit(ctx, mine, []orchestrator.ToolCall{{ID: "r49", Name: "stripe.refund", Arguments: json.RawMessage(`{"amount":50}`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	self := vs[0].EventID
+	for _, x := range append(v, vs...) {
+		c.waitRecord(t, x.EventID)
+	}
+
+	out, err := c.cli(t, "approvals", "approve", "--run", "run-50", "--comment", "all of them")
+	if err == nil || !strings.Contains(err.Error(), "1 of 50 votes were not counted") {
+		t.Fatalf("approve --run: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "49 counted, 1 refused, 0 in flight.") || !regexp.MustCompile(self+`\s+refused\s+self_approval`).MatchString(out) {
+		t.Fatalf("approve --run output:\n%s", out)
+	}
+	if n := strings.Count(out, " counted  "); n != 49 {
+		t.Errorf("%d lines counted, want 49:\n%s", n, out)
+	}
+	out, err = c.cli(t, "approvals", "ls", "--run", "run-50", "--status", "approved", "--limit", "100", "--json")
+	var ls listAnswer
+	if err != nil || json.Unmarshal([]byte(out), &ls) != nil || len(ls.Items) != 49 {
+		t.Fatalf("approved calls of the run: %v (%d)\n%s", err, len(ls.Items), out)
+	}
+	for _, it := range ls.Items {
+		if it.Record.Request.EventID == self || it.Record.Votes[0].Comment != "all of them" || it.Record.Votes[0].Approver.Via != "cli" {
+			t.Fatalf("approved %+v", it.Record)
+		}
+	}
+	// Nothing is left for alice to decide: the self-requested call waits for someone else.
+	if out, err := c.cli(t, "approvals", "approve", "--run", "run-50"); err == nil || !strings.Contains(out, "0 counted, 1 refused") {
+		t.Fatalf("approve --run again: %v\n%s", err, out)
+	}
+}
+
+func TestCLIBatchSelection(t *testing.T) {
+	c := newCLIStack(t)
+	a := c.submit(t, orchestrator.ToolCall{ID: "s1", Name: "stripe.refund", Arguments: json.RawMessage(`{"amount":1}`)})
+	b := c.submit(t, orchestrator.ToolCall{ID: "s2", Name: "stripe.refund", Arguments: json.RawMessage(`{"amount":2}`)})
+	out, err := c.cli(t, "approvals", "reject", a, b[:8], "--reason", "duplicates")
+	if err != nil || !strings.Contains(out, "2 counted, 0 refused") || strings.Count(out, "rejected") != 2 {
+		t.Fatalf("reject two: %v\n%s", err, out)
+	}
+	for _, bad := range [][]string{{"approvals", "approve", a, "--run", "r"}, {"approvals", "approve"}, {"approvals", "approve", a, "--agent", "x"}} {
+		if out, err := c.cli(t, bad...); err == nil {
+			t.Errorf("%v: no error\n%s", bad, out)
+		}
 	}
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -80,4 +82,37 @@ func TestCLIGrantApproveListShowRevoke(t *testing.T) {
 	if out, _ := c.cli(t, "grants", "ls"); !strings.Contains(out, "No grants.") {
 		t.Fatalf("active grants after the revocation:\n%s", out)
 	}
+}
+
+// TestCLIPolicyApplyNamesStoppedGrants: a dry run of a version whose rule
+// no longer permits run grants names the active run grant it would stop.
+func TestCLIPolicyApplyNamesStoppedGrants(t *testing.T) {
+	c := newCLIStack(t)
+	id := c.submit(t, orchestrator.ToolCall{ID: "p-1", Name: "stripe.refund", Arguments: json.RawMessage(`{"amount":30}`)})
+	if out, err := c.cli(t, "approvals", "approve", id, "--grant", "run", "--ttl", "1h"); err != nil {
+		t.Fatalf("approve --grant run: %v\n%s", err, out)
+	}
+	c.waitGrant(t, id, func(*contracts.Grant) bool { return true })
+	narrower := strings.Replace(strings.Replace(cliPolicy, "scopes: [call, run]", "scopes: [call]", 1), `"cli-1"`, `"cli-2"`, 1)
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(file, []byte(narrower), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.admin(t, "policy", "apply", "--dry-run", file)
+	if err != nil || !strings.Contains(out, "This version would stop 1 active grant(s)") ||
+		!strings.Contains(out, id+"  stripe.refund for agent billing-bot, run run-cli (run grant): rule refunds no longer permits") {
+		t.Fatalf("policy apply --dry-run: %v\n%s", err, out)
+	}
+	if out, err := c.admin(t, "policy", "apply", "--dry-run", writeFile(t, cliPolicy)); err != nil || strings.Contains(out, "grant") {
+		t.Fatalf("a version that permits the grant: %v\n%s", err, out)
+	}
+}
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
 }

@@ -31,6 +31,47 @@ type policyInfo struct {
 	// DirectoryGroups are the groups the server's approver directory gives
 	// members.
 	DirectoryGroups []string `json:"directory_groups"`
+	// StoppedGrants are the active grants the version no longer permits.
+	StoppedGrants []stoppedGrant `json:"stopped_grants"`
+}
+
+type stoppedGrant struct {
+	GrantID string `json:"grant_id"`
+	Tool    string `json:"tool"`
+	Agent   string `json:"agent"`
+	Tenant  string `json:"tenant"`
+	RunID   string `json:"run_id"`
+	Scope   string `json:"scope"`
+	Rule    string `json:"rule"`
+	NewRule string `json:"new_rule"`
+	Reason  string `json:"reason"`
+}
+
+// printStoppedGrants names the active grants a version stops (or, in a dry
+// run, would stop).
+func printStoppedGrants(out io.Writer, gs []stoppedGrant, dryRun bool) {
+	if len(gs) == 0 {
+		return
+	}
+	verb := "stops"
+	if dryRun {
+		verb = "would stop"
+	}
+	fmt.Fprintf(out, "This version %s %d active grant(s); they allow no call under it:\n", verb, len(gs))
+	for _, g := range gs {
+		where := "agent " + g.Agent
+		if g.Tenant != "" {
+			where += ", tenant " + g.Tenant
+		}
+		if g.RunID != "" {
+			where += ", run " + g.RunID
+		}
+		why := "rule " + g.Rule + " no longer permits its scope, lifetime or arguments"
+		if g.Reason == "rule changed" {
+			why = "its calls are now decided by rule " + g.NewRule + ", not " + g.Rule
+		}
+		fmt.Fprintf(out, "  %s  %s for %s (%s grant): %s\n", g.GrantID, g.Tool, where, g.Scope, why)
+	}
 }
 
 // policySubs are the policy subcommands.
@@ -125,6 +166,7 @@ func cmdPolicyApply(fs *flagSet, args []string, out io.Writer) error {
 		return err
 	}
 	printProblems(out, fs.Arg(0), ans.Warnings)
+	printStoppedGrants(out, ans.StoppedGrants, *dryRun)
 	switch {
 	case *dryRun:
 		fmt.Fprintf(out, "Policy version %s is valid; nothing was applied.\n", ans.Version)

@@ -83,6 +83,7 @@ func (in *Inbox) readVote(f url.Values, sess *session, id string) webVote {
 	switch wv.decision {
 	case contracts.DecisionApprove:
 		v.Decision, v.ArgumentsSHA256 = contracts.DecisionApprove, f.Get("h")
+		v.Grant, wv.formErr = grantFromForm(f)
 	case contracts.DecisionReject:
 		v.Decision = contracts.DecisionReject
 	case contracts.DecisionEdit:
@@ -143,6 +144,9 @@ func (in *Inbox) cast(ctx context.Context, sess *session, wv *webVote) voteOutco
 	case res.Refused != "":
 		out.status, out.code = contracts.Reason(res.Refused).HTTPStatus(), res.Refused
 		out.resultErr = "Your vote was refused: " + contracts.Reason(res.Refused).Message() + "."
+		if res.Refused == contracts.ReasonGrantNotAllowed && res.Detail != "" {
+			out.resultErr += " " + res.Detail
+		}
 		if res.Refused == contracts.ReasonInvalidArguments && res.Detail != "" {
 			if wv.decision == contracts.DecisionEdit {
 				wv.argsErr = res.Detail
@@ -229,4 +233,26 @@ func answerContent(text string) json.RawMessage {
 	}
 	out, _ := json.Marshal(map[string]string{"text": t})
 	return out
+}
+
+// grantFromForm reads the grant the approve form asks for: none, or a run
+// or agent grant for a time, of the same arguments or of those a
+// condition admits. The arbiter checks it against the request's rule.
+func grantFromForm(f url.Values) (*contracts.GrantRequest, string) {
+	scope := f.Get("grant_scope")
+	switch scope {
+	case "", contracts.GrantScopeCall:
+		return nil, ""
+	case contracts.GrantScopeRun, contracts.GrantScopeAgent:
+	default:
+		return nil, "Unknown grant scope."
+	}
+	g := &contracts.GrantRequest{Scope: scope, TTL: strings.TrimSpace(f.Get("grant_ttl")), Arguments: contracts.GrantArgumentsSame}
+	if g.TTL == "" {
+		return nil, "Say for how long the decision is remembered, such as 1h."
+	}
+	if when := strings.TrimSpace(f.Get("grant_when")); when != "" {
+		g.Arguments, g.Condition = contracts.GrantArgumentsCondition, when
+	}
+	return g, ""
 }

@@ -171,6 +171,8 @@ type Backend interface {
 	Settle(ctx context.Context) error
 	Resolver() notifier.Resolver
 	Oversight(ctx context.Context, p api.Principal, q api.OversightQuery) (*oversight.Report, *api.Error)
+	Grants(ctx context.Context, p *api.Principal, status, agent, tool string) []api.GrantView
+	RevokeGrant(ctx context.Context, p *api.Principal, id string) (api.GrantView, *api.Error)
 }
 
 // Config wires an Inbox.
@@ -259,6 +261,10 @@ func (in *Inbox) register() {
 	mux.Handle("GET /oversight", in.page(in.getOversight))
 	mux.Handle("GET /approvals/{event_id}", in.page(in.getDetail))
 	mux.Handle("POST /approvals/{event_id}/decide", in.page(in.postDecide))
+	mux.Handle("GET /runs/{run_id}", in.page(in.getRun))
+	mux.Handle("POST /decide", in.page(in.postBatch))
+	mux.Handle("GET /grants", in.page(in.getGrants))
+	mux.Handle("POST /grants/{grant_id}/revoke", in.page(in.postRevokeGrant))
 	mux.Handle("GET /inbox/events", in.secure(in.getEvents))
 	mux.Handle("GET /login", in.secure(in.getLogin))
 	mux.Handle("POST /login", in.secure(in.postLogin))

@@ -25,7 +25,7 @@ var webFS embed.FS
 // the page's content.
 var inboxPages = func() map[string]*template.Template {
 	out := map[string]*template.Template{}
-	for _, name := range []string{"login", "list", "detail", "message"} {
+	for _, name := range []string{"login", "list", "detail", "message", "batch", "grants"} {
 		out[name] = template.Must(template.New(name).ParseFS(webFS, "web/layout.html", "web/"+name+".html"))
 	}
 	return out
@@ -93,6 +93,9 @@ type row struct {
 	Progress string
 	Outcome  string
 	Mine     bool
+	// ArgsSHA is the SHA-256 of the arguments under review, sent with a
+	// batch's vote on the row.
+	ArgsSHA string
 }
 
 type listPage struct {
@@ -106,6 +109,13 @@ type listPage struct {
 	Mine    bool
 	Query   string
 	Limited bool
+	// RunID (and RunAgent) make the page a run's: its requests, and
+	// MineCount of them the person may decide.
+	RunID     string
+	RunAgent  string
+	MineCount int
+	// Back is where a batch's answer page links back to.
+	Back string
 }
 
 // Listing bounds: the pending list shows this many requests; history
@@ -192,6 +202,7 @@ func (in *Inbox) row(rec *contracts.Record, p *api.Principal, now time.Time) row
 		Tool: toolName(req), Risk: req.Risk, Status: rec.Status, Age: ago(now, req.CreatedAt), Mine: ok,
 		Progress: notifier.Progress(req, rec),
 	}
+	_, rw.ArgsSHA = currentArguments(rec)
 	if rw.Summary == "" {
 		rw.Summary = rw.Title
 	}
@@ -211,7 +222,7 @@ func (in *Inbox) row(rec *contracts.Record, p *api.Principal, now time.Time) row
 func (in *Inbox) getList(w http.ResponseWriter, r *http.Request, sess *session) {
 	q := r.URL.Query()
 	pg := listPage{Page: in.pageFor(sess, "Inbox", "inbox"), Risks: risks,
-		Agent: q.Get("agent"), Risk: q.Get("risk"), Mine: q.Get("mine") != ""}
+		Agent: q.Get("agent"), Risk: q.Get("risk"), Mine: q.Get("mine") != "", Back: r.URL.RequestURI()}
 	recs, aerr := in.api.Records(r.Context(), sess.p, api.Query{Statuses: []string{contracts.StatusPending}, Limit: inboxListLimit})
 	if aerr != nil {
 		in.message(w, aerr.Status, sess, aerr.Message)
@@ -336,6 +347,34 @@ type statusView struct {
 	ArgsError   string
 	Comment     string
 	Answer      string
+	// GrantScopes are the grants the request's rule lets an approval ask
+	// for beyond the call, GrantMaxTTL the longest, and GrantCondition
+	// whether a condition may widen the arguments.
+	GrantScopes    []grantOption
+	GrantMaxTTL    string
+	GrantCondition bool
+}
+
+// grantOption is a grant scope the approve form offers.
+type grantOption struct {
+	Value, Label string
+}
+
+// grantOptions are the scopes beyond the call that req's rule permits.
+func grantOptions(req *contracts.ApprovalRequested) []grantOption {
+	if req.Grants == nil || req.Kind == contracts.KindHumanInput {
+		return nil
+	}
+	var out []grantOption
+	for _, sc := range req.Grants.Scopes {
+		switch {
+		case sc == contracts.GrantScopeRun && req.Run.ID != "":
+			out = append(out, grantOption{sc, "also " + toolName(req) + " for the rest of run " + req.Run.ID})
+		case sc == contracts.GrantScopeAgent:
+			out = append(out, grantOption{sc, "also " + toolName(req) + " for agent " + req.Run.Agent + " in any run"})
+		}
+	}
+	return out
 }
 
 // currentArguments are the arguments under review now: the newest counted
@@ -429,6 +468,10 @@ func (in *Inbox) status(ctx context.Context, rec *contracts.Record, sess *sessio
 		sv.Allowed[contracts.DecisionApprove], sv.Allowed[contracts.DecisionReject] = true, true
 	}
 	sv.CanDecide, sv.ReadOnly = mayDecide(rec, &sess.p)
+	if sv.GrantScopes = grantOptions(req); sv.GrantScopes != nil {
+		sv.GrantMaxTTL = req.Grants.MaxTTL
+		sv.GrantCondition = req.Grants.Arguments == contracts.GrantArgumentsCondition
+	}
 	args, sha := currentArguments(rec)
 	sv.ArgsSHA = sha
 	if len(args) > 0 {

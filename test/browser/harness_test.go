@@ -35,6 +35,7 @@ rules:
     approvers: [alice, bob]
     allowed_decisions: [approve, reject, edit]
     summary: "Refund {{args.amount}} EUR to {{args.customer}}"
+    grants: {scopes: [call, run, agent], max_ttl: 8h, arguments: condition}
   - name: deploys
     tools: ["deploy.*"]
     action: require_approval

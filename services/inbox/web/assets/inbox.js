@@ -82,10 +82,15 @@
       pending = true;
       var q = new URLSearchParams(window.location.search);
       q.set("fragment", "rows");
-      fetchHTML("/?" + q.toString()).then(function (html) {
+      fetchHTML(window.location.pathname + "?" + q.toString()).then(function (html) {
         var fresh = parse(html).getElementById("rows");
         var cur = document.getElementById("rows");
         if (fresh && cur) {
+          // Rows the person selected stay selected.
+          Array.prototype.forEach.call(cur.querySelectorAll(".pick:checked"), function (c) {
+            var same = fresh.querySelector('.pick[value="' + c.value.replace(/["\\]/g, "") + '"]');
+            if (same) same.checked = true;
+          });
           cur.replaceWith(fresh);
           var i = index();
           if (i >= 0) rows()[i].classList.add("selected");
