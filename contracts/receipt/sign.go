@@ -73,6 +73,9 @@ func NewSigner(cfg SignerConfig) (*Signer, error) {
 // KeyID is the id of the signing key.
 func (s *Signer) KeyID() string { return s.cfg.Key.ID }
 
+// Keys is the public key of s, as a key set to serve or verify with.
+func (s *Signer) Keys() *KeySet { return NewKeySet(s.cfg.Key) }
+
 // Issuer is the iss of the receipts s signs.
 func (s *Signer) Issuer() string { return s.cfg.Issuer }
 
