@@ -356,7 +356,7 @@ func checkSchemaField(raw json.RawMessage, field string) *Error {
 func (s *Server) signReceipt(c receipt.Claims) string {
 	if s.cfg.Receipts == nil {
 		s.noSigner.Do(func() {
-			s.log.Warn("a call was allowed with a receipt, but this API holds no receipt signing key; it gets none (receipts.policy_keys, see docs/receipts.md)",
+			s.log.Warn("a call was allowed with a receipt, but this API holds no receipt signing key; it gets none (receipts.api_keys, see docs/receipts.md)",
 				"basis", c.Basis, "rule", c.Rule)
 		})
 		return ""
