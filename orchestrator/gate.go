@@ -18,6 +18,7 @@ import (
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/approval"
+	"github.com/countersign/countersign/contracts/receipt"
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/orchestrator/directory"
 	"github.com/countersign/countersign/orchestrator/policy"
@@ -413,6 +414,9 @@ func (g *Gate) Submit(ctx context.Context, run contracts.Run, calls []ToolCall) 
 		switch d.Action {
 		case policy.ActionAllow:
 			v.Verdict, v.Arguments, v.Permit = VerdictAllowed, args, &Permit{byPolicy: true, sha: sha, args: args}
+			if d.Receipt {
+				v.Permit.attest = policyReceipt(run, c, sha, d)
+			}
 		case policy.ActionDeny:
 			v.Verdict, v.Reason = VerdictDenied, d.Reason
 		default:
@@ -731,6 +735,35 @@ type Permit struct {
 	grantIn   policy.Input
 	// receipt is the signed receipt of the accepted claim (see Receipt).
 	receipt atomic.Pointer[string]
+	// attest are the claims of the receipt the HTTP API signs for a call
+	// allowed without an approval (see ReceiptClaims); nil when none.
+	attest *receipt.Claims
+}
+
+// ReceiptClaims are the claims of the receipt the HTTP API signs for a
+// call allowed without an approval: by a policy rule that says receipt:
+// true (basis policy), or by a standing grant (basis grant, naming the
+// grant). It reports false for the permit of an approval, whose receipt
+// the arbiter signs when the approval is claimed (see Receipt), and for a
+// call the policy allows without asking for a receipt. The gate signs
+// nothing itself: an agent's own process holds no signing key.
+func (p *Permit) ReceiptClaims() (receipt.Claims, bool) {
+	if p == nil || p.attest == nil {
+		return receipt.Claims{}, false
+	}
+	c := *p.attest
+	c.DecidedBy = slices.Clone(c.DecidedBy)
+	return c, true
+}
+
+// policyReceipt are the claims of the receipt of a call the policy allows
+// outright under a rule with receipt: true.
+func policyReceipt(run contracts.Run, c ToolCall, sha string, d policy.Decision) *receipt.Claims {
+	return &receipt.Claims{
+		Tenant: run.Tenant, Agent: run.Agent, RunID: run.ID, ToolCallID: c.ID, Tool: c.Name,
+		ArgsSHA256: sha, Basis: receipt.BasisPolicy, DecidedBy: []string{receipt.BasisPolicy},
+		Rule: d.Rule, PolicyVersion: d.Version,
+	}
 }
 
 // GrantID of the standing grant behind the permit ("" when none).

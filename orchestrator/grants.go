@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/approval"
+	"github.com/countersign/countersign/contracts/receipt"
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/orchestrator/policy"
 )
@@ -265,7 +267,16 @@ func (g *Gate) grantVerdict(ctx context.Context, run contracts.Run, c ToolCall, 
 		g.gm.uses.WithLabelValues(fresh.Policy.Rule).Inc()
 		return Verdict{
 			ToolCallID: c.ID, Verdict: VerdictAllowed, Rule: d.Rule, Arguments: args, GrantID: fresh.GrantID,
-			Permit: &Permit{g: g, grantID: fresh.GrantID, sha: sha, args: args, grantCall: call, grantIn: in},
+			Permit: &Permit{
+				g: g, grantID: fresh.GrantID, sha: sha, args: args, grantCall: call, grantIn: in,
+				attest: &receipt.Claims{
+					Tenant: run.Tenant, Agent: run.Agent, RunID: run.ID, ToolCallID: c.ID, Tool: c.Name,
+					ArgsSHA256: sha, Basis: receipt.BasisGrant, Grant: fresh.GrantID, DecidedBy: slices.Clone(fresh.GrantedBy),
+					Rule: d.Rule, PolicyVersion: d.Version,
+					// A receipt never outlives its grant (the signer caps it at its TTL).
+					ExpiresAt: fresh.ExpiresAt.Unix(),
+				},
+			},
 		}, true
 	}
 	return Verdict{}, false

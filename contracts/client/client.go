@@ -141,6 +141,14 @@ type Result struct {
 	Rule   string `json:"rule,omitempty"`
 	// Arguments to run with (possibly edited by a human).
 	Arguments json.RawMessage `json:"arguments,omitempty"`
+	// GrantID names the standing grant that allowed the call without a
+	// new request.
+	GrantID string `json:"grant_id,omitempty"`
+	// Receipt is the receipt Countersign signed for a call allowed without
+	// an approval: under a standing grant, or by a policy rule with
+	// receipt: true. Pass it to the tool (the Countersign-Receipt header).
+	// An approved call's receipt comes with its claim (Record.Claim.Receipt).
+	Receipt string `json:"receipt,omitempty"`
 }
 
 // Terminal reports whether the result is final (not pending).

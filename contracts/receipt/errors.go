@@ -38,6 +38,9 @@ var (
 	ErrExpired = &Error{Code: "receipt_expired", Status: http.StatusUnauthorized, Message: "expired"}
 	// ErrWrongTool: the receipt is for another tool.
 	ErrWrongTool = &Error{Code: "receipt_wrong_tool", Status: http.StatusForbidden, Message: "receipt for another tool"}
+	// ErrBasisNotAccepted: the call was allowed in a way the tool does not
+	// accept (Options.Bases): a policy receipt where humans must approve.
+	ErrBasisNotAccepted = &Error{Code: "receipt_basis_not_accepted", Status: http.StatusForbidden, Message: "call allowed on a basis the tool does not accept"}
 	// ErrArgumentsDiffer: the arguments about to run are not the approved ones.
 	ErrArgumentsDiffer = &Error{Code: "receipt_arguments_differ", Status: http.StatusForbidden, Message: "arguments differ from the approved ones"}
 	// ErrReplayed: the receipt's id was already used.

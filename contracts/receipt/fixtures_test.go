@@ -70,6 +70,8 @@ type Case struct {
 	Times     int             `json:"times"`
 	Expect    string          `json:"expect"`
 	Claims    *receipt.Claims `json:"claims,omitempty"`
+	// Bases are the bases the tool accepts (empty: every one).
+	Bases []string `json:"bases,omitempty"`
 }
 
 func seedKey(t *testing.T, name string) receipt.PrivateKey {
@@ -211,6 +213,10 @@ func buildFixtures(t *testing.T) Fixtures {
 		{Name: "signed with the key added by a rotation", Receipt: rotatedTok, Tool: "payments.send", Arguments: args, Now: now, Expect: "ok", Claims: &signedRotated},
 		{Name: "standing grant", Receipt: mustSign(t, current, grant), Tool: "payments.send", Arguments: args, Now: now, Expect: "ok"},
 		{Name: "policy receipt", Receipt: mustSign(t, current, policyC), Tool: "payments.send", Arguments: args, Now: now, Expect: "ok"},
+		{Name: "standing grant, where the tool accepts approvals and grants", Receipt: mustSign(t, current, grant), Tool: "payments.send", Arguments: args, Now: now,
+			Bases: []string{receipt.BasisApproval, receipt.BasisGrant}, Expect: "ok"},
+		{Name: "policy receipt, where the tool accepts approvals and grants", Receipt: mustSign(t, current, policyC), Tool: "payments.send", Arguments: args, Now: now,
+			Bases: []string{receipt.BasisApproval, receipt.BasisGrant}, Expect: "receipt_basis_not_accepted"},
 		{Name: "arguments differ by one byte", Receipt: validTok, Tool: "payments.send", Arguments: oneByte, Now: now, Expect: "receipt_arguments_differ"},
 		{Name: "another tool", Receipt: validTok, Tool: "payments.refund", Arguments: args, Now: now, Expect: "receipt_wrong_tool"},
 		{Name: "expired", Receipt: validTok, Tool: "payments.send", Arguments: args, Now: fixtureNow.Add(receipt.DefaultTTL).Unix(), Expect: "receipt_expired"},
@@ -308,7 +314,7 @@ func verifyCase(keys receipt.KeySource, issuer string, c Case) (*receipt.Claims,
 	var err error
 	for range c.Times {
 		got, err = receipt.Verify(context.Background(), c.Receipt, c.Tool, c.Arguments, receipt.Options{
-			Keys: keys, Replay: store, Issuer: issuer, Now: func() time.Time { return time.Unix(c.Now, 0) },
+			Keys: keys, Replay: store, Issuer: issuer, Now: func() time.Time { return time.Unix(c.Now, 0) }, Bases: c.Bases,
 		})
 	}
 	return got, err

@@ -73,10 +73,15 @@ func NewSigner(cfg SignerConfig) (*Signer, error) {
 // KeyID is the id of the signing key.
 func (s *Signer) KeyID() string { return s.cfg.Key.ID }
 
+// Keys is the public key of s, as a key set to serve or verify with.
+func (s *Signer) Keys() *KeySet { return NewKeySet(s.cfg.Key) }
+
 // Issuer is the iss of the receipts s signs.
 func (s *Signer) Issuer() string { return s.cfg.Issuer }
 
-// Sign fills iss, iat, exp and jti (when empty) and returns the compact JWS.
+// Sign fills iss, iat, exp and jti (when empty) and returns the compact
+// JWS. A receipt never lives longer than the signer's TTL: an exp that is
+// set (the end of a standing grant, say) is kept only when it comes first.
 func (s *Signer) Sign(c Claims) (string, error) {
 	now := s.cfg.Now()
 	if c.Issuer == "" {
@@ -85,8 +90,8 @@ func (s *Signer) Sign(c Claims) (string, error) {
 	if c.IssuedAt == 0 {
 		c.IssuedAt = now.Unix()
 	}
-	if c.ExpiresAt == 0 {
-		c.ExpiresAt = now.Add(s.cfg.TTL).Unix()
+	if limit := now.Add(s.cfg.TTL).Unix(); c.ExpiresAt == 0 || c.ExpiresAt > limit {
+		c.ExpiresAt = limit
 	}
 	if c.ID == "" {
 		var id [16]byte

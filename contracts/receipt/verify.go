@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,6 +31,11 @@ type Options struct {
 	Now func() time.Time
 	// Leeway is the clock skew tolerated on iat and exp (default 0).
 	Leeway time.Duration
+	// Bases are how a call must have been allowed for the tool to run it
+	// (BasisApproval, BasisGrant, BasisPolicy); empty accepts every basis.
+	// A tool that runs only what humans approved lists BasisApproval, or
+	// BasisApproval and BasisGrant to also accept a standing grant.
+	Bases []string
 }
 
 // Verify checks that token is a valid, unused receipt for running tool
@@ -38,7 +44,8 @@ type Options struct {
 // a key of opts.Keys (ErrUnknownKey); the signature verifies
 // (ErrBadSignature); the claims are complete (ErrMalformed), from the
 // expected issuer (ErrWrongIssuer), and current (ErrExpired); the tool
-// matches (ErrWrongTool); the SHA-256 of the RFC 8785 form of args equals
+// matches (ErrWrongTool); the basis is one of opts.Bases, when set
+// (ErrBasisNotAccepted); the SHA-256 of the RFC 8785 form of args equals
 // args_sha256 (ErrArgumentsDiffer); and the receipt id was not used before
 // (ErrReplayed) — it is then marked used, so a second Verify of the same
 // receipt fails. Only a receipt that passes every other check uses up its id.
@@ -49,6 +56,9 @@ func Verify(ctx context.Context, token, tool string, args []byte, opts Options) 
 	}
 	if subtle.ConstantTimeCompare([]byte(c.Tool), []byte(tool)) != 1 {
 		return nil, wrap(ErrWrongTool, "the receipt is for tool %q, not %q", c.Tool, tool)
+	}
+	if len(opts.Bases) > 0 && !slices.Contains(opts.Bases, c.Basis) {
+		return nil, wrap(ErrBasisNotAccepted, "the call was allowed by %s; this tool accepts %s", c.Basis, strings.Join(opts.Bases, ", "))
 	}
 	sha, err := contracts.ArgumentsSHA256(args)
 	if err != nil {

@@ -129,6 +129,11 @@ func compileRule(rs *ruleSpec, fs *fileSpec, fallback settings, version string, 
 	s := settingsFor(risk, &rs.gateSpec, fs.riskDefault[risk], &fs.defaultRule)
 	s.reason = rs.reason
 	r.decision = s.decision(rs.action, rs.name, version, rs.line)
+	r.decision.Receipt = rs.receipt && rs.action == ActionAllow
+	if rs.receipt && rs.action != ActionAllow {
+		ps.add(rs.receiptKey.Line, rs.receiptKey.Column, SeverityWarning,
+			"%s: receipt has no effect on a rule whose action is %s (an approved call gets its receipt when it is claimed)", rs.where, rs.action)
+	}
 	if rs.action == ActionRequireApproval {
 		checkQuorum(s, rs.where, posOf(rs.quorumNode, rs.node), SeverityError, ps)
 		checkOrder(s, rs.where, rs.node, ps)

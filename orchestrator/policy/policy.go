@@ -89,6 +89,10 @@ type Decision struct {
 	// Grants are the standing grants the rule permits an approver to give
 	// (nil: only the call). Meaningful when Action is require_approval.
 	Grants *contracts.GrantLimits
+	// Receipt says the rule allows the call with a receipt (receipt: true):
+	// the HTTP API signs one for the policy decision. Only an allow
+	// decision sets it; an agent's own process never signs.
+	Receipt bool
 }
 
 // SensitivePointers are the concrete pointers of the values of args a

@@ -25,7 +25,7 @@ var (
 		"reminders", "escalation", "escalation_repeat"}
 	tierKeys  = []string{"after", "approvers", "channels"}
 	matchKeys = []string{"name", "agents", "tools", "tenants", "labels", "when", "action"}
-	ruleKeys  = append(append([]string{}, matchKeys...), gateKeys...)
+	ruleKeys  = append(append(append([]string{}, matchKeys...), gateKeys...), "receipt")
 )
 
 // groupPrefix marks an approver entry that names a group.
@@ -119,6 +119,10 @@ type ruleSpec struct {
 	when                   string
 	whenNode               *yaml.Node
 	action                 string
+	// receipt asks the HTTP API to sign a receipt for calls the rule
+	// allows (receipt: true); receiptKey is where it was set.
+	receipt    bool
+	receiptKey *yaml.Node
 }
 
 func readPolicy(root *yaml.Node, ps *problems) *fileSpec {
@@ -296,6 +300,9 @@ func readRule(i int, n *yaml.Node, ps *problems) *ruleSpec {
 			if !validAction(r.action) {
 				ps.add(f.val.Line, f.val.Column, SeverityError, "%s: unknown action %q (allow, deny, require_approval)", r.where, r.action)
 			}
+		case "receipt":
+			r.receipt, _ = ps.boolean(f.val, what)
+			r.receiptKey = f.key
 		default:
 			if !readGateField(f, &r.gateSpec, ps, gateKeys) {
 				ps.unknownField(f, r.where, ruleKeys)

@@ -89,6 +89,11 @@ type Config struct {
 	// ReceiptKeys are the public keys served at /.well-known/jwks.json,
 	// which verify the receipts the arbiter signs (see contracts/receipt).
 	ReceiptKeys *receipt.KeySet
+	// Receipts signs the receipts of calls a review allows without an
+	// approval: under a standing grant, or by a policy rule with receipt:
+	// true. Its public key is served with ReceiptKeys. Without it those
+	// calls get no receipt, and a tool that requires receipts refuses them.
+	Receipts *receipt.Signer
 }
 
 func (c *Config) setDefaults() {
@@ -106,6 +111,10 @@ func (c *Config) setDefaults() {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.Receipts != nil {
+		// What the API signs verifies with the keys it publishes.
+		c.ReceiptKeys = c.ReceiptKeys.Merge(c.Receipts.Keys())
 	}
 }
 

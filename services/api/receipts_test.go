@@ -32,9 +32,19 @@ type receiptEnv struct {
 	agent  *client.Client
 	alice  *client.Client
 	client *http.Client
+	// apiKey signs what the API signs (policy and grant receipts).
+	apiKey     receipt.PrivateKey
+	aliceToken string
 }
 
 func setupReceipts(t *testing.T, opts ...eventstest.Option) *receiptEnv {
+	t.Helper()
+	return setupReceiptsWith(t, testPolicy, true, opts...)
+}
+
+// setupReceiptsWith is setupReceipts with another policy; with apiSigns the
+// API holds a signing key of its own (receipts.policy_keys), as in a cluster.
+func setupReceiptsWith(t *testing.T, pol string, apiSigns bool, opts ...eventstest.Option) *receiptEnv {
 	t.Helper()
 	srv := eventstest.NewServer(t, opts...)
 	srv.Provision(srv.JetStream())
@@ -47,27 +57,39 @@ func setupReceipts(t *testing.T, opts ...eventstest.Option) *receiptEnv {
 		t.Fatal(err)
 	}
 	countersigntest.RunArbiter(t, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter), Receipts: signer})
-	policies := countersigntest.LivePolicy(t, srv.JetStreamAs(embedded.RoleAPI), testPolicy)
+	policies := countersigntest.LivePolicy(t, srv.JetStreamAs(embedded.RoleAPI), pol)
 	gate := countersigntest.Gate(t, srv.JetStreamAs(embedded.RoleAPI), policies)
 	agentTok, agentHash, _ := api.NewToken()
 	aliceTok, aliceHash, _ := api.NewToken()
 	reg := prometheus.NewRegistry()
-	s, err := api.New(context.Background(), api.Config{
+	cfg := api.Config{
 		JS: srv.JetStreamAs(embedded.RoleAPI), Gate: gate, Policies: policies, Registerer: reg, Gatherer: reg,
 		Tokens: []api.Token{
 			{Name: "agent", Subject: "agent:billing", SHA256: agentHash, Roles: []string{api.RoleAgent}},
 			{Name: "alice", Subject: "alice", SHA256: aliceHash, Roles: []string{api.RoleApprover}},
 		},
-		// The API holds only the public half.
+		// The API holds only the public half of the arbiter's key.
 		ReceiptKeys: receipt.NewKeySet(key),
-	})
+	}
+	e := &receiptEnv{srv: srv, key: key, aliceToken: aliceTok}
+	if apiSigns {
+		if e.apiKey, err = receipt.GenerateKey(); err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Receipts, err = receipt.NewSigner(receipt.SignerConfig{Key: e.apiKey}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := api.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	hs := httptest.NewServer(s.Handler())
 	t.Cleanup(hs.Close)
-	return &receiptEnv{srv: srv, url: hs.URL, key: key, agent: goClient(t, hs.URL, agentTok), alice: goClient(t, hs.URL, aliceTok), client: hs.Client()}
+	e.url, e.client = hs.URL, hs.Client()
+	e.agent, e.alice = goClient(t, hs.URL, agentTok), goClient(t, hs.URL, aliceTok)
+	return e
 }
 
 // approvedCall reviews a payments call, has alice approve it and returns its event id.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/approval"
+	"github.com/countersign/countersign/contracts/receipt"
 	"github.com/countersign/countersign/orchestrator"
 	"github.com/countersign/countersign/orchestrator/policy"
 )
@@ -69,6 +70,9 @@ type reviewResult struct {
 	// GrantID names the standing grant that allowed the call without a
 	// new request.
 	GrantID string `json:"grant_id,omitempty"`
+	// Receipt is the receipt the API signed for a call allowed without an
+	// approval: under a standing grant, or by a rule with receipt: true.
+	Receipt string `json:"receipt,omitempty"`
 	// Explain (with ?explain=1) says how the policy in force decides the
 	// call, rule by rule.
 	Explain *explanation `json:"explain,omitempty"`
@@ -143,6 +147,9 @@ func (s *Server) postReviews(w http.ResponseWriter, r *http.Request) {
 		ans.Results[i] = reviewResult{
 			ToolCallID: v.ToolCallID, Verdict: v.Verdict, EventID: v.EventID, Reason: v.Reason, Code: v.Code, Rule: v.Rule,
 			Arguments: v.Arguments, Edited: v.Edited, Diff: v.Diff, GrantID: v.GrantID,
+		}
+		if c, ok := v.Permit.ReceiptClaims(); ok {
+			ans.Results[i].Receipt = s.signReceipt(c)
 		}
 		if explain {
 			d, steps, err := s.cfg.Gate.Explain(run, calls[i])
@@ -340,4 +347,24 @@ func checkSchemaField(raw json.RawMessage, field string) *Error {
 		return fieldError(http.StatusBadRequest, CodeInvalidSchema, field, "%s: %v", field, err)
 	}
 	return nil
+}
+
+// signReceipt signs the receipt of a call a review allowed without an
+// approval; "" when this API holds no signing key or the signing fails.
+// Each call gets its own receipt, good for one use: a call reviewed again
+// gets a new one.
+func (s *Server) signReceipt(c receipt.Claims) string {
+	if s.cfg.Receipts == nil {
+		s.noSigner.Do(func() {
+			s.log.Warn("a call was allowed with a receipt, but this API holds no receipt signing key; it gets none (receipts.api_keys, see docs/receipts.md)",
+				"basis", c.Basis, "rule", c.Rule)
+		})
+		return ""
+	}
+	tok, err := s.cfg.Receipts.Sign(c)
+	if err != nil {
+		s.log.Error("receipt not signed", "basis", c.Basis, "tool", c.Tool, "err", err)
+		return ""
+	}
+	return tok
 }

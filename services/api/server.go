@@ -37,6 +37,9 @@ type Server struct {
 	done      chan struct{}
 	closeOnce sync.Once
 	closeErr  error
+	// noSigner is logged once: a review allowed a call with a receipt
+	// while this API holds no signing key.
+	noSigner sync.Once
 }
 
 //go:embed openapi.json

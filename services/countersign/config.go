@@ -101,7 +101,7 @@ func loadConfig(path string) (fileConfig, error) {
 		return cfg, fmt.Errorf("config %s: %w", path, err)
 	}
 	// Relative paths in the file are relative to the file.
-	for _, p := range []*string{&cfg.Policy, &cfg.Directory, &cfg.Receipts.Keys, &cfg.Receipts.PublicKeys} {
+	for _, p := range []*string{&cfg.Policy, &cfg.Directory, &cfg.Receipts.Keys, &cfg.Receipts.PublicKeys, &cfg.Receipts.APIKeys} {
 		if *p != "" && !filepath.IsAbs(*p) && !strings.HasPrefix(*p, "./") {
 			*p = filepath.Join(filepath.Dir(path), *p)
 		}

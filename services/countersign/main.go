@@ -60,6 +60,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return cmdBench(args[1:], stdout)
 	case "token":
 		return cmdToken(args[1:], stdout)
+	case "receipts":
+		return cmdReceipts(args[1:], stdout)
 	case "mcp":
 		return cmdMCP(args[1:], stdout, stderr)
 	case "version":

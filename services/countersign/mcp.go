@@ -31,6 +31,8 @@ const mcpAbout = `Stdio: countersign mcp --name NAME [flags] -- COMMAND [ARGS...
   --upstream NAME=URL [--upstream ...] serves each upstream at /mcp/NAME.
   Every tools/call is reviewed as NAME.TOOL with its arguments and the tool's
   annotations as labels (mcp.destructiveHint, mcp.readOnlyHint, ...).
+  --receipts (or --receipts-for NAME) forwards each call's receipt to
+  upstreams that verify them, and refuses calls that have none.
   Countersign is found through --url/--token, COUNTERSIGN_URL and
   COUNTERSIGN_TOKEN, or the local serve's ./data, as for the other commands.
   Logs go to stderr; see docs/mcp.md.
@@ -59,6 +61,9 @@ func cmdMCP(args []string, stdout, stderr io.Writer) error {
 	progress := fs.Duration("progress-every", mcpgateway.DefaultProgressEvery, "interval of progress notifications while a call waits")
 	maxArgs := fs.Int("max-arguments", mcpgateway.DefaultMaxArguments, "largest arguments of a call, in bytes")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error (logs go to stderr)")
+	receipts := fs.Bool("receipts", false, "the upstream (every upstream) wants receipts: each call carries its receipt in _meta[\"countersign/receipt\"]; calls without one are refused")
+	var receiptsFor listFlag
+	fs.Var(&receiptsFor, "receipts-for", "HTTP: NAME of an upstream that wants receipts, as --receipts for that one (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -99,7 +104,10 @@ func cmdMCP(args []string, stdout, stderr io.Writer) error {
 			return errors.New("mcp: --name is required: tools are reviewed as NAME.TOOL")
 		}
 		cfg := base
-		cfg.Name = *name
+		cfg.Name, cfg.Receipts = *name, *receipts
+		if len(receiptsFor) > 0 {
+			return errors.New("mcp: --receipts-for names HTTP upstreams; on stdio use --receipts")
+		}
 		cfg.RunID = firstNonEmpty(*runID, defaultRunID(*name))
 		cfg.Dial = func(ctx context.Context, mc *mcp.Client) (*mcp.ClientSession, error) {
 			cmd := exec.Command(command[0], command[1:]...)
@@ -128,6 +136,10 @@ func cmdMCP(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("mcp: --callers: %w", err)
 	}
 	var gws []*mcpgateway.Gateway
+	wants := map[string]bool{}
+	for _, n := range receiptsFor {
+		wants[n] = true
+	}
 	for _, u := range upstreams {
 		n, url, ok := strings.Cut(u, "=")
 		if !ok || n == "" || url == "" {
@@ -135,6 +147,8 @@ func cmdMCP(args []string, stdout, stderr io.Writer) error {
 		}
 		cfg := base
 		cfg.Name, cfg.RunID = n, "mcp:"+n
+		cfg.Receipts = *receipts || wants[n]
+		delete(wants, n)
 		cfg.Dial = func(ctx context.Context, mc *mcp.Client) (*mcp.ClientSession, error) {
 			return mc.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url}, nil)
 		}
@@ -144,6 +158,9 @@ func cmdMCP(args []string, stdout, stderr io.Writer) error {
 		}
 		defer g.Close()
 		gws = append(gws, g)
+	}
+	for n := range wants {
+		return fmt.Errorf("mcp: --receipts-for %q: no --upstream has that name", n)
 	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {

@@ -49,6 +49,8 @@ var commands = []command{
 	{path: "bench", synopsis: "[flags]", about: "measure cycles/s, latency and pending capacity", long: benchAbout},
 	{path: "mcp", synopsis: "--name NAME [flags] -- COMMAND [ARGS...] | --listen ADDR --callers FILE --upstream NAME=URL...", about: "an MCP gateway: approvals in front of any MCP server's tools", long: mcpAbout},
 	{path: "token new", synopsis: "--subject ID [--name LABEL] [--roles agent,approver]", about: "a new API token and its hash"},
+	{path: "receipts keygen", synopsis: "[--into FILE [--public FILE]]", about: "a new receipt signing key; --into puts it first in a key file (rotation)"},
+	{path: "receipts public", synopsis: "FILE", about: "the public keys (JWKS) of a private key file"},
 	{path: "version", about: "print the version"},
 }
 

@@ -72,6 +72,12 @@ func (b *callBook) take(eventID string) bool {
 // metaKey is the key of the gateway's own entry in a tool result's _meta.
 const metaKey = "countersign"
 
+// ReceiptMetaKey is the key of a forwarded call's receipt in the _meta of
+// its tools/call request (see Config.Receipts): a compact JWS the upstream
+// verifies with contracts/receipt for the tool "<Name>.<tool>" and the
+// call's arguments.
+const ReceiptMetaKey = "countersign/receipt"
+
 // callTool gates one tools/call.
 func (g *Gateway) callTool(ctx context.Context, l *link, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	p := req.Params
@@ -124,6 +130,10 @@ func (g *Gateway) callTool(ctx context.Context, l *link, req *mcp.CallToolReques
 		switch res.Verdict {
 		case client.Allowed:
 			if res.EventID == "" {
+				if g.cfg.Receipts && res.Receipt == "" {
+					log.Warn("no receipt for a call the upstream wants one with; the call was not made", slog.String("rule", res.Rule))
+					return toolError(noReceipt(g.cfg.Name, res), meta(res)), nil
+				}
 				return g.forward(ctx, up, req, canon, res)
 			}
 			if !g.book.take(res.EventID) {
@@ -131,12 +141,20 @@ func (g *Gateway) callTool(ctx context.Context, l *link, req *mcp.CallToolReques
 				continue
 			}
 			g.book.usedUp(key, gen)
-			if _, err := g.cfg.Countersign.Claim(ctx, res.EventID, g.claimID(res.EventID)); err != nil {
+			rec, err := g.cfg.Countersign.Claim(ctx, res.EventID, g.claimID(res.EventID))
+			if err != nil {
 				if errors.Is(err, client.ErrAlreadyClaimed) {
 					continue // claimed by an earlier run of the gateway: a new request
 				}
 				log.Warn("claim failed; the call was not made", slog.String("event_id", res.EventID), slog.Any("err", err))
 				return toolError(fmt.Sprintf("Countersign could not confirm the approval %s (%v). The call was not made.", res.EventID, err), meta(res)), nil
+			}
+			if rec.Claim != nil {
+				res.Receipt = rec.Claim.Receipt
+			}
+			if g.cfg.Receipts && res.Receipt == "" {
+				log.Warn("the claimed approval has no receipt; the call was not made", slog.String("event_id", res.EventID))
+				return toolError(noReceipt(g.cfg.Name, res)+fmt.Sprintf(" Its approval %s is used up.", res.EventID), meta(res)), nil
 			}
 			log.Info("approved call forwarded", slog.String("event_id", res.EventID))
 			return g.forward(ctx, up, req, res.Arguments, res)
@@ -234,7 +252,7 @@ func (g *Gateway) wait(ctx context.Context, req *mcp.CallToolRequest, run contra
 
 // forward calls the upstream with the arguments to run.
 func (g *Gateway) forward(ctx context.Context, up *mcp.ClientSession, req *mcp.CallToolRequest, args json.RawMessage, res client.Result) (*mcp.CallToolResult, error) {
-	out, err := up.CallTool(ctx, &mcp.CallToolParams{Meta: req.Params.Meta, Name: req.Params.Name, Arguments: args})
+	out, err := up.CallTool(ctx, &mcp.CallToolParams{Meta: g.upstreamMeta(req.Params.Meta, res), Name: req.Params.Name, Arguments: args})
 	if err != nil {
 		if ctx.Err() != nil && res.EventID == "" {
 			return nil, ctx.Err()
@@ -260,6 +278,31 @@ func (g *Gateway) forward(ctx context.Context, up *mcp.ClientSession, req *mcp.C
 		}
 	}
 	return out, nil
+}
+
+// upstreamMeta is the _meta of a forwarded call: the client's, without a
+// receipt of its own, plus the call's receipt when the upstream wants it.
+func (g *Gateway) upstreamMeta(m mcp.Meta, res client.Result) mcp.Meta {
+	_, forged := m[ReceiptMetaKey]
+	if !g.cfg.Receipts && !forged {
+		return m
+	}
+	out := maps.Clone(m)
+	if out == nil {
+		out = mcp.Meta{}
+	}
+	delete(out, ReceiptMetaKey)
+	if g.cfg.Receipts {
+		out[ReceiptMetaKey] = res.Receipt
+	}
+	return out
+}
+
+// noReceipt is the message for the model about an allowed call the
+// upstream would refuse: it wants a receipt and Countersign gave none.
+func noReceipt(server string, res client.Result) string {
+	return fmt.Sprintf("The MCP server %q runs only calls with a Countersign receipt, and Countersign gave none for this call (rule %q). "+
+		"The call was not made. Tell an operator: the policy rule may need receipt: true.", server, res.Rule)
 }
 
 func edited(proposed, ran json.RawMessage) bool {

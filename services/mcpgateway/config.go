@@ -56,6 +56,13 @@ type Config struct {
 	ProgressEvery time.Duration
 	// MaxArguments bounds a call's arguments in bytes (default 256 KiB).
 	MaxArguments int
+	// Receipts says the upstream wants a receipt with every call: each
+	// forwarded call carries the receipt Countersign signed for it in
+	// _meta["countersign/receipt"], and a call Countersign gives no
+	// receipt for (a policy rule without receipt: true, an API without a
+	// signing key) is refused, not forwarded. Either way the gateway
+	// forwards no receipt a client put there.
+	Receipts bool
 	// Logger (default: slog.Default()).
 	Logger *slog.Logger
 }

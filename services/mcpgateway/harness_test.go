@@ -175,9 +175,15 @@ type serve struct {
 // shipped policy (deploy/policy.yaml).
 func startServe(t testing.TB) *serve {
 	t.Helper()
+	return startServeWith(t, "../../deploy/policy.yaml")
+}
+
+// startServeWith is startServe with another policy file.
+func startServeWith(t testing.TB, policy string) *serve {
+	t.Helper()
 	data := t.TempDir()
 	cmd := exec.Command(binary, "serve", "--data", data, "--addr", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0",
-		"--log-level", "warn", "--policy", "../../deploy/policy.yaml")
+		"--log-level", "warn", "--policy", policy)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -49,7 +49,7 @@ class SharedFixturesTest(unittest.TestCase):
                 for _ in range(c["times"]):
                     try:
                         got = verify_receipt(c["receipt"], c["tool"], c["arguments"], keys=keys, replay=store,
-                                             issuer=FIXTURES["issuer"], now=c["now"])
+                                             issuer=FIXTURES["issuer"], now=c["now"], bases=c.get("bases", ()))
                         code = "ok"
                     except ReceiptError as e:
                         code = e.code

@@ -22,6 +22,7 @@ export const ReceiptCodes = {
   wrongIssuer: 'receipt_wrong_issuer',
   expired: 'receipt_expired',
   wrongTool: 'receipt_wrong_tool',
+  basisNotAccepted: 'receipt_basis_not_accepted',
   argumentsDiffer: 'receipt_arguments_differ',
   replayed: 'receipt_replayed',
   unavailable: 'receipt_unavailable',
@@ -30,7 +31,7 @@ export type ReceiptCode = (typeof ReceiptCodes)[keyof typeof ReceiptCodes];
 
 const statusOf: Record<ReceiptCode, number> = {
   receipt_missing: 401, receipt_malformed: 401, receipt_unknown_key: 401, receipt_bad_signature: 401,
-  receipt_wrong_issuer: 401, receipt_expired: 401, receipt_wrong_tool: 403, receipt_arguments_differ: 403,
+  receipt_wrong_issuer: 401, receipt_expired: 401, receipt_wrong_tool: 403, receipt_basis_not_accepted: 403, receipt_arguments_differ: 403,
   receipt_replayed: 409, receipt_unavailable: 503,
 };
 
@@ -117,6 +118,12 @@ export interface VerifyReceiptOptions {
   now?: number | Date;
   /** Clock skew tolerated on iat and exp, seconds (default 0). */
   leewaySeconds?: number;
+  /**
+   * How a call must have been allowed for the tool to run it (default: any):
+   * ['approval'] runs only what humans approved, ['approval', 'grant'] also
+   * calls under a standing grant.
+   */
+  bases?: ReceiptClaims['basis'][];
 }
 
 /** RFC 8785 canonical JSON of a parsed JSON value. */
@@ -151,6 +158,9 @@ export async function argumentsSha256(args: unknown): Promise<string> {
 export async function verifyReceipt(receipt: string | undefined | null, tool: string, args: unknown, options: VerifyReceiptOptions): Promise<ReceiptClaims> {
   const claims = await inspectReceipt(receipt, options);
   if (claims.tool !== tool) throw new ReceiptError(ReceiptCodes.wrongTool, `the receipt is for tool ${JSON.stringify(claims.tool)}, not ${JSON.stringify(tool)}`);
+  if (options.bases?.length && !options.bases.includes(claims.basis)) {
+    throw new ReceiptError(ReceiptCodes.basisNotAccepted, `the call was allowed by ${claims.basis}; this tool accepts ${options.bases.join(', ')}`);
+  }
   let sha: string;
   try {
     sha = await argumentsSha256(args);

@@ -28,6 +28,15 @@ export interface Result {
   rule?: string;
   /** The arguments to run with: the requested ones, or a human's edit. */
   arguments?: Record<string, unknown>;
+  /** The standing grant that allowed the call without a new request. */
+  grant_id?: string;
+  /**
+   * The receipt Countersign signed for a call allowed without an approval
+   * (under a standing grant, or by a policy rule with `receipt: true`): pass
+   * it to the tool in the Countersign-Receipt header. An approved call's
+   * receipt comes with its claim (`record.claim.receipt`).
+   */
+  receipt?: string;
 }
 
 /** The answer of `GET /v1/approvals/{event_id}`. */

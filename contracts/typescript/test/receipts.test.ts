@@ -19,7 +19,7 @@ describe('shared receipt fixtures', () => {
       let claims: ReceiptClaims | undefined;
       for (let i = 0; i < c.times; i++) {
         try {
-          claims = await verifyReceipt(c.receipt, c.tool, c.arguments, { keys: localKeys(fixtures.jwks), replay, issuer: fixtures.issuer, now: c.now });
+          claims = await verifyReceipt(c.receipt, c.tool, c.arguments, { keys: localKeys(fixtures.jwks), replay, issuer: fixtures.issuer, now: c.now, bases: c.bases });
           code = 'ok';
         } catch (e) {
           assert.ok(e instanceof ReceiptError, String(e));

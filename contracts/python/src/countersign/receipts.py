@@ -17,7 +17,7 @@ import json
 import threading
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Protocol
 
 from . import _ed25519
@@ -66,6 +66,10 @@ class ExpiredReceipt(ReceiptError):
 
 class WrongTool(ReceiptError):
     code, status = "receipt_wrong_tool", 403
+
+
+class BasisNotAccepted(ReceiptError):
+    code, status = "receipt_basis_not_accepted", 403
 
 
 class ArgumentsDiffer(ReceiptError):
@@ -262,15 +266,20 @@ def inspect_receipt(receipt: str | None, *, keys: KeySource, issuer: str = DEFAU
 
 def verify_receipt(receipt: str | None, tool: str, arguments: Any, *, keys: KeySource,
                    replay: ReplayStore | None = None, issuer: str = DEFAULT_ISSUER,
-                   now: float | None = None, leeway: float = 0) -> dict[str, Any]:
+                   now: float | None = None, leeway: float = 0,
+                   bases: Collection[str] = ()) -> dict[str, Any]:
     """Verify that ``receipt`` allows running ``tool`` with ``arguments`` now, once, and return its claims.
 
-    ``arguments`` is the JSON value about to run (or its JSON text as bytes). Raises MissingReceipt,
-    MalformedReceipt, UnknownKey, BadSignature, WrongIssuer, ExpiredReceipt, WrongTool, ArgumentsDiffer or
-    ReplayedReceipt (all ReceiptError). Only a receipt that passes every other check uses up its id."""
+    ``arguments`` is the JSON value about to run (or its JSON text as bytes). ``bases`` are how a call
+    must have been allowed for the tool to run it ("approval", "grant", "policy"; empty: any). Raises
+    MissingReceipt, MalformedReceipt, UnknownKey, BadSignature, WrongIssuer, ExpiredReceipt, WrongTool,
+    BasisNotAccepted, ArgumentsDiffer or ReplayedReceipt (all ReceiptError). Only a receipt that passes
+    every other check uses up its id."""
     claims = inspect_receipt(receipt, keys=keys, issuer=issuer, now=now, leeway=leeway)
     if not hmac.compare_digest(claims["tool"].encode(), tool.encode()):
         raise WrongTool(f"the receipt is for tool {claims['tool']!r}, not {tool!r}")
+    if bases and claims["basis"] not in bases:
+        raise BasisNotAccepted(f"the call was allowed by {claims['basis']}; this tool accepts {', '.join(bases)}")
     try:
         sha = arguments_sha256(arguments)
     except ValueError as e:

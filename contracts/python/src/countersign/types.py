@@ -97,6 +97,12 @@ class Result:
     rule: str = ""
     arguments: Optional[JSONObject] = None
     """The arguments to run with when allowed (possibly edited by a human)."""
+    grant_id: str = ""
+    """The standing grant that allowed the call without a new request."""
+    receipt: str = ""
+    """The receipt Countersign signed for a call allowed without an approval (under a standing grant,
+    or by a policy rule with ``receipt: true``): pass it to the tool in the Countersign-Receipt header.
+    An approved call's receipt comes with its claim (``record["claim"]["receipt"]``)."""
 
     @property
     def terminal(self) -> bool:
@@ -120,6 +126,8 @@ class Result:
             reason=_str(m, "reason"),
             rule=_str(m, "rule"),
             arguments=_obj(m, "arguments"),
+            grant_id=_str(m, "grant_id"),
+            receipt=_str(m, "receipt"),
         )
 
 
