@@ -10,7 +10,7 @@ export type Command = {
    * The one key of an approval: a subject token and KV key.
    */
   event_id: string;
-  command: 'cancel' | 'extend' | 'claim';
+  command: 'cancel' | 'extend' | 'claim' | 'revoke_grant';
   by: string;
   /**
    * The new deadline of an extend.
@@ -51,6 +51,16 @@ export type Vote = {
    * The tenants the approver is limited to, as the resolver knows them (empty: no limit); a vote on a request of another tenant is refused as wrong_tenant.
    */
   approver_tenants?: string[];
+  /**
+   * With an approval or edit: approve more than this call, within the request's grants (scope run or agent, ttl at most max_ttl, the same arguments or those a CEL condition admits). Issued only when every approver the quorum counts asked for the same grant.
+   */
+  grant?: {
+    scope: 'call' | 'run' | 'agent';
+    ttl: string;
+    arguments: '' | 'same' | 'condition';
+    condition?: string;
+    [k: string]: unknown;
+  };
   decided_at: string;
   [k: string]: unknown;
 };
@@ -90,6 +100,7 @@ export interface ToolApprovalRequest {
    * RFC 6901 JSON pointers into tool_call.arguments naming every value that is shown masked outside Countersign (notifications, logs); the arguments and their hash are the real ones.
    */
   sensitive?: string[];
+  grants?: GrantLimits;
   question?: Question;
   risk: 'low' | 'medium' | 'high' | 'critical';
   summary: string;
@@ -140,6 +151,15 @@ export interface ToolCall {
    * Lowercase hex SHA-256 of the arguments in RFC 8785 canonical form.
    */
   arguments_sha256: string;
+  [k: string]: unknown;
+}
+/**
+ * The standing grants the deciding rule permits (absent: none, only the call): scopes besides call, the longest lifetime, and whether a grant may cover arguments a condition admits (condition) or only the approved ones (same).
+ */
+export interface GrantLimits {
+  scopes: ('call' | 'run' | 'agent')[];
+  max_ttl: string;
+  arguments: '' | 'same' | 'condition';
   [k: string]: unknown;
 }
 export interface Question {
@@ -224,7 +244,9 @@ export interface ApprovalChanged {
     | 'not_approved'
     | 'out_of_order'
     | 'too_large'
-    | 'wrong_tenant';
+    | 'wrong_tenant'
+    | 'grant_not_allowed'
+    | 'unknown_grant';
   revision: number;
   at: string;
   [k: string]: unknown;
@@ -323,6 +345,7 @@ export interface HumanInputRequest {
    * Who submitted the request through the HTTP API (the subject of the agent's token); that token may read it.
    */
   submitter?: string;
+  grants?: GrantLimits1;
   /**
    * A question has no tool arguments; always empty when present.
    *
@@ -341,6 +364,15 @@ export interface HumanInputRequest {
   expires_at: string;
   on_timeout: 'reject' | 'approve';
   created_at: string;
+  [k: string]: unknown;
+}
+/**
+ * The standing grants the deciding rule permits (absent: none, only the call): scopes besides call, the longest lifetime, and whether a grant may cover arguments a condition admits (condition) or only the approved ones (same).
+ */
+export interface GrantLimits1 {
+  scopes: ('call' | 'run' | 'agent')[];
+  max_ttl: string;
+  arguments: '' | 'same' | 'condition';
   [k: string]: unknown;
 }
 /**
@@ -423,7 +455,9 @@ export interface RefusedVote {
     | 'not_approved'
     | 'out_of_order'
     | 'too_large'
-    | 'wrong_tenant';
+    | 'wrong_tenant'
+    | 'grant_not_allowed'
+    | 'unknown_grant';
   /**
    * More for people, e.g. the JSON pointer and message where an edit fails the tool's schema.
    */
