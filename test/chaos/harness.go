@@ -229,9 +229,14 @@ func (h *Harness) writeConfig(hookKey []byte) (string, error) {
 		tokens = append(tokens, map[string]any{"name": subject, "subject": subject, "sha256": hex.EncodeToString(sum[:]), "roles": roles})
 	}
 	addToken("agent", "agent")
-	for _, a := range append(append([]string{}, apiApprovers...), outsider) {
+	for _, a := range apiApprovers {
 		addToken(a, "approver")
 	}
+	// The outsider also reads every request (viewer), so that its votes
+	// reach the arbiter and are refused there as not_an_approver; without
+	// a read scope they would be answered 404, as for a request that does
+	// not exist.
+	addToken(outsider, "approver", "viewer")
 	conf := map[string]any{
 		"nats":   map[string]any{"url": h.cluster.urls(), "user": natsUser, "password": natsPassword, "replicas": 3},
 		"tokens": tokens,
