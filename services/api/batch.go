@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"slices"
 	"strconv"
@@ -40,22 +39,11 @@ func BatchVoteID(batchID, eventID string) string {
 
 // batchVote is one vote of a selection: a vote body with its approval.
 type batchVote struct {
-	EventID         string                  `json:"event_id"`
-	VoteID          string                  `json:"vote_id"`
-	Decision        string                  `json:"decision"`
-	Comment         string                  `json:"comment"`
-	Arguments       json.RawMessage         `json:"arguments"`
-	ArgumentsSHA256 string                  `json:"arguments_sha256"`
-	Answer          *answerBody             `json:"answer"`
-	Via             string                  `json:"via"`
-	Grant           *contracts.GrantRequest `json:"grant"`
-	Approver        json.RawMessage         `json:"approver"`
+	EventID string `json:"event_id"`
+	voteBody
 }
 
-func (b *batchVote) body() voteBody {
-	return voteBody{VoteID: b.VoteID, Decision: b.Decision, Comment: b.Comment, Arguments: b.Arguments,
-		ArgumentsSHA256: b.ArgumentsSHA256, Answer: b.Answer, Via: b.Via, Grant: b.Grant, Approver: b.Approver}
-}
+func (b *batchVote) body() voteBody { return b.voteBody }
 
 // batchBody is the body of POST /v1/votes: votes, or run_id (with agent to
 // narrow it) and vote.

@@ -261,6 +261,14 @@ func jsonFields(t reflect.Type) map[string]reflect.Type {
 	}
 	m := map[string]reflect.Type{}
 	for f := range t.Fields() {
+		if f.Anonymous && f.Type.Kind() == reflect.Struct && f.Tag.Get("json") == "" {
+			// An embedded struct's fields are the outer object's, as
+			// encoding/json decodes them.
+			for k, v := range jsonFields(f.Type) {
+				m[k] = v
+			}
+			continue
+		}
 		if !f.IsExported() {
 			continue
 		}
