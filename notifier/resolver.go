@@ -23,6 +23,48 @@ type Resolver interface {
 	// seconds for the arbiter's answer. A vote with a VoteID that was
 	// already counted or refused returns that earlier answer.
 	Vote(ctx context.Context, v contracts.Vote) (VoteResult, error)
+	// DecideRun casts v (Approver from a verified identity, VoteID the
+	// batch's id, Decision and Comment) on every pending approval of run
+	// runID, of agent when not empty, that v's approver may read and is
+	// named among its approvers (or that names none): the rules of
+	// POST /v1/votes with run_id. Each approval's vote id is derived from
+	// v.VoteID and the approval, so calling again with the same VoteID
+	// casts nothing twice and reports again what the first call decided.
+	// v.EventID is ignored. Each vote is applied by the arbiter on its own
+	// approval with all its rules; one refusal does not stop the others.
+	DecideRun(ctx context.Context, runID, agent string, v contracts.Vote) (RunDecision, error)
+}
+
+// RunDecision is what came of DecideRun: one RunVote per approval voted on,
+// oldest first.
+type RunDecision struct {
+	Votes []RunVote
+	// Truncated: the run had more pending approvals than one batch casts
+	// (100); deciding again casts the rest.
+	Truncated bool
+}
+
+// Counts are how many of d's votes counted, were refused, and are in flight.
+func (d RunDecision) Counts() (counted, refused, inFlight int) {
+	for _, v := range d.Votes {
+		switch {
+		case v.Counted:
+			counted++
+		case v.InFlight:
+			inFlight++
+		default:
+			refused++
+		}
+	}
+	return counted, refused, inFlight
+}
+
+// RunVote is one vote of a RunDecision: the approval's request (as it was
+// listed, for saying which call the result is about) and the vote's result.
+// A refusal's Detail is the message a person reads.
+type RunVote struct {
+	Request *contracts.ApprovalRequested
+	VoteResult
 }
 
 // VoteResult is what the arbiter made of a vote.

@@ -51,6 +51,11 @@ func (r *resolver) Record(_ context.Context, id string) (*contracts.Record, erro
 	return &rec, nil
 }
 
+// DecideRun is not something an email page does.
+func (r *resolver) DecideRun(context.Context, string, string, contracts.Vote) (notifier.RunDecision, error) {
+	return notifier.RunDecision{}, errors.New("email pages decide no runs")
+}
+
 func (r *resolver) Vote(_ context.Context, v contracts.Vote) (notifier.VoteResult, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -15,6 +15,11 @@
 //     through a notifier.Resolver. Slack waits at most three seconds for an
 //     answer: button votes are cast in the background after an immediate
 //     200, modal submissions wait about two seconds for the arbiter.
+//     "Approve all of this run" (on every tool request of a run) approves
+//     the run's pending calls the clicker may decide through
+//     notifier.Resolver.DecideRun, with vote ids derived from the click so
+//     that Slack's retry casts nothing twice, and lists each result on the
+//     clicked message.
 //   - RequestMessage and OutcomeMessage render the messages; both the
 //     channel and the handler use them, so a message looks the same however
 //     it was last written.

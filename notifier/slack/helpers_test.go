@@ -173,6 +173,9 @@ type resolver struct {
 	entered chan struct{}
 	// returned counts the votes answered.
 	returned int
+	// runCalls are the DecideRun calls; decideRun answers them.
+	runCalls  []runCall
+	decideRun func(runID, agent string, v contracts.Vote) notifier.RunDecision
 }
 
 var _ notifier.Resolver = (*resolver)(nil)
@@ -269,6 +272,34 @@ func (r *resolver) Vote(ctx context.Context, v contracts.Vote) (notifier.VoteRes
 	r.records[v.EventID] = &next
 	c := next
 	return notifier.VoteResult{Counted: true, Record: &c}, nil
+}
+
+// runCall is one DecideRun call.
+type runCall struct {
+	runID, agent string
+	vote         contracts.Vote
+}
+
+// DecideRun records the call and answers with decideRun, when set, or an
+// empty decision. The run batch's rules are the API's, tested there with
+// the arbiter.
+func (r *resolver) DecideRun(_ context.Context, runID, agent string, v contracts.Vote) (notifier.RunDecision, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.runCalls = append(r.runCalls, runCall{runID, agent, v})
+	if r.err != nil {
+		return notifier.RunDecision{}, r.err
+	}
+	if r.decideRun != nil {
+		return r.decideRun(runID, agent, v), nil
+	}
+	return notifier.RunDecision{}, nil
+}
+
+func (r *resolver) RunCalls() []runCall {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.runCalls)
 }
 
 func (r *resolver) Votes() []contracts.Vote {

@@ -33,6 +33,9 @@ const (
 	// DefaultModalTimeout bounds reading the record and opening a modal;
 	// a trigger id expires three seconds after the click.
 	DefaultModalTimeout = 2500 * time.Millisecond
+	// DefaultRunTimeout bounds the votes of an "Approve all of run" click
+	// (up to a batch of 100, each waiting for the arbiter).
+	DefaultRunTimeout = 60 * time.Second
 	// responseTimeout bounds posting to a response_url or chat.update
 	// after a vote.
 	responseTimeout = 10 * time.Second
@@ -80,6 +83,9 @@ type InteractionsConfig struct {
 	SubmitTimeout time.Duration
 	// ModalTimeout bounds opening a modal (default DefaultModalTimeout).
 	ModalTimeout time.Duration
+	// RunTimeout bounds the votes of an "Approve all of run" click, cast
+	// after Slack got its 200 (default DefaultRunTimeout).
+	RunTimeout time.Duration
 }
 
 func (c *InteractionsConfig) setDefaults() {
@@ -92,6 +98,9 @@ func (c *InteractionsConfig) setDefaults() {
 	}
 	if c.ModalTimeout == 0 {
 		c.ModalTimeout = DefaultModalTimeout
+	}
+	if c.RunTimeout == 0 {
+		c.RunTimeout = DefaultRunTimeout
 	}
 }
 
@@ -107,7 +116,7 @@ func (c *InteractionsConfig) validate() error {
 	if c.Users == nil {
 		errs = append(errs, errors.New("slack: InteractionsConfig.Users: required"))
 	}
-	for name, d := range map[string]time.Duration{"VoteTimeout": c.VoteTimeout, "SubmitTimeout": c.SubmitTimeout, "ModalTimeout": c.ModalTimeout} {
+	for name, d := range map[string]time.Duration{"VoteTimeout": c.VoteTimeout, "SubmitTimeout": c.SubmitTimeout, "ModalTimeout": c.ModalTimeout, "RunTimeout": c.RunTimeout} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("slack: InteractionsConfig.%s: must not be negative", name))
 		}
@@ -230,6 +239,10 @@ func (h *Interactions) blockActions(w http.ResponseWriter, r *http.Request, p *p
 		}
 		// Slack gets its 200 now; the vote may take the arbiter seconds.
 		h.background(r, func(ctx context.Context) { h.castClick(ctx, log, v, p.ResponseURL) })
+		w.WriteHeader(http.StatusOK)
+	case ActionApproveRun:
+		// The votes of a whole run may take the arbiter a while.
+		h.background(r, func(ctx context.Context) { h.approveRun(ctx, log, p, act, bv.EventID, approver) })
 		w.WriteHeader(http.StatusOK)
 	default:
 		h.openModal(r, log, p, act.ActionID, bv)

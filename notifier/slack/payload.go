@@ -58,6 +58,7 @@ type payloadAction struct {
 	BlockID  string `json:"block_id"`
 	Type     string `json:"type"`
 	Value    string `json:"value"`
+	ActionTS string `json:"action_ts"`
 }
 
 var (
@@ -98,7 +99,7 @@ func (p *payload) channelTS() (channel, ts string) {
 func (p *payload) countersignAction() (payloadAction, bool) {
 	for _, a := range p.Actions {
 		switch a.ActionID {
-		case ActionApprove, ActionReject, ActionEdit, ActionRespond, ActionAnswer, ActionDecline:
+		case ActionApprove, ActionReject, ActionEdit, ActionRespond, ActionAnswer, ActionDecline, ActionApproveRun:
 			return a, true
 		}
 	}

@@ -23,6 +23,9 @@ const (
 	ActionRespond = "countersign_respond"
 	ActionAnswer  = "countersign_answer"
 	ActionDecline = "countersign_decline"
+	// ActionApproveRun approves every pending call of the request's run
+	// that the clicker may decide ("Approve all of run …").
+	ActionApproveRun = "countersign_approve_run"
 	// ActionOpen is the "Open in Countersign" link button. Slack reports
 	// its clicks too; they are ignored.
 	ActionOpen = "countersign_open"
@@ -54,6 +57,17 @@ type RenderOptions struct {
 	// Reminder marks a reminder of a pending request ("Reminder: " in the
 	// header).
 	Reminder bool
+	// RunResults, when set, are shown under the request: what an "Approve
+	// all of run" click on this message made of each approval.
+	RunResults *RunResults
+}
+
+// RunResults are the results of an "Approve all of run" click: who clicked,
+// the run, and what came of each vote.
+type RunResults struct {
+	By       string
+	RunID    string
+	Decision notifier.RunDecision
 }
 
 // Message is a rendered Slack message: the notification text and the blocks.
@@ -117,6 +131,9 @@ func RequestMessage(req *contracts.ApprovalRequested, rec *contracts.Record, opt
 		heading += sensitiveHeading(req)
 		b.add("args", slackgo.NewSectionBlock(mrkdwn(codeText(heading, jsonFormat(notifier.ShownArguments(req, args)))), nil, nil))
 	}
+	if opts.RunResults != nil {
+		b.add("run", slackgo.NewSectionBlock(mrkdwn(runResultsText(opts.RunResults)), nil, nil))
+	}
 	b.add("context", slackgo.NewContextBlock("", mrkdwn(contextText(req, opts, false))))
 	if buttons := requestButtons(req, sha, opts); len(buttons) > 0 {
 		b.add("actions", slackgo.NewActionBlock("", buttons...))
@@ -159,6 +176,9 @@ func OutcomeMessage(rec *contracts.Record, opts RenderOptions) Message {
 		}
 		heading += sensitiveHeading(req)
 		b.add("args", slackgo.NewSectionBlock(mrkdwn(codeText(heading, jsonFormat(notifier.ShownArguments(req, args)))), nil, nil))
+	}
+	if opts.RunResults != nil {
+		b.add("run", slackgo.NewSectionBlock(mrkdwn(runResultsText(opts.RunResults)), nil, nil))
 	}
 	b.add("context", slackgo.NewContextBlock("", mrkdwn(contextText(req, opts, true))))
 	return b.message(req.EventID, escapeCut(emoji+" "+line+": "+notifier.Title(req), maxFallbackText))
@@ -408,12 +428,96 @@ func requestButtons(req *contracts.ApprovalRequested, sha string, opts RenderOpt
 			if allows(req, contracts.DecisionRespond) {
 				els = append(els, button(ActionRespond, "Respond…"))
 			}
+			if runButton(req) {
+				els = append(els, button(ActionApproveRun, "Approve all of this run").
+					WithConfirm(approveRunConfirm()))
+			}
 		}
 	}
 	if u := notifier.ApprovalURL(opts.PublicURL, req.EventID); u != "" && len(u) <= maxButtonURL {
 		els = append(els, slackgo.NewButtonBlockElement(ActionOpen, "", plain("Open in Countersign")).WithURL(u))
 	}
 	return els
+}
+
+// runButton reports whether a request's message carries "Approve all of
+// run …": a tool call of a run, which its rule lets be approved.
+func runButton(req *contracts.ApprovalRequested) bool {
+	return req.Kind != contracts.KindHumanInput && req.Run.ID != "" && allows(req, contracts.DecisionApprove)
+}
+
+// approveRunConfirm is the dialog before approving a whole run: the click
+// decides calls this message does not show.
+func approveRunConfirm() *slackgo.ConfirmationBlockObject {
+	// The run's id is in the message's facts; nothing of the request goes
+	// in plain text.
+	const text = "Approve every pending call of this run (its Run, by its Agent) that you may decide, not only this one? " +
+		"Each is decided on its own with its rules; this message will then list what became of each."
+	return slackgo.NewConfirmationBlockObject(
+		plain("Approve the whole run?"),
+		plain(text),
+		plain("Approve all"),
+		plain("Cancel")).WithStyle(slackgo.StylePrimary)
+}
+
+// maxRunLines bounds the approvals listed one by one in a run's results.
+const maxRunLines = 20
+
+// runResultsText says what an "Approve all of run" click made of each
+// approval: a count line, then one line per approval (counted, refused with
+// the reason's message, in flight), cut to a section's length.
+func runResultsText(r *RunResults) string {
+	counted, refused, inFlight := r.Decision.Counts()
+	head := fmt.Sprintf("*%s approved all of run %s:* %d counted, %d refused, %d in flight",
+		escapeCut(r.By, maxFactText), escapeCut(r.RunID, maxFactText), counted, refused, inFlight)
+	if len(r.Decision.Votes) == 0 {
+		head = fmt.Sprintf("*%s approved all of run %s:* nothing was pending that they may decide",
+			escapeCut(r.By, maxFactText), escapeCut(r.RunID, maxFactText))
+	}
+	lines := []string{head}
+	for i, v := range r.Decision.Votes {
+		if i == maxRunLines {
+			lines = append(lines, fmt.Sprintf("… and %d more", len(r.Decision.Votes)-i))
+			break
+		}
+		lines = append(lines, runResultLine(v))
+	}
+	if r.Decision.Truncated {
+		lines = append(lines, "The run has more pending calls than one click decides; click again for the rest.")
+	}
+	return cutEscaped(strings.Join(lines, "\n"), maxSectionText)
+}
+
+// runResultLine is one approval's result: "• ✅ send_payment (approval …): counted, approved".
+func runResultLine(v notifier.RunVote) string {
+	what, id := "a call", ""
+	if v.Request != nil {
+		id = v.Request.EventID
+		if v.Request.ToolCall != nil {
+			what = v.Request.ToolCall.Name
+		}
+	}
+	name := "`" + escapeCut(breakFences(what), maxFactText) + "` (approval " + escapeCut(id, 100) + ")"
+	switch {
+	case v.Counted:
+		s := "• ✅ " + name + ": counted"
+		if v.Record != nil {
+			if v.Record.Terminal() {
+				s += ", " + escapeCut(v.Record.Status, maxFactText)
+			} else {
+				s += ", " + escapeCut(notifier.Progress(&v.Record.Request, v.Record), maxFactText)
+			}
+		}
+		return s
+	case v.InFlight:
+		return "• ⏳ " + name + ": in flight, not yet counted"
+	default:
+		msg := v.Detail
+		if msg == "" {
+			msg = contracts.Reason(v.Refused).Message()
+		}
+		return "• ⛔ " + name + ": refused, " + escapeCut(msg, maxFactText)
+	}
 }
 
 // approveConfirm is the dialog before approving a high or critical risk call.

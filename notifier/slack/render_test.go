@@ -48,24 +48,24 @@ func TestEveryRenderingIsAcceptedBySlack(t *testing.T) {
 	risk := func(level string) func(*contracts.ApprovalRequested) {
 		return func(r *contracts.ApprovalRequested) { r.Risk = level }
 	}
-	all := []string{slack.ActionApprove, slack.ActionReject, slack.ActionEdit, slack.ActionRespond, slack.ActionOpen}
+	all := []string{slack.ActionApprove, slack.ActionReject, slack.ActionEdit, slack.ActionRespond, slack.ActionApproveRun, slack.ActionOpen}
 	tests := []struct {
 		name    string
 		req     contracts.ApprovalRequested
 		buttons []string
 	}{
 		{"low risk", toolRequest(t, risk(contracts.RiskLow)),
-			[]string{slack.ActionApprove, slack.ActionReject, slack.ActionOpen}},
+			[]string{slack.ActionApprove, slack.ActionReject, slack.ActionApproveRun, slack.ActionOpen}},
 		{"high risk", toolRequest(t, risk(contracts.RiskHigh)),
-			[]string{slack.ActionApprove, slack.ActionReject, slack.ActionOpen}},
+			[]string{slack.ActionApprove, slack.ActionReject, slack.ActionApproveRun, slack.ActionOpen}},
 		{"critical risk, every decision", toolRequest(t, risk(contracts.RiskCritical),
 			decisions("approve", "reject", "edit", "respond")), all},
 		{"edit allowed", toolRequest(t, decisions("approve", "reject", "edit")),
-			[]string{slack.ActionApprove, slack.ActionReject, slack.ActionEdit, slack.ActionOpen}},
+			[]string{slack.ActionApprove, slack.ActionReject, slack.ActionEdit, slack.ActionApproveRun, slack.ActionOpen}},
 		{"respond allowed", toolRequest(t, decisions("approve", "reject", "respond")),
-			[]string{slack.ActionApprove, slack.ActionReject, slack.ActionRespond, slack.ActionOpen}},
+			[]string{slack.ActionApprove, slack.ActionReject, slack.ActionRespond, slack.ActionApproveRun, slack.ActionOpen}},
 		{"empty allowed decisions", toolRequest(t, decisions()),
-			[]string{slack.ActionApprove, slack.ActionReject, slack.ActionOpen}},
+			[]string{slack.ActionApprove, slack.ActionReject, slack.ActionApproveRun, slack.ActionOpen}},
 		{"reject only", toolRequest(t, decisions("reject")),
 			[]string{slack.ActionReject, slack.ActionOpen}},
 		{"human input", questionRequest(),
@@ -74,29 +74,29 @@ func TestEveryRenderingIsAcceptedBySlack(t *testing.T) {
 			r.Question.Schema = json.RawMessage(`{"type":"object","properties":{"region":{"type":"string"}}}`)
 		}), []string{slack.ActionAnswer, slack.ActionDecline, slack.ActionOpen}},
 		{"100 KB ASCII argument", toolRequest(t, withArgs(hugeArgs(t, "a", 100<<10))),
-			[]string{slack.ActionApprove, slack.ActionReject, slack.ActionOpen}},
+			[]string{slack.ActionApprove, slack.ActionReject, slack.ActionApproveRun, slack.ActionOpen}},
 		{"100 KB of two-byte runes", toolRequest(t, withArgs(hugeArgs(t, "é", 100<<10))),
-			[]string{slack.ActionApprove, slack.ActionReject, slack.ActionOpen}},
+			[]string{slack.ActionApprove, slack.ActionReject, slack.ActionApproveRun, slack.ActionOpen}},
 		{"100 KB of three-byte runes", toolRequest(t, withArgs(hugeArgs(t, "支", 100<<10))),
-			[]string{slack.ActionApprove, slack.ActionReject, slack.ActionOpen}},
+			[]string{slack.ActionApprove, slack.ActionReject, slack.ActionApproveRun, slack.ActionOpen}},
 		{"100 KB of four-byte runes", toolRequest(t, withArgs(hugeArgs(t, "😀", 100<<10))),
-			[]string{slack.ActionApprove, slack.ActionReject, slack.ActionOpen}},
+			[]string{slack.ActionApprove, slack.ActionReject, slack.ActionApproveRun, slack.ActionOpen}},
 		{"100 KB of characters to escape", toolRequest(t, withArgs(hugeArgs(t, "<&>", 100<<10))),
-			[]string{slack.ActionApprove, slack.ActionReject, slack.ActionOpen}},
+			[]string{slack.ActionApprove, slack.ActionReject, slack.ActionApproveRun, slack.ActionOpen}},
 		{"fences in values", toolRequest(t, withArgs(json.RawMessage("{\"sql\":\"```\\nDROP TABLE users;\\n````\",\"md\":\"a`````b\"}"))),
-			[]string{slack.ActionApprove, slack.ActionReject, slack.ActionOpen}},
+			[]string{slack.ActionApprove, slack.ActionReject, slack.ActionApproveRun, slack.ActionOpen}},
 		{"invalid JSON arguments", toolRequest(t, withArgs(json.RawMessage(`{not json <!channel>`))),
-			[]string{slack.ActionApprove, slack.ActionReject, slack.ActionOpen}},
+			[]string{slack.ActionApprove, slack.ActionReject, slack.ActionApproveRun, slack.ActionOpen}},
 		{"hostile summary and names", toolRequest(t, func(r *contracts.ApprovalRequested) {
 			r.Summary = "<script>alert(1)</script> <!channel> <@U0ADMIN> <https://evil.example|click> & more"
 			r.Run.Agent = "<!here>" + strings.Repeat("agent", 1000)
 			r.ToolCall.Name = strings.Repeat("very_long_tool_name_", 20)
 			r.Policy.Rule = "<#C0SECRET>"
 			r.Policy.Error = strings.Repeat("&", 5000)
-		}), []string{slack.ActionApprove, slack.ActionReject, slack.ActionOpen}},
+		}), []string{slack.ActionApprove, slack.ActionReject, slack.ActionApproveRun, slack.ActionOpen}},
 		{"huge summary of entities", toolRequest(t, func(r *contracts.ApprovalRequested) {
 			r.Summary = strings.Repeat("&<>", 20000)
-		}), []string{slack.ActionApprove, slack.ActionReject, slack.ActionOpen}},
+		}), []string{slack.ActionApprove, slack.ActionReject, slack.ActionApproveRun, slack.ActionOpen}},
 		{"huge question", questionRequest(func(r *contracts.ApprovalRequested) {
 			r.Question.Text = strings.Repeat("Which one?```😀 ", 10000)
 		}), []string{slack.ActionAnswer, slack.ActionDecline, slack.ActionOpen}},

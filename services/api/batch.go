@@ -67,6 +67,8 @@ type BatchResult struct {
 	ApprovalStatus string `json:"approval_status,omitempty"`
 	Revision       uint64 `json:"revision,omitempty"`
 	Error          *Error `json:"error,omitempty"`
+	// rec is the record after a counted vote, for the channels' resolver.
+	rec *contracts.Record
 }
 
 // Batch result values.
@@ -135,6 +137,8 @@ type batchItem struct {
 	eventID string
 	body    voteBody
 	err     *Error
+	// req is the approval's request, for a run batch (as listed).
+	req *contracts.ApprovalRequested
 }
 
 // selection checks a batch's votes: the batch as a whole is refused when
@@ -206,7 +210,7 @@ func (s *Server) runBatch(ctx context.Context, p *Principal, runID, agent string
 			truncated = true
 			break
 		}
-		items = append(items, batchItem{eventID: id, body: b})
+		items = append(items, batchItem{eventID: id, body: b, req: &it.Record.Request})
 	}
 	// Oldest first, as the agent proposed them.
 	slices.Reverse(items)
@@ -243,7 +247,7 @@ func (s *Server) castBatch(ctx context.Context, p *Principal, items []batchItem)
 			case a.status == http.StatusAccepted:
 				res.Result = BatchInFlight
 			default:
-				res.Result, res.ApprovalStatus, res.Revision = BatchCounted, a.rec.Status, a.rev
+				res.Result, res.ApprovalStatus, res.Revision, res.rec = BatchCounted, a.rec.Status, a.rev, a.rec
 			}
 			ans.Results[i] = res
 		}()

@@ -91,3 +91,65 @@ func (r resolver) Vote(ctx context.Context, v contracts.Vote) (notifier.VoteResu
 		return notifier.VoteResult{Counted: true, Record: res.rec}, nil
 	}
 }
+
+// DecideRun casts v on the pending approvals of a run that v's approver may
+// decide, through the API's run batch (the code of POST /v1/votes with
+// run_id): the same listing, vote ids, single-vote path and results. The
+// approver acts as an approver of the directory, within the directory's
+// tenants of that person.
+func (r resolver) DecideRun(ctx context.Context, runID, agent string, v contracts.Vote) (notifier.RunDecision, error) {
+	s := r.s
+	if v.Approver.ID == "" || v.Approver.Via == "" || v.VoteID == "" {
+		return notifier.RunDecision{}, fmt.Errorf("api: a channel's run decision needs a vote id, an approver and a channel")
+	}
+	if runID == "" {
+		return notifier.RunDecision{}, fmt.Errorf("api: a run decision needs a run id")
+	}
+	v.Spec = contracts.SpecVote
+	if len(v.ApproverTenants) == 0 && s.cfg.Directory != nil {
+		if u, ok := s.cfg.Directory.Current().User(v.Approver.ID); ok {
+			v.ApproverTenants = u.Tenants
+		}
+	}
+	// The vote's identity (vote id, approver, via) is checked as a single
+	// vote's is; it names no approval yet, hence the placeholder.
+	probe := v
+	probe.EventID = "run"
+	if e := contracts.CheckVoteIdentity(&probe); e != nil {
+		return notifier.RunDecision{}, fmt.Errorf("api: a channel's run decision: %s: %s", e.Field, e.Message)
+	}
+	body := voteBody{VoteID: v.VoteID, Decision: v.Decision, Comment: v.Comment, Arguments: v.Arguments,
+		ArgumentsSHA256: v.ArgumentsSHA256, Grant: v.Grant}
+	if v.Answer != nil {
+		body.Answer = &answerBody{Action: v.Answer.Action, Content: v.Answer.Content}
+	}
+	// The rules of a batch's vote body; via is the channel's, which only
+	// a channel may give.
+	if aerr := s.voteBodyProblem(&body); aerr != nil {
+		return notifier.RunDecision{}, fmt.Errorf("api: a channel's run decision: %s", aerr.Message)
+	}
+	body.Via = v.Approver.Via
+	p := &Principal{Name: v.Approver.Via, Subject: v.Approver.ID, Roles: []string{RoleApprover}, Tenants: v.ApproverTenants}
+	items, truncated, aerr := s.runBatch(ctx, p, runID, agent, body)
+	if aerr != nil {
+		return notifier.RunDecision{}, errors.New(aerr.Message)
+	}
+	ans := s.castBatch(ctx, p, items)
+	out := notifier.RunDecision{Votes: make([]notifier.RunVote, len(ans.Results)), Truncated: truncated}
+	for i, res := range ans.Results {
+		rv := notifier.RunVote{Request: items[i].req}
+		switch res.Result {
+		case BatchCounted:
+			rv.Counted, rv.Record = true, res.rec
+		case BatchInFlight:
+			rv.InFlight = true
+		default:
+			rv.Refused = contracts.ReasonMalformed
+			if res.Error != nil {
+				rv.Refused, rv.Detail = res.Error.Code, res.Error.Message
+			}
+		}
+		out.Votes[i] = rv
+	}
+	return out, nil
+}
