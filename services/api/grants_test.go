@@ -11,6 +11,7 @@ import (
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/orchestrator"
 	"github.com/countersign/countersign/services/api"
+	"github.com/countersign/countersign/services/api/oversight"
 )
 
 const grantsPolicy = `
@@ -136,6 +137,19 @@ func TestGrantsOverHTTP(t *testing.T) {
 	var used contracts.GrantEvent
 	if err := json.Unmarshal(tl.Events[1].Data, &used); err != nil || used.ToolCallID != "c2" || used.RunID != "run-other" {
 		t.Fatalf("use = %+v (%v)", used, err)
+	}
+
+	// The oversight view counts the grant, for its rule and for alice who
+	// granted it, with the one call it allowed.
+	var rep oversight.Report
+	e.call(t, "GET", "/v1/oversight", "admin", nil).decode(t, &rep)
+	if rep.Total.GrantsIssued != 1 || rep.Total.GrantUses != 1 {
+		t.Fatalf("oversight total: %d grants (%d uses), want 1 (1)", rep.Total.GrantsIssued, rep.Total.GrantUses)
+	}
+	for _, a := range rep.Approvers {
+		if a.Approver == "alice" && (a.GrantsIssued != 1 || a.GrantUses != 1) {
+			t.Fatalf("oversight for alice: %d grants (%d uses), want 1 (1)", a.GrantsIssued, a.GrantUses)
+		}
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/approval"
 	"github.com/countersign/countersign/services/api/oversight"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // The oversight view (GET /v1/oversight, the inbox's /oversight page, the
@@ -109,6 +110,7 @@ func (s *Server) Oversight(ctx context.Context, p Principal, q OversightQuery) (
 	o := oversight.Options{Since: q.Since.UTC(), Fast: q.Fast}
 	rep := oversight.Compute(s.index.overseen(p.Reader(), o), o)
 	rep.Until = now
+	oversight.AddGrants(&rep, s.overseenGrants(ctx, &p))
 	return &rep, nil
 }
 
@@ -168,4 +170,32 @@ func parseAge(s string) (time.Duration, bool) {
 	}
 	d, err := time.ParseDuration(s)
 	return d, err == nil && d > 0
+}
+
+// overseenGrants are the grants p may see, with the number of calls each
+// has allowed: one stream info request counts the uses of every grant
+// (the messages on hitl.grant.used.<grant_id>). Without a grant book, or
+// when the count cannot be read, the uses are left at zero and logged.
+func (s *Server) overseenGrants(ctx context.Context, p *Principal) []oversight.Grant {
+	if s.cfg.Gate == nil || s.cfg.Gate.Grants() == nil {
+		return nil
+	}
+	views := s.Grants(ctx, p, "all", "", "")
+	if len(views) == 0 {
+		return nil
+	}
+	uses := map[string]uint64{}
+	if st, err := s.cfg.JS.Stream(ctx, contracts.StreamEvents); err != nil {
+		s.log.Warn("oversight: grant uses could not be counted", "err", err)
+	} else if info, err := st.Info(ctx, jetstream.WithSubjectFilter(contracts.SubjectGrantUsedPrefix+">")); err != nil {
+		s.log.Warn("oversight: grant uses could not be counted", "err", err)
+	} else {
+		uses = info.State.Subjects
+	}
+	out := make([]oversight.Grant, 0, len(views))
+	for _, v := range views {
+		out = append(out, oversight.Grant{Rule: v.Policy.Rule, GrantedBy: v.GrantedBy, GrantedAt: v.GrantedAt,
+			Uses: int(uses[contracts.GrantUsedSubject(v.GrantID)])})
+	}
+	return out
 }

@@ -61,7 +61,8 @@ func printOversight(out io.Writer, rep *oversight.Report) {
 	fmt.Fprintf(out, "%d requests, %d decisions, approval rate %s, time to decide median %s and p90 %s,\n",
 		t.Requests, t.Decisions, rateText(t), spreadText(t, func(p *oversight.Spread) float64 { return p.Median }),
 		spreadText(t, func(p *oversight.Spread) float64 { return p.P90 }))
-	fmt.Fprintf(out, "%s fast on high and critical risk, %d expired undecided.\n", fastText(t), t.ExpiredUndecided)
+	fmt.Fprintf(out, "%s fast on high and critical risk, %d expired undecided, %d grants issued (%d calls they allowed).\n",
+		fastText(t), t.ExpiredUndecided, t.GrantsIssued, t.GrantUses)
 	table := func(head string, names []string, rows []*oversight.Stats) {
 		fmt.Fprintln(out)
 		if len(rows) == 0 {
@@ -69,15 +70,15 @@ func printOversight(out io.Writer, rep *oversight.Report) {
 			return
 		}
 		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-		fmt.Fprintf(tw, "%s\tREQUESTS\tDECISIONS\tAPPROVED\tMEDIAN\tP90\tFAST (HIGH RISK)\tEXPIRED UNDECIDED\n", head)
+		fmt.Fprintf(tw, "%s\tREQUESTS\tDECISIONS\tAPPROVED\tMEDIAN\tP90\tFAST (HIGH RISK)\tEXPIRED UNDECIDED\tGRANTS (USES)\n", head)
 		for i, s := range rows {
 			expired := fmt.Sprint(s.ExpiredUndecided)
 			if s.ExpiredUndecided > 0 {
 				expired += " !"
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", names[i], s.Requests, s.Decisions, rateText(s),
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%d (%d)\n", names[i], s.Requests, s.Decisions, rateText(s),
 				spreadText(s, func(p *oversight.Spread) float64 { return p.Median }),
-				spreadText(s, func(p *oversight.Spread) float64 { return p.P90 }), fastText(s), expired)
+				spreadText(s, func(p *oversight.Spread) float64 { return p.P90 }), fastText(s), expired, s.GrantsIssued, s.GrantUses)
 		}
 		_ = tw.Flush()
 	}

@@ -98,10 +98,12 @@ func TestPrintOversight(t *testing.T) {
 	since := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
 	rep := oversight.Report{Since: since, Until: since.Add(30 * 24 * time.Hour), FastThresholdSeconds: 10,
 		Total: oversight.Stats{Requests: 9, Decisions: 7, Approved: 6, Rejected: 1, ApprovalRate: rate(6.0 / 7),
-			TimeToDecide: &oversight.Spread{Median: 6, P90: 420}, HighRiskDecisions: 5, FastHighRisk: 4, ExpiredUndecided: 2},
+			TimeToDecide: &oversight.Spread{Median: 6, P90: 420}, HighRiskDecisions: 5, FastHighRisk: 4, ExpiredUndecided: 2,
+			GrantsIssued: 1, GrantUses: 3},
 		Approvers: []oversight.ApproverStats{
 			{Approver: "alice", Stats: oversight.Stats{Requests: 9, Decisions: 5, Approved: 5, ApprovalRate: rate(1),
-				TimeToDecide: &oversight.Spread{Median: 4, P90: 5.5}, HighRiskDecisions: 4, FastHighRisk: 4, ExpiredUndecided: 2}},
+				TimeToDecide: &oversight.Spread{Median: 4, P90: 5.5}, HighRiskDecisions: 4, FastHighRisk: 4, ExpiredUndecided: 2,
+				GrantsIssued: 1, GrantUses: 3}},
 			{Approver: "bob", Stats: oversight.Stats{Requests: 3, Decisions: 2, Approved: 1, Rejected: 1, ApprovalRate: rate(0.5),
 				TimeToDecide: &oversight.Spread{Median: 300, P90: 540}, HighRiskDecisions: 1}},
 		},
@@ -112,14 +114,14 @@ func TestPrintOversight(t *testing.T) {
 	want := `Requests made from 2026-03-01 00:00 UTC to 2026-03-31 00:00 UTC that you may read. Fast: under 10s.
 
 9 requests, 7 decisions, approval rate 86%, time to decide median 6s and p90 7m00s,
-4 of 5 ! fast on high and critical risk, 2 expired undecided.
+4 of 5 ! fast on high and critical risk, 2 expired undecided, 1 grants issued (3 calls they allowed).
 
-APPROVER  REQUESTS  DECISIONS  APPROVED  MEDIAN  P90    FAST (HIGH RISK)  EXPIRED UNDECIDED
-alice     9         5          100%      4s      5.5s   4 of 4 !          2 !
-bob       3         2          50%       5m00s   9m00s  0 of 1            0
+APPROVER  REQUESTS  DECISIONS  APPROVED  MEDIAN  P90    FAST (HIGH RISK)  EXPIRED UNDECIDED  GRANTS (USES)
+alice     9         5          100%      4s      5.5s   4 of 4 !          2 !                1 (3)
+bob       3         2          50%       5m00s   9m00s  0 of 1            0                  0 (0)
 
-RULE   REQUESTS  DECISIONS  APPROVED  MEDIAN  P90  FAST (HIGH RISK)  EXPIRED UNDECIDED
-mails  2         0          -         -       -    -                 2 !
+RULE   REQUESTS  DECISIONS  APPROVED  MEDIAN  P90  FAST (HIGH RISK)  EXPIRED UNDECIDED  GRANTS (USES)
+mails  2         0          -         -       -    -                 2 !                0 (0)
 `
 	if got := b.String(); got != want {
 		t.Fatalf("got:\n%s\nwant:\n%s", got, want)

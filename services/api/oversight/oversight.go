@@ -73,10 +73,7 @@ type ApproverStats struct {
 	Stats
 }
 
-// RuleStats are one rule's figures. Grants issued and used under the rule
-// belong here once standing grants exist (see docs/oversight.md): they are
-// counts from the grants, not from approval records, and are added beside
-// these fields rather than derived from them.
+// RuleStats are one rule's figures.
 type RuleStats struct {
 	Rule string `json:"rule"`
 	Stats
@@ -105,6 +102,11 @@ type Stats struct {
 	FastHighRisk      int `json:"fast_high_risk"`
 	// ExpiredUndecided counts requests time decided (see the package doc).
 	ExpiredUndecided int `json:"expired_undecided"`
+	// GrantsIssued are the standing grants issued in the window (for an
+	// approver, those they granted), and GrantUses the calls those grants
+	// allowed without a new request (see AddGrants).
+	GrantsIssued int `json:"grants_issued"`
+	GrantUses    int `json:"grant_uses"`
 
 	seconds []float64 // every time to decide, sorted once the row is done
 }
@@ -309,4 +311,56 @@ func Human(s float64) string {
 		return fmt.Sprintf("%dh%02dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
 	}
 	return fmt.Sprintf("%dd%dh", int(d/(24*time.Hour)), int(d%(24*time.Hour)/time.Hour))
+}
+
+// Grant is what the oversight view counts of a standing grant: the rule of
+// its issuing approval, who granted it and when, and how many calls it
+// has allowed.
+type Grant struct {
+	Rule      string
+	GrantedBy []string
+	GrantedAt time.Time
+	Uses      int
+}
+
+// AddGrants counts the grants issued in r's window (and their uses) into
+// the total, each grant's rule and each approver who granted it. Grants
+// come from the grants themselves, not from approval records: a rule or
+// approver with grants but no request in the window gets a row of its own.
+func AddGrants(r *Report, grants []Grant) {
+	for _, g := range grants {
+		if g.GrantedAt.Before(r.Since) || !r.Until.IsZero() && !g.GrantedAt.Before(r.Until) {
+			continue
+		}
+		r.Total.GrantsIssued++
+		r.Total.GrantUses += g.Uses
+		rule := ruleRow(r, g.Rule)
+		rule.GrantsIssued++
+		rule.GrantUses += g.Uses
+		for _, who := range g.GrantedBy {
+			a := approverRow(r, who)
+			a.GrantsIssued++
+			a.GrantUses += g.Uses
+		}
+	}
+}
+
+func ruleRow(r *Report, rule string) *Stats {
+	for i := range r.Rules {
+		if r.Rules[i].Rule == rule {
+			return &r.Rules[i].Stats
+		}
+	}
+	r.Rules = append(r.Rules, RuleStats{Rule: rule})
+	return &r.Rules[len(r.Rules)-1].Stats
+}
+
+func approverRow(r *Report, id string) *Stats {
+	for i := range r.Approvers {
+		if r.Approvers[i].Approver == id {
+			return &r.Approvers[i].Stats
+		}
+	}
+	r.Approvers = append(r.Approvers, ApproverStats{Approver: id})
+	return &r.Approvers[len(r.Approvers)-1].Stats
 }

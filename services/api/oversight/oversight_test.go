@@ -3,6 +3,7 @@ package oversight_test
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -328,5 +329,39 @@ func TestHuman(t *testing.T) {
 		if got := oversight.Human(s); got != want {
 			t.Errorf("Human(%v) = %q, want %q", s, got, want)
 		}
+	}
+}
+
+// Grants issued in the window count, with their uses, for the total, their
+// rule and each approver who granted them; a rule or approver with grants
+// and no request in the window gets a row; grants outside it do not count.
+func TestAddGrants(t *testing.T) {
+	since := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	r := oversight.Report{Since: since, Until: since.Add(24 * time.Hour),
+		Rules:     []oversight.RuleStats{{Rule: "refunds", Stats: oversight.Stats{Requests: 2}}},
+		Approvers: []oversight.ApproverStats{{Approver: "alice", Stats: oversight.Stats{Decisions: 1}}}}
+	oversight.AddGrants(&r, []oversight.Grant{
+		{Rule: "refunds", GrantedBy: []string{"alice", "bob"}, GrantedAt: since.Add(time.Hour), Uses: 3},
+		{Rule: "deploys", GrantedBy: []string{"carol"}, GrantedAt: since.Add(2 * time.Hour), Uses: 0},
+		{Rule: "refunds", GrantedBy: []string{"alice"}, GrantedAt: since.Add(-time.Hour), Uses: 9},     // before
+		{Rule: "refunds", GrantedBy: []string{"alice"}, GrantedAt: since.Add(24 * time.Hour), Uses: 9}, // after
+	})
+	if r.Total.GrantsIssued != 2 || r.Total.GrantUses != 3 {
+		t.Fatalf("total %d (%d), want 2 (3)", r.Total.GrantsIssued, r.Total.GrantUses)
+	}
+	rows := map[string][2]int{}
+	for _, x := range r.Rules {
+		rows["rule "+x.Rule] = [2]int{x.GrantsIssued, x.GrantUses}
+	}
+	for _, x := range r.Approvers {
+		rows["approver "+x.Approver] = [2]int{x.GrantsIssued, x.GrantUses}
+	}
+	want := map[string][2]int{"rule refunds": {1, 3}, "rule deploys": {1, 0},
+		"approver alice": {1, 3}, "approver bob": {1, 3}, "approver carol": {1, 0}}
+	if !maps.Equal(rows, want) {
+		t.Fatalf("rows %v, want %v", rows, want)
+	}
+	if r.Rules[0].Requests != 2 || r.Approvers[0].Decisions != 1 {
+		t.Fatalf("existing figures changed: %+v %+v", r.Rules[0], r.Approvers[0])
 	}
 }
