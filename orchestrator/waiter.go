@@ -59,12 +59,19 @@ type Waiter struct {
 	subs  map[string][]*nats.Subscription
 	// seen is the newest revision a keyed waiter read of each record, so
 	// that two reads racing never hand a wait an older record after a
-	// newer one.
-	seen map[string]uint64
+	// newer one; followed numbers each key's subscriptions, so that a read
+	// started by an earlier subscription of the key (its waits finished,
+	// new ones registered since) hands them nothing.
+	seen     map[string]uint64
+	followed map[string]uint64
+	follows  uint64
 }
 
 type wait struct {
 	fn WaitFunc
+	// start hands the wait the record as its registration read it (nil
+	// when there is none yet); until then fn only keeps the newest change.
+	start func(rec *contracts.Record, rev uint64) bool
 	// finished is set once, under Waiter.mu, and read without it by the
 	// wait's own callback.
 	finished atomic.Bool
@@ -79,7 +86,7 @@ func NewWaiter(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*
 	if err != nil {
 		return nil, err
 	}
-	w.fed, w.keyed, w.subs, w.seen = false, true, map[string][]*nats.Subscription{}, map[string]uint64{}
+	w.fed, w.keyed, w.subs, w.seen, w.followed = false, true, map[string][]*nats.Subscription{}, map[string]uint64{}, map[string]uint64{}
 	return w, nil
 }
 
@@ -260,6 +267,7 @@ func (w *Waiter) finish(key string, wt *wait) {
 			}
 			delete(w.subs, key)
 			delete(w.seen, key)
+			delete(w.followed, key)
 		}
 	} else {
 		w.waits[key] = list
@@ -274,9 +282,11 @@ func (w *Waiter) follow(key string) error {
 	if !w.keyed || w.subs[key] != nil {
 		return nil
 	}
+	w.follows++
+	gen := w.follows
 	var subs []*nats.Subscription
 	for _, subject := range []string{contracts.CreatedSubject(key), contracts.ChangedSubject(key), contracts.DecidedSubject(key)} {
-		s, err := w.nc.Subscribe(subject, func(*nats.Msg) { w.reread(key) })
+		s, err := w.nc.Subscribe(subject, func(*nats.Msg) { w.reread(key, gen) })
 		if err != nil {
 			for _, x := range subs {
 				_ = x.Unsubscribe()
@@ -286,12 +296,13 @@ func (w *Waiter) follow(key string) error {
 		subs = append(subs, s)
 	}
 	w.subs[key] = subs
+	w.followed[key] = gen
 	return nil
 }
 
 // reread reads key's record after an announcement and hands it to the
 // waits on it.
-func (w *Waiter) reread(key string) {
+func (w *Waiter) reread(key string, gen uint64) {
 	w.mu.Lock()
 	_, waiting := w.waits[key]
 	w.mu.Unlock()
@@ -306,7 +317,7 @@ func (w *Waiter) reread(key string) {
 		return
 	}
 	w.mu.Lock()
-	stale := e.Revision() <= w.seen[key]
+	stale := e.Revision() <= w.seen[key] || w.followed[key] != gen
 	if !stale && w.waits[key] != nil {
 		w.seen[key] = e.Revision()
 	}
@@ -327,14 +338,50 @@ func (w *Waiter) reread(key string) {
 // read, so a change that lands in between is seen by one or the other.
 func (w *Waiter) Watch(ctx context.Context, eventID string, fn WaitFunc) (cancel func(), err error) {
 	wt := &wait{}
-	var once sync.Mutex
-	// Calls from the read below and from the dispatch goroutine are serialized.
+	var (
+		once  sync.Mutex
+		ready bool
+		last  uint64
+		early *contracts.Record // the newest change before the read
+		erev  uint64
+	)
+	// Calls from the read below and from the dispatch goroutine are
+	// serialized, and never go back: a revision older than one the wait
+	// has seen (reads racing, one started before the wait registered) is
+	// not handed to it. A change that arrives before the registration's
+	// own read is kept, and the newer of the two is handed over first.
 	wt.fn = func(rec *contracts.Record, rev uint64) bool {
 		once.Lock()
 		defer once.Unlock()
 		if wt.finished.Load() {
 			return true
 		}
+		if !ready {
+			if rev > erev {
+				early, erev = rec, rev
+			}
+			return false
+		}
+		if rev < last {
+			return false
+		}
+		last = rev
+		return fn(rec, rev)
+	}
+	wt.start = func(rec *contracts.Record, rev uint64) bool {
+		once.Lock()
+		defer once.Unlock()
+		ready = true
+		if wt.finished.Load() {
+			return true
+		}
+		if early != nil && erev > rev {
+			rec, rev = early, erev
+		}
+		if rec == nil {
+			return false
+		}
+		last = rev
 		return fn(rec, rev)
 	}
 	w.mu.Lock()
@@ -356,6 +403,9 @@ func (w *Waiter) Watch(ctx context.Context, eventID string, fn WaitFunc) (cancel
 func (w *Waiter) check(ctx context.Context, eventID string, wt *wait) error {
 	e, err := w.kv.Get(ctx, eventID)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		if wt.start(nil, 0) {
+			w.finish(eventID, wt)
+		}
 		return nil
 	}
 	if err != nil {
@@ -365,7 +415,7 @@ func (w *Waiter) check(ctx context.Context, eventID string, wt *wait) error {
 	if err := json.Unmarshal(e.Value(), &rec); err != nil {
 		return fmt.Errorf("orchestrator: record %s is unreadable: %w", eventID, err)
 	}
-	if wt.fn(&rec, e.Revision()) {
+	if wt.start(&rec, e.Revision()) {
 		w.finish(eventID, wt)
 	}
 	return nil
