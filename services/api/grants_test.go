@@ -67,32 +67,13 @@ func TestGrantsOverHTTP(t *testing.T) {
 		t.Fatalf("approve with a grant: %d %s", r.status, r.body)
 	}
 	// The arbiter writes the grant right after the record.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	grants, err := e.js.KeyValue(ctx, contracts.BucketGrants)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := grants.Watch(ctx, first.EventID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for e := range w.Updates() {
-		if e != nil {
-			break
-		}
-	}
-	_ = w.Stop()
+	awaitGrant(t, e.cfg.Gate, first.EventID)
 	var g api.GrantView
 	e.call(t, "GET", "/v1/grants/"+first.EventID, "alice", nil).decode(t, &g)
 	if g.Status != contracts.GrantActive || g.Scope != "agent" || g.Condition != "args.amount <= 50" || g.GrantedBy[0] != "alice" {
 		t.Fatalf("grant = %+v", g)
 	}
 
-	// The API's gate has it in its book: a call now is judged with it.
-	if err := e.cfg.Gate.Grants().Await(ctx, first.EventID); err != nil {
-		t.Fatal(err)
-	}
 	second := e.reviewGrant(t, contracts.Run{ID: "run-other", Agent: "billing-bot", Tenant: "acme"}, "c2", `{"amount": 12}`)
 	if second.Verdict != orchestrator.VerdictAllowed || second.GrantID != first.EventID {
 		t.Fatalf("a call the grant covers: %+v", second)
@@ -169,22 +150,7 @@ func TestPolicyApplyListsStoppedGrants(t *testing.T) {
 		t.Fatalf("approve with a grant: %d %s", r.status, r.body)
 	}
 	// The arbiter writes the grant right after the record.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	grants, err := e.js.KeyValue(ctx, contracts.BucketGrants)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := grants.Watch(ctx, first.EventID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for u := range w.Updates() {
-		if u != nil {
-			break
-		}
-	}
-	_ = w.Stop()
+	awaitGrant(t, e.cfg.Gate, first.EventID)
 	type answer struct {
 		Version       string             `json:"version"`
 		StoppedGrants []api.StoppedGrant `json:"stopped_grants"`
@@ -230,5 +196,16 @@ rules:
 	}
 	if v := e.reviewGrant(t, run, "c2", `{"amount": 30}`); v.Verdict != orchestrator.VerdictPending {
 		t.Fatalf("a call the stopped grant covered: %+v", v)
+	}
+}
+
+// awaitGrant waits until gate's grant book holds grant id: the arbiter
+// has written it, and a call through that gate is judged with it.
+func awaitGrant(t *testing.T, gate *orchestrator.Gate, id string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := gate.Grants().Await(ctx, id); err != nil {
+		t.Fatalf("grant %s never reached the gate's book: %v", id, err)
 	}
 }

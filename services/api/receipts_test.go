@@ -18,6 +18,7 @@ import (
 	"github.com/countersign/countersign/contracts/receipt"
 	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/events/eventstest"
+	"github.com/countersign/countersign/orchestrator"
 	"github.com/countersign/countersign/services/api"
 	"github.com/countersign/countersign/services/arbiter"
 	"github.com/countersign/countersign/services/countersigntest"
@@ -35,6 +36,8 @@ type receiptEnv struct {
 	// apiKey signs what the API signs (policy and grant receipts).
 	apiKey     receipt.PrivateKey
 	aliceToken string
+	// gate is the API's gate (its grant book).
+	gate *orchestrator.Gate
 }
 
 func setupReceipts(t *testing.T, opts ...eventstest.Option) *receiptEnv {
@@ -71,7 +74,7 @@ func setupReceiptsWith(t *testing.T, pol string, apiSigns bool, opts ...eventste
 		// The API holds only the public half of the arbiter's key.
 		ReceiptKeys: receipt.NewKeySet(key),
 	}
-	e := &receiptEnv{srv: srv, key: key, aliceToken: aliceTok}
+	e := &receiptEnv{srv: srv, key: key, aliceToken: aliceTok, gate: gate}
 	if apiSigns {
 		if e.apiKey, err = receipt.GenerateKey(); err != nil {
 			t.Fatal(err)

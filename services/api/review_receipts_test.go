@@ -157,20 +157,7 @@ func TestGrantReceiptOverHTTP(t *testing.T) {
 	}
 	grantID := first[0].EventID
 	// The arbiter writes the grant right after the record.
-	grants, err := e.srv.JetStream().KeyValue(ctx, contracts.BucketGrants)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := grants.Watch(ctx, grantID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for u := range w.Updates() {
-		if u != nil {
-			break
-		}
-	}
-	_ = w.Stop()
+	awaitGrant(t, e.gate, grantID)
 	covered, err := e.agent.Review(ctx, run, []client.ToolCall{{ID: "c2", Name: "payments.send", Arguments: args}})
 	if err != nil {
 		t.Fatal(err)
