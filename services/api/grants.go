@@ -49,7 +49,7 @@ func (s *Server) Grants(ctx context.Context, p *Principal, status, agent, tool s
 		if status != "" && status != "all" && v.Status != status || agent != "" && g.Agent != agent || tool != "" && g.Tool != tool {
 			continue
 		}
-		if _, _, aerr := s.readableRecord(ctx, p, g.GrantID); aerr != nil {
+		if !s.mayRead(ctx, p, g.GrantID) {
 			continue
 		}
 		out = append(out, v)

@@ -33,6 +33,17 @@ func (s *Server) readableRecord(ctx context.Context, p *Principal, id string) (*
 	return rec, rev, aerr
 }
 
+// mayRead reports whether p may read approval id, from what the records
+// index holds of it (no read of the record); a record the index does not
+// know yet is read from the bucket.
+func (s *Server) mayRead(ctx context.Context, p *Principal, id string) bool {
+	if who := s.index.who(id); who != nil {
+		return approval.CanRead(who, p.Reader())
+	}
+	_, _, aerr := s.readableRecord(ctx, p, id)
+	return aerr == nil
+}
+
 // readableRecordSoon is getRecordSoon for p.
 func (s *Server) readableRecordSoon(ctx context.Context, p *Principal, id string, d time.Duration) (*contracts.Record, uint64, *Error) {
 	rec, rev, aerr := s.getRecordSoon(ctx, id, d)
