@@ -13,29 +13,13 @@ import (
 	"github.com/countersign/countersign/services/api"
 )
 
-type batchAnswer struct {
-	Results []struct {
-		EventID        string `json:"event_id"`
-		VoteID         string `json:"vote_id"`
-		Result         string `json:"result"`
-		Status         int    `json:"status"`
-		ApprovalStatus string `json:"approval_status"`
-		Error          *struct {
-			Code  string `json:"code"`
-			Field string `json:"field"`
-		} `json:"error"`
-	} `json:"results"`
-	Counted, InFlight, Refused int
-	Truncated                  bool
-}
-
-func (e *env) batch(t *testing.T, token string, body any) batchAnswer {
+func (e *env) batch(t *testing.T, token string, body any) api.BatchAnswer {
 	t.Helper()
 	r := e.call(t, "POST", "/v1/votes", token, body)
 	if r.status != http.StatusOK {
 		t.Fatalf("POST /v1/votes: status %d: %s", r.status, r.body)
 	}
-	var ans batchAnswer
+	var ans api.BatchAnswer
 	r.decode(t, &ans)
 	return ans
 }

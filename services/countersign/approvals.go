@@ -20,6 +20,7 @@ import (
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/approval"
+	"github.com/countersign/countersign/services/api"
 )
 
 type recordAnswer struct {
@@ -217,25 +218,6 @@ func approvalsVote(a *approvalsCmd, args []string) error {
 	return err
 }
 
-// batchAnswer is the answer of POST /v1/votes.
-type batchAnswer struct {
-	Results []struct {
-		EventID        string `json:"event_id"`
-		VoteID         string `json:"vote_id"`
-		Result         string `json:"result"`
-		Status         int    `json:"status"`
-		ApprovalStatus string `json:"approval_status"`
-		Error          *struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	} `json:"results"`
-	Counted   int  `json:"counted"`
-	InFlight  int  `json:"in_flight"`
-	Refused   int  `json:"refused"`
-	Truncated bool `json:"truncated"`
-}
-
 // castBatch casts vote (a vote's body) on each of ids, or on every pending
 // call of run runID, in one request, and prints each result. Every vote
 // carries its own vote id, so the request can be sent again safely. It
@@ -262,7 +244,7 @@ func castBatch(ctx context.Context, c *client, out io.Writer, vote map[string]an
 		}
 		req = map[string]any{"votes": votes}
 	}
-	var ans batchAnswer
+	var ans api.BatchAnswer
 	if _, err := c.do(ctx, "POST", "/v1/votes", req, &ans); err != nil {
 		return err
 	}
