@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -159,11 +158,17 @@ func newEnvOn(t *testing.T, clock *countersigntest.Clock) *env {
 	if clock != nil {
 		clock.Attach(js)
 	}
-	nc := srv.Connect()
-	t.Cleanup(nc.Close)
-	sub, err := nc.Subscribe(contracts.SubjectNotifyPrefix+">", func(m *nats.Msg) {
+	// Receipts as the stream stored them (an ordered consumer sees a
+	// message once it is stored; a plain subscription could see it before,
+	// and a test reading the stored receipts next would find fewer).
+	cons, err := js.OrderedConsumer(ctx, contracts.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{contracts.SubjectNotifyPrefix + ">"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
 		var r notifier.Receipt
-		if err := json.Unmarshal(m.Data, &r); err != nil {
+		if err := json.Unmarshal(m.Data(), &r); err != nil {
 			t.Errorf("receipt: %v", err)
 			return
 		}
@@ -177,10 +182,7 @@ func newEnvOn(t *testing.T, clock *countersigntest.Clock) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	t.Cleanup(cc.Stop)
 	countersigntest.RunArbiter(t, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter), Policies: refundsPolicy(t), Now: e.now()})
 	return e
 }
