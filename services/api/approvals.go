@@ -119,7 +119,12 @@ func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request) {
 		s.log.Warn("records index is behind the bucket; listing what it holds", "err", err)
 	}
 	cancel()
-	ids, next := s.index.page(f, after, limit)
+	ids, next, err := s.index.list(r.Context(), f, after, limit)
+	if err != nil {
+		s.log.Warn("listing older history from the bucket failed", "err", err)
+		writeError(w, errorf(http.StatusServiceUnavailable, CodeUnavailable, "older history cannot be read from the message bus now; retry shortly"))
+		return
+	}
 	items, aerr := s.fetchRecords(r.Context(), ids)
 	if aerr != nil {
 		writeError(w, aerr)

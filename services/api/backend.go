@@ -69,7 +69,11 @@ func (s *Server) Records(ctx context.Context, p Principal, q Query) ([]*contract
 	if err := s.Settle(ctx); err != nil {
 		s.log.Warn("records index is behind the bucket; listing what it holds", "err", err)
 	}
-	ids, _ := s.index.page(listFilter{statuses: q.Statuses, reader: p.Reader(), runID: q.RunID}, nil, q.Limit)
+	ids, _, err := s.index.list(ctx, listFilter{statuses: q.Statuses, reader: p.Reader(), runID: q.RunID}, nil, q.Limit)
+	if err != nil {
+		s.log.Warn("listing older history from the bucket failed", "err", err)
+		return nil, errorf(http.StatusServiceUnavailable, CodeUnavailable, "older history cannot be read from the message bus now; retry shortly")
+	}
 	items, aerr := s.fetchRecords(ctx, ids)
 	if aerr != nil {
 		return nil, aerr

@@ -64,6 +64,10 @@ type Config struct {
 	// watch of its own and the process watches the bucket once. (A waiter
 	// with its own watch is told the changes as well, harmlessly.)
 	Waiter *orchestrator.Waiter
+	// IndexRecent is how many decided records the records index keeps in
+	// memory beside every pending one (DefaultIndexRecent when 0); older
+	// history is listed from the bucket's stream.
+	IndexRecent int
 	// Policies is the live policy store; GET and POST /v1/policy use it.
 	// Without it the API shows the gate's policy and cannot apply one.
 	Policies *orchestrator.PolicyStore

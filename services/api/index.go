@@ -23,6 +23,7 @@ import (
 // order a listing, nothing more.
 type summary struct {
 	eventID   string
+	rev       uint64 // the bucket revision it was read from
 	status    string
 	agent     string
 	runID     string
@@ -52,12 +53,52 @@ type summaryJSON struct {
 	} `json:"request"`
 }
 
-// index holds a summary of every record, newest first, fed by one watch of
-// the approvals bucket (initial values, then every change). The same watch
-// wakes the requests waiting on a record.
+// summarize decodes what the index keeps of record id at revision rev;
+// stored is when the bucket stored it (the creation time of records
+// that carry none).
+func summarize(id string, rev uint64, stored time.Time, value []byte) (*summary, error) {
+	var sj summaryJSON
+	if err := json.Unmarshal(value, &sj); err != nil {
+		return nil, err
+	}
+	sum := &summary{
+		eventID: id, rev: rev, status: sj.Status, agent: sj.Request.Run.Agent, runID: sj.Request.Run.ID,
+		approvers: slices.Clone(sj.Request.Quorum.Approvers), createdAt: sj.Request.CreatedAt,
+		over: overseenOf(&sj),
+	}
+	if len(sum.approvers) > 0 {
+		for i, tier := range sj.Request.Escalation {
+			if i < sj.EscalationLevel {
+				sum.approvers = append(sum.approvers, tier.Approvers...)
+			}
+		}
+	}
+	sum.who = &contracts.Record{Status: sj.Status, EscalationLevel: sj.EscalationLevel, Request: contracts.ApprovalRequested{
+		Run: sj.Request.Run, Quorum: sj.Request.Quorum, Escalation: sj.Request.Escalation, Submitter: sj.Request.Submitter,
+		Kind: sj.Request.Kind, Sensitive: sj.Request.Sensitive, EventID: id,
+	}}
+	sum.who.Request.Run.Labels = nil
+	if sum.createdAt.IsZero() {
+		sum.createdAt = stored
+	}
+	return sum, nil
+}
+
+// DefaultIndexRecent is how many decided records the index keeps beside
+// the pending ones, by default.
+const DefaultIndexRecent = 20000
+
+// index holds a summary of every pending record and of the most recently
+// changed decided ones (at most recent of them), newest first. It is fed
+// by one watch of the approvals bucket, which also wakes the requests
+// waiting on a record. Older history stays in the bucket only: listings
+// that go past what the index holds read it from the bucket's stream
+// (archive.go), so memory grows with pending work, not with history.
 type index struct {
-	kv  jetstream.KeyValue
-	log *slog.Logger
+	kv     jetstream.KeyValue
+	js     jetstream.JetStream
+	log    *slog.Logger
+	recent int
 
 	mu      sync.Mutex
 	byID    map[string]*summary
@@ -65,6 +106,16 @@ type index struct {
 	pending int
 	seq     uint64        // highest bucket revision applied
 	changed chan struct{} // closed and replaced whenever seq moves
+
+	// decided counts the decided summaries held; evict lists them by the
+	// revision they were applied at, oldest first (entries whose summary
+	// has changed since are skipped when reached).
+	decided int
+	evict   []held
+	// archiveTop is the highest revision at or below which decided records
+	// may be left out of the index (0: none are): listings continue into
+	// the bucket's stream from there.
+	archiveTop uint64
 
 	// watches of single records, by event id (see watch).
 	watches map[string][]*recordWatch
@@ -75,12 +126,31 @@ type index struct {
 	stopped chan struct{}
 }
 
-func newIndex(kv jetstream.KeyValue, log *slog.Logger) *index {
-	return &index{kv: kv, log: log, byID: map[string]*summary{}, changed: make(chan struct{}), watches: map[string][]*recordWatch{}}
+// held is one decided summary in the eviction queue.
+type held struct {
+	id  string
+	rev uint64
 }
 
+func newIndex(kv jetstream.KeyValue, js jetstream.JetStream, recent int, log *slog.Logger) *index {
+	if recent <= 0 {
+		recent = DefaultIndexRecent
+	}
+	return &index{kv: kv, js: js, recent: recent, log: log, byID: map[string]*summary{}, changed: make(chan struct{}),
+		watches: map[string][]*recordWatch{}}
+}
+
+// start loads the index (load.go) and follows the bucket from there.
 func (ix *index) start(ctx context.Context) error {
-	w, err := ix.kv.WatchAll(context.WithoutCancel(ctx))
+	from, err := ix.load(ctx)
+	if err != nil {
+		return err
+	}
+	opts := []jetstream.WatchOpt{}
+	if from > 1 {
+		opts = append(opts, jetstream.ResumeFromRevision(from))
+	}
+	w, err := ix.kv.WatchAll(context.WithoutCancel(ctx), opts...)
 	if err != nil {
 		return fmt.Errorf("api: watch %s: %w", contracts.BucketApprovals, err)
 	}
@@ -122,42 +192,48 @@ func (ix *index) run(w jetstream.KeyWatcher) {
 func (ix *index) apply(e jetstream.KeyValueEntry) {
 	var sum *summary
 	if e.Operation() == jetstream.KeyValuePut {
-		var sj summaryJSON
-		if err := json.Unmarshal(e.Value(), &sj); err != nil {
+		var err error
+		if sum, err = summarize(e.Key(), e.Revision(), e.Created(), e.Value()); err != nil {
 			ix.log.Error("unreadable approval record", "event_id", e.Key(), "err", err)
-		} else {
-			sum = &summary{
-				eventID: e.Key(), status: sj.Status, agent: sj.Request.Run.Agent, runID: sj.Request.Run.ID,
-				approvers: slices.Clone(sj.Request.Quorum.Approvers), createdAt: sj.Request.CreatedAt,
-				over: overseenOf(&sj),
-			}
-			if len(sum.approvers) > 0 {
-				for i, tier := range sj.Request.Escalation {
-					if i < sj.EscalationLevel {
-						sum.approvers = append(sum.approvers, tier.Approvers...)
-					}
-				}
-			}
-			sum.who = &contracts.Record{Status: sj.Status, EscalationLevel: sj.EscalationLevel, Request: contracts.ApprovalRequested{
-				Run: sj.Request.Run, Quorum: sj.Request.Quorum, Escalation: sj.Request.Escalation, Submitter: sj.Request.Submitter,
-				Kind: sj.Request.Kind, Sensitive: sj.Request.Sensitive, EventID: e.Key(),
-			}}
-			sum.who.Request.Run.Labels = nil
-			if sum.createdAt.IsZero() {
-				sum.createdAt = e.Created()
-			}
 		}
 	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	ix.removeLocked(e.Key())
-	if sum != nil {
-		ix.insertLocked(sum)
-	}
+	ix.putLocked(e.Key(), e.Revision(), sum)
 	if e.Revision() > ix.seq {
 		ix.seq = e.Revision()
 		close(ix.changed)
 		ix.changed = make(chan struct{})
+	}
+}
+
+// putLocked replaces what the index holds of id with sum (nil: nothing)
+// as of revision rev, unless it holds a later revision already, and
+// keeps at most ix.recent decided summaries.
+func (ix *index) putLocked(id string, rev uint64, sum *summary) {
+	if old := ix.byID[id]; old != nil && old.rev > rev {
+		return
+	}
+	ix.removeLocked(id)
+	if sum == nil {
+		return
+	}
+	ix.insertLocked(sum)
+	if sum.status == contracts.StatusPending {
+		return
+	}
+	ix.decided++
+	ix.evict = append(ix.evict, held{id: id, rev: rev})
+	for ix.decided > ix.recent && len(ix.evict) > 0 {
+		h := ix.evict[0]
+		ix.evict = ix.evict[1:]
+		if s := ix.byID[h.id]; s != nil && s.rev == h.rev && s.status != contracts.StatusPending {
+			ix.removeLocked(h.id)
+			ix.archiveTop = max(ix.archiveTop, h.rev)
+		}
+	}
+	if cap(ix.evict) > 4*ix.recent && len(ix.evict) < cap(ix.evict)/2 {
+		ix.evict = slices.Clone(ix.evict) // let go of the consumed front
 	}
 }
 
@@ -198,6 +274,8 @@ func (ix *index) removeLocked(id string) {
 	}
 	if old.status == contracts.StatusPending {
 		ix.pending--
+	} else {
+		ix.decided--
 	}
 }
 
@@ -276,13 +354,19 @@ func (f *listFilter) match(s *summary) bool {
 	return true
 }
 
-// cursor is the position after the last item of a page.
+// cursor is the position after the last item of a page: in the index
+// (created at, event id), or, past it, in the bucket's stream (below: the
+// next page lists record messages stored before this sequence).
 type cursor struct {
 	createdAt time.Time
 	eventID   string
+	below     uint64
 }
 
 func (c cursor) encode() string {
+	if c.below > 0 {
+		return base64.RawURLEncoding.EncodeToString([]byte("a|" + strconv.FormatUint(c.below, 10)))
+	}
 	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.createdAt.UnixNano(), 10) + "|" + c.eventID))
 }
 
@@ -292,6 +376,13 @@ func decodeCursor(s string) (cursor, bool) {
 		return cursor{}, false
 	}
 	ns, id, ok := strings.Cut(string(raw), "|")
+	if ok && ns == "a" {
+		below, err := strconv.ParseUint(id, 10, 64)
+		if err != nil || below == 0 {
+			return cursor{}, false
+		}
+		return cursor{below: below}, true
+	}
 	if !ok || !contracts.ValidEventID(id) {
 		return cursor{}, false
 	}

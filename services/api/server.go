@@ -65,7 +65,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		done:   make(chan struct{}),
 	}
 	s.feed = newFeed(s)
-	s.index = newIndex(kv, cfg.Logger)
+	s.index = newIndex(kv, cfg.JS, cfg.IndexRecent, cfg.Logger)
 	if cfg.Waiter != nil {
 		s.index.observe = cfg.Waiter.Observe
 	}

@@ -105,6 +105,7 @@ func (c *Config) validate() error {
 type Arbiter struct {
 	cfg      Config
 	kv       jetstream.KeyValue
+	records  *events.RecordWriter // writes to kv, with the summary headers
 	policies *policyBook
 	m        metrics
 	// lim is the size budget, from the server's max payload.
@@ -188,7 +189,7 @@ func New(ctx context.Context, cfg Config) (*Arbiter, error) {
 	}
 	// hitl_policy is opened when a request first needs a stored version.
 	return &Arbiter{
-		cfg: cfg, kv: kv, policies: newPolicyBook(cfg.JS, cfg.Policies), m: newMetrics(cfg.Registerer),
+		cfg: cfg, kv: kv, records: events.NewRecordWriter(cfg.JS), policies: newPolicyBook(cfg.JS, cfg.Policies), m: newMetrics(cfg.Registerer),
 		lim:     contracts.LimitsFor(cfg.JS.Conn().MaxPayload()),
 		waiting: newUnknownWaits(),
 		commits: newCommits(),
@@ -287,7 +288,7 @@ func (a *Arbiter) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 	if err != nil {
 		return events.Poison(err)
 	}
-	if _, err := a.kv.Create(ctx, req.EventID, data); err != nil {
+	if _, err := a.records.Create(ctx, req.EventID, data, &rec); err != nil {
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return err
 		}
@@ -586,7 +587,13 @@ func (a *Arbiter) writeGroup(ctx context.Context, group []*queuedOp, entry jetst
 	if data == nil {
 		return entry.Revision(), false
 	}
-	rev, err := a.kv.Update(ctx, group[0].o.eventID, data, entry.Revision())
+	var rec *contracts.Record
+	for _, p := range group {
+		if p.written {
+			rec = &p.res.Record
+		}
+	}
+	rev, err := a.records.Update(ctx, group[0].o.eventID, data, rec, entry.Revision())
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSequence(err) {
 		a.m.conflict.Inc()
 		if attempt < 50 {

@@ -33,11 +33,15 @@ type fileConfig struct {
 	Data   string `yaml:"data"`
 	Policy string `yaml:"policy"`
 	// Directory is the approver directory file (optional), reloaded live.
-	Directory string      `yaml:"directory"`
-	Roles     []string    `yaml:"roles"`
-	Retention string      `yaml:"retention"`
-	NATS      natsConfig  `yaml:"nats"`
-	Tokens    []api.Token `yaml:"tokens"`
+	Directory string   `yaml:"directory"`
+	Roles     []string `yaml:"roles"`
+	Retention string   `yaml:"retention"`
+	// IndexRecent is how many decided approvals each API replica keeps in
+	// memory beside the pending ones (default 20000); older history is
+	// listed from the bucket.
+	IndexRecent int         `yaml:"index_recent"`
+	NATS        natsConfig  `yaml:"nats"`
+	Tokens      []api.Token `yaml:"tokens"`
 	// PublicURL is where approvers reach this server (links in Slack and
 	// email); default http://<addr>.
 	PublicURL string `yaml:"public_url"`
@@ -140,6 +144,9 @@ func (c *serveConfig) validate() error {
 		errs = append(errs, fmt.Errorf("config: retention must be a duration of at least 1h, got %q", c.Retention))
 	}
 	c.retention = d
+	if c.IndexRecent < 0 {
+		errs = append(errs, fmt.Errorf("config: index_recent must be 0 (the default, %d) or more, got %d", api.DefaultIndexRecent, c.IndexRecent))
+	}
 	if c.PublicURL != "" && !strings.HasPrefix(c.PublicURL, "http://") && !strings.HasPrefix(c.PublicURL, "https://") {
 		errs = append(errs, fmt.Errorf("config: public_url must be an http or https URL, got %q", c.PublicURL))
 	}

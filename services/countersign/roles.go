@@ -226,6 +226,7 @@ func (n *node) startAPI(ctx context.Context, out *os.File) error {
 	srv, err := api.New(ctx, api.Config{
 		JS: js, Gate: gate, Waiter: waiter, Policies: policies, Tokens: tokens, Directory: n.dir, Logger: n.log.With("role", "api"),
 		Registerer: n.reg, Gatherer: n.reg, ReceiptKeys: n.receipts.public, Receipts: n.receipts.apiSigner,
+		IndexRecent: n.cfg.IndexRecent,
 		Ready: func(context.Context) error {
 			if !nc.IsConnected() {
 				return errors.New("NATS is not connected")

@@ -1,0 +1,140 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/countersign/countersign/contracts"
+)
+
+// Headers every approval record message carries beside its JSON value, so
+// that a reader can sort and filter the bucket from the headers alone (a
+// headers-only consumer), without reading and decoding each record. They
+// repeat fields of the record and are never the authority: the value is.
+// Values are query-escaped (agent names and run ids are free text).
+const (
+	HeaderRecordStatus  = "Countersign-Status"
+	HeaderRecordCreated = "Countersign-Created" // request created_at, Unix nanoseconds
+	HeaderRecordAgent   = "Countersign-Agent"
+	HeaderRecordRun     = "Countersign-Run"
+	HeaderRecordTenant  = "Countersign-Tenant"
+)
+
+// RecordHeader returns the summary headers of rec.
+func RecordHeader(rec *contracts.Record) nats.Header {
+	h := nats.Header{}
+	h.Set(HeaderRecordStatus, url.QueryEscape(rec.Status))
+	h.Set(HeaderRecordCreated, strconv.FormatInt(rec.Request.CreatedAt.UnixNano(), 10))
+	h.Set(HeaderRecordAgent, url.QueryEscape(rec.Request.Run.Agent))
+	if rec.Request.Run.ID != "" {
+		h.Set(HeaderRecordRun, url.QueryEscape(rec.Request.Run.ID))
+	}
+	if rec.Request.Run.Tenant != "" {
+		h.Set(HeaderRecordTenant, url.QueryEscape(rec.Request.Run.Tenant))
+	}
+	return h
+}
+
+// RecordSummary is what a record message's headers tell of it.
+type RecordSummary struct {
+	Status    string
+	CreatedAt time.Time
+	Agent     string
+	RunID     string
+	Tenant    string
+}
+
+// ParseRecordHeader reads the summary headers; ok is false when the
+// message has none (written before records carried them) or they are
+// unreadable, and the record's value must be read instead.
+func ParseRecordHeader(h nats.Header) (s RecordSummary, ok bool) {
+	if h == nil {
+		return s, false
+	}
+	status, created := h.Get(HeaderRecordStatus), h.Get(HeaderRecordCreated)
+	if status == "" || created == "" {
+		return s, false
+	}
+	ns, err := strconv.ParseInt(created, 10, 64)
+	if err != nil {
+		return s, false
+	}
+	s.CreatedAt = time.Unix(0, ns)
+	var errs [4]error
+	s.Status, errs[0] = url.QueryUnescape(status)
+	s.Agent, errs[1] = url.QueryUnescape(h.Get(HeaderRecordAgent))
+	s.RunID, errs[2] = url.QueryUnescape(h.Get(HeaderRecordRun))
+	s.Tenant, errs[3] = url.QueryUnescape(h.Get(HeaderRecordTenant))
+	for _, err := range errs {
+		if err != nil {
+			return RecordSummary{}, false
+		}
+	}
+	return s, true
+}
+
+// RecordWriter writes approval records into the hitl_approvals bucket as
+// the bucket's own Create and Update do (a publish to the key's subject
+// that expects the key's last revision), with the summary headers added.
+// Its errors match the bucket's: jetstream.ErrKeyExists when Create finds
+// the key, jetstream.ErrKeyRevisionMismatch when Update's revision is not
+// the key's last.
+type RecordWriter struct {
+	js jetstream.JetStream
+}
+
+// NewRecordWriter returns a writer of records through js.
+func NewRecordWriter(js jetstream.JetStream) *RecordWriter { return &RecordWriter{js: js} }
+
+// Create writes the first revision of record id (data encodes rec).
+func (w *RecordWriter) Create(ctx context.Context, id string, data []byte, rec *contracts.Record) (uint64, error) {
+	rev, err := w.write(ctx, id, data, rec, 0)
+	if isWrongLastSequence(err) {
+		return 0, fmt.Errorf("%w: %w", err, jetstream.ErrKeyExists)
+	}
+	return rev, err
+}
+
+// Update writes a new revision of record id over revision last.
+func (w *RecordWriter) Update(ctx context.Context, id string, data []byte, rec *contracts.Record, last uint64) (uint64, error) {
+	rev, err := w.write(ctx, id, data, rec, last)
+	if isWrongLastSequence(err) {
+		return 0, fmt.Errorf("%w: %w", err, jetstream.ErrKeyRevisionMismatch)
+	}
+	return rev, err
+}
+
+func (w *RecordWriter) write(ctx context.Context, id string, data []byte, rec *contracts.Record, last uint64) (uint64, error) {
+	if !contracts.ValidEventID(id) {
+		return 0, jetstream.ErrInvalidKey
+	}
+	m := &nats.Msg{Subject: RecordSubject(id), Header: RecordHeader(rec), Data: data}
+	ack, err := w.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(last))
+	if err != nil {
+		return 0, err
+	}
+	return ack.Sequence, nil
+}
+
+// RecordSubject is the subject record id is stored under in its bucket's
+// stream.
+func RecordSubject(id string) string { return "$KV." + contracts.BucketApprovals + "." + id }
+
+// RecordStream is the name of the approvals bucket's stream.
+const RecordStream = "KV_" + contracts.BucketApprovals
+
+func isWrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}

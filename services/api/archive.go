@@ -1,0 +1,176 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/events"
+)
+
+// The history the index does not hold is listed from the bucket's stream,
+// newest change first: the headers of a range of record messages are
+// read at a time (archiveChunk of them), filtered on what they tell
+// (status, agent, run, event id), and only the records that pass are
+// read in full where the reader's rights need it. One listing reads at
+// most archiveMaxScan headers or for about archiveBudget; it then answers
+// with what it found and a cursor to go on from.
+const (
+	archiveChunk   = 4096
+	archiveMaxScan = 1 << 17
+	archiveBudget  = 30 * time.Millisecond
+)
+
+// archived is one record message of a scanned range.
+type archived struct {
+	seq uint64
+	id  string
+	sum events.RecordSummary
+	ok  bool // the headers were there and readable
+}
+
+// list returns a page of the records f selects: first from the index,
+// then, when the index holds no more and decided history was left out of
+// it, from the bucket's stream.
+func (ix *index) list(ctx context.Context, f listFilter, after *cursor, limit int) ([]string, *cursor, error) {
+	var ids []string
+	if after == nil || after.below == 0 {
+		var next *cursor
+		ids, next = ix.page(f, after, limit)
+		if next != nil || len(ids) == limit {
+			return ids, next, nil
+		}
+	}
+	ix.mu.Lock()
+	top := ix.archiveTop
+	ix.mu.Unlock()
+	if after != nil && after.below > 0 {
+		top = after.below - 1
+	}
+	if top == 0 || !f.admitsHistory() {
+		return ids, nil, nil
+	}
+	more, below, err := ix.archive(ctx, f, top, limit-len(ids))
+	if err != nil {
+		return nil, nil, err
+	}
+	ids = append(ids, more...)
+	if below == 0 {
+		return ids, nil, nil
+	}
+	return ids, &cursor{below: below}, nil
+}
+
+// admitsHistory reports whether f can select a decided record.
+func (f *listFilter) admitsHistory() bool {
+	return len(f.statuses) == 0 || slices.ContainsFunc(f.statuses, func(s string) bool { return s != contracts.StatusPending })
+}
+
+// archive scans record messages from sequence top down for up to need
+// records f selects that the index does not hold. below is where the next
+// page goes on (messages before it), 0 when the scan reached the start.
+func (ix *index) archive(ctx context.Context, f listFilter, top uint64, need int) (ids []string, below uint64, err error) {
+	st, err := ix.js.Stream(ctx, events.RecordStream)
+	if err != nil {
+		return nil, 0, err
+	}
+	byHeaders := f.reader.Admin && len(f.reader.Tenants) == 0 && f.approver == ""
+	deadline, scanned := time.Now().Add(archiveBudget), uint64(0)
+	for top >= 1 {
+		start := top - min(top-1, archiveChunk-1)
+		chunk, err := ix.scanRange(ctx, start, top)
+		if err != nil {
+			return nil, 0, err
+		}
+		for i := len(chunk) - 1; i >= 0; i-- {
+			c := chunk[i]
+			match := false
+			switch {
+			case c.ok && !f.matchHeaders(c):
+			case c.ok && byHeaders:
+				match = true
+			default:
+				if match, err = ix.matchStored(ctx, st, f, c); err != nil {
+					return nil, 0, err
+				}
+			}
+			if match {
+				ids = append(ids, c.id)
+			}
+			if len(ids) == need {
+				return ids, c.seq, nil
+			}
+		}
+		scanned += top - start + 1
+		top = start - 1
+		if top >= 1 && (scanned >= archiveMaxScan || time.Now().After(deadline)) {
+			return ids, start, nil
+		}
+	}
+	return ids, 0, nil
+}
+
+// scanRange reads the headers of the record messages in [from, to] and
+// returns those of decided records the index does not hold, in order.
+func (ix *index) scanRange(ctx context.Context, from, to uint64) ([]archived, error) {
+	var chunk []archived
+	err := scanHeaders(ctx, ix.js.Conn(), from, to, func(seq uint64, m *nats.Msg) {
+		if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+			return
+		}
+		id, ok := strings.CutPrefix(m.Subject, recordSubjectPrefix)
+		if !ok {
+			return
+		}
+		sum, ok := events.ParseRecordHeader(m.Header)
+		if ok && sum.Status == contracts.StatusPending {
+			return // pending records are all in the index
+		}
+		chunk = append(chunk, archived{seq: seq, id: id, sum: sum, ok: ok})
+	})
+	if err != nil {
+		return nil, err
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return slices.DeleteFunc(chunk, func(c archived) bool { return ix.byID[c.id] != nil }), nil
+}
+
+// matchHeaders applies the filters the headers can answer.
+func (f *listFilter) matchHeaders(c archived) bool {
+	switch {
+	case len(f.statuses) > 0 && !slices.Contains(f.statuses, c.sum.Status):
+		return false
+	case f.agent != "" && c.sum.Agent != f.agent:
+		return false
+	case f.runID != "" && c.sum.RunID != f.runID:
+		return false
+	case f.idPrefix != "" && !strings.HasPrefix(c.id, f.idPrefix):
+		return false
+	}
+	return true
+}
+
+// matchStored reads the record at c and applies the whole filter, the
+// reader's rights included. A record replaced since is left out: its new
+// revision is newer than this scan.
+func (ix *index) matchStored(ctx context.Context, st jetstream.Stream, f listFilter, c archived) (bool, error) {
+	raw, err := st.GetMsg(ctx, c.seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	sum, err := summarize(c.id, raw.Sequence, raw.Time, raw.Data)
+	if err != nil {
+		return false, nil
+	}
+	return sum.status != contracts.StatusPending && f.match(sum), nil
+}
