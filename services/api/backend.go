@@ -85,6 +85,14 @@ func (s *Server) Records(ctx context.Context, p Principal, q Query) ([]*contract
 	return out, nil
 }
 
+// IndexedRecords is how many records the records index holds in memory:
+// every pending one and at most Config.IndexRecent decided ones.
+func (s *Server) IndexedRecords() int {
+	s.index.mu.Lock()
+	defer s.index.mu.Unlock()
+	return len(s.index.byID)
+}
+
 // Settle brings the records index up to date with the bucket, waiting at
 // most a few seconds.
 func (s *Server) Settle(ctx context.Context) error {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -55,7 +56,9 @@ func scanHeaders(ctx context.Context, nc *nats.Conn, from, to uint64, fn func(se
 		}
 		finish()
 	}
-	sub, err := js.Subscribe(recordSubjectPrefix+">", handler, nats.BindStream(events.RecordStream),
+	// No filter: the stream holds records only, and a filter would make
+	// the server match every subject of the stream when it counts pending.
+	sub, err := js.Subscribe("", handler, nats.BindStream(events.RecordStream),
 		nats.OrderedConsumer(), nats.HeadersOnly(), nats.StartSequence(from), nats.Context(ctx))
 	if err != nil {
 		return fmt.Errorf("read the headers of %s: %w", events.RecordStream, err)
@@ -73,23 +76,18 @@ func scanHeaders(ctx context.Context, nc *nats.Conn, from, to uint64, fn func(se
 	}
 }
 
-// mark is a record message the load reads in full: its stream sequence
-// and its position among the messages scanned.
-type mark struct {
-	seq uint64
-	pos int
-}
-
-// fetchCost is about how many messages a watch delivers in the time of
-// one message get (a request and its answer).
-const fetchCost = 20
+// fetchBudget is how many records the load reads one by one (message
+// gets by sequence, issued while the scan goes by, when the server has
+// the message at hand) before it leaves the rest to the watch.
+const fetchBudget = 20000
 
 // load fills the index at start. It scans the headers of every record
 // (events.RecordHeader: status, created, agent, ...) and reads in full
-// only what the index keeps: the pending records and the newest
-// ix.recent decided ones (and any record written without the headers).
-// The records from the returned revision on are left to the bucket's
-// watch, which delivers them in full; those before it are read one by one.
+// only what the index keeps: the pending records (and any record written
+// without the headers), read one by one as the scan finds them, and the
+// newest ix.recent decided ones, which the bucket's watch delivers from
+// the returned revision on. Past fetchBudget pending records the watch
+// starts at the first one not read instead.
 func (ix *index) load(ctx context.Context) (uint64, error) {
 	st, err := ix.js.Stream(ctx, events.RecordStream)
 	if err != nil {
@@ -99,101 +97,148 @@ func (ix *index) load(ctx context.Context) (uint64, error) {
 	if state.Msgs == 0 {
 		return 0, nil
 	}
-	var (
-		keep    []mark // pending, and records without the headers
-		ring    = make([]mark, 0, min(ix.recent, int(state.Msgs)))
-		head    int // the oldest mark in ring, once it is full
-		dropped uint64
-		n       int
-	)
-	err = scanHeaders(ctx, ix.js.Conn(), state.FirstSeq, state.LastSeq, func(seq uint64, m *nats.Msg) {
-		n++
-		if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
-			return
-		}
-		sum, ok := events.ParseRecordHeader(m.Header)
-		switch {
-		case !ok || sum.Status == contracts.StatusPending:
-			keep = append(keep, mark{seq: seq, pos: n})
-		case len(ring) < cap(ring):
-			ring = append(ring, mark{seq: seq, pos: n})
-		default:
-			dropped = ring[head].seq
-			ring[head] = mark{seq: seq, pos: n}
-			head = (head + 1) % len(ring)
-		}
-	})
+	began := time.Now()
+	f := newFetcher(ctx, ix, st)
+	parts := splitRange(state.FirstSeq, state.LastSeq, loadParts)
+	var wg sync.WaitGroup
+	errs := make([]error, len(parts))
+	for i, p := range parts {
+		p.ring = make([]uint64, 0, min(ix.recent, int(p.to-p.from+1)))
+		wg.Go(func() {
+			errs[i] = scanHeaders(ctx, ix.js.Conn(), p.from, p.to, func(seq uint64, m *nats.Msg) { p.see(seq, m, f) })
+		})
+	}
+	wg.Wait()
+	err = errors.Join(append(errs, f.wait())...)
 	if err != nil {
 		return 0, fmt.Errorf("api: load the records index: %w", err)
 	}
-	marks := mergeMarks(keep, append(ring[head:], ring[:head]...))
-	from, fetch := splitMarks(marks, n, state.LastSeq)
-	if err := ix.fetchSeqs(ctx, st, fetch); err != nil {
-		return 0, err
-	}
+	from, dropped, n := joinParts(parts, ix.recent, state.LastSeq)
 	ix.mu.Lock()
 	ix.archiveTop = max(ix.archiveTop, dropped)
 	ix.seq = max(ix.seq, from-1)
 	ix.mu.Unlock()
+	ix.log.Info("records index loaded from the bucket's headers", "records", n, "read_one_by_one", f.n,
+		"watched_from", from, "took", time.Since(began).Round(time.Millisecond))
 	return from, nil
 }
 
-// mergeMarks merges two lists ordered by sequence.
-func mergeMarks(a, b []mark) []mark {
-	out := make([]mark, 0, len(a)+len(b))
-	for len(a) > 0 && len(b) > 0 {
-		if a[0].seq < b[0].seq {
-			out, a = append(out, a[0]), a[1:]
-		} else {
-			out, b = append(out, b[0]), b[1:]
-		}
-	}
-	return append(append(out, a...), b...)
+// loadParts is how many ranges of the bucket's stream the load scans at
+// once (the server reads each on a goroutine of its own).
+const loadParts = 1
+
+// loadPart is one range of the scan and what it found.
+type loadPart struct {
+	from, to uint64
+	ring     []uint64 // the newest decided records of the range, a ring
+	head     int      // the oldest in ring, once it is full
+	dropped  uint64   // the newest decided record pushed out of ring
+	n        int      // messages scanned
+	unread   uint64   // the first record to keep that was not read
 }
 
-// splitMarks picks where the watch starts: the marks before it are read
-// one by one, every message from it on is delivered by the watch. It
-// takes the cheapest split, n messages in all.
-func splitMarks(marks []mark, n int, last uint64) (from uint64, fetch []mark) {
-	best, bestCost := len(marks), fetchCost*len(marks)
-	for j, m := range marks {
-		if cost := fetchCost*j + n - m.pos + 1; cost < bestCost {
-			best, bestCost = j, cost
-		}
+func splitRange(first, last uint64, k int) []*loadPart {
+	size := (last - first + uint64(k)) / uint64(k)
+	var parts []*loadPart
+	for from := first; from <= last; from += size {
+		parts = append(parts, &loadPart{from: from, to: min(last, from+size-1)})
 	}
-	if best == len(marks) {
-		return last + 1, marks
-	}
-	return marks[best].seq, marks[:best]
+	return parts
 }
 
-// fetchSeqs reads the record messages at marks and applies them. A
-// message that is gone was replaced by a later revision, which the watch
-// delivers.
-func (ix *index) fetchSeqs(ctx context.Context, st jetstream.Stream, marks []mark) error {
-	sem := make(chan struct{}, 16)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var first error
-	for _, mk := range marks {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			err := ix.fetchSeq(ctx, st, mk.seq)
-			if err != nil {
-				mu.Lock()
-				if first == nil {
-					first = err
-				}
-				mu.Unlock()
+func (p *loadPart) see(seq uint64, m *nats.Msg, f *fetcher) {
+	p.n++
+	if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+		return
+	}
+	switch status := m.Header.Get(events.HeaderRecordStatus); status {
+	case "", contracts.StatusPending:
+		if p.unread == 0 && !f.fetch(seq) {
+			p.unread = seq
+		}
+	default:
+		if len(p.ring) < cap(p.ring) {
+			p.ring = append(p.ring, seq)
+			return
+		}
+		p.dropped = p.ring[p.head]
+		p.ring[p.head] = seq
+		p.head = (p.head + 1) % len(p.ring)
+	}
+}
+
+// joinParts returns where the watch starts (the oldest of the newest
+// recent decided records, or the first record to keep that was not read),
+// the newest decided record left out, and the messages scanned.
+func joinParts(parts []*loadPart, recent int, last uint64) (from, dropped uint64, n int) {
+	var decided []uint64
+	unread := uint64(0)
+	for _, p := range parts {
+		decided = append(append(decided, p.ring[p.head:]...), p.ring[:p.head]...)
+		dropped = max(dropped, p.dropped)
+		n += p.n
+		if p.unread > 0 && unread == 0 {
+			unread = p.unread
+		}
+	}
+	if cut := len(decided) - recent; cut > 0 {
+		dropped = max(dropped, decided[cut-1])
+		decided = decided[cut:]
+	}
+	from = last + 1
+	if len(decided) > 0 {
+		from = decided[0]
+	}
+	if unread > 0 {
+		from = min(from, unread)
+	}
+	return from, dropped, n
+}
+
+// fetcher reads records by sequence, up to 32 at once, while the scan
+// goes on.
+type fetcher struct {
+	ctx context.Context
+	ix  *index
+	st  jetstream.Stream
+	sem chan struct{}
+	wg  sync.WaitGroup
+
+	mu    sync.Mutex
+	n     int
+	first error
+}
+
+func newFetcher(ctx context.Context, ix *index, st jetstream.Stream) *fetcher {
+	return &fetcher{ctx: ctx, ix: ix, st: st, sem: make(chan struct{}, 32)}
+}
+
+// fetch starts reading the record at seq; false once the budget is spent.
+func (f *fetcher) fetch(seq uint64) bool {
+	f.mu.Lock()
+	if f.n == fetchBudget {
+		f.mu.Unlock()
+		return false
+	}
+	f.n++
+	f.mu.Unlock()
+	f.sem <- struct{}{}
+	f.wg.Go(func() {
+		defer func() { <-f.sem }()
+		if err := f.ix.fetchSeq(f.ctx, f.st, seq); err != nil {
+			f.mu.Lock()
+			if f.first == nil {
+				f.first = err
 			}
-		})
-	}
-	wg.Wait()
-	if first != nil {
-		return fmt.Errorf("api: load the records index: %w", first)
-	}
-	return nil
+			f.mu.Unlock()
+		}
+	})
+	return true
+}
+
+func (f *fetcher) wait() error {
+	f.wg.Wait()
+	return f.first
 }
 
 func (ix *index) fetchSeq(ctx context.Context, st jetstream.Stream, seq uint64) error {

@@ -141,3 +141,38 @@ func TestFleetSmoke(t *testing.T) {
 		}
 	}
 }
+
+// The records mode seeds a history, starts an API replica on it twice and
+// times its listings and inbox pages; the index holds only the pending
+// records and the newest decided ones, and every listing answers in full.
+func TestRecordsSmoke(t *testing.T) {
+	var out bytes.Buffer
+	reps, err := bench.Records(context.Background(), bench.RecordsConfig{
+		Dir: t.TempDir(), Sizes: []int{2000}, Pending: 20, Recent: 300, Queries: 2, Restarts: 2, Out: &out,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reps) != 1 || reps[0].Error != "" {
+		t.Fatalf("reports %+v\n%s", reps, out.String())
+	}
+	r := reps[0]
+	if r.Indexed != 20+300 {
+		t.Errorf("the index holds %d records, want the 20 pending and 300 decided", r.Indexed)
+	}
+	if r.ReadySeconds <= 0 || r.StoreBytes == 0 || len(r.Listings) != 12 {
+		t.Errorf("report %+v", r)
+	}
+	want := map[string]int{"pending": 20, "approver=me": 20, "history, page 3": 50, "approver=me, history": 50, "history, rejected of an agent": 20}
+	for _, l := range r.Listings {
+		if n, ok := want[l.Name]; ok && l.Items != n {
+			t.Errorf("%s: %d items, want %d", l.Name, l.Items, n)
+		}
+		if l.Items == 0 || !(l.P50Ms > 0) || l.P99Ms < l.P50Ms {
+			t.Errorf("%s: %+v", l.Name, l)
+		}
+	}
+	if !strings.Contains(out.String(), "records in its index") {
+		t.Errorf("table:\n%s", out.String())
+	}
+}

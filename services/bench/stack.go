@@ -36,13 +36,14 @@ const (
 	roleRaw       = "raw"
 	roleRawWatch  = "raw-watch"
 	roleProvision = "provision"
+	roleAPI       = "api"
 )
 
 // userRoles maps each connection role to its Countersign role.
 var userRoles = map[string]embedded.Role{
 	roleArbiter: embedded.RoleArbiter, roleAgent: embedded.RoleOrchestrator, roleVoter: embedded.RoleResolver,
 	roleObserver: embedded.RoleResolver, roleRaw: embedded.RoleAdmin, roleRawWatch: embedded.RoleAdmin,
-	roleProvision: embedded.RoleAdmin,
+	roleProvision: embedded.RoleAdmin, roleAPI: embedded.RoleAPI,
 }
 
 // stack is one embedded server with an arbiter and a gate, as a single

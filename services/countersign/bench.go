@@ -58,6 +58,10 @@ func cmdBench(args []string, out io.Writer) error {
 	fleet := fs.String("fleet", "", "measure fleets of these many agent processes instead (comma-separated, e.g. 1,10,100,1000)")
 	fleetDecisions := fs.Int("fleet-decisions", 1000, "decisions at each fleet size, spread over its processes")
 	fleetWaiters := fs.String("fleet-waiters", "keyed,bucket", "waiter kinds measured at each fleet size: keyed, bucket")
+	records := fs.String("records", "", "measure an API replica on stored histories of these many approvals instead (comma-separated, e.g. 10000,1000000; the first is the baseline); -count restarts each")
+	recordsPending := fs.Int("records-pending", 1000, "pending approvals among each history's records")
+	indexRecent := fs.Int("index-recent", 0, "decided approvals the API's index keeps (0: the API's default)")
+	recordsQueries := fs.Int("records-queries", 100, "times each listing is timed per restart")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -69,6 +73,27 @@ func cmdBench(args []string, out io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if *records != "" {
+		sizes, err := positiveList("-records", *records)
+		if err != nil {
+			return err
+		}
+		cfg := bench.RecordsConfig{Dir: *dir, Sizes: sizes, Pending: *recordsPending, Recent: *indexRecent,
+			Queries: *recordsQueries, Restarts: *count, Out: out}
+		if *cpuProfile != "" {
+			f, err := os.Create(*cpuProfile)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			cfg.Profile = f
+		}
+		if *jsonOut {
+			cfg.Out = io.Discard
+		}
+		reps, err := bench.Records(ctx, cfg)
+		return writeJSONIf(out, *jsonOut, reps, err)
+	}
 	if *fleet != "" {
 		return runFleet(ctx, out, *fleet, *fleetWaiters, *fleetDecisions, *count, *dir, *jsonOut)
 	}
@@ -101,13 +126,9 @@ func cmdBench(args []string, out io.Writer) error {
 
 // runFleet is bench -fleet: sizes and kinds are comma-separated lists.
 func runFleet(ctx context.Context, out io.Writer, sizes, kinds string, decisions, count int, dir string, jsonOut bool) error {
-	var procs []int
-	for _, f := range strings.Split(sizes, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			return fmt.Errorf("bench: -fleet %q: want positive process counts such as 1,10,100", sizes)
-		}
-		procs = append(procs, n)
+	procs, err := positiveList("-fleet", sizes)
+	if err != nil {
+		return err
 	}
 	var waiters []string
 	for _, k := range strings.Split(kinds, ",") {
@@ -122,12 +143,31 @@ func runFleet(ctx context.Context, out io.Writer, sizes, kinds string, decisions
 		cfg.Out = io.Discard
 	}
 	reps, err := bench.Fleet(ctx, cfg)
-	if jsonOut && reps != nil {
+	return writeJSONIf(out, jsonOut, reps, err)
+}
+
+// writeJSONIf writes v as indented JSON when asked and v is set, and
+// returns err (or the write's error).
+func writeJSONIf[T any](out io.Writer, asked bool, v []T, err error) error {
+	if asked && v != nil {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		if werr := enc.Encode(reps); werr != nil && err == nil {
+		if werr := enc.Encode(v); werr != nil && err == nil {
 			err = werr
 		}
 	}
 	return err
+}
+
+// positiveList parses a comma-separated list of positive numbers.
+func positiveList(flag, list string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("bench: %s %q: want positive numbers such as 1,10,100", flag, list)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }

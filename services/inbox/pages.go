@@ -264,7 +264,11 @@ func (in *Inbox) getHistory(w http.ResponseWriter, r *http.Request, sess *sessio
 			terminal = append(terminal, string(st))
 		}
 	}
-	recs, aerr := in.api.Records(r.Context(), sess.p, api.Query{Statuses: terminal, Limit: historyScanLimit})
+	limit := historyScanLimit // a search looks through this many of the newest
+	if pg.Query == "" {
+		limit = historyShowLimit + 1
+	}
+	recs, aerr := in.api.Records(r.Context(), sess.p, api.Query{Statuses: terminal, Limit: limit})
 	if aerr != nil {
 		in.message(w, aerr.Status, sess, aerr.Message)
 		return
