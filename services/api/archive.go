@@ -39,21 +39,28 @@ type archived struct {
 // then, when the index holds no more and decided history was left out of
 // it, from the bucket's stream.
 func (ix *index) list(ctx context.Context, f listFilter, after *cursor, limit int) ([]string, *cursor, error) {
+	ix.mu.Lock()
+	top := ix.archiveTop
+	ix.mu.Unlock()
+	if !f.admitsHistory() {
+		top = 0
+	}
 	var ids []string
 	if after == nil || after.below == 0 {
 		var next *cursor
 		ids, next = ix.page(f, after, limit)
-		if next != nil || len(ids) == limit {
+		switch {
+		case next != nil:
 			return ids, next, nil
+		case len(ids) == limit && top > 0:
+			return ids, &cursor{below: top + 1}, nil // older history follows
+		case len(ids) == limit:
+			return ids, nil, nil
 		}
-	}
-	ix.mu.Lock()
-	top := ix.archiveTop
-	ix.mu.Unlock()
-	if after != nil && after.below > 0 {
+	} else {
 		top = after.below - 1
 	}
-	if top == 0 || !f.admitsHistory() {
+	if top == 0 {
 		return ids, nil, nil
 	}
 	more, below, err := ix.archive(ctx, f, top, limit-len(ids))

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -63,7 +64,7 @@ func (h *history) add(status, agent, run string, approvers []string, headers boo
 }
 
 // listAll follows next_cursor to the end and returns every event id listed.
-func (e *env) listEvery(t *testing.T, token, query string) []string {
+func (e *env) listEvery(t *testing.T, token, query string, limit int) []string {
 	t.Helper()
 	var ids []string
 	cursor := ""
@@ -71,7 +72,7 @@ func (e *env) listEvery(t *testing.T, token, query string) []string {
 		if pages > 1000 {
 			t.Fatalf("%s: no end after 1000 pages", query)
 		}
-		q := query + "&limit=17"
+		q := query + "&limit=" + strconv.Itoa(limit)
 		if cursor != "" {
 			q += "&cursor=" + url.QueryEscape(cursor)
 		}
@@ -157,8 +158,12 @@ func TestListingsReachHistoryPastTheIndex(t *testing.T) {
 	for _, replica := range []string{first, second} {
 		e.url = replica
 		for _, c := range cases {
-			got := e.listEvery(t, c.token, c.query)
 			exp := want(c.keep)
+			got := e.listEvery(t, c.token, c.query, 17)
+			if c.name == "everything" {
+				// Pages that end exactly where the index ends.
+				got = e.listEvery(t, c.token, c.query, len(want(isPending))+recent)
+			}
 			if dup := duplicatesOf(got); len(dup) > 0 {
 				t.Errorf("%s: listed more than once: %v", c.name, dup)
 			}
@@ -172,6 +177,8 @@ func TestListingsReachHistoryPastTheIndex(t *testing.T) {
 	}
 }
 
+func isPending(r *contracts.Record) bool { return r.Status == contracts.StatusPending }
+
 func duplicatesOf(ids []string) []string {
 	seen, dup := map[string]bool{}, []string(nil)
 	for _, id := range ids {
@@ -183,10 +190,11 @@ func duplicatesOf(ids []string) []string {
 	return dup
 }
 
+// minus lists (up to five of) the ids of a that b lacks.
 func minus(a, b []string) []string {
 	var out []string
 	for _, x := range a {
-		if !slices.Contains(b, x) {
+		if !slices.Contains(b, x) && len(out) < 5 {
 			out = append(out, x)
 		}
 	}

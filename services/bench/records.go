@@ -388,11 +388,13 @@ func skipAhead(ctx context.Context, client *http.Client, base, token, query stri
 		}
 		seen += len(ans.Items)
 		if ans.NextCursor == "" {
-			return "", fmt.Errorf("%q has fewer than %d items", query, skip)
+			break // a history the index holds all of: time its last page
 		}
 		page.Set("cursor", ans.NextCursor)
 	}
-	q.Set("cursor", page.Get("cursor"))
+	if c := page.Get("cursor"); c != "" {
+		q.Set("cursor", c)
+	}
 	return q.Encode(), nil
 }
 
