@@ -21,17 +21,23 @@ import (
 // Values are query-escaped (agent names and run ids are free text).
 const (
 	HeaderRecordStatus  = "Countersign-Status"
-	HeaderRecordCreated = "Countersign-Created" // request created_at, Unix nanoseconds
+	HeaderRecordCreated = "Countersign-Created" // request created_at, Unix nanoseconds (absent when unset)
 	HeaderRecordAgent   = "Countersign-Agent"
 	HeaderRecordRun     = "Countersign-Run"
 	HeaderRecordTenant  = "Countersign-Tenant"
 )
 
-// RecordHeader returns the summary headers of rec.
+// RecordHeader returns the summary headers of rec (none for nil: readers
+// then read the record itself).
 func RecordHeader(rec *contracts.Record) nats.Header {
+	if rec == nil {
+		return nil
+	}
 	h := nats.Header{}
 	h.Set(HeaderRecordStatus, url.QueryEscape(rec.Status))
-	h.Set(HeaderRecordCreated, strconv.FormatInt(rec.Request.CreatedAt.UnixNano(), 10))
+	if !rec.Request.CreatedAt.IsZero() {
+		h.Set(HeaderRecordCreated, strconv.FormatInt(rec.Request.CreatedAt.UnixNano(), 10))
+	}
 	h.Set(HeaderRecordAgent, url.QueryEscape(rec.Request.Run.Agent))
 	if rec.Request.Run.ID != "" {
 		h.Set(HeaderRecordRun, url.QueryEscape(rec.Request.Run.ID))
@@ -59,14 +65,16 @@ func ParseRecordHeader(h nats.Header) (s RecordSummary, ok bool) {
 		return s, false
 	}
 	status, created := h.Get(HeaderRecordStatus), h.Get(HeaderRecordCreated)
-	if status == "" || created == "" {
+	if status == "" {
 		return s, false
 	}
-	ns, err := strconv.ParseInt(created, 10, 64)
-	if err != nil {
-		return s, false
+	if created != "" {
+		ns, err := strconv.ParseInt(created, 10, 64)
+		if err != nil {
+			return s, false
+		}
+		s.CreatedAt = time.Unix(0, ns)
 	}
-	s.CreatedAt = time.Unix(0, ns)
 	var errs [4]error
 	s.Status, errs[0] = url.QueryUnescape(status)
 	s.Agent, errs[1] = url.QueryUnescape(h.Get(HeaderRecordAgent))

@@ -16,15 +16,17 @@ import (
 
 // The history the index does not hold is listed from the bucket's stream,
 // newest change first: the headers of a range of record messages are
-// read at a time (archiveChunk of them), filtered on what they tell
-// (status, agent, run, event id), and only the records that pass are
-// read in full where the reader's rights need it. One listing reads at
-// most archiveMaxScan headers or for about archiveBudget; it then answers
-// with what it found and a cursor to go on from.
+// read at a time (archiveFirstChunk of them, then four times as many each
+// time up to archiveChunk), filtered on what they tell (status, agent,
+// run, event id), and only the records that pass are read in full where
+// the reader's rights need it. One listing reads at most archiveMaxScan
+// headers or for about archiveBudget; it then answers with what it found
+// and a cursor to go on from.
 const (
-	archiveChunk   = 4096
-	archiveMaxScan = 1 << 17
-	archiveBudget  = 30 * time.Millisecond
+	archiveFirstChunk = 256
+	archiveChunk      = 2048
+	archiveMaxScan    = 1 << 17
+	archiveBudget     = 12 * time.Millisecond
 )
 
 // archived is one record message of a scanned range.
@@ -88,9 +90,10 @@ func (ix *index) archive(ctx context.Context, f listFilter, top uint64, need int
 		return nil, 0, err
 	}
 	byHeaders := f.reader.Admin && len(f.reader.Tenants) == 0 && f.approver == ""
-	deadline, scanned := time.Now().Add(archiveBudget), uint64(0)
+	deadline, scanned, chunkSize := time.Now().Add(archiveBudget), uint64(0), uint64(archiveFirstChunk)
 	for top >= 1 {
-		start := top - min(top-1, archiveChunk-1)
+		start := top - min(top-1, chunkSize-1)
+		chunkSize = min(chunkSize*4, archiveChunk)
 		chunk, err := ix.scanRange(ctx, start, top)
 		if err != nil {
 			return nil, 0, err

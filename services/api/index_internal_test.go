@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/countersign/countersign/contracts"
@@ -67,4 +68,27 @@ func TestIndexMemoryIsBoundedByPendingWork(t *testing.T) {
 	write(500, contracts.StatusRejected)
 	write(3, contracts.StatusPending)
 	check("after 503 more", 10)
+}
+
+// ackPosition reads what nats.Msg.Metadata reads, in both subject forms.
+func TestAckPositionMatchesTheClientsMetadata(t *testing.T) {
+	for _, reply := range []string{
+		"$JS.ACK.KV_hitl_approvals.cons.1.4711.3.1732440000000000000.99",
+		"$JS.ACK.hub.ACCHASH.KV_hitl_approvals.cons.2.12.5.1732440000000000000.0.rnd",
+		"$JS.ACK._.ACCHASH.KV_hitl_approvals.cons.2.12.5.1732440000000000000.7",
+	} {
+		md, err := (&nats.Msg{Reply: reply, Sub: &nats.Subscription{}}).Metadata()
+		if err != nil {
+			t.Fatalf("%s: %v", reply, err)
+		}
+		seq, pending, ok := ackPosition(reply)
+		if !ok || seq != md.Sequence.Stream || pending != md.NumPending {
+			t.Errorf("%s: %d %d %v, want %d %d", reply, seq, pending, ok, md.Sequence.Stream, md.NumPending)
+		}
+	}
+	for _, bad := range []string{"", "_INBOX.x", "$JS.ACK.a.b.c", "$JS.ACK.s.c.1.x.3.4.5"} {
+		if _, _, ok := ackPosition(bad); ok {
+			t.Errorf("%q read as a position", bad)
+		}
+	}
 }
