@@ -20,11 +20,12 @@ import (
 // time up to archiveChunk), filtered on what they tell (status, agent,
 // run, event id), and only the records that pass are read in full where
 // the reader's rights need it. One listing reads at most archiveMaxScan
-// headers or for about archiveBudget; it then answers with what it found
-// and a cursor to go on from.
+// headers, or for about archiveBudget once it has read archiveMinScan; it
+// then answers with what it found and a cursor to go on from.
 const (
 	archiveFirstChunk = 256
 	archiveChunk      = 2048
+	archiveMinScan    = 4096
 	archiveMaxScan    = 1 << 17
 	archiveBudget     = 12 * time.Millisecond
 )
@@ -119,7 +120,7 @@ func (ix *index) archive(ctx context.Context, f listFilter, top uint64, need int
 		}
 		scanned += top - start + 1
 		top = start - 1
-		if top >= 1 && (scanned >= archiveMaxScan || time.Now().After(deadline)) {
+		if top >= 1 && (scanned >= archiveMaxScan || scanned >= archiveMinScan && time.Now().After(deadline)) {
 			return ids, start, nil
 		}
 	}
