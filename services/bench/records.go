@@ -40,6 +40,9 @@ type RecordsConfig struct {
 	Sizes []int
 	// Pending is how many of each size's approvals are pending.
 	Pending int
+	// Sync is the store: SyncLazy (the default), SyncAlways or SyncCluster
+	// (three nodes, R3).
+	Sync string
 	// Recent is the API's IndexRecent (0: its default).
 	Recent int
 	// Queries is how many times each listing is timed per restart.
@@ -56,8 +59,9 @@ type RecordsConfig struct {
 
 // RecordsReport is the figures for one history size.
 type RecordsReport struct {
-	Records int `json:"records"`
-	Pending int `json:"pending"`
+	Sync    string `json:"sync"`
+	Records int    `json:"records"`
+	Pending int    `json:"pending"`
 	// SeedSeconds is how long seeding took (records written as the arbiter
 	// writes them, asynchronously).
 	SeedSeconds float64 `json:"seed_seconds"`
@@ -104,6 +108,13 @@ func Records(ctx context.Context, cfg RecordsConfig) ([]RecordsReport, error) {
 		return nil, fmt.Errorf("bench: records needs at least one size")
 	}
 	cfg.Queries, cfg.Restarts = max(cfg.Queries, 1), max(cfg.Restarts, 1)
+	switch cfg.Sync {
+	case "":
+		cfg.Sync = SyncLazy
+	case SyncLazy, SyncAlways, SyncCluster:
+	default:
+		return nil, fmt.Errorf("bench: records: RecordsConfig.Sync must be lazy, always or cluster, got %q", cfg.Sync)
+	}
 	if cfg.Out == nil {
 		cfg.Out = io.Discard
 	}
@@ -118,7 +129,7 @@ func Records(ctx context.Context, cfg RecordsConfig) ([]RecordsReport, error) {
 	}
 	var out []RecordsReport
 	for _, n := range cfg.Sizes {
-		rep := RecordsReport{Records: n, Pending: min(cfg.Pending, n)}
+		rep := RecordsReport{Sync: cfg.Sync, Records: n, Pending: min(cfg.Pending, n)}
 		if err := measureRecords(ctx, root, cfg, &rep); err != nil {
 			rep.Error = err.Error()
 			fmt.Fprintf(cfg.Out, "records %d: %v\n", n, err)
@@ -130,7 +141,7 @@ func Records(ctx context.Context, cfg RecordsConfig) ([]RecordsReport, error) {
 }
 
 func measureRecords(ctx context.Context, root string, cfg RecordsConfig, rep *RecordsReport) error {
-	st, err := startStack(ctx, SyncLazy, root, 0)
+	st, err := startStack(ctx, cfg.Sync, root, 0)
 	if err != nil {
 		return err
 	}
@@ -493,8 +504,8 @@ func printRecords(w io.Writer, reps []RecordsReport) {
 			fmt.Fprintf(w, "%d records: failed: %s\n", r.Records, r.Error)
 			continue
 		}
-		fmt.Fprintf(w, "%d records (%d pending), %.0f MB stored: ready %.2fs [%.2f–%.2f], API heap %.1f MB, %d records in its index\n",
-			r.Records, r.Pending, float64(r.StoreBytes)/1e6, r.ReadySeconds, r.ReadySecondsRange[0], r.ReadySecondsRange[1], float64(r.HeapBytes)/1e6, r.Indexed)
+		fmt.Fprintf(w, "%d records (%d pending, %s), %.0f MB stored: ready %.2fs [%.2f–%.2f], API heap %.1f MB, %d records in its index\n",
+			r.Records, r.Pending, r.Sync, float64(r.StoreBytes)/1e6, r.ReadySeconds, r.ReadySecondsRange[0], r.ReadySecondsRange[1], float64(r.HeapBytes)/1e6, r.Indexed)
 		for _, l := range r.Listings {
 			fmt.Fprintf(w, "  %-32s p50 %7.2f ms  p99 %7.2f ms  (%d items)\n", l.Name, l.P50Ms, l.P99Ms, l.Items)
 		}

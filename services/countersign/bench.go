@@ -78,7 +78,11 @@ func cmdBench(args []string, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		cfg := bench.RecordsConfig{Dir: *dir, Sizes: sizes, Pending: *recordsPending, Recent: *indexRecent,
+		sync := *syncMode
+		if sync == bench.SyncBoth {
+			sync = bench.SyncLazy // the flag's default; a history is seeded into one store
+		}
+		cfg := bench.RecordsConfig{Dir: *dir, Sizes: sizes, Pending: *recordsPending, Recent: *indexRecent, Sync: sync,
 			Queries: *recordsQueries, Restarts: *count, Out: out}
 		if *cpuProfile != "" {
 			f, err := os.Create(*cpuProfile)
