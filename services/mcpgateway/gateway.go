@@ -2,8 +2,6 @@ package mcpgateway
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -16,10 +14,9 @@ import (
 // MCP server and gates tools/call with Countersign. It is safe for
 // concurrent use; serve it with Run (stdio) or Handler (Streamable HTTP).
 type Gateway struct {
-	cfg      Config
-	server   *mcp.Server
-	instance string // unique to this process: claim ids derive from it
-	book     callBook
+	cfg    Config
+	server *mcp.Server
+	book   callBook
 
 	mu    sync.Mutex
 	links map[*mcp.ServerSession]*link
@@ -33,11 +30,7 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("mcpgateway: %w", err)
 	}
-	var nonce [16]byte
-	if _, err := rand.Read(nonce[:]); err != nil {
-		return nil, err
-	}
-	g := &Gateway{cfg: cfg, instance: hex.EncodeToString(nonce[:]), links: map[*mcp.ServerSession]*link{}}
+	g := &Gateway{cfg: cfg, links: map[*mcp.ServerSession]*link{}}
 	g.book.init()
 	first := &link{g: g}
 	up, err := first.session(ctx)
@@ -211,6 +204,7 @@ type link struct {
 	mu    sync.Mutex
 	up    *mcp.ClientSession
 	tools map[string]*mcp.Tool
+	held  map[string]*held // by requestState
 }
 
 // session returns the upstream session, connecting (again) when there is
@@ -250,10 +244,53 @@ func (l *link) close() {
 	l.mu.Lock()
 	up := l.up
 	l.up = nil
+	hs := l.held
+	l.held = nil
 	l.mu.Unlock()
+	for _, h := range hs {
+		h.cancel()
+	}
 	if up != nil {
 		_ = up.Close()
 	}
+}
+
+// hold keeps a held call until release.
+func (l *link) hold(h *held) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.held == nil {
+		l.held = map[string]*held{}
+	}
+	l.held[h.state] = h
+}
+
+func (l *link) release(h *held) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.held, h.state)
+}
+
+// heldCall returns the held call a client's requestState names.
+func (l *link) heldCall(state string) *held {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.held[state]
+}
+
+// onlyHeld returns the link's one held call, nil when there are none or
+// several: an upstream on an earlier protocol version sends its questions
+// as requests of their own, which do not say which call they belong to.
+func (l *link) onlyHeld() *held {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.held) != 1 {
+		return nil
+	}
+	for _, h := range l.held {
+		return h
+	}
+	return nil
 }
 
 // remember keeps the tools' annotations for the policy.

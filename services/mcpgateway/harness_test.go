@@ -342,24 +342,30 @@ func newRigOn(t testing.TB, s *serve, edit func(*mcpgateway.Config)) *rig {
 	}
 	t.Cleanup(func() { g.Close() })
 	r.gateway = g
-	ct, st := mcp.NewInMemoryTransports()
-	if _, err := g.Server().Connect(ctx, st, nil); err != nil {
-		t.Fatal(err)
-	}
-	c := mcp.NewClient(&mcp.Implementation{Name: "test-client"}, &mcp.ClientOptions{
+	r.session = r.connect(t, &mcp.ClientOptions{
 		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
 			select {
 			case r.progress <- req.Params:
 			default:
 			}
 		},
-	})
-	r.session, err = c.Connect(ctx, ct, nil)
+	}, nil)
+	return r
+}
+
+// connect connects another Go SDK client to the gateway.
+func (r *rig) connect(t testing.TB, opts *mcp.ClientOptions, sopts *mcp.ClientSessionOptions) *mcp.ClientSession {
+	t.Helper()
+	ct, st := mcp.NewInMemoryTransports()
+	if _, err := r.gateway.Server().Connect(context.Background(), st, nil); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-client"}, opts).Connect(context.Background(), ct, sopts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { r.session.Close() })
-	return r
+	t.Cleanup(func() { cs.Close() })
+	return cs
 }
 
 // call calls tool with args (JSON) and a progress token.
