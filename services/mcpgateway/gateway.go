@@ -21,6 +21,8 @@ type Gateway struct {
 	mu    sync.Mutex
 	links map[*mcp.ServerSession]*link
 	spare *link // the upstream session New opened, for the first client
+
+	announcing sync.Mutex // one announce at a time
 }
 
 // New connects to the upstream once, to mirror its capabilities, and
@@ -39,33 +41,44 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	}
 	g.spare = first
 	init := up.InitializeResult()
-	caps := &mcp.ServerCapabilities{}
-	if c := init.Capabilities; c != nil {
-		caps.Tools = &mcp.ToolCapabilities{}
-		if c.Resources != nil {
-			caps.Resources = &mcp.ResourceCapabilities{}
-		}
-		if c.Prompts != nil {
-			caps.Prompts = &mcp.PromptCapabilities{}
-		}
-		if c.Logging != nil {
-			caps.Logging = &mcp.LoggingCapabilities{}
-		}
-		if c.Completions != nil {
-			caps.Completions = &mcp.CompletionCapabilities{}
-		}
-	}
 	impl := &mcp.Implementation{Name: cfg.Name, Version: "countersign"}
 	if si := init.ServerInfo; si != nil {
 		impl = &mcp.Implementation{Name: si.Name, Title: si.Title, Version: si.Version}
 	}
-	g.server = mcp.NewServer(impl, &mcp.ServerOptions{
-		Instructions: init.Instructions,
-		Logger:       cfg.Logger,
-		Capabilities: caps,
-	})
+	opts := &mcp.ServerOptions{Instructions: init.Instructions, Logger: cfg.Logger, Capabilities: mirror(init.Capabilities)}
+	if r := opts.Capabilities.Resources; r != nil && r.Subscribe {
+		opts.SubscribeHandler, opts.UnsubscribeHandler = g.subscribe, g.unsubscribe
+	}
+	g.server = mcp.NewServer(impl, opts)
 	g.server.AddReceivingMiddleware(g.middleware)
 	return g, nil
+}
+
+// mirror is what the gateway offers its clients, given what the upstream
+// offers: tools always (calls of unknown tools are gated like any other),
+// the rest as the upstream has them, list-changed notifications and
+// resource subscriptions included.
+func mirror(c *mcp.ServerCapabilities) *mcp.ServerCapabilities {
+	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}}
+	if c == nil {
+		return caps
+	}
+	if c.Tools != nil {
+		caps.Tools.ListChanged = c.Tools.ListChanged
+	}
+	if c.Resources != nil {
+		caps.Resources = &mcp.ResourceCapabilities{ListChanged: c.Resources.ListChanged, Subscribe: c.Resources.Subscribe}
+	}
+	if c.Prompts != nil {
+		caps.Prompts = &mcp.PromptCapabilities{ListChanged: c.Prompts.ListChanged}
+	}
+	if c.Logging != nil {
+		caps.Logging = &mcp.LoggingCapabilities{}
+	}
+	if c.Completions != nil {
+		caps.Completions = &mcp.CompletionCapabilities{}
+	}
+	return caps
 }
 
 // Server is the MCP server the gateway presents to its clients.
@@ -138,6 +151,12 @@ func (g *Gateway) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		switch method {
 		case "tools/list", "tools/call", "resources/list", "resources/templates/list", "resources/read",
 			"prompts/list", "prompts/get", "completion/complete":
+		case "resources/subscribe", "resources/unsubscribe", "subscriptions/listen":
+			// The SDK keeps the subscriptions; the link must be the caller's.
+			if _, err := g.linkFor(ss, req.GetExtra()); err != nil {
+				return nil, err
+			}
+			return next(ctx, method, req)
 		default:
 			return next(ctx, method, req)
 		}
@@ -220,6 +239,10 @@ func (l *link) session(ctx context.Context) (*mcp.ClientSession, error) {
 		// upstream that asked would narrow what it may touch to nothing.
 		Capabilities:                &mcp.ClientCapabilities{},
 		ElicitationHandler:          l.elicit,
+		ToolListChangedHandler:      l.toolsChanged,
+		PromptListChangedHandler:    l.promptsChanged,
+		ResourceListChangedHandler:  l.resourcesChanged,
+		ResourceUpdatedHandler:      l.resourceUpdated,
 		ProgressNotificationHandler: l.progress,
 		LoggingMessageHandler:       l.logMessage,
 	})

@@ -66,9 +66,17 @@ func upstreamMain(path string) int {
 // notes records what the upstream was asked to do.
 type notes struct {
 	mu    sync.Mutex
-	calls []string // "tool args" of every call, in order
-	file  string   // when set, destructive calls are appended here too
-	kill  func()   // drops the upstream's connection (in-memory upstreams)
+	calls []string    // "tool args" of every call, in order
+	file  string      // when set, destructive calls are appended here too
+	kill  func()      // drops the upstream's connection (in-memory upstreams)
+	subs  chan string // "subscribe URI" and "unsubscribe URI", when set
+}
+
+// subscription records a resources/subscribe or unsubscribe.
+func (n *notes) subscription(what, uri string) {
+	if n.subs != nil {
+		n.subs <- what + " " + uri
+	}
 }
 
 // killable is a connection a test can drop.
@@ -115,7 +123,16 @@ var objectSchema = map[string]any{"type": "object", "properties": map[string]any
 // read-only, delete_note destructive, crash (read-only) drops the
 // connection in the middle of the call, ask_name elicits.
 func newUpstream(rec *notes) *mcp.Server {
-	s := mcp.NewServer(&mcp.Implementation{Name: "notes", Version: "1.0.0"}, nil)
+	s := mcp.NewServer(&mcp.Implementation{Name: "notes", Version: "1.0.0"}, &mcp.ServerOptions{
+		SubscribeHandler: func(_ context.Context, req *mcp.SubscribeRequest) error {
+			rec.subscription("subscribe", req.Params.URI)
+			return nil
+		},
+		UnsubscribeHandler: func(_ context.Context, req *mcp.UnsubscribeRequest) error {
+			rec.subscription("unsubscribe", req.Params.URI)
+			return nil
+		},
+	})
 	s.AddTool(&mcp.Tool{Name: "read_note", Description: "Read a note.", InputSchema: objectSchema,
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
 		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -301,6 +318,7 @@ type rig struct {
 	serve    *serve
 	notes    *notes
 	gateway  *mcpgateway.Gateway
+	upstream *mcp.Server // the notes server every upstream session is of
 	session  *mcp.ClientSession
 	runID    string
 	progress chan *mcp.ProgressNotificationParams
@@ -315,8 +333,9 @@ func newRig(t *testing.T, edit func(*mcpgateway.Config)) *rig {
 func newRigOn(t testing.TB, s *serve, edit func(*mcpgateway.Config)) *rig {
 	t.Helper()
 	ctx := context.Background()
-	r := &rig{serve: s, notes: &notes{}, runID: "test:" + t.Name(), progress: make(chan *mcp.ProgressNotificationParams, 100)}
+	r := &rig{serve: s, notes: &notes{subs: make(chan string, 100)}, runID: "test:" + t.Name(), progress: make(chan *mcp.ProgressNotificationParams, 100)}
 	up := newUpstream(r.notes)
+	r.upstream = up
 	cfg := mcpgateway.Config{
 		Name: "notes", Countersign: s.client(t), RunID: r.runID, RequestedBy: "carol",
 		MaxWait: 30 * time.Second, ProgressEvery: 100 * time.Millisecond,
@@ -371,11 +390,17 @@ func (r *rig) connect(t testing.TB, opts *mcp.ClientOptions, sopts *mcp.ClientSe
 // call calls tool with args (JSON) and a progress token.
 func (r *rig) call(t testing.TB, tool, args string) *mcp.CallToolResult {
 	t.Helper()
+	return r.callOn(t, r.session, tool, args)
+}
+
+// callOn calls tool on another client session of the gateway.
+func (r *rig) callOn(t testing.TB, cs *mcp.ClientSession, tool, args string) *mcp.CallToolResult {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	p := &mcp.CallToolParams{Name: tool, Arguments: json.RawMessage(args)}
 	p.SetProgressToken("tok-" + tool)
-	res, err := r.session.CallTool(ctx, p)
+	res, err := cs.CallTool(ctx, p)
 	if err != nil {
 		t.Fatalf("call %s %s: %v", tool, args, err)
 	}
@@ -384,13 +409,18 @@ func (r *rig) call(t testing.TB, tool, args string) *mcp.CallToolResult {
 
 // callAsync calls tool in the background.
 func (r *rig) callAsync(t testing.TB, tool, args string) <-chan *mcp.CallToolResult {
+	return r.callAsyncOn(t, r.session, tool, args)
+}
+
+// callAsyncOn calls tool in the background on another client session.
+func (r *rig) callAsyncOn(t testing.TB, cs *mcp.ClientSession, tool, args string) <-chan *mcp.CallToolResult {
 	out := make(chan *mcp.CallToolResult, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		p := &mcp.CallToolParams{Name: tool, Arguments: json.RawMessage(args)}
 		p.SetProgressToken("tok-" + tool)
-		res, err := r.session.CallTool(ctx, p)
+		res, err := cs.CallTool(ctx, p)
 		if err != nil {
 			t.Errorf("call %s %s: %v", tool, args, err)
 		}
