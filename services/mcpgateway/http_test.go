@@ -2,6 +2,7 @@ package mcpgateway_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -21,21 +22,36 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(r)
 }
 
+// rpcAnswer is a JSON-RPC error response as a raw HTTP client reads it.
+type rpcAnswer struct {
+	ID    any `json:"id"`
+	Error *struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
 // Over Streamable HTTP the caller's bearer token names requested_by; a
-// request without a known token is refused; malformed JSON-RPC and unknown
-// methods get errors and the gateway keeps serving.
+// request without a known token is refused; malformed JSON-RPC, unknown
+// methods and oversized bodies get JSON-RPC errors, none of them reaches the
+// upstream, and the gateway keeps serving.
 func TestHTTPIdentityAndMalformedRequests(t *testing.T) {
 	r := newRig(t, nil)
 	srv := httptest.NewServer(mcpgateway.Handler([]*mcpgateway.Gateway{r.gateway}, mcpgateway.Callers{mcpgateway.HashToken("dana-token"): "dana"}))
 	defer srv.Close()
 	endpoint := srv.URL + "/mcp/notes"
 
+	session := ""
 	post := func(token, body string) (int, string) {
 		req, _ := http.NewRequest("POST", endpoint, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", "application/json, text/event-stream")
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+			req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -45,11 +61,28 @@ func TestHTTPIdentityAndMalformedRequests(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
+	// answer posts body and decodes the JSON-RPC error it gets.
+	answer := func(body string, status int) rpcAnswer {
+		t.Helper()
+		code, got := post("dana-token", body)
+		var a rpcAnswer
+		if code != status || json.Unmarshal([]byte(got), &a) != nil || a.Error == nil {
+			t.Fatalf("%.60s: HTTP %d %s, want %d and a JSON-RPC error", body, code, got, status)
+		}
+		return a
+	}
 	if code, _ := post("wrong", `{"jsonrpc":"2.0","id":1,"method":"ping"}`); code != http.StatusUnauthorized {
 		t.Fatalf("unknown token: %d", code)
 	}
-	if code, body := post("dana-token", `{"jsonrpc":"2.0","id":1,"method":`); code != http.StatusBadRequest {
-		t.Fatalf("malformed JSON: %d %s", code, body)
+	if a := answer(`{"jsonrpc":"2.0","id":1,"method":`, http.StatusBadRequest); a.Error.Code != -32700 || a.ID != nil {
+		t.Fatalf("malformed JSON: %+v", a)
+	}
+	if a := answer(`{"jsonrpc":"2.0","id":2,"method":5}`, http.StatusBadRequest); a.Error.Code != -32600 {
+		t.Fatalf("not a JSON-RPC request: %+v", a)
+	}
+	huge := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"delete_note","arguments":{"id":"` + strings.Repeat("x", 5<<20) + `"}}}`
+	if a := answer(huge, http.StatusRequestEntityTooLarge); a.Error.Code != -32600 || !strings.Contains(a.Error.Message, "over this gateway's limit") {
+		t.Fatalf("oversized body: %+v", a)
 	}
 
 	c := mcp.NewClient(&mcp.Implementation{Name: "http-client"}, nil)
@@ -58,21 +91,28 @@ func TestHTTPIdentityAndMalformedRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cs.Close()
-	// An unknown method is refused, naming it, and the session carries on.
-	req, _ := http.NewRequest("POST", endpoint, strings.NewReader(`{"jsonrpc":"2.0","id":7,"method":"tools/explode"}`))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("Authorization", "Bearer dana-token")
-	req.Header.Set("Mcp-Session-Id", cs.ID())
-	req.Header.Set("Mcp-Protocol-Version", cs.InitializeResult().ProtocolVersion)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	if v := cs.InitializeResult().ProtocolVersion; v != "2025-11-25" {
+		t.Fatalf("negotiated %s over Streamable HTTP", v)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), `"tools/explode" unsupported`) {
-		t.Fatalf("unknown method: %d %s", resp.StatusCode, body)
+	session = cs.ID()
+	// An unknown method is refused, naming it; a batch with one is not run
+	// at all; an unknown notification is dropped.
+	if a := answer(`{"jsonrpc":"2.0","id":7,"method":"tools/explode"}`, http.StatusOK); a.Error.Code != -32601 || a.ID != 7.0 ||
+		!strings.Contains(a.Error.Message, `"tools/explode" not found`) {
+		t.Fatalf("unknown method: %+v", a)
+	}
+	code, body := post("dana-token", `[{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"read_note","arguments":{"id":"batch"}}},`+
+		`{"jsonrpc":"2.0","id":9,"method":"tools/explode"}]`)
+	var batch []rpcAnswer
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &batch) != nil || len(batch) != 2 ||
+		batch[0].Error == nil || batch[0].Error.Code != -32600 || batch[1].Error == nil || batch[1].Error.Code != -32601 {
+		t.Fatalf("batch with an unknown method: %d %s", code, body)
+	}
+	if code, body := post("dana-token", `{"jsonrpc":"2.0","method":"notifications/explode"}`); code != http.StatusAccepted {
+		t.Fatalf("unknown notification: %d %s", code, body)
+	}
+	if calls := r.notes.all(); len(calls) != 0 {
+		t.Fatalf("refused requests reached the upstream: %q", calls)
 	}
 
 	done := make(chan *mcp.CallToolResult, 1)
