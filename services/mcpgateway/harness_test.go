@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -295,14 +296,15 @@ func (s *serve) approvals(t testing.TB, runID string) []contracts.Record {
 	return recs
 }
 
-// pending waits until the run has a pending approval for tool and
-// returns its event id.
-func (s *serve) pending(t testing.TB, runID, tool string) string {
+// pending waits until the run has a pending approval for tool, other than
+// the ones excepted, and returns its event id.
+func (s *serve) pending(t testing.TB, runID, tool string, except ...string) string {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		for _, r := range s.approvals(t, runID) {
-			if r.Status == contracts.StatusPending && r.Request.ToolCall != nil && r.Request.ToolCall.Name == tool {
+			if r.Status == contracts.StatusPending && r.Request.ToolCall != nil && r.Request.ToolCall.Name == tool &&
+				!slices.Contains(except, r.Request.EventID) {
 				return r.Request.EventID
 			}
 		}
