@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/services/mcpgateway"
 )
 
 // elicited is what ask_name's upstream received: the elicitation result,
@@ -132,4 +133,27 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// A question the client does not answer within InputWait is cancelled: the
+// upstream receives action "cancel", and the call's requestState is no
+// longer accepted.
+func TestUnansweredQuestionIsCancelled(t *testing.T) {
+	r := newRig(t, func(c *mcpgateway.Config) { c.InputWait = 200 * time.Millisecond })
+	cs := r.connect(t, &mcp.ClientOptions{
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) { return nil, nil },
+		MultiRoundTrip:     &mcp.MultiRoundTripOptions{Disabled: true},
+	}, nil)
+	first, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "ask_name", Arguments: map[string]any{}})
+	if err != nil || !first.NeedsInput() {
+		t.Fatalf("first answer: %+v %v", first, err)
+	}
+	if got := receive(t, r.notes.answers); got != `{"action":"cancel"}` {
+		t.Fatalf("the upstream received %s", got)
+	}
+	_, err = cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "ask_name", Arguments: map[string]any{},
+		InputResponses: mcp.InputResponseMap{"elicitation-1": &mcp.ElicitResult{Action: "accept"}}, RequestState: first.RequestState})
+	if err == nil || !strings.Contains(err.Error(), "names no call waiting") {
+		t.Fatalf("an expired requestState: %v", err)
+	}
 }

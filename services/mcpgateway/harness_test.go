@@ -71,6 +71,8 @@ type notes struct {
 	file  string      // when set, destructive calls are appended here too
 	kill  func()      // drops the upstream's connection (in-memory upstreams)
 	subs  chan string // "subscribe URI" and "unsubscribe URI", when set
+	// answers gets each answer ask_name received (JSON), when set.
+	answers chan string
 }
 
 // subscription records a resources/subscribe or unsubscribe.
@@ -165,6 +167,9 @@ func newUpstream(rec *notes) *mcp.Server {
 			// elicitation/create to clients of earlier protocol versions.
 			if res, ok := req.Params.InputResponses["name"].(*mcp.ElicitResult); ok {
 				b, _ := json.Marshal(res)
+				if rec.answers != nil {
+					rec.answers <- string(b)
+				}
 				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(b)}}}, nil
 			}
 			return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{"name": &mcp.ElicitParams{Message: "Which name?",
@@ -335,7 +340,7 @@ func newRig(t *testing.T, edit func(*mcpgateway.Config)) *rig {
 func newRigOn(t testing.TB, s *serve, edit func(*mcpgateway.Config)) *rig {
 	t.Helper()
 	ctx := context.Background()
-	r := &rig{serve: s, notes: &notes{subs: make(chan string, 100)}, runID: "test:" + t.Name(), progress: make(chan *mcp.ProgressNotificationParams, 100)}
+	r := &rig{serve: s, notes: &notes{subs: make(chan string, 100), answers: make(chan string, 100)}, runID: "test:" + t.Name(), progress: make(chan *mcp.ProgressNotificationParams, 100)}
 	up := newUpstream(r.notes)
 	r.upstream = up
 	cfg := mcpgateway.Config{

@@ -2,6 +2,7 @@ package mcpgateway_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,11 @@ type gatewayProc struct {
 }
 
 func startGatewayProc(t *testing.T, s *serve, log string, maxWait string) *gatewayProc {
+	return startGatewayProcWith(t, s, log, maxWait, nil)
+}
+
+// startGatewayProcWith is startGatewayProc with a client of the options given.
+func startGatewayProcWith(t *testing.T, s *serve, log string, maxWait string, opts *mcp.ClientOptions) *gatewayProc {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
@@ -30,7 +36,7 @@ func startGatewayProc(t *testing.T, s *serve, log string, maxWait string) *gatew
 		"--progress-every", "100ms", "--log-level", "warn", "--", self)
 	cmd.Env = append(os.Environ(), "COUNTERSIGN_URL="+s.url, "COUNTERSIGN_TOKEN="+s.token, upstreamEnv+"="+log)
 	cmd.Stderr = os.Stderr
-	c := mcp.NewClient(&mcp.Implementation{Name: "restart-client"}, nil)
+	c := mcp.NewClient(&mcp.Implementation{Name: "restart-client"}, opts)
 	session, err := c.Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -106,5 +112,30 @@ func TestKilledGatewayReattachesAndRunsOnce(t *testing.T) {
 	}
 	if got := upstreamLog(t, log); len(got) != 2 {
 		t.Fatalf("upstream ran %q", got)
+	}
+}
+
+// The real `countersign mcp` on stdio, with a Go SDK client on protocol
+// 2026-07-28 that supports elicitation: the notes server's question reaches
+// the client as an input request, and the server receives exactly the
+// client's answer.
+func TestGatewayProcessPassesElicitationToTheClient(t *testing.T) {
+	s := startServe(t)
+	answer := &mcp.ElicitResult{Action: "accept", Content: map[string]any{"name": "Ada over stdio"}}
+	p := startGatewayProcWith(t, s, filepath.Join(t.TempDir(), "upstream.log"), "60s", &mcp.ClientOptions{
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) { return answer, nil },
+	})
+	if v := p.session.InitializeResult().ProtocolVersion; v != "2026-07-28" {
+		t.Fatalf("negotiated %s", v)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	res, err := p.session.CallTool(ctx, &mcp.CallToolParams{Name: "ask_name", Arguments: map[string]any{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got mcp.ElicitResult
+	if err := json.Unmarshal([]byte(strings.TrimSpace(text(res))), &got); err != nil || got.Action != "accept" || got.Content["name"] != "Ada over stdio" {
+		t.Fatalf("the server received %s", text(res))
 	}
 }

@@ -38,6 +38,7 @@ type held struct {
 	mu    sync.Mutex
 	asked *question // the question the client was given and has not answered
 	n     int       // questions asked so far
+	busy  bool      // a tools/call of the client is waiting on the call
 }
 
 // question is one elicitation of the upstream waiting for the client.
@@ -83,11 +84,12 @@ func (g *Gateway) forwardHeld(ctx context.Context, l *link, up *mcp.ClientSessio
 		return nil, err
 	}
 	h := &held{state: "countersign-" + hex.EncodeToString(nonce[:]), name: req.Params.Name, key: key,
-		caps: req.ClientCapabilities().Elicitation, events: make(chan heldEvent, 1)}
+		caps: req.ClientCapabilities().Elicitation, events: make(chan heldEvent, 1), busy: true}
 	hctx, cancel := context.WithCancel(context.WithValue(context.WithoutCancel(ctx), heldKey{}, h))
 	h.cancel = cancel
 	l.hold(h)
 	go func() {
+		defer cancel()
 		out, err := g.forward(hctx, up, req, args, res)
 		h.events <- heldEvent{res: out, err: err}
 	}()
@@ -107,18 +109,22 @@ func (g *Gateway) resume(ctx context.Context, l *link, p *mcp.CallToolParamsRaw,
 			Message: "tools/call: the tool and arguments must be those of the call the requestState continues"}
 	}
 	h.mu.Lock()
+	if h.busy {
+		h.mu.Unlock()
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "tools/call: another request is continuing this call already"}
+	}
 	q := h.asked
 	var ans *mcp.ElicitResult
 	if q != nil {
 		ans, _ = p.InputResponses[q.id].(*mcp.ElicitResult)
-		if ans != nil {
-			h.asked = nil
+		if ans == nil {
+			h.mu.Unlock()
+			return inputRequired(h.state, q), nil // not answered: asked again
 		}
+		h.asked = nil
 	}
+	h.busy = true
 	h.mu.Unlock()
-	if q != nil && ans == nil {
-		return inputRequired(h.state, q), nil // not answered: asked again
-	}
 	if ans != nil {
 		q.answer <- ans
 	}
@@ -128,6 +134,11 @@ func (g *Gateway) resume(ctx context.Context, l *link, p *mcp.CallToolParamsRaw,
 // await waits for the held call's next event: a question goes to the client
 // as an input request, the result ends the call.
 func (g *Gateway) await(ctx context.Context, l *link, h *held) (mcp.Result, error) {
+	defer func() {
+		h.mu.Lock()
+		h.busy = false
+		h.mu.Unlock()
+	}()
 	select {
 	case ev := <-h.events:
 		if ev.q != nil {
