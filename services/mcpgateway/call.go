@@ -105,7 +105,7 @@ func (g *Gateway) callTool(ctx context.Context, l *link, req *mcp.CallToolReques
 	if asksByRoundTrip(req) {
 		return g.forwardHeld(ctx, l, up, req, key, res.args, res.Result)
 	}
-	return g.forward(ctx, up, req, res.args, res.Result)
+	return g.forward(ctx, l, up, req, res.args, res.Result)
 }
 
 // decision is the outcome of decide: the call may run with args, or it
@@ -260,9 +260,10 @@ func (g *Gateway) wait(ctx context.Context, req *mcp.CallToolRequest, run contra
 }
 
 // forward calls the upstream with the arguments to run.
-func (g *Gateway) forward(ctx context.Context, up *mcp.ClientSession, req *mcp.CallToolRequest, args json.RawMessage, res client.Result) (*mcp.CallToolResult, error) {
+func (g *Gateway) forward(ctx context.Context, l *link, up *mcp.ClientSession, req *mcp.CallToolRequest, args json.RawMessage, res client.Result) (*mcp.CallToolResult, error) {
 	out, err := up.CallTool(ctx, &mcp.CallToolParams{Meta: g.upstreamMeta(req.Params.Meta, res), Name: req.Params.Name, Arguments: args})
 	if err != nil {
+		l.lost(up, err)
 		if ctx.Err() != nil && res.EventID == "" {
 			return nil, ctx.Err()
 		}

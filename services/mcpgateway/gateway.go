@@ -177,25 +177,25 @@ func (g *Gateway) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			if err == nil {
 				l.remember(res.Tools)
 			}
-			return res, upstreamError(err)
+			return res, l.upstreamError(up, err)
 		case *mcp.ListResourcesRequest:
 			res, err := up.ListResources(ctx, r.Params)
-			return res, upstreamError(err)
+			return res, l.upstreamError(up, err)
 		case *mcp.ListResourceTemplatesRequest:
 			res, err := up.ListResourceTemplates(ctx, r.Params)
-			return res, upstreamError(err)
+			return res, l.upstreamError(up, err)
 		case *mcp.ReadResourceRequest:
 			res, err := up.ReadResource(ctx, r.Params)
-			return res, upstreamError(err)
+			return res, l.upstreamError(up, err)
 		case *mcp.ListPromptsRequest:
 			res, err := up.ListPrompts(ctx, r.Params)
-			return res, upstreamError(err)
+			return res, l.upstreamError(up, err)
 		case *mcp.GetPromptRequest:
 			res, err := up.GetPrompt(ctx, r.Params)
-			return res, upstreamError(err)
+			return res, l.upstreamError(up, err)
 		case *mcp.CompleteRequest:
 			res, err := up.Complete(ctx, r.Params)
-			return res, upstreamError(err)
+			return res, l.upstreamError(up, err)
 		}
 		return next(ctx, method, req)
 	}
@@ -261,6 +261,26 @@ func (l *link) session(ctx context.Context) (*mcp.ClientSession, error) {
 		l.mu.Unlock()
 	}()
 	return up, nil
+}
+
+// lost forgets the upstream session up when err says its connection
+// closed, so that the next request connects again.
+func (l *link) lost(up *mcp.ClientSession, err error) {
+	if err == nil || !errors.Is(err, mcp.ErrConnectionClosed) {
+		return
+	}
+	l.mu.Lock()
+	if l.up == up {
+		l.up = nil
+	}
+	l.mu.Unlock()
+	_ = up.Close()
+}
+
+// upstreamError is upstreamError after lost.
+func (l *link) upstreamError(up *mcp.ClientSession, err error) error {
+	l.lost(up, err)
+	return upstreamError(err)
 }
 
 func (l *link) close() {

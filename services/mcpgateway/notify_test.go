@@ -100,39 +100,7 @@ func TestListChangedAndSubscriptionsPassThrough(t *testing.T) {
 				t.Fatalf("resources after the change: %v %v", res, err)
 			}
 
-			if err := l.session.Subscribe(ctx, &mcp.SubscribeParams{URI: "notes://index"}); err != nil {
-				t.Fatal(err)
-			}
-			if got := receive(t, r.notes.subs); got != "subscribe notes://index" {
-				t.Fatalf("upstream: %s", got)
-			}
-			// The upstream's SDK registers the subscription right after
-			// its handler returned, with nothing to observe in between:
-			// the update is sent until one arrives.
-			tick := time.NewTicker(20 * time.Millisecond)
-			defer tick.Stop()
-			deadline := time.After(30 * time.Second)
-			for done := false; !done; {
-				if err := r.upstream.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: "notes://index"}); err != nil {
-					t.Fatal(err)
-				}
-				select {
-				case got := <-l.updated:
-					if got != "notes://index" {
-						t.Fatalf("updated %s", got)
-					}
-					done = true
-				case <-tick.C:
-				case <-deadline:
-					t.Fatal("no notifications/resources/updated reached the subscribed client")
-				}
-			}
-			if err := l.session.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: "notes://index"}); err != nil {
-				t.Fatal(err)
-			}
-			if got := receive(t, r.notes.subs); got != "unsubscribe notes://index" {
-				t.Fatalf("upstream: %s", got)
-			}
+			checkSubscription(t, r, l)
 		})
 	}
 }
@@ -142,5 +110,45 @@ func offer[T any](ch chan T, v T) {
 	select {
 	case ch <- v:
 	default:
+	}
+}
+
+// checkSubscription subscribes l to notes://index: the upstream is told,
+// its update reaches l, and the unsubscription reaches the upstream.
+func checkSubscription(t *testing.T, r *rig, l *listener) {
+	t.Helper()
+	ctx := t.Context()
+	if err := l.session.Subscribe(ctx, &mcp.SubscribeParams{URI: "notes://index"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := receive(t, r.notes.subs); got != "subscribe notes://index" {
+		t.Fatalf("upstream: %s", got)
+	}
+	// The upstream's SDK registers the subscription right after
+	// its handler returned, with nothing to observe in between:
+	// the update is sent until one arrives.
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(30 * time.Second)
+	for done := false; !done; {
+		if err := r.upstream.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: "notes://index"}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case got := <-l.updated:
+			if got != "notes://index" {
+				t.Fatalf("updated %s", got)
+			}
+			done = true
+		case <-tick.C:
+		case <-deadline:
+			t.Fatal("no notifications/resources/updated reached the subscribed client")
+		}
+	}
+	if err := l.session.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: "notes://index"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := receive(t, r.notes.subs); got != "unsubscribe notes://index" {
+		t.Fatalf("upstream: %s", got)
 	}
 }

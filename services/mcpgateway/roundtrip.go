@@ -90,7 +90,7 @@ func (g *Gateway) forwardHeld(ctx context.Context, l *link, up *mcp.ClientSessio
 	l.hold(h)
 	go func() {
 		defer cancel()
-		out, err := g.forward(hctx, up, req, args, res)
+		out, err := g.forward(hctx, l, up, req, args, res)
 		h.events <- heldEvent{res: out, err: err}
 	}()
 	return g.await(ctx, l, h)
