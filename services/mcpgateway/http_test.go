@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -79,7 +80,11 @@ func (h *httpRig) answer(t *testing.T, body string, status int) rpcAnswer {
 
 // connect connects a Go SDK client as dana.
 func (h *httpRig) connect(t *testing.T) *mcp.ClientSession {
-	c := mcp.NewClient(&mcp.Implementation{Name: "http-client"}, nil)
+	return h.connectWith(t, nil)
+}
+
+func (h *httpRig) connectWith(t *testing.T, opts *mcp.ClientOptions) *mcp.ClientSession {
+	c := mcp.NewClient(&mcp.Implementation{Name: "http-client"}, opts)
 	cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: h.endpoint, HTTPClient: &http.Client{Transport: bearer{"dana-token"}}}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -156,5 +161,25 @@ func TestHTTPBadRequestsGetJSONRPCErrors(t *testing.T) {
 	}
 	if res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "read_note", Arguments: map[string]any{"id": "after"}}); err != nil || res.IsError {
 		t.Fatalf("the session after the refusals: %v %s", err, text(res))
+	}
+}
+
+// Over Streamable HTTP an upstream's question reaches the client that
+// supports elicitation, and the upstream receives exactly its answer.
+func TestHTTPElicitationReachesTheClient(t *testing.T) {
+	h := newHTTPRig(t)
+	answer := &mcp.ElicitResult{Action: "accept", Content: map[string]any{"name": "Dana"}}
+	cs := h.connectWith(t, &mcp.ClientOptions{
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) { return answer, nil },
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "ask_name", Arguments: map[string]any{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got mcp.ElicitResult
+	if err := json.Unmarshal([]byte(strings.TrimSpace(text(res))), &got); err != nil || got.Action != "accept" || got.Content["name"] != "Dana" {
+		t.Fatalf("the upstream received %s", text(res))
 	}
 }
