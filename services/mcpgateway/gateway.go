@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -85,8 +86,14 @@ func mirror(c *mcp.ServerCapabilities) *mcp.ServerCapabilities {
 func (g *Gateway) Server() *mcp.Server { return g.server }
 
 // Run serves one client over t (for instance &mcp.StdioTransport{}) until
-// the client goes away or ctx ends.
+// the client goes away or ctx ends. Over stdio (an *mcp.StdioTransport), a
+// line that is not JSON-RPC, is over the size limit or asks for a method
+// the gateway does not serve is answered with a JSON-RPC error, and the
+// session goes on.
 func (g *Gateway) Run(ctx context.Context, t mcp.Transport) error {
+	if _, ok := t.(*mcp.StdioTransport); ok {
+		t = &screenedIO{in: os.Stdin, out: os.Stdout, maxLine: int(maxBody([]*Gateway{g}))}
+	}
 	return g.server.Run(ctx, t)
 }
 

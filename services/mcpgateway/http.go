@@ -40,15 +40,11 @@ func Handler(gateways []*Gateway, callers Callers) http.Handler {
 		return &auth.TokenInfo{UserID: id, Expiration: time.Now().Add(24 * time.Hour)}, nil
 	}
 	bearer := auth.RequireBearerToken(verify, nil)
-	maxBody := int64(DefaultMaxBody)
-	for _, g := range gateways {
-		// Room for the largest arguments, JSON-escaped.
-		maxBody = max(maxBody, 2*int64(g.cfg.MaxArguments)+64<<10)
-	}
+	limit := maxBody(gateways)
 	for _, g := range gateways {
 		h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server },
-			&mcp.StreamableHTTPOptions{MaxRequestBodyBytes: maxBody})
-		mux.Handle("/mcp/"+g.cfg.Name, bearer(screen(maxBody, h)))
+			&mcp.StreamableHTTPOptions{MaxRequestBodyBytes: limit})
+		mux.Handle("/mcp/"+g.cfg.Name, bearer(screen(limit, h)))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		names := make([]string, len(gateways))
@@ -58,4 +54,14 @@ func Handler(gateways []*Gateway, callers Callers) http.Handler {
 		http.Error(w, "not found: the MCP servers here are "+strings.Join(names, ", "), http.StatusNotFound)
 	})
 	return mux
+}
+
+// maxBody is the largest message the gateways take: DefaultMaxBody, or
+// room for the largest arguments, JSON-escaped.
+func maxBody(gateways []*Gateway) int64 {
+	n := int64(DefaultMaxBody)
+	for _, g := range gateways {
+		n = max(n, 2*int64(g.cfg.MaxArguments)+64<<10)
+	}
+	return n
 }
