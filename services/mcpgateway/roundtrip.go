@@ -91,7 +91,12 @@ func (g *Gateway) forwardHeld(ctx context.Context, l *link, up *mcp.ClientSessio
 	go func() {
 		defer cancel()
 		out, err := g.forward(hctx, l, up, req, args, res)
-		h.events <- heldEvent{res: out, err: err}
+		select {
+		case h.events <- heldEvent{res: out, err: err}:
+		default:
+			// A question no one answered fills the channel: the call was
+			// let go, and no request waits for its result.
+		}
 	}()
 	return g.await(ctx, l, h)
 }
