@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -26,22 +25,18 @@ import (
 const maxGenerations = 1000
 
 // callBook remembers, per call (server, tool, canonical arguments), the
-// first generation of its tool call id that is not used up yet, and which
-// approvals this process has claimed. A call's approval is used up once it
-// ran or its decision was handed to the model; the next identical call is a
-// new request (generation n+1). After a restart the book is empty: the
-// first identical call steps over the generations whose approvals were
-// claimed, and re-attaches to the first one that was not.
+// first generation of its tool call id known not to be used up. It only
+// saves round trips: whether an approval is used up is Countersign's
+// record — an approved call is used up once claimed, and a review of a
+// claimed approval answers already_executed — so a restarted gateway, with
+// an empty book, steps over the claimed generations and finds the same
+// one.
 type callBook struct {
-	mu      sync.Mutex
-	next    map[string]int
-	claimed map[string]bool
+	mu   sync.Mutex
+	next map[string]int
 }
 
-func (b *callBook) init() {
-	b.next = map[string]int{}
-	b.claimed = map[string]bool{}
-}
+func (b *callBook) init() { b.next = map[string]int{} }
 
 func (b *callBook) generation(key string) int {
 	b.mu.Lock()
@@ -58,17 +53,6 @@ func (b *callBook) usedUp(key string, gen int) {
 	}
 }
 
-// take reports whether this process may claim eventID: true once.
-func (b *callBook) take(eventID string) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.claimed[eventID] {
-		return false
-	}
-	b.claimed[eventID] = true
-	return true
-}
-
 // metaKey is the key of the gateway's own entry in a tool result's _meta.
 const metaKey = "countersign"
 
@@ -78,8 +62,8 @@ const metaKey = "countersign"
 // call's arguments.
 const ReceiptMetaKey = "countersign/receipt"
 
-// callTool gates one tools/call.
-func (g *Gateway) callTool(ctx context.Context, l *link, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+// callTool gates one tools/call, or continues a held one (see held).
+func (g *Gateway) callTool(ctx context.Context, l *link, req *mcp.CallToolRequest) (mcp.Result, error) {
 	p := req.Params
 	if p == nil || p.Name == "" {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "tools/call needs the name of a tool"}
@@ -99,20 +83,51 @@ func (g *Gateway) callTool(ctx context.Context, l *link, req *mcp.CallToolReques
 	if err != nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "tools/call: arguments: " + err.Error()}
 	}
+	key := callKey(g.cfg.Name, p.Name, canon)
+	if p.RequestState != "" {
+		return g.resume(ctx, l, p, key)
+	}
 	up, err := l.session(ctx)
 	if err != nil {
 		return nil, err
 	}
 	tool := l.tool(ctx, up, p.Name)
-	run := g.run(l, p.Name, tool)
-	key := callKey(g.cfg.Name, p.Name, canon)
 	call := client.ToolCall{Name: g.cfg.Name + "." + p.Name, Arguments: canon}
 	if tool != nil && tool.InputSchema != nil {
 		if b, err := json.Marshal(tool.InputSchema); err == nil {
 			call.ToolSchema = b
 		}
 	}
+	res, err := g.decide(ctx, req, g.run(l, p.Name, tool), key, call)
+	if err != nil || res.toolErr != nil {
+		return res.toolErr, err
+	}
+	if asksByRoundTrip(req) {
+		return g.forwardHeld(ctx, l, up, req, key, res.args, res.Result)
+	}
+	return g.forward(ctx, l, up, req, res.args, res.Result)
+}
+
+// decision is the outcome of decide: the call may run with args, or it
+// is answered with toolErr.
+type decision struct {
+	client.Result
+	args    json.RawMessage
+	toolErr *mcp.CallToolResult
+}
+
+// decide reviews a call, waits for a human up to MaxWait and claims an
+// approval, stepping over generations of the call whose approvals are used
+// up.
+func (g *Gateway) decide(ctx context.Context, req *mcp.CallToolRequest, run contracts.Run, key string, call client.ToolCall) (decision, error) {
 	log := g.cfg.Logger.With(slog.String("tool", call.Name), slog.String("run_id", run.ID))
+	refuse := func(text string, res client.Result) (decision, error) {
+		m := mcp.Meta(nil)
+		if res.Verdict != "" {
+			m = meta(res)
+		}
+		return decision{Result: res, toolErr: toolError(text, m)}, nil
+	}
 	for range maxGenerations {
 		gen := g.book.generation(key)
 		call.ID = fmt.Sprintf("mcp-%s-%d", key, gen)
@@ -122,55 +137,55 @@ func (g *Gateway) callTool(ctx context.Context, l *link, req *mcp.CallToolReques
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, ctx.Err()
+				return decision{}, ctx.Err()
 			}
 			log.Warn("review failed; the call was not made", slog.Any("err", err))
-			return toolError(fmt.Sprintf("Countersign could not review this call (%v). The call was not made; try again later.", err), nil), nil
+			return refuse(fmt.Sprintf("Countersign could not review this call (%v). The call was not made; try again later.", err), client.Result{})
 		}
 		switch res.Verdict {
 		case client.Allowed:
 			if res.EventID == "" {
 				if g.cfg.Receipts && res.Receipt == "" {
 					log.Warn("no receipt for a call the upstream wants one with; the call was not made", slog.String("rule", res.Rule))
-					return toolError(noReceipt(g.cfg.Name, res), meta(res)), nil
+					return refuse(noReceipt(g.cfg.Name, res), res)
 				}
-				return g.forward(ctx, up, req, canon, res)
+				return decision{Result: res, args: call.Arguments}, nil
 			}
-			if !g.book.take(res.EventID) {
-				g.book.usedUp(key, gen)
-				continue
-			}
-			g.book.usedUp(key, gen)
-			rec, err := g.cfg.Countersign.Claim(ctx, res.EventID, g.claimID(res.EventID))
+			// A claim id of this attempt alone: of two attempts on one
+			// approval (two identical calls at once, a restarted gateway)
+			// the arbiter lets one claim it.
+			rec, err := g.cfg.Countersign.Claim(ctx, res.EventID, client.NewClaimID())
 			if err != nil {
 				if errors.Is(err, client.ErrAlreadyClaimed) {
-					continue // claimed by an earlier run of the gateway: a new request
+					g.book.usedUp(key, gen)
+					continue // claimed by another call: this one is a new request
 				}
 				log.Warn("claim failed; the call was not made", slog.String("event_id", res.EventID), slog.Any("err", err))
-				return toolError(fmt.Sprintf("Countersign could not confirm the approval %s (%v). The call was not made.", res.EventID, err), meta(res)), nil
+				return refuse(fmt.Sprintf("Countersign could not confirm the approval %s (%v). The call was not made.", res.EventID, err), res)
 			}
+			g.book.usedUp(key, gen)
 			if rec.Claim != nil {
 				res.Receipt = rec.Claim.Receipt
 			}
 			if g.cfg.Receipts && res.Receipt == "" {
 				log.Warn("the claimed approval has no receipt; the call was not made", slog.String("event_id", res.EventID))
-				return toolError(noReceipt(g.cfg.Name, res)+fmt.Sprintf(" Its approval %s is used up.", res.EventID), meta(res)), nil
+				return refuse(noReceipt(g.cfg.Name, res)+fmt.Sprintf(" Its approval %s is used up.", res.EventID), res)
 			}
 			log.Info("approved call forwarded", slog.String("event_id", res.EventID))
-			return g.forward(ctx, up, req, res.Arguments, res)
+			return decision{Result: res, args: res.Arguments}, nil
 		case client.AlreadyExecuted:
 			g.book.usedUp(key, gen)
 			continue
 		case client.Pending:
-			return awaiting(call.Name, res), nil
+			return decision{Result: res, toolErr: awaiting(call.Name, res)}, nil
 		default:
 			if res.EventID != "" {
 				g.book.usedUp(key, gen)
 			}
-			return toolError(notRun(res), meta(res)), nil
+			return refuse(notRun(res), res)
 		}
 	}
-	return toolError(fmt.Sprintf("This call was approved and run %d times already; ask an operator.", maxGenerations), nil), nil
+	return refuse(fmt.Sprintf("This call was approved and run %d times already; ask an operator.", maxGenerations), client.Result{})
 }
 
 // run is the run a call of tool is reviewed in.
@@ -198,12 +213,6 @@ func callKey(server, tool string, canon []byte) string {
 	h.Write([]byte{'\n'})
 	h.Write(canon)
 	return hex.EncodeToString(h.Sum(nil))[:32]
-}
-
-// claimID is this process's claim id for an approval: the same for a retry
-// within the process, another after a restart (which the arbiter refuses).
-func (g *Gateway) claimID(eventID string) string {
-	return uuid.NewSHA1(uuid.NameSpaceOID, []byte(g.instance+"\n"+eventID)).String()
 }
 
 func (g *Gateway) review(ctx context.Context, run contracts.Run, call *client.ToolCall) (client.Result, error) {
@@ -251,9 +260,10 @@ func (g *Gateway) wait(ctx context.Context, req *mcp.CallToolRequest, run contra
 }
 
 // forward calls the upstream with the arguments to run.
-func (g *Gateway) forward(ctx context.Context, up *mcp.ClientSession, req *mcp.CallToolRequest, args json.RawMessage, res client.Result) (*mcp.CallToolResult, error) {
+func (g *Gateway) forward(ctx context.Context, l *link, up *mcp.ClientSession, req *mcp.CallToolRequest, args json.RawMessage, res client.Result) (*mcp.CallToolResult, error) {
 	out, err := up.CallTool(ctx, &mcp.CallToolParams{Meta: g.upstreamMeta(req.Params.Meta, res), Name: req.Params.Name, Arguments: args})
 	if err != nil {
+		l.lost(up, err)
 		if ctx.Err() != nil && res.EventID == "" {
 			return nil, ctx.Err()
 		}

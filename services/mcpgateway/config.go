@@ -19,6 +19,7 @@ const (
 	DefaultMaxWait       = 50 * time.Second
 	DefaultProgressEvery = 5 * time.Second
 	DefaultMaxArguments  = 256 << 10
+	DefaultInputWait     = 10 * time.Minute
 )
 
 // Dialer connects to the upstream MCP server with the given client and
@@ -56,6 +57,11 @@ type Config struct {
 	ProgressEvery time.Duration
 	// MaxArguments bounds a call's arguments in bytes (default 256 KiB).
 	MaxArguments int
+	// InputWait is how long a question the upstream asks in the middle of
+	// a call waits for the client's answer when the client answers by
+	// calling again (protocol 2026-07-28 and later; default 10 min). A
+	// question not answered in time is cancelled.
+	InputWait time.Duration
 	// Receipts says the upstream wants a receipt with every call: each
 	// forwarded call carries the receipt Countersign signed for it in
 	// _meta["countersign/receipt"], and a call Countersign gives no
@@ -82,6 +88,9 @@ func (c *Config) setDefaults() {
 	if c.MaxArguments == 0 {
 		c.MaxArguments = DefaultMaxArguments
 	}
+	if c.InputWait == 0 {
+		c.InputWait = DefaultInputWait
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -106,6 +115,9 @@ func (c *Config) validate() error {
 	}
 	if c.ProgressEvery <= 0 {
 		errs = append(errs, errors.New("ProgressEvery: must be positive"))
+	}
+	if c.InputWait < 0 {
+		errs = append(errs, errors.New("InputWait: must not be negative"))
 	}
 	if c.MaxArguments < 0 {
 		errs = append(errs, errors.New("MaxArguments: must not be negative"))

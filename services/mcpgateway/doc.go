@@ -2,8 +2,9 @@
 // Context Protocol server, with no change to the client or the server.
 //
 // A Gateway is an MCP server to its clients and an MCP client to one
-// upstream server. Tools, resources, prompts and completions pass through;
-// only tools/call is reviewed. Each call is reviewed over Countersign's HTTP
+// upstream server. Tools, resources, prompts and completions pass through,
+// with their list-changed notifications and resource subscriptions; only
+// tools/call is reviewed. Each call is reviewed over Countersign's HTTP
 // API as the tool "<server>.<tool>" with its arguments, and the upstream's
 // tool annotations are given to the policy as run labels (see Labels), so
 // existing rules, conditions, quorum, channels and timeouts apply unchanged.
@@ -16,14 +17,22 @@
 //     arguments. Anything else — a denial, a rejection, an error reaching
 //     Countersign, bad arguments — is answered without calling the upstream.
 //   - At most once. An approval is claimed right before the call is
-//     forwarded, with a claim id unique to this gateway process; a restarted
-//     gateway cannot claim an approval its predecessor claimed, so an
-//     approved call runs at most once, also across a kill -9.
+//     forwarded, with a claim id of that attempt alone; the arbiter lets one
+//     claim through, so of two identical calls waiting on one approval, or
+//     of a gateway and its restarted successor, one runs it. Whether an
+//     approval is used up is Countersign's record (its claim), not the
+//     gateway's memory: after a restart, also after a kill -9, an identical
+//     call opens a new approval.
 //   - Re-attachment. The tool call id is derived from the server, the tool
 //     and the canonical (RFC 8785) arguments within a run identity that
 //     survives restarts, so calling again with the same arguments — after
 //     the gateway answered that the call awaits approval, or after a restart
 //     — finds the same approval instead of creating a second one.
+//   - Questions reach a person. An upstream's elicitation goes to the
+//     client when it supports elicitation — on protocol 2026-07-28 as an
+//     input request in the answer to its tools/call, the upstream call held
+//     until the client calls again with the answer — else to the approvers
+//     as a human-input request.
 //   - No broken clients. While a call waits, the gateway sends progress
 //     notifications (to clients that asked for them with a progress token);
 //     past Config.MaxWait it answers with a tool result naming the approval

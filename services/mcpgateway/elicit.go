@@ -13,13 +13,23 @@ import (
 	"github.com/countersign/countersign/contracts/client"
 )
 
-// elicit answers the upstream's elicitation/create: the client answers when
-// it supports elicitation; otherwise the question goes to the approvers as
-// a human-input request whose answer schema is the elicitation's.
+// elicit answers the upstream's elicitation (elicitation/create, or an
+// input request of a call): the client answers when it supports
+// elicitation — in the answer to its tools/call on protocol 2026-07-28 and
+// later, as elicitation/create before — otherwise the question goes to the
+// approvers as a human-input request whose answer schema is the
+// elicitation's.
 func (l *link) elicit(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 	p := req.Params
 	if p == nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "elicitation/create needs params"}
+	}
+	h := heldFrom(ctx)
+	if h == nil {
+		h = l.onlyHeld()
+	}
+	if h != nil {
+		return l.g.ask(ctx, l, h, p), nil
 	}
 	if down := l.down; down != nil {
 		if ip := down.InitializeParams(); ip != nil && ip.Capabilities != nil && ip.Capabilities.Elicitation != nil {

@@ -2,10 +2,9 @@ package mcpgateway
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -16,14 +15,15 @@ import (
 // MCP server and gates tools/call with Countersign. It is safe for
 // concurrent use; serve it with Run (stdio) or Handler (Streamable HTTP).
 type Gateway struct {
-	cfg      Config
-	server   *mcp.Server
-	instance string // unique to this process: claim ids derive from it
-	book     callBook
+	cfg    Config
+	server *mcp.Server
+	book   callBook
 
 	mu    sync.Mutex
 	links map[*mcp.ServerSession]*link
 	spare *link // the upstream session New opened, for the first client
+
+	announcing sync.Mutex // one announce at a time
 }
 
 // New connects to the upstream once, to mirror its capabilities, and
@@ -33,11 +33,7 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("mcpgateway: %w", err)
 	}
-	var nonce [16]byte
-	if _, err := rand.Read(nonce[:]); err != nil {
-		return nil, err
-	}
-	g := &Gateway{cfg: cfg, instance: hex.EncodeToString(nonce[:]), links: map[*mcp.ServerSession]*link{}}
+	g := &Gateway{cfg: cfg, links: map[*mcp.ServerSession]*link{}}
 	g.book.init()
 	first := &link{g: g}
 	up, err := first.session(ctx)
@@ -46,41 +42,58 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	}
 	g.spare = first
 	init := up.InitializeResult()
-	caps := &mcp.ServerCapabilities{}
-	if c := init.Capabilities; c != nil {
-		caps.Tools = &mcp.ToolCapabilities{}
-		if c.Resources != nil {
-			caps.Resources = &mcp.ResourceCapabilities{}
-		}
-		if c.Prompts != nil {
-			caps.Prompts = &mcp.PromptCapabilities{}
-		}
-		if c.Logging != nil {
-			caps.Logging = &mcp.LoggingCapabilities{}
-		}
-		if c.Completions != nil {
-			caps.Completions = &mcp.CompletionCapabilities{}
-		}
-	}
 	impl := &mcp.Implementation{Name: cfg.Name, Version: "countersign"}
 	if si := init.ServerInfo; si != nil {
 		impl = &mcp.Implementation{Name: si.Name, Title: si.Title, Version: si.Version}
 	}
-	g.server = mcp.NewServer(impl, &mcp.ServerOptions{
-		Instructions: init.Instructions,
-		Logger:       cfg.Logger,
-		Capabilities: caps,
-	})
+	opts := &mcp.ServerOptions{Instructions: init.Instructions, Logger: cfg.Logger, Capabilities: mirror(init.Capabilities)}
+	if r := opts.Capabilities.Resources; r != nil && r.Subscribe {
+		opts.SubscribeHandler, opts.UnsubscribeHandler = g.subscribe, g.unsubscribe
+	}
+	g.server = mcp.NewServer(impl, opts)
 	g.server.AddReceivingMiddleware(g.middleware)
 	return g, nil
+}
+
+// mirror is what the gateway offers its clients, given what the upstream
+// offers: tools always (calls of unknown tools are gated like any other),
+// the rest as the upstream has them, list-changed notifications and
+// resource subscriptions included.
+func mirror(c *mcp.ServerCapabilities) *mcp.ServerCapabilities {
+	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}}
+	if c == nil {
+		return caps
+	}
+	if c.Tools != nil {
+		caps.Tools.ListChanged = c.Tools.ListChanged
+	}
+	if c.Resources != nil {
+		caps.Resources = &mcp.ResourceCapabilities{ListChanged: c.Resources.ListChanged, Subscribe: c.Resources.Subscribe}
+	}
+	if c.Prompts != nil {
+		caps.Prompts = &mcp.PromptCapabilities{ListChanged: c.Prompts.ListChanged}
+	}
+	if c.Logging != nil {
+		caps.Logging = &mcp.LoggingCapabilities{}
+	}
+	if c.Completions != nil {
+		caps.Completions = &mcp.CompletionCapabilities{}
+	}
+	return caps
 }
 
 // Server is the MCP server the gateway presents to its clients.
 func (g *Gateway) Server() *mcp.Server { return g.server }
 
 // Run serves one client over t (for instance &mcp.StdioTransport{}) until
-// the client goes away or ctx ends.
+// the client goes away or ctx ends. Over stdio (an *mcp.StdioTransport), a
+// line that is not JSON-RPC, is over the size limit or asks for a method
+// the gateway does not serve is answered with a JSON-RPC error, and the
+// session goes on.
 func (g *Gateway) Run(ctx context.Context, t mcp.Transport) error {
+	if _, ok := t.(*mcp.StdioTransport); ok {
+		t = &screenedIO{in: os.Stdin, out: os.Stdout, maxLine: int(maxBody([]*Gateway{g}))}
+	}
 	return g.server.Run(ctx, t)
 }
 
@@ -145,6 +158,12 @@ func (g *Gateway) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		switch method {
 		case "tools/list", "tools/call", "resources/list", "resources/templates/list", "resources/read",
 			"prompts/list", "prompts/get", "completion/complete":
+		case "resources/subscribe", "resources/unsubscribe", "subscriptions/listen":
+			// The SDK keeps the subscriptions; the link must be the caller's.
+			if _, err := g.linkFor(ss, req.GetExtra()); err != nil {
+				return nil, err
+			}
+			return next(ctx, method, req)
 		default:
 			return next(ctx, method, req)
 		}
@@ -165,25 +184,25 @@ func (g *Gateway) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			if err == nil {
 				l.remember(res.Tools)
 			}
-			return res, upstreamError(err)
+			return res, l.upstreamError(up, err)
 		case *mcp.ListResourcesRequest:
 			res, err := up.ListResources(ctx, r.Params)
-			return res, upstreamError(err)
+			return res, l.upstreamError(up, err)
 		case *mcp.ListResourceTemplatesRequest:
 			res, err := up.ListResourceTemplates(ctx, r.Params)
-			return res, upstreamError(err)
+			return res, l.upstreamError(up, err)
 		case *mcp.ReadResourceRequest:
 			res, err := up.ReadResource(ctx, r.Params)
-			return res, upstreamError(err)
+			return res, l.upstreamError(up, err)
 		case *mcp.ListPromptsRequest:
 			res, err := up.ListPrompts(ctx, r.Params)
-			return res, upstreamError(err)
+			return res, l.upstreamError(up, err)
 		case *mcp.GetPromptRequest:
 			res, err := up.GetPrompt(ctx, r.Params)
-			return res, upstreamError(err)
+			return res, l.upstreamError(up, err)
 		case *mcp.CompleteRequest:
 			res, err := up.Complete(ctx, r.Params)
-			return res, upstreamError(err)
+			return res, l.upstreamError(up, err)
 		}
 		return next(ctx, method, req)
 	}
@@ -211,6 +230,7 @@ type link struct {
 	mu    sync.Mutex
 	up    *mcp.ClientSession
 	tools map[string]*mcp.Tool
+	held  map[string]*held // by requestState
 }
 
 // session returns the upstream session, connecting (again) when there is
@@ -226,6 +246,10 @@ func (l *link) session(ctx context.Context) (*mcp.ClientSession, error) {
 		// upstream that asked would narrow what it may touch to nothing.
 		Capabilities:                &mcp.ClientCapabilities{},
 		ElicitationHandler:          l.elicit,
+		ToolListChangedHandler:      l.toolsChanged,
+		PromptListChangedHandler:    l.promptsChanged,
+		ResourceListChangedHandler:  l.resourcesChanged,
+		ResourceUpdatedHandler:      l.resourceUpdated,
 		ProgressNotificationHandler: l.progress,
 		LoggingMessageHandler:       l.logMessage,
 	})
@@ -246,14 +270,77 @@ func (l *link) session(ctx context.Context) (*mcp.ClientSession, error) {
 	return up, nil
 }
 
+// lost forgets the upstream session up when err says its connection
+// closed, so that the next request connects again.
+func (l *link) lost(up *mcp.ClientSession, err error) {
+	if err == nil || !errors.Is(err, mcp.ErrConnectionClosed) {
+		return
+	}
+	l.mu.Lock()
+	if l.up == up {
+		l.up = nil
+	}
+	l.mu.Unlock()
+	_ = up.Close()
+}
+
+// upstreamError is upstreamError after lost.
+func (l *link) upstreamError(up *mcp.ClientSession, err error) error {
+	l.lost(up, err)
+	return upstreamError(err)
+}
+
 func (l *link) close() {
 	l.mu.Lock()
 	up := l.up
 	l.up = nil
+	hs := l.held
+	l.held = nil
 	l.mu.Unlock()
+	for _, h := range hs {
+		h.cancel()
+	}
 	if up != nil {
 		_ = up.Close()
 	}
+}
+
+// hold keeps a held call until release.
+func (l *link) hold(h *held) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.held == nil {
+		l.held = map[string]*held{}
+	}
+	l.held[h.state] = h
+}
+
+func (l *link) release(h *held) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.held, h.state)
+}
+
+// heldCall returns the held call a client's requestState names.
+func (l *link) heldCall(state string) *held {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.held[state]
+}
+
+// onlyHeld returns the link's one held call, nil when there are none or
+// several: an upstream on an earlier protocol version sends its questions
+// as requests of their own, which do not say which call they belong to.
+func (l *link) onlyHeld() *held {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.held) != 1 {
+		return nil
+	}
+	for _, h := range l.held {
+		return h
+	}
+	return nil
 }
 
 // remember keeps the tools' annotations for the policy.

@@ -228,3 +228,62 @@ func TestElicitationGoesToApprovers(t *testing.T) {
 		t.Fatalf("elicitation result: %s", text(got))
 	}
 }
+
+// Whether an approval is used up is Countersign's record, not the
+// gateway's memory: after a gateway stops and another starts on the same
+// run, the identical call opens a new approval instead of running again.
+// Two identical calls waiting on one approval: once approved, one of them
+// claims it and runs, the other becomes a new request.
+func TestUsedUpApprovalsSurviveARestart(t *testing.T) {
+	s := startServe(t)
+	first := newRigOn(t, s, nil)
+	done := first.callAsync(t, "delete_note", `{"id":"r"}`)
+	id := s.pending(t, first.runID, "notes.delete_note")
+	s.cli(t, "approvals", "approve", id)
+	if got := receive(t, done); got.IsError || len(first.notes.all()) != 1 {
+		t.Fatalf("approved call: %s, upstream %q", text(got), first.notes.all())
+	}
+	first.session.Close()
+	first.gateway.Close()
+
+	second := newRigOn(t, s, func(c *mcpgateway.Config) { c.MaxWait = 300 * time.Millisecond })
+	got := second.call(t, "delete_note", `{"id":"r"}`)
+	recs := s.approvals(t, second.runID)
+	if !strings.Contains(text(got), "awaiting human approval") || strings.Contains(text(got), id) || len(recs) != 2 {
+		t.Fatalf("the identical call after the restart: %s (%d approvals; the used-up one is %s)", text(got), len(recs), id)
+	}
+	if calls := append(first.notes.all(), second.notes.all()...); len(calls) != 1 {
+		t.Fatalf("upstream calls %q, want the approved one once", calls)
+	}
+	m, _ := got.Meta["countersign"].(map[string]any)
+	s.cli(t, "approvals", "cancel", m["event_id"].(string))
+
+	third := newRigOn(t, s, nil)
+	a := third.callAsync(t, "delete_note", `{"id":"twice"}`)
+	b := third.callAsync(t, "delete_note", `{"id":"twice"}`)
+	id = s.pending(t, third.runID, "notes.delete_note")
+	for _, r := range s.approvals(t, third.runID) {
+		if r.Status == contracts.StatusPending && r.Request.EventID != id {
+			t.Fatalf("two pending approvals before the first decision: %s and %s", id, r.Request.EventID)
+		}
+	}
+	s.cli(t, "approvals", "approve", id)
+	// One call runs; the other opens a new approval, rejected here.
+	next := s.pending(t, third.runID, "notes.delete_note", id)
+	s.cli(t, "approvals", "reject", next, "--reason", "once")
+	ran, refused := 0, 0
+	resA, resB := receive(t, a), receive(t, b)
+	for _, res := range []*mcp.CallToolResult{resA, resB} {
+		switch {
+		case !res.IsError && strings.Contains(text(res), "deleted"):
+			ran++
+		case res.IsError && strings.Contains(text(res), "once"):
+			refused++
+		default:
+			t.Fatalf("result: %s", text(res))
+		}
+	}
+	if ran != 1 || refused != 1 || len(third.notes.all()) != 1 {
+		t.Fatalf("%d ran, %d refused, upstream %q: %s / %s", ran, refused, third.notes.all(), text(resA), text(resB))
+	}
+}

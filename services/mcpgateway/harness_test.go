@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -66,9 +67,19 @@ func upstreamMain(path string) int {
 // notes records what the upstream was asked to do.
 type notes struct {
 	mu    sync.Mutex
-	calls []string // "tool args" of every call, in order
-	file  string   // when set, destructive calls are appended here too
-	kill  func()   // drops the upstream's connection (in-memory upstreams)
+	calls []string    // "tool args" of every call, in order
+	file  string      // when set, destructive calls are appended here too
+	kill  func()      // drops the upstream's connection (in-memory upstreams)
+	subs  chan string // "subscribe URI" and "unsubscribe URI", when set
+	// answers gets each answer ask_name received (JSON), when set.
+	answers chan string
+}
+
+// subscription records a resources/subscribe or unsubscribe.
+func (n *notes) subscription(what, uri string) {
+	if n.subs != nil {
+		n.subs <- what + " " + uri
+	}
 }
 
 // killable is a connection a test can drop.
@@ -115,7 +126,16 @@ var objectSchema = map[string]any{"type": "object", "properties": map[string]any
 // read-only, delete_note destructive, crash (read-only) drops the
 // connection in the middle of the call, ask_name elicits.
 func newUpstream(rec *notes) *mcp.Server {
-	s := mcp.NewServer(&mcp.Implementation{Name: "notes", Version: "1.0.0"}, nil)
+	s := mcp.NewServer(&mcp.Implementation{Name: "notes", Version: "1.0.0"}, &mcp.ServerOptions{
+		SubscribeHandler: func(_ context.Context, req *mcp.SubscribeRequest) error {
+			rec.subscription("subscribe", req.Params.URI)
+			return nil
+		},
+		UnsubscribeHandler: func(_ context.Context, req *mcp.UnsubscribeRequest) error {
+			rec.subscription("unsubscribe", req.Params.URI)
+			return nil
+		},
+	})
 	s.AddTool(&mcp.Tool{Name: "read_note", Description: "Read a note.", InputSchema: objectSchema,
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
 		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -147,6 +167,9 @@ func newUpstream(rec *notes) *mcp.Server {
 			// elicitation/create to clients of earlier protocol versions.
 			if res, ok := req.Params.InputResponses["name"].(*mcp.ElicitResult); ok {
 				b, _ := json.Marshal(res)
+				if rec.answers != nil {
+					rec.answers <- string(b)
+				}
 				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(b)}}}, nil
 			}
 			return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{"name": &mcp.ElicitParams{Message: "Which name?",
@@ -278,14 +301,15 @@ func (s *serve) approvals(t testing.TB, runID string) []contracts.Record {
 	return recs
 }
 
-// pending waits until the run has a pending approval for tool and
-// returns its event id.
-func (s *serve) pending(t testing.TB, runID, tool string) string {
+// pending waits until the run has a pending approval for tool, other than
+// the ones excepted, and returns its event id.
+func (s *serve) pending(t testing.TB, runID, tool string, except ...string) string {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		for _, r := range s.approvals(t, runID) {
-			if r.Status == contracts.StatusPending && r.Request.ToolCall != nil && r.Request.ToolCall.Name == tool {
+			if r.Status == contracts.StatusPending && r.Request.ToolCall != nil && r.Request.ToolCall.Name == tool &&
+				!slices.Contains(except, r.Request.EventID) {
 				return r.Request.EventID
 			}
 		}
@@ -301,6 +325,7 @@ type rig struct {
 	serve    *serve
 	notes    *notes
 	gateway  *mcpgateway.Gateway
+	upstream *mcp.Server // the notes server every upstream session is of
 	session  *mcp.ClientSession
 	runID    string
 	progress chan *mcp.ProgressNotificationParams
@@ -315,8 +340,9 @@ func newRig(t *testing.T, edit func(*mcpgateway.Config)) *rig {
 func newRigOn(t testing.TB, s *serve, edit func(*mcpgateway.Config)) *rig {
 	t.Helper()
 	ctx := context.Background()
-	r := &rig{serve: s, notes: &notes{}, runID: "test:" + t.Name(), progress: make(chan *mcp.ProgressNotificationParams, 100)}
+	r := &rig{serve: s, notes: &notes{subs: make(chan string, 100), answers: make(chan string, 100)}, runID: "test:" + t.Name(), progress: make(chan *mcp.ProgressNotificationParams, 100)}
 	up := newUpstream(r.notes)
+	r.upstream = up
 	cfg := mcpgateway.Config{
 		Name: "notes", Countersign: s.client(t), RunID: r.runID, RequestedBy: "carol",
 		MaxWait: 30 * time.Second, ProgressEvery: 100 * time.Millisecond,
@@ -342,34 +368,46 @@ func newRigOn(t testing.TB, s *serve, edit func(*mcpgateway.Config)) *rig {
 	}
 	t.Cleanup(func() { g.Close() })
 	r.gateway = g
-	ct, st := mcp.NewInMemoryTransports()
-	if _, err := g.Server().Connect(ctx, st, nil); err != nil {
-		t.Fatal(err)
-	}
-	c := mcp.NewClient(&mcp.Implementation{Name: "test-client"}, &mcp.ClientOptions{
+	r.session = r.connect(t, &mcp.ClientOptions{
 		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
 			select {
 			case r.progress <- req.Params:
 			default:
 			}
 		},
-	})
-	r.session, err = c.Connect(ctx, ct, nil)
+	}, nil)
+	return r
+}
+
+// connect connects another Go SDK client to the gateway.
+func (r *rig) connect(t testing.TB, opts *mcp.ClientOptions, sopts *mcp.ClientSessionOptions) *mcp.ClientSession {
+	t.Helper()
+	ct, st := mcp.NewInMemoryTransports()
+	if _, err := r.gateway.Server().Connect(context.Background(), st, nil); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-client"}, opts).Connect(context.Background(), ct, sopts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { r.session.Close() })
-	return r
+	t.Cleanup(func() { cs.Close() })
+	return cs
 }
 
 // call calls tool with args (JSON) and a progress token.
 func (r *rig) call(t testing.TB, tool, args string) *mcp.CallToolResult {
 	t.Helper()
+	return r.callOn(t, r.session, tool, args)
+}
+
+// callOn calls tool on another client session of the gateway.
+func (r *rig) callOn(t testing.TB, cs *mcp.ClientSession, tool, args string) *mcp.CallToolResult {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	p := &mcp.CallToolParams{Name: tool, Arguments: json.RawMessage(args)}
 	p.SetProgressToken("tok-" + tool)
-	res, err := r.session.CallTool(ctx, p)
+	res, err := cs.CallTool(ctx, p)
 	if err != nil {
 		t.Fatalf("call %s %s: %v", tool, args, err)
 	}
@@ -378,13 +416,18 @@ func (r *rig) call(t testing.TB, tool, args string) *mcp.CallToolResult {
 
 // callAsync calls tool in the background.
 func (r *rig) callAsync(t testing.TB, tool, args string) <-chan *mcp.CallToolResult {
+	return r.callAsyncOn(t, r.session, tool, args)
+}
+
+// callAsyncOn calls tool in the background on another client session.
+func (r *rig) callAsyncOn(t testing.TB, cs *mcp.ClientSession, tool, args string) <-chan *mcp.CallToolResult {
 	out := make(chan *mcp.CallToolResult, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		p := &mcp.CallToolParams{Name: tool, Arguments: json.RawMessage(args)}
 		p.SetProgressToken("tok-" + tool)
-		res, err := r.session.CallTool(ctx, p)
+		res, err := cs.CallTool(ctx, p)
 		if err != nil {
 			t.Errorf("call %s %s: %v", tool, args, err)
 		}

@@ -25,7 +25,10 @@ func HashToken(token string) string {
 
 // Handler serves the gateways over Streamable HTTP, each at /mcp/<name>.
 // Every request needs a bearer token that callers knows; the caller is the
-// requester of the session's calls and owns the session.
+// requester of the session's calls and owns the session. A body that is
+// not JSON, not JSON-RPC, over the size limit, or a request for a method
+// the gateway does not serve, is answered with a JSON-RPC error and reaches
+// no server.
 func Handler(gateways []*Gateway, callers Callers) http.Handler {
 	mux := http.NewServeMux()
 	verify := func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
@@ -37,9 +40,11 @@ func Handler(gateways []*Gateway, callers Callers) http.Handler {
 		return &auth.TokenInfo{UserID: id, Expiration: time.Now().Add(24 * time.Hour)}, nil
 	}
 	bearer := auth.RequireBearerToken(verify, nil)
+	limit := maxBody(gateways)
 	for _, g := range gateways {
-		h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server }, nil)
-		mux.Handle("/mcp/"+g.cfg.Name, bearer(h))
+		h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server },
+			&mcp.StreamableHTTPOptions{MaxRequestBodyBytes: limit})
+		mux.Handle("/mcp/"+g.cfg.Name, bearer(screen(limit, h)))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		names := make([]string, len(gateways))
@@ -49,4 +54,14 @@ func Handler(gateways []*Gateway, callers Callers) http.Handler {
 		http.Error(w, "not found: the MCP servers here are "+strings.Join(names, ", "), http.StatusNotFound)
 	})
 	return mux
+}
+
+// maxBody is the largest message the gateways take: DefaultMaxBody, or
+// room for the largest arguments, JSON-escaped.
+func maxBody(gateways []*Gateway) int64 {
+	n := int64(DefaultMaxBody)
+	for _, g := range gateways {
+		n = max(n, 2*int64(g.cfg.MaxArguments)+64<<10)
+	}
+	return n
 }

@@ -2,13 +2,18 @@ package mcpgateway_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // installNPM installs the tests' npm packages from the committed lockfile.
@@ -88,5 +93,48 @@ func TestTypeScriptClientAndFilesystemServer(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "rejected.txt")); !os.IsNotExist(err) {
 		t.Fatal("a rejected write reached the disk")
+	}
+}
+
+// The TypeScript SDK client (protocol 2025-11-25) declares elicitation:
+// the notes server's question reaches it through the real `countersign mcp`
+// as elicitation/create, and the server receives exactly its answer; no
+// human-input request is opened.
+func TestTypeScriptClientAnswersElicitation(t *testing.T) {
+	installNPM(t)
+	s := startServe(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer := `{"name":"Ada from TypeScript","n":2}`
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "testdata/npm/elicit.mjs", binary, self, answer)
+	cmd.Env = append(os.Environ(), "COUNTERSIGN_URL="+s.url, "COUNTERSIGN_TOKEN="+s.token, upstreamEnv+"="+filepath.Join(t.TempDir(), "log"))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("the TypeScript client: %v\n%s", err, out)
+	}
+	var got struct {
+		Asked   mcp.ElicitParams `json:"asked"`
+		IsError bool             `json:"isError"`
+		Text    string           `json:"text"`
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if got.Asked.Message != "Which name?" || got.IsError {
+		t.Fatalf("client: %s", out)
+	}
+	var res mcp.ElicitResult
+	var want map[string]any
+	_ = json.Unmarshal([]byte(answer), &want)
+	if err := json.Unmarshal([]byte(got.Text), &res); err != nil || res.Action != "accept" || !reflect.DeepEqual(res.Content, want) {
+		t.Fatalf("the server received %s, the client answered %s", got.Text, answer)
+	}
+	if recs := s.approvals(t, "ts-elicit"); len(recs) != 0 {
+		t.Fatalf("%d approvals opened", len(recs))
 	}
 }
