@@ -58,6 +58,7 @@ func cmdMCP(args []string, stdout, stderr io.Writer) error {
 	tenant := fs.String("tenant", "", "the runs' tenant")
 	fs.Var(&labels, "label", "KEY=VALUE run label for the policy (repeatable)")
 	maxWait := fs.Duration("max-wait", mcpgateway.DefaultMaxWait, "how long a call waits for a human before answering that it awaits approval")
+	inputWait := fs.Duration("input-wait", mcpgateway.DefaultInputWait, "how long an upstream's question sent to the client (elicitation by round trip) waits for its answer before it is cancelled")
 	progress := fs.Duration("progress-every", mcpgateway.DefaultProgressEvery, "interval of progress notifications while a call waits")
 	maxArgs := fs.Int("max-arguments", mcpgateway.DefaultMaxArguments, "largest arguments of a call, in bytes")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error (logs go to stderr)")
@@ -89,7 +90,7 @@ func cmdMCP(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("mcp: %w", err)
 	}
 	base := mcpgateway.Config{Countersign: cs, Agent: *agent, RequestedBy: *requestedBy, Tenant: *tenant, Labels: lbl,
-		MaxWait: *maxWait, ProgressEvery: *progress, MaxArguments: *maxArgs, Logger: log}
+		MaxWait: *maxWait, InputWait: *inputWait, ProgressEvery: *progress, MaxArguments: *maxArgs, Logger: log}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
