@@ -23,8 +23,8 @@ import (
 // headers, or for about archiveBudget once it has read archiveMinScan; it
 // then answers with what it found and a cursor to go on from.
 const (
-	archiveFirstChunk = 256
-	archiveChunk      = 2048
+	archiveFirstChunk = 1024
+	archiveChunk      = 8192
 	archiveMinScan    = 4096
 	archiveMaxScan    = 1 << 17
 	archiveBudget     = 12 * time.Millisecond

@@ -64,7 +64,10 @@ func scanHeaders(ctx context.Context, nc *nats.Conn, from, to uint64, fn func(se
 	if err != nil {
 		return fmt.Errorf("read the headers of %s: %w", events.RecordStream, err)
 	}
-	defer func() { _ = sub.Unsubscribe() }()
+	// Deleting the consumer is a request of its own (a replicated one on a
+	// cluster): it runs after the answer, and the handler ignores whatever
+	// arrives meanwhile.
+	defer func() { go func() { _ = sub.Unsubscribe() }() }()
 	_ = sub.SetPendingLimits(-1, -1)
 	if n, err := sub.InitialConsumerPending(); err == nil && n == 0 {
 		finish()

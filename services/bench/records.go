@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -188,8 +189,19 @@ func seedRecords(ctx context.Context, js jetstream.JetStream, n, pending int) er
 			return err
 		}
 		m := &nats.Msg{Subject: events.RecordSubject(rec.Request.EventID), Header: events.RecordHeader(&rec), Data: data}
-		if _, err := js.PublishMsgAsync(m, jetstream.WithExpectLastSequencePerSubject(0)); err != nil {
-			return fmt.Errorf("seed record %d: %w", i, err)
+		for {
+			_, err := js.PublishMsgAsync(m, jetstream.WithExpectLastSequencePerSubject(0))
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+				return fmt.Errorf("seed record %d: %w", i, err)
+			}
+			select { // the window is full: let the acks catch up
+			case <-js.PublishAsyncComplete():
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 	}
 	select {
