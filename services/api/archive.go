@@ -91,7 +91,11 @@ func (ix *index) archive(ctx context.Context, f listFilter, top uint64, need int
 		return nil, 0, err
 	}
 	byHeaders := f.reader.Admin && len(f.reader.Tenants) == 0 && f.approver == ""
-	deadline, scanned, chunkSize := time.Now().Add(archiveBudget), uint64(0), uint64(archiveFirstChunk)
+	budget := archiveBudget
+	if ix.pageBudget > 0 {
+		budget = ix.pageBudget
+	}
+	deadline, scanned, chunkSize := time.Now().Add(budget), uint64(0), uint64(archiveFirstChunk)
 	for top >= 1 {
 		start := top - min(top-1, chunkSize-1)
 		chunkSize = min(chunkSize*4, archiveChunk)

@@ -68,6 +68,10 @@ type Config struct {
 	// memory beside every pending one (DefaultIndexRecent when 0); older
 	// history is listed from the bucket's stream.
 	IndexRecent int
+	// HistoryPageBudget is about how long one page of older history looks
+	// through the bucket once it has read 4,096 records' headers (12 ms
+	// when 0); the page then answers with what it found and a cursor.
+	HistoryPageBudget time.Duration
 	// Policies is the live policy store; GET and POST /v1/policy use it.
 	// Without it the API shows the gate's policy and cannot apply one.
 	Policies *orchestrator.PolicyStore
@@ -126,6 +130,9 @@ func (c *Config) validate() error {
 	var errs []error
 	if c.JS == nil {
 		errs = append(errs, errors.New("api: Config.JS is required"))
+	}
+	if c.IndexRecent < 0 || c.HistoryPageBudget < 0 {
+		errs = append(errs, errors.New("api: Config.IndexRecent and Config.HistoryPageBudget must not be negative"))
 	}
 	if c.Gate == nil {
 		errs = append(errs, errors.New("api: Config.Gate is required"))

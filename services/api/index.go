@@ -99,6 +99,8 @@ type index struct {
 	js     jetstream.JetStream
 	log    *slog.Logger
 	recent int
+	// pageBudget replaces archiveBudget when set (Config.HistoryPageBudget).
+	pageBudget time.Duration
 
 	mu      sync.Mutex
 	byID    map[string]*summary

@@ -107,9 +107,8 @@ func approvalsList(a *approvalsCmd, args []string) error {
 	if *mine {
 		q.Set("approver", "me")
 	}
-	q.Set("limit", fmt.Sprint(*limit))
-	var ans listAnswer
-	if _, err := c.do(ctx, "GET", "/v1/approvals?"+q.Encode(), nil, &ans); err != nil {
+	ans, err := listUpTo(ctx, c, q, *limit)
+	if err != nil {
 		return err
 	}
 	if *jsonOut {
@@ -132,6 +131,30 @@ func approvalsList(a *approvalsCmd, args []string) error {
 	}
 	return tw.Flush()
 }
+
+// listUpTo follows next_cursor until limit items are listed or the
+// listing ends: a page of older history can come back short (the API
+// bounds how much history one page looks through), or even empty.
+func listUpTo(ctx context.Context, c *client, q url.Values, limit int) (listAnswer, error) {
+	var all listAnswer
+	for pages := 0; len(all.Items) < limit; pages++ {
+		q.Set("limit", fmt.Sprint(limit-len(all.Items)))
+		var ans listAnswer
+		if _, err := c.do(ctx, "GET", "/v1/approvals?"+q.Encode(), nil, &ans); err != nil {
+			return all, err
+		}
+		all.Items = append(all.Items, ans.Items...)
+		all.NextCursor = ans.NextCursor
+		if ans.NextCursor == "" || pages == maxListPages {
+			break
+		}
+		q.Set("cursor", ans.NextCursor)
+	}
+	return all, nil
+}
+
+// maxListPages bounds the pages one `approvals ls` asks for.
+const maxListPages = 1000
 
 func approvalsShow(a *approvalsCmd, args []string) error {
 	ctx, fs, newClient, out, jsonOut := a.ctx, a.fs, a.newClient, a.out, a.jsonOut

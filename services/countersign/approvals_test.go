@@ -16,10 +16,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/approval"
+	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/events/eventstest"
 	"github.com/countersign/countersign/orchestrator"
@@ -53,6 +56,7 @@ rules:
 // the flags that point the CLI at it as alice.
 type cliStack struct {
 	js         jetstream.JetStream
+	arbJS      jetstream.JetStream // the arbiter's NATS user
 	gate       *orchestrator.Gate
 	url, token string
 	flags      []string
@@ -61,6 +65,13 @@ type cliStack struct {
 }
 
 func newCLIStack(t *testing.T) *cliStack {
+	t.Helper()
+	return newCLIStackWith(t, nil)
+}
+
+// newCLIStackWith is newCLIStack with the API's configuration changed by
+// edit.
+func newCLIStackWith(t *testing.T, edit func(*api.Config)) *cliStack {
 	t.Helper()
 	srv := eventstest.NewServer(t)
 	js := srv.JetStream()
@@ -78,16 +89,20 @@ func newCLIStack(t *testing.T) *cliStack {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	s, err := api.New(ctx, api.Config{JS: apiJS, Gate: gate, Registerer: reg, Gatherer: reg,
+	cfg := api.Config{JS: apiJS, Gate: gate, Registerer: reg, Gatherer: reg,
 		Tokens: []api.Token{{Name: "alice", Subject: "alice", SHA256: hash, Roles: []string{api.RoleApprover, api.RoleAgent}},
-			{Name: "root", Subject: "root", SHA256: adminHash, Roles: []string{api.RoleAdmin}}}})
+			{Name: "root", Subject: "root", SHA256: adminHash, Roles: []string{api.RoleAdmin}}}}
+	if edit != nil {
+		edit(&cfg)
+	}
+	s, err := api.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	hs := httptest.NewServer(s.Handler())
 	t.Cleanup(hs.Close)
-	return &cliStack{js: js, gate: gate, url: hs.URL, token: tok, flags: []string{"--url", hs.URL, "--token", tok},
+	return &cliStack{js: js, arbJS: srv.JetStreamAs(embedded.RoleArbiter), gate: gate, url: hs.URL, token: tok, flags: []string{"--url", hs.URL, "--token", tok},
 		adminFlags: []string{"--url", hs.URL, "--token", adminTok}}
 }
 
@@ -389,5 +404,55 @@ func TestCLIBatchSelection(t *testing.T) {
 		if out, err := c.cli(t, bad...); err == nil {
 			t.Errorf("%v: no error\n%s", bad, out)
 		}
+	}
+}
+
+// approvals ls follows the listing into older history: the API may answer
+// a page of it short (it bounds how much history one page looks
+// through), and the CLI goes on until it has what was asked for.
+func TestCLIListsOlderHistory(t *testing.T) {
+	// Each page of older history stops after the 5,120 headers of its
+	// first two ranges: the three records of run-old, under 9,000 newer
+	// ones, come back on the second page, after an empty first one.
+	c := newCLIStackWith(t, func(cfg *api.Config) { cfg.IndexRecent, cfg.HistoryPageBudget = 10, time.Nanosecond })
+	ctx := context.Background()
+	w := events.NewRecordWriter(c.arbJS)
+	write := func(run string) string {
+		req := contracts.ApprovalRequested{Spec: contracts.SpecApprovalRequested, EventID: uuid.NewString(),
+			Kind: contracts.KindToolApproval, Run: contracts.Run{ID: run, Agent: "billing-bot"}, CreatedAt: time.Now()}
+		rec := approval.NewRecord(req, time.Now())
+		rec.Status = contracts.StatusApproved
+		data, err := contracts.Marshal(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Create(ctx, req.EventID, data, &rec); err != nil {
+			t.Fatal(err)
+		}
+		return req.EventID
+	}
+	var old []string
+	for range 3 {
+		old = append(old, write("run-old"))
+	}
+	for range 9000 {
+		write("run-busy")
+	}
+	out, err := c.admin(t, "approvals", "ls", "--status", "approved", "--run", "run-old")
+	if err != nil {
+		t.Fatalf("ls: %v\n%s", err, out)
+	}
+	for _, id := range old {
+		if !strings.Contains(out, id) {
+			t.Errorf("ls lacks %s:\n%s", id, out)
+		}
+	}
+	out, err = c.admin(t, "approvals", "ls", "--status", "approved", "--limit", "40", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ans listAnswer
+	if err := json.Unmarshal([]byte(out), &ans); err != nil || len(ans.Items) != 40 {
+		t.Errorf("ls --limit 40 listed %d (%v)", len(ans.Items), err)
 	}
 }
