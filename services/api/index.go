@@ -118,6 +118,9 @@ type index struct {
 	// may be left out of the index (0: none are): listings continue into
 	// the bucket's stream from there.
 	archiveTop uint64
+	// leftOut is the newest creation time of a decided record left out of
+	// the index (zero: none was).
+	leftOut time.Time
 
 	// watches of single records, by event id (see watch).
 	watches map[string][]*recordWatch
@@ -232,11 +235,28 @@ func (ix *index) putLocked(id string, rev uint64, sum *summary) {
 		if s := ix.byID[h.id]; s != nil && s.rev == h.rev && s.status != contracts.StatusPending {
 			ix.removeLocked(h.id)
 			ix.archiveTop = max(ix.archiveTop, h.rev)
+			ix.leftOut = maxTime(ix.leftOut, s.createdAt)
 		}
 	}
 	if cap(ix.evict) > 4*ix.recent && len(ix.evict) < cap(ix.evict)/2 {
 		ix.evict = slices.Clone(ix.evict) // let go of the consumed front
 	}
+}
+
+// leftOutSince is the newest creation time of a decided record the index
+// left out (zero when it holds every record): figures over the index are
+// complete only for windows that start after it.
+func (ix *index) leftOutSince() time.Time {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return ix.leftOut
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // who returns what the index knows of who may read record id, or nil.

@@ -92,3 +92,47 @@ func TestAckPositionMatchesTheClientsMetadata(t *testing.T) {
 		}
 	}
 }
+
+// Oversight says when its window reaches back past what the index holds.
+func TestOversightSaysWhenDecidedRequestsWereLeftOut(t *testing.T) {
+	srv := eventstest.NewServer(t)
+	srv.Provision(srv.JetStream())
+	ctx := context.Background()
+	w := events.NewRecordWriter(srv.JetStreamAs(embedded.RoleArbiter))
+	start := time.Now().Add(-48 * time.Hour)
+	for i := range 40 {
+		created := start.Add(time.Duration(i) * time.Hour)
+		req := contracts.ApprovalRequested{Spec: contracts.SpecApprovalRequested, EventID: uuid.NewString(),
+			Kind: contracts.KindToolApproval, Run: contracts.Run{Agent: "a"}, CreatedAt: created}
+		rec := approval.NewRecord(req, created)
+		rec.Status = contracts.StatusApproved
+		data, err := contracts.Marshal(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Create(ctx, req.EventID, data, &rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	apiJS := srv.JetStreamAs(embedded.RoleAPI)
+	s, err := New(ctx, Config{JS: apiJS, Gate: countersigntest.Gate(t, apiJS, nil), Registerer: reg, Gatherer: reg, IndexRecent: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	admin := Principal{Subject: "root", Roles: []string{RoleAdmin}}
+	// The index holds the ten newest (created 30 to 39 hours after start).
+	for _, c := range []struct {
+		since   time.Time
+		partial bool
+	}{{start, true}, {start.Add(29 * time.Hour), true}, {start.Add(29*time.Hour + time.Minute), false}, {start.Add(35 * time.Hour), false}} {
+		rep, aerr := s.Oversight(ctx, admin, OversightQuery{Since: c.since})
+		if aerr != nil {
+			t.Fatal(aerr)
+		}
+		if rep.Partial != c.partial {
+			t.Errorf("since %s: partial %v, want %v", c.since.Sub(start), rep.Partial, c.partial)
+		}
+	}
+}

@@ -139,54 +139,45 @@ func (ix *index) load(ctx context.Context) (uint64, error) {
 	}
 	began := time.Now()
 	f := newFetcher(ctx, ix, st)
-	parts := splitRange(state.FirstSeq, state.LastSeq, loadParts)
-	var wg sync.WaitGroup
-	errs := make([]error, len(parts))
-	for i, p := range parts {
-		p.ring = make([]uint64, 0, min(ix.recent, int(p.to-p.from+1)))
-		wg.Go(func() {
-			errs[i] = scanHeaders(ctx, ix.js.Conn(), p.from, p.to, func(seq uint64, m *nats.Msg) { p.see(seq, m, f) })
-		})
+	scan := &loadScan{ring: make([]decidedMark, 0, min(ix.recent, int(state.Msgs)))}
+	err = scanHeaders(ctx, ix.js.Conn(), state.FirstSeq, state.LastSeq, func(seq uint64, m *nats.Msg) { scan.see(seq, m, f) })
+	if ferr := f.wait(); err == nil {
+		err = ferr
 	}
-	wg.Wait()
-	err = errors.Join(append(errs, f.wait())...)
 	if err != nil {
 		return 0, fmt.Errorf("api: load the records index: %w", err)
 	}
-	from, dropped, n := joinParts(parts, ix.recent, state.LastSeq)
+	from := scan.from(state.LastSeq)
 	ix.mu.Lock()
-	ix.archiveTop = max(ix.archiveTop, dropped)
+	ix.archiveTop = max(ix.archiveTop, scan.dropped)
+	if scan.leftOut > 0 {
+		ix.leftOut = maxTime(ix.leftOut, time.Unix(0, scan.leftOut))
+	}
 	ix.seq = max(ix.seq, from-1)
+	n := scan.n
 	ix.mu.Unlock()
 	ix.log.Info("records index loaded from the bucket's headers", "records", n, "read_one_by_one", f.n,
 		"watched_from", from, "took", time.Since(began).Round(time.Millisecond))
 	return from, nil
 }
 
-// loadParts is how many ranges of the bucket's stream the load scans at
-// once (the server reads each on a goroutine of its own).
-const loadParts = 1
-
-// loadPart is one range of the scan and what it found.
-type loadPart struct {
-	from, to uint64
-	ring     []uint64 // the newest decided records of the range, a ring
-	head     int      // the oldest in ring, once it is full
-	dropped  uint64   // the newest decided record pushed out of ring
-	n        int      // messages scanned
-	unread   uint64   // the first record to keep that was not read
+// loadScan is what the load's scan found.
+type loadScan struct {
+	ring    []decidedMark // the newest decided records, a ring
+	head    int           // the oldest in ring, once it is full
+	dropped uint64        // the newest decided record pushed out of ring
+	leftOut int64         // the newest creation (Unix ns) among those
+	n       int           // messages scanned
+	unread  uint64        // the first record to keep that was not read
 }
 
-func splitRange(first, last uint64, k int) []*loadPart {
-	size := (last - first + uint64(k)) / uint64(k)
-	var parts []*loadPart
-	for from := first; from <= last; from += size {
-		parts = append(parts, &loadPart{from: from, to: min(last, from+size-1)})
-	}
-	return parts
+// decidedMark is a decided record the scan saw.
+type decidedMark struct {
+	seq     uint64
+	created int64 // Unix ns; 0 when its headers do not tell
 }
 
-func (p *loadPart) see(seq uint64, m *nats.Msg, f *fetcher) {
+func (p *loadScan) see(seq uint64, m *nats.Msg, f *fetcher) {
 	p.n++
 	if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
 		return
@@ -197,42 +188,30 @@ func (p *loadPart) see(seq uint64, m *nats.Msg, f *fetcher) {
 			p.unread = seq
 		}
 	default:
+		created, _ := strconv.ParseInt(m.Header.Get(events.HeaderRecordCreated), 10, 64)
+		mk := decidedMark{seq: seq, created: created}
 		if len(p.ring) < cap(p.ring) {
-			p.ring = append(p.ring, seq)
+			p.ring = append(p.ring, mk)
 			return
 		}
-		p.dropped = p.ring[p.head]
-		p.ring[p.head] = seq
+		old := p.ring[p.head]
+		p.dropped, p.leftOut = old.seq, max(p.leftOut, old.created)
+		p.ring[p.head] = mk
 		p.head = (p.head + 1) % len(p.ring)
 	}
 }
 
-// joinParts returns where the watch starts (the oldest of the newest
-// recent decided records, or the first record to keep that was not read),
-// the newest decided record left out, and the messages scanned.
-func joinParts(parts []*loadPart, recent int, last uint64) (from, dropped uint64, n int) {
-	var decided []uint64
-	unread := uint64(0)
-	for _, p := range parts {
-		decided = append(append(decided, p.ring[p.head:]...), p.ring[:p.head]...)
-		dropped = max(dropped, p.dropped)
-		n += p.n
-		if p.unread > 0 && unread == 0 {
-			unread = p.unread
-		}
+// from is where the watch starts: the oldest of the newest decided
+// records, or the first record to keep that was not read, if earlier.
+func (p *loadScan) from(last uint64) uint64 {
+	from := last + 1
+	if len(p.ring) > 0 {
+		from = p.ring[p.head].seq
 	}
-	if cut := len(decided) - recent; cut > 0 {
-		dropped = max(dropped, decided[cut-1])
-		decided = decided[cut:]
+	if p.unread > 0 {
+		from = min(from, p.unread)
 	}
-	from = last + 1
-	if len(decided) > 0 {
-		from = decided[0]
-	}
-	if unread > 0 {
-		from = min(from, unread)
-	}
-	return from, dropped, n
+	return from
 }
 
 // fetcher reads records by sequence, up to 32 at once, while the scan

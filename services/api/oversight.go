@@ -110,6 +110,7 @@ func (s *Server) Oversight(ctx context.Context, p Principal, q OversightQuery) (
 	o := oversight.Options{Since: q.Since.UTC(), Fast: q.Fast}
 	rep := oversight.Compute(s.index.overseen(p.Reader(), o), o)
 	rep.Until = now
+	rep.Partial = !s.index.leftOutSince().Before(o.Since)
 	oversight.AddGrants(&rep, s.overseenGrants(ctx, &p))
 	return &rep, nil
 }

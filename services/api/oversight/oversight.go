@@ -65,6 +65,10 @@ type Report struct {
 	// Rules has a row for each rule with a request in the window: most
 	// requests first.
 	Rules []RuleStats `json:"rules"`
+	// Partial is true when decided requests of the window were left out:
+	// an API replica keeps the newest decided records only (its
+	// index_recent), and older ones created in the window are not counted.
+	Partial bool `json:"partial,omitempty"`
 }
 
 // ApproverStats are one approver's figures.
