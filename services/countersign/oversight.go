@@ -57,6 +57,10 @@ func printOversight(out io.Writer, rep *oversight.Report) {
 	fast := oversight.Human(rep.FastThresholdSeconds)
 	fmt.Fprintf(out, "Requests made from %s to %s that you may read. Fast: under %s.\n\n",
 		rep.Since.Format("2006-01-02 15:04 MST"), rep.Until.Format("2006-01-02 15:04 MST"), fast)
+	if rep.Partial {
+		fmt.Fprint(out, "Partial: older decided requests of this window are not counted (the server keeps the newest\n"+
+			"decided requests in memory, index_recent); choose a shorter window or raise index_recent.\n\n")
+	}
 	t := &rep.Total
 	fmt.Fprintf(out, "%d requests, %d decisions, approval rate %s, time to decide median %s and p90 %s,\n",
 		t.Requests, t.Decisions, rateText(t), spreadText(t, func(p *oversight.Spread) float64 { return p.Median }),
