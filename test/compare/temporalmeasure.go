@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// figures are one system's measurements in one repetition.
+type figures struct {
+	Resume   latency // signal or vote sent → agent resumed, one at a time
+	PerSec   float64 // full cycles per second with concurrent agents
+	Cycles   int     // full cycles completed in the window
+	Seconds  float64 // the window
+	WarmUpMs float64 // untimed first cycle of every agent, all at once
+}
+
+// resumeOnce runs one sequential cycle: start, wait until the workflow is
+// parked and its first task recorded, approve, and time the signal until
+// the workflow code resumes.
+func (a *temporalAgents) resumeOnce(ctx context.Context, id string) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, cycleTimeout)
+	defer cancel()
+	parked := make(chan struct{})
+	run, resumed, err := a.start(ctx, id, func() { close(parked) })
+	if err != nil {
+		return 0, err
+	}
+	defer a.hooks.forget(id)
+	select {
+	case <-parked:
+	case <-ctx.Done():
+		return 0, errors.New("the workflow never parked on its signal")
+	}
+	if err := a.settled(ctx, id); err != nil {
+		return 0, err
+	}
+	t0 := time.Now()
+	if err := a.approve(ctx, id); err != nil {
+		return 0, err
+	}
+	var t1 time.Time
+	select {
+	case t1 = <-resumed:
+	case <-ctx.Done():
+		return 0, errors.New("the workflow never resumed")
+	}
+	if err := run.Get(ctx, nil); err != nil {
+		return 0, fmt.Errorf("workflow result: %w", err)
+	}
+	return t1.Sub(t0), nil
+}
+
+// measureTemporalResume runs n sequential cycles after one untimed one.
+func measureTemporalResume(ctx context.Context, a *temporalAgents, prefix string, n int) (latency, error) {
+	if _, err := a.resumeOnce(ctx, prefix+"-warm"); err != nil {
+		return latency{}, fmt.Errorf("warm-up cycle: %w", err)
+	}
+	samples := make([]time.Duration, 0, n)
+	for i := range n {
+		d, err := a.resumeOnce(ctx, workflowID(prefix, i))
+		if err != nil {
+			return latency{}, fmt.Errorf("cycle %d: %w", i, err)
+		}
+		samples = append(samples, d)
+	}
+	return summarize(samples), nil
+}
+
+// cycle is one full cycle as an agent sees it: start the workflow, the
+// human approves once it is parked, the workflow resumes and completes.
+func (a *temporalAgents) cycle(ctx context.Context, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, cycleTimeout)
+	defer cancel()
+	signalled := make(chan error, 1)
+	run, _, err := a.start(ctx, id, func() {
+		go func() { signalled <- a.approve(ctx, id) }()
+	})
+	if err != nil {
+		return err
+	}
+	defer a.hooks.forget(id)
+	if err := run.Get(ctx, nil); err != nil {
+		return fmt.Errorf("workflow result: %w", err)
+	}
+	return <-signalled
+}
+
+// measureTemporalBurst runs agents concurrent loops of full cycles for d,
+// after one untimed cycle per agent, and counts the cycles that completed
+// inside the window. Any failed cycle fails the measurement.
+func measureTemporalBurst(ctx context.Context, a *temporalAgents, prefix string, d time.Duration, agents int) (figures, error) {
+	warm := time.Now()
+	if err := parallel(agents, func(i int) error {
+		return a.cycle(ctx, workflowID(prefix+"-warm", i))
+	}); err != nil {
+		return figures{}, fmt.Errorf("warm-up cycle: %w", err)
+	}
+	f := figures{WarmUpMs: ms(time.Since(warm)), Seconds: d.Seconds()}
+	var (
+		mu        sync.Mutex
+		completed int
+	)
+	deadline := time.Now().Add(d)
+	err := parallel(agents, func(ag int) error {
+		for i := 0; time.Now().Before(deadline); i++ {
+			if err := a.cycle(ctx, workflowID(fmt.Sprintf("%s-%d", prefix, ag), i)); err != nil {
+				return err
+			}
+			if time.Now().Before(deadline) {
+				mu.Lock()
+				completed++
+				mu.Unlock()
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return figures{}, err
+	}
+	f.Cycles = completed
+	f.PerSec = float64(completed) / d.Seconds()
+	return f, nil
+}
+
+// parallel runs f(0) … f(n-1) at once and returns the first error.
+func parallel(n int, f func(i int) error) error {
+	errc := make(chan error, n)
+	for i := range n {
+		go func() { errc <- f(i) }()
+	}
+	var first error
+	for range n {
+		if err := <-errc; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
