@@ -160,7 +160,7 @@ func measureTemporal(ctx context.Context, cfg config, binary string, rep int) (f
 	}
 	defer agents.close()
 	prefix := fmt.Sprintf("rep%d-%d", rep, time.Now().UnixNano())
-	resume, err := measureTemporalResume(ctx, agents, prefix+"-lat", cfg.resumeCycles)
+	resume, result, err := measureTemporalResume(ctx, agents, prefix+"-lat", cfg.resumeCycles)
 	if err != nil {
 		return figures{}, fmt.Errorf("temporal resume latency: %w", err)
 	}
@@ -168,6 +168,6 @@ func measureTemporal(ctx context.Context, cfg config, binary string, rep int) (f
 	if err != nil {
 		return figures{}, fmt.Errorf("temporal burst: %w", err)
 	}
-	f.Resume = resume
+	f.Resume, f.Result = resume, result
 	return f, nil
 }

@@ -24,8 +24,8 @@ func printRepetition(out io.Writer, i, n int, r repetition) {
 		return
 	}
 	t := r.temporal
-	fmt.Fprintf(out, "repetition %d/%d: Temporal resume p50 %.2f ms p99 %.2f ms (n=%d), %.1f cycles/s (%d in %.0f s)",
-		i, n, t.Resume.P50, t.Resume.P99, t.Resume.N, t.PerSec, t.Cycles, t.Seconds)
+	fmt.Fprintf(out, "repetition %d/%d: Temporal resume p50 %.2f ms p99 %.2f ms (n=%d), result p50 %.2f ms, %.1f cycles/s (%d in %.0f s)",
+		i, n, t.Resume.P50, t.Resume.P99, t.Resume.N, t.Result.P50, t.PerSec, t.Cycles, t.Seconds)
 	for _, m := range []string{modeAlways, modeLazy} {
 		if c, ok := r.countersign[m]; ok {
 			fmt.Fprintf(out, "; Countersign %s p50 %.2f ms p99 %.2f ms (n=%d), %.1f cycles/s",
@@ -40,6 +40,7 @@ func printRepetition(out io.Writer, i, n int, r repetition) {
 type column struct {
 	name                string
 	p50, p99, perSec    []float64
+	resultP50           []float64 // Temporal only
 	p50x, p99x, perSecx []float64 // ratios within each repetition
 }
 
@@ -63,6 +64,7 @@ func columns(cfg config, reps []repetition) (cols []*column, good int) {
 		good++
 		always.add(r.countersign[modeAlways], r.temporal)
 		temporal.add(r.temporal, r.temporal)
+		temporal.resultP50 = append(temporal.resultP50, r.temporal.Result.P50)
 		if cfg.lazy {
 			lazy.add(r.countersign[modeLazy], r.temporal)
 		}
@@ -102,6 +104,12 @@ func printTable(out io.Writer, cfg config, reps []repetition, elapsed time.Durat
 	row("", func(c *column) string { return c.name })
 	row("resume p50, ms (one at a time)", func(c *column) string { return cell(c.p50, "%.2f") })
 	row("resume p99, ms", func(c *column) string { return cell(c.p99, "%.2f") })
+	row("signal → result at the starter, p50, ms", func(c *column) string {
+		if c.resultP50 == nil {
+			return "—"
+		}
+		return cell(c.resultP50, "%.2f")
+	})
 	row(fmt.Sprintf("cycles/s (%d agents, %s burst)", cfg.agents, cfg.duration), func(c *column) string { return cell(c.perSec, "%.0f") })
 	ratioRow := func(label string, xs func(c *column) []float64) {
 		row(label, func(c *column) string {

@@ -10,7 +10,10 @@ import (
 
 // figures are one system's measurements in one repetition.
 type figures struct {
-	Resume   latency // signal or vote sent → agent resumed, one at a time
+	Resume latency // signal or vote sent → agent resumed, one at a time
+	// Result is, for Temporal only, signal sent → the workflow's result
+	// reaches the client that started it.
+	Result   latency
 	PerSec   float64 // full cycles per second with concurrent agents
 	Cycles   int     // full cycles completed in the window
 	Seconds  float64 // the window
@@ -19,54 +22,57 @@ type figures struct {
 
 // resumeOnce runs one sequential cycle: start, wait until the workflow is
 // parked and its first task recorded, approve, and time the signal until
-// the workflow code resumes.
-func (a *temporalAgents) resumeOnce(ctx context.Context, id string) (time.Duration, error) {
+// the workflow code resumes and until its result reaches the client.
+func (a *temporalAgents) resumeOnce(ctx context.Context, id string) (resumed, result time.Duration, err error) {
 	ctx, cancel := context.WithTimeout(ctx, cycleTimeout)
 	defer cancel()
 	parked := make(chan struct{})
-	run, resumed, err := a.start(ctx, id, func() { close(parked) })
+	run, resumedAt, err := a.start(ctx, id, func() { close(parked) })
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer a.hooks.forget(id)
 	select {
 	case <-parked:
 	case <-ctx.Done():
-		return 0, errors.New("the workflow never parked on its signal")
+		return 0, 0, errors.New("the workflow never parked on its signal")
 	}
 	if err := a.settled(ctx, id); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	t0 := time.Now()
 	if err := a.approve(ctx, id); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	var t1 time.Time
 	select {
-	case t1 = <-resumed:
+	case t1 = <-resumedAt:
 	case <-ctx.Done():
-		return 0, errors.New("the workflow never resumed")
+		return 0, 0, errors.New("the workflow never resumed")
 	}
 	if err := run.Get(ctx, nil); err != nil {
-		return 0, fmt.Errorf("workflow result: %w", err)
+		return 0, 0, fmt.Errorf("workflow result: %w", err)
 	}
-	return t1.Sub(t0), nil
+	return t1.Sub(t0), time.Since(t0), nil
 }
 
-// measureTemporalResume runs n sequential cycles after one untimed one.
-func measureTemporalResume(ctx context.Context, a *temporalAgents, prefix string, n int) (latency, error) {
-	if _, err := a.resumeOnce(ctx, prefix+"-warm"); err != nil {
-		return latency{}, fmt.Errorf("warm-up cycle: %w", err)
+// measureTemporalResume runs n sequential cycles after one untimed one and
+// returns the resume and result latencies.
+func measureTemporalResume(ctx context.Context, a *temporalAgents, prefix string, n int) (resume, result latency, err error) {
+	if _, _, err := a.resumeOnce(ctx, prefix+"-warm"); err != nil {
+		return latency{}, latency{}, fmt.Errorf("warm-up cycle: %w", err)
 	}
-	samples := make([]time.Duration, 0, n)
+	resumes := make([]time.Duration, 0, n)
+	results := make([]time.Duration, 0, n)
 	for i := range n {
-		d, err := a.resumeOnce(ctx, workflowID(prefix, i))
+		d, r, err := a.resumeOnce(ctx, workflowID(prefix, i))
 		if err != nil {
-			return latency{}, fmt.Errorf("cycle %d: %w", i, err)
+			return latency{}, latency{}, fmt.Errorf("cycle %d: %w", i, err)
 		}
-		samples = append(samples, d)
+		resumes = append(resumes, d)
+		results = append(results, r)
 	}
-	return summarize(samples), nil
+	return summarize(resumes), summarize(results), nil
 }
 
 // cycle is one full cycle as an agent sees it: start the workflow, the
