@@ -102,11 +102,12 @@ COMPARE_DIR      ?= $(abspath $(or $(TMPDIR),/tmp)/countersign-compare)
 COMPARE_COUNT    ?= 3
 COMPARE_DURATION ?= 3s
 COMPARE_AGENTS   ?= 64
+COMPARE_TEMPORAL_DURATION ?= 10s
 compare:
 	mkdir -p $(COMPARE_DIR)
 	cd test/compare && $(GO) build -o $(COMPARE_DIR)/countersign-compare .
 	GO=$(GO) $(COMPARE_DIR)/countersign-compare -dir $(COMPARE_DIR) -count $(COMPARE_COUNT) \
-		-duration $(COMPARE_DURATION) -agents $(COMPARE_AGENTS)
+		-duration $(COMPARE_DURATION) -temporal-duration $(COMPARE_TEMPORAL_DURATION) -agents $(COMPARE_AGENTS)
 
 fmt:
 	gofmt -w .

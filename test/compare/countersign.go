@@ -37,6 +37,7 @@ func measureCountersign(ctx context.Context, cfg config, out io.Writer) (map[str
 			Cycles:   m.Cycles.Completed,
 			Seconds:  m.Cycles.Seconds,
 			WarmUpMs: m.Cycles.WarmUpMs,
+			Cycle:    latency{N: m.Cycles.Latency.N, P50: m.Cycles.Latency.P50, P99: m.Cycles.Latency.P99},
 		}
 	}
 	return got, nil

@@ -24,8 +24,8 @@ func printRepetition(out io.Writer, i, n int, r repetition) {
 		return
 	}
 	t := r.temporal
-	fmt.Fprintf(out, "repetition %d/%d: Temporal resume p50 %.2f ms p99 %.2f ms (n=%d), result p50 %.2f ms, %.1f cycles/s (%d in %.0f s)",
-		i, n, t.Resume.P50, t.Resume.P99, t.Resume.N, t.Result.P50, t.PerSec, t.Cycles, t.Seconds)
+	fmt.Fprintf(out, "repetition %d/%d: Temporal resume p50 %.2f ms p99 %.2f ms (n=%d), result p50 %.2f ms, %.1f cycles/s (%d in %.0f s, cycle p50 %.0f ms, warm-up %.0f ms)",
+		i, n, t.Resume.P50, t.Resume.P99, t.Resume.N, t.Result.P50, t.PerSec, t.Cycles, t.Seconds, t.Cycle.P50, t.WarmUpMs)
 	for _, m := range []string{modeAlways, modeLazy} {
 		if c, ok := r.countersign[m]; ok {
 			fmt.Fprintf(out, "; Countersign %s p50 %.2f ms p99 %.2f ms (n=%d), %.1f cycles/s",
@@ -40,6 +40,7 @@ func printRepetition(out io.Writer, i, n int, r repetition) {
 type column struct {
 	name                string
 	p50, p99, perSec    []float64
+	cycleP50            []float64
 	resultP50           []float64 // Temporal only
 	p50x, p99x, perSecx []float64 // ratios within each repetition
 }
@@ -48,6 +49,7 @@ func (c *column) add(f, t figures) {
 	c.p50 = append(c.p50, f.Resume.P50)
 	c.p99 = append(c.p99, f.Resume.P99)
 	c.perSec = append(c.perSec, f.PerSec)
+	c.cycleP50 = append(c.cycleP50, f.Cycle.P50)
 	c.p50x = append(c.p50x, ratio(t.Resume.P50, f.Resume.P50))
 	c.p99x = append(c.p99x, ratio(t.Resume.P99, f.Resume.P99))
 	c.perSecx = append(c.perSecx, ratio(f.PerSec, t.PerSec))
@@ -110,7 +112,8 @@ func printTable(out io.Writer, cfg config, reps []repetition, elapsed time.Durat
 		}
 		return cell(c.resultP50, "%.2f")
 	})
-	row(fmt.Sprintf("cycles/s (%d agents, %s burst)", cfg.agents, cfg.duration), func(c *column) string { return cell(c.perSec, "%.0f") })
+	row(fmt.Sprintf("cycles/s, %d agents", cfg.agents), func(c *column) string { return cell(c.perSec, "%.0f") })
+	row("full cycle in the burst, p50, ms", func(c *column) string { return cell(c.cycleP50, "%.0f") })
 	ratioRow := func(label string, xs func(c *column) []float64) {
 		row(label, func(c *column) string {
 			if c.name == cols[len(cols)-1].name {

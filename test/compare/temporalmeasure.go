@@ -13,7 +13,10 @@ type figures struct {
 	Resume latency // signal or vote sent → agent resumed, one at a time
 	// Result is, for Temporal only, signal sent → the workflow's result
 	// reaches the client that started it.
-	Result   latency
+	Result latency
+	// Cycle is, for Temporal only, the latency of a full cycle in the
+	// burst, as an agent sees it.
+	Cycle    latency
 	PerSec   float64 // full cycles per second with concurrent agents
 	Cycles   int     // full cycles completed in the window
 	Seconds  float64 // the window
@@ -94,41 +97,83 @@ func (a *temporalAgents) cycle(ctx context.Context, id string) error {
 	return <-signalled
 }
 
-// measureTemporalBurst runs agents concurrent loops of full cycles for d,
-// after one untimed cycle per agent, and counts the cycles that completed
-// inside the window. Any failed cycle fails the measurement.
-func measureTemporalBurst(ctx context.Context, a *temporalAgents, prefix string, d time.Duration, agents int) (figures, error) {
-	warm := time.Now()
-	if err := parallel(agents, func(i int) error {
-		return a.cycle(ctx, workflowID(prefix+"-warm", i))
-	}); err != nil {
-		return figures{}, fmt.Errorf("warm-up cycle: %w", err)
+// window counts the cycles that complete between its opening and closing,
+// and their latencies.
+type window struct {
+	mu         sync.Mutex
+	start, end time.Time // zero until it opens
+	samples    []time.Duration
+}
+
+func (w *window) open(d time.Duration) {
+	w.mu.Lock()
+	w.start = time.Now()
+	w.end = w.start.Add(d)
+	w.mu.Unlock()
+}
+
+func (w *window) record(started, ended time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.start.IsZero() && !ended.Before(w.start) && !ended.After(w.end) {
+		w.samples = append(w.samples, ended.Sub(started))
 	}
-	f := figures{WarmUpMs: ms(time.Since(warm)), Seconds: d.Seconds()}
+}
+
+// measureTemporalBurst runs agents concurrent loops of full cycles. Once
+// every agent has completed its first cycle, it opens a window of d and
+// counts the cycles that complete inside it: the steady state, with every
+// agent already busy when the window opens. Any failed cycle fails the
+// measurement.
+func measureTemporalBurst(ctx context.Context, a *temporalAgents, prefix string, d time.Duration, agents int) (figures, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var (
-		mu        sync.Mutex
-		completed int
+		w      window
+		warmed sync.WaitGroup
 	)
-	deadline := time.Now().Add(d)
+	warmed.Add(agents)
+	stop := make(chan struct{})
+	began := time.Now()
+	var warmUp time.Duration
+	go func() {
+		warmed.Wait()
+		warmUp = time.Since(began)
+		w.open(d)
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+		}
+		close(stop)
+	}()
 	err := parallel(agents, func(ag int) error {
-		for i := 0; time.Now().Before(deadline); i++ {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return nil
+			default:
+			}
+			t := time.Now()
 			if err := a.cycle(ctx, workflowID(fmt.Sprintf("%s-%d", prefix, ag), i)); err != nil {
+				cancel()
+				if i == 0 {
+					warmed.Done()
+				}
 				return err
 			}
-			if time.Now().Before(deadline) {
-				mu.Lock()
-				completed++
-				mu.Unlock()
+			w.record(t, time.Now())
+			if i == 0 {
+				warmed.Done()
 			}
 		}
-		return nil
 	})
 	if err != nil {
 		return figures{}, err
 	}
-	f.Cycles = completed
-	f.PerSec = float64(completed) / d.Seconds()
-	return f, nil
+	return figures{
+		Cycles: len(w.samples), Seconds: d.Seconds(), PerSec: float64(len(w.samples)) / d.Seconds(),
+		WarmUpMs: ms(warmUp), Cycle: summarize(w.samples),
+	}, nil
 }
 
 // parallel runs f(0) … f(n-1) at once and returns the first error.

@@ -54,9 +54,9 @@ type temporalServer struct {
 }
 
 // startTemporal starts a dev server on free loopback ports with its state in
-// a SQLite file under dir (synchronous=FULL: every commit is fsynced, like
-// Countersign's default), and waits until its default namespace answers.
-func startTemporal(ctx context.Context, binary, dir string) (*temporalServer, error) {
+// a SQLite file under dir, opened with the given pragmas, and waits until
+// its default namespace answers.
+func startTemporal(ctx context.Context, binary, dir string, pragmas []string) (*temporalServer, error) {
 	ports, err := freePorts(3)
 	if err != nil {
 		return nil, err
@@ -69,10 +69,14 @@ func startTemporal(ctx context.Context, binary, dir string) (*temporalServer, er
 	defer logFile.Close()
 	s := &temporalServer{addr: "127.0.0.1:" + strconv.Itoa(ports[0]), log: logPath, exited: make(chan struct{})}
 	// Not CommandContext: stop ends it, with a grace period, on every path.
-	s.cmd = exec.Command(binary, "server", "start-dev", "--headless", "--log-level", "warn",
+	args := []string{"server", "start-dev", "--headless", "--log-level", "warn",
 		"--ip", "127.0.0.1", "--port", strconv.Itoa(ports[0]),
 		"--http-port", strconv.Itoa(ports[1]), "--metrics-port", strconv.Itoa(ports[2]),
-		"--db-filename", filepath.Join(dir, "temporal.db"), "--sqlite-pragma", "synchronous=FULL")
+		"--db-filename", filepath.Join(dir, "temporal.db")}
+	for _, p := range pragmas {
+		args = append(args, "--sqlite-pragma", p)
+	}
+	s.cmd = exec.Command(binary, args...)
 	s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
 	s.cmd.SysProcAttr = childAttr()
 	if err := s.cmd.Start(); err != nil {
