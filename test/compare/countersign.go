@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path/filepath"
 
 	"github.com/countersign/countersign/services/bench"
 )
@@ -19,7 +20,7 @@ func measureCountersign(ctx context.Context, cfg config, out io.Writer) (map[str
 		sync = bench.SyncBoth
 	}
 	rep, err := bench.Run(ctx, bench.Config{
-		Dir: cfg.dir + "/countersign", Sync: sync, Duration: cfg.duration, Count: 1,
+		Dir: filepath.Join(cfg.dir, "countersign"), Sync: sync, Duration: cfg.duration, Count: 1,
 		Concurrency: cfg.agents, Out: out,
 	})
 	if err != nil {

@@ -136,22 +136,26 @@ func (a *temporalAgents) approve(ctx context.Context, id string) error {
 	return nil
 }
 
+// settlePoll spaces the checks of settled.
+const settlePoll = 10 * time.Millisecond
+
 // settled waits until the workflow's first task is recorded as completed on
 // the server (no workflow task pending), so a signal sent now is the only
-// thing that wakes it.
+// thing that wakes it. It asks first after one poll interval: the task's
+// completion is on its way when the workflow code has parked.
 func (a *temporalAgents) settled(ctx context.Context, id string) error {
 	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(settlePoll):
+		}
 		resp, err := a.c.DescribeWorkflowExecution(ctx, id, "")
 		if err != nil {
 			return fmt.Errorf("describe: %w", err)
 		}
 		if resp.GetPendingWorkflowTask() == nil {
 			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Millisecond):
 		}
 	}
 }
