@@ -101,7 +101,7 @@ func printTable(out io.Writer, cfg config, reps []repetition, elapsed time.Durat
 		for _, c := range cols {
 			cells = append(cells, f(c))
 		}
-		fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
 	row("", func(c *column) string { return c.name })
 	row("resume p50, ms (one at a time)", func(c *column) string { return cell(c.p50, "%.2f") })
