@@ -122,8 +122,10 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	if err := os.MkdirAll(cfg.dir, 0o755); err != nil {
 		return err
 	}
-	// Stores a killed run left behind.
-	_ = os.RemoveAll(filepath.Join(cfg.dir, "countersign"))
+	// Stores a killed run left behind, and this run's.
+	stores := filepath.Join(cfg.dir, "countersign")
+	_ = os.RemoveAll(stores)
+	defer os.RemoveAll(stores)
 	binary, err := installTemporal(ctx, cfg.dir, cfg.temporal)
 	if err != nil {
 		return err
