@@ -4,7 +4,7 @@ BIN     := bin/countersign
 DATA    ?= ./data
 ADDR    ?= 127.0.0.1:8080
 
-.PHONY: all build run test browser test-short test-ts test-py bench vet lint fmt clean chaos fuzz
+.PHONY: all build run test browser test-short test-ts test-py bench compare vet lint fmt clean chaos fuzz
 
 all: build
 
@@ -92,6 +92,22 @@ fuzz:
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 	$(BIN) bench
+
+## compare: Countersign beside a Temporal dev server in the same run, the same
+## workload (wait for a human's approval, then resume): resume latency and
+## burst cycles/s, medians of COMPARE_COUNT repetitions. Its own Go module
+## (test/compare); installs the Temporal CLI with go install into COMPARE_DIR
+## once (a few minutes). Not part of test; about three minutes after that.
+COMPARE_DIR      ?= $(abspath $(or $(TMPDIR),/tmp)/countersign-compare)
+COMPARE_COUNT    ?= 3
+COMPARE_DURATION ?= 3s
+COMPARE_AGENTS   ?= 64
+COMPARE_TEMPORAL_DURATION ?= 10s
+compare:
+	mkdir -p $(COMPARE_DIR)
+	cd test/compare && $(GO) build -o $(COMPARE_DIR)/countersign-compare .
+	GO=$(GO) $(COMPARE_DIR)/countersign-compare -dir $(COMPARE_DIR) -count $(COMPARE_COUNT) \
+		-duration $(COMPARE_DURATION) -temporal-duration $(COMPARE_TEMPORAL_DURATION) -agents $(COMPARE_AGENTS)
 
 fmt:
 	gofmt -w .
