@@ -99,4 +99,3 @@ func streamSeqs(ctx context.Context, b *testing.B, js jetstream.JetStream) map[s
 	}
 	return seqs
 }
-
