@@ -90,7 +90,7 @@ func (g *Gate) Ask(ctx context.Context, run contracts.Run, q Question) (Answer, 
 		return a, err
 	}
 	ch := make(chan Answer, 1)
-	cancel, err := g.waiter.Watch(ctx, a.EventID, func(rec *contracts.Record, _ uint64) bool {
+	cancel, err := g.waiter.WatchDecided(ctx, a.EventID, func(rec *contracts.Record, _ uint64) bool {
 		if !rec.Terminal() {
 			return false
 		}

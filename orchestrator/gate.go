@@ -301,7 +301,7 @@ func (r *asyncReview) watch(ctx context.Context, g *Gate, i int) bool {
 	id, callID, sha := r.verdicts[i].EventID, r.verdicts[i].ToolCallID, r.verdicts[i].sha
 	// The callback may run before Watch returns (the record was already
 	// decided), so mu is never held across Watch.
-	cancel, err := g.waiter.Watch(ctx, id, func(rec *contracts.Record, _ uint64) bool {
+	cancel, err := g.waiter.WatchDecided(ctx, id, func(rec *contracts.Record, _ uint64) bool {
 		if !rec.Terminal() {
 			return false
 		}
@@ -835,7 +835,9 @@ func (p *Permit) Claim(ctx context.Context) error {
 		By: p.by, ClaimID: claimID, IssuedAt: p.g.cfg.Now().UTC(),
 	}
 	result := make(chan error, 1)
-	cancel, err := p.g.waiter.Watch(ctx, p.eventID, func(rec *contracts.Record, _ uint64) bool {
+	// The record is approved (terminal) already: the arbiter tells of the
+	// claim it records, or refuses, on the changed announcement alone.
+	cancel, err := p.g.waiter.watch(ctx, p.eventID, onChanged, func(rec *contracts.Record, _ uint64) bool {
 		switch {
 		case rec.Status != contracts.StatusApproved || rec.Outcome == nil || rec.Outcome.ArgumentsSHA256 != p.sha:
 			result <- ErrNotApproved
