@@ -36,8 +36,17 @@ func countRecordReads(t *testing.T, b *bus) *atomic.Int64 {
 func TestArbiterAppliesToTheRecordItWrote(t *testing.T) {
 	b := newBus(t, events.ProvisionConfig{})
 	b.startArbiter(arbiter.Config{})
-	reads := countRecordReads(t, b)
+	timerAcks := sniffAcksOf(t, b.srv.Connect(), contracts.StreamTimers, arbiter.DurableTimers)
 	b.create(request(t))
+	// The expiry, due by the server's clock, fires at once and reads the
+	// record (the arbiter's clock says it is early): wait until that is
+	// done, then count.
+	md, err := b.waitMessage(contracts.StreamTimers, contracts.TimerFireSubject(eventID, contracts.TimerExpire)).Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	timerAcks.wait(t, md.Sequence.Stream, "-NAK")
+	reads := countRecordReads(t, b)
 	b.acks.wait(t, b.vote(vote("v-alice", "alice", contracts.DecisionApprove)), "+ACK")
 	claim := command("c1", contracts.CommandClaim, "runner-1", func(c *contracts.Command) { c.ClaimID = "claim-1" })
 	b.acks.wait(t, b.command(claim), "+ACK")
