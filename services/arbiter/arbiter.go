@@ -738,7 +738,10 @@ func (a *Arbiter) encode(rec contracts.Record, res approval.Result, o op) ([]byt
 	if !res.Changed {
 		return nil, res, nil
 	}
-	data, err := contracts.Marshal(res.Record)
+	data, err := res.Encoded, error(nil)
+	if data == nil {
+		data, err = contracts.Marshal(res.Record)
+	}
 	if err != nil {
 		return nil, res, events.Poison(err)
 	}
