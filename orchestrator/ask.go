@@ -199,7 +199,7 @@ func AnswerFor(rec *contracts.Record) Answer {
 			a.Action = ActionAccept
 		}
 		if a.Action == ActionAccept {
-			a.Content = out.Arguments
+			a.Content = bytes.Clone(out.Arguments) // the record is shared with other waits
 		}
 		if len(out.DecidedBy) > 0 {
 			a.AnsweredBy = out.DecidedBy[0]

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -644,7 +645,7 @@ func (g *Gate) verdictFor(rec *contracts.Record, toolCallID, sha string) Verdict
 	v := VerdictFor(rec, toolCallID, sha)
 	if v.Verdict == VerdictAllowed {
 		v.Permit = &Permit{
-			g: g, eventID: rec.Request.EventID, sha: rec.Outcome.ArgumentsSHA256, args: rec.Outcome.Arguments,
+			g: g, eventID: rec.Request.EventID, sha: rec.Outcome.ArgumentsSHA256, args: v.Arguments,
 			by: rec.Request.Run.Agent, claimID: uuid.Must(uuid.NewV7()).String(),
 		}
 	}
@@ -671,9 +672,10 @@ func VerdictFor(rec *contracts.Record, toolCallID, sha string) Verdict {
 			v.Reason = AlreadyClaimedReason(rec.Claim)
 			return v
 		}
-		v.Verdict, v.Arguments = VerdictAllowed, out.Arguments
+		// Copies: the record is shared with the process's other waits.
+		v.Verdict, v.Arguments = VerdictAllowed, bytes.Clone(out.Arguments)
 		if out.ArgumentsSHA256 != "" && out.ArgumentsSHA256 != sha {
-			v.Edited, v.Diff = true, out.Diff
+			v.Edited, v.Diff = true, bytes.Clone(out.Diff)
 		}
 	case contracts.StatusRejected:
 		v.Verdict = VerdictDenied

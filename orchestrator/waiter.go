@@ -2,7 +2,6 @@ package orchestrator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,7 +18,9 @@ import (
 // WaitFunc is told about a record each time it changes (and once at the
 // start, if the record exists). It returns true when it has seen what it
 // was waiting for; it is then not called again. It runs on the waiter's
-// dispatch goroutine and must not block.
+// dispatch goroutine and must not block. The record is shared with the
+// other waits of the process (each revision is decoded once) and must not
+// be modified.
 type WaitFunc func(rec *contracts.Record, revision uint64) (done bool)
 
 // Waiter matches changes of approval records to the runs waiting for them.
@@ -67,6 +68,8 @@ type Waiter struct {
 	seen     map[string]uint64
 	followed map[string]uint64
 	follows  uint64
+	// decoded keeps the last revision decoded of each record.
+	decoded decodedRecords
 }
 
 type wait struct {
@@ -225,12 +228,12 @@ func (w *Waiter) observe(key string, value []byte, rev uint64) {
 	if !waiting {
 		return
 	}
-	var rec contracts.Record
-	if err := json.Unmarshal(value, &rec); err != nil {
+	rec, err := w.decoded.decode(key, value, rev)
+	if err != nil {
 		w.log.Error("unreadable approval record", "event_id", key, "err", err)
 		return
 	}
-	w.deliver(key, &rec, rev)
+	w.deliver(key, rec, rev)
 }
 
 // deliver calls every unfinished wait on key and drops the finished ones.
@@ -367,12 +370,12 @@ func (w *Waiter) reread(key string, gen uint64) {
 	if stale {
 		return
 	}
-	var rec contracts.Record
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+	rec, err := w.decoded.decode(key, e.Value(), e.Revision())
+	if err != nil {
 		w.log.Error("unreadable approval record", "event_id", key, "err", err)
 		return
 	}
-	w.deliver(key, &rec, e.Revision())
+	w.deliver(key, rec, e.Revision())
 }
 
 // Watch calls fn with the record eventID now and on every change until fn
@@ -468,11 +471,11 @@ func (w *Waiter) check(ctx context.Context, eventID string, wt *wait) error {
 	if err != nil {
 		return fmt.Errorf("orchestrator: read record %s: %w", eventID, err)
 	}
-	var rec contracts.Record
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+	rec, err := w.decoded.decode(eventID, e.Value(), e.Revision())
+	if err != nil {
 		return fmt.Errorf("orchestrator: record %s is unreadable: %w", eventID, err)
 	}
-	if wt.start(&rec, e.Revision()) {
+	if wt.start(rec, e.Revision()) {
 		w.finish(eventID, wt)
 	}
 	return nil
@@ -507,9 +510,8 @@ func (w *Waiter) recheck(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		var rec contracts.Record
-		if json.Unmarshal(e.Value(), &rec) == nil {
-			w.deliver(k, &rec, e.Revision())
+		if rec, err := w.decoded.decode(k, e.Value(), e.Revision()); err == nil {
+			w.deliver(k, rec, e.Revision())
 		}
 	}
 }

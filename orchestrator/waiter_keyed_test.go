@@ -158,3 +158,37 @@ func TestWaiterDecidedOnlyFollowsTheDecision(t *testing.T) {
 		t.Fatalf("the waiter's connection received %d messages, want 2: the decided announcement and the read of the record", got)
 	}
 }
+
+// A revision is decoded once: a wait that starts after another was handed
+// the decided record is handed the same record, not a second decoding.
+func TestWaiterDecodesEachRevisionOnce(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w, err := orchestrator.NewWaiter(ctx, e.srv.JetStreamAs(embedded.RoleOrchestrator), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	r := contracts.Run{ID: "decode-once", Agent: "billing-bot", RequestedBy: "agent:billing"}
+	call := orchestrator.ToolCall{ID: "pay", Name: "payments.send", Arguments: json.RawMessage(`{"amount":1}`)}
+	if _, err := e.gate.Submit(ctx, r, []orchestrator.ToolCall{call}); err != nil {
+		t.Fatal(err)
+	}
+	id := orchestrator.EventID(r, call.ID)
+	e.waitRecord(t, id, pending)
+	e.vote(t, id, "alice", contracts.DecisionApprove, "")
+	e.waitRecord(t, id, func(rec *contracts.Record) bool { return rec.Terminal() })
+	got := make([]*contracts.Record, 0, 2)
+	for range 2 {
+		if _, err := w.WatchDecided(ctx, id, func(rec *contracts.Record, _ uint64) bool {
+			got = append(got, rec)
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(got) != 2 || got[0] != got[1] {
+		t.Fatalf("the two waits were handed %d records, want the same one twice: %p", len(got), got)
+	}
+}
