@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/countersign/countersign/contracts"
@@ -61,5 +62,18 @@ func TestVerdictArgumentsAreACopy(t *testing.T) {
 	v.Arguments[2] = 'X'
 	if string(rec.Outcome.Arguments) != `{"amount":1}` {
 		t.Fatalf("the record's arguments changed with the verdict's: %s", rec.Outcome.Arguments)
+	}
+}
+
+func TestDecodedRecordsBoundTheirBytes(t *testing.T) {
+	var d decodedRecords
+	big := []byte(`{"status":"pending","summary":"` + strings.Repeat("x", 1<<20) + `"}`)
+	for i := range 40 {
+		if _, err := d.decode("k"+strconv.Itoa(i), big, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d.bytes > maxDecodedRecordsBytes || d.len() != maxDecodedRecordsBytes/len(big) {
+		t.Fatalf("%d records, %d bytes kept; want at most %d bytes", d.len(), d.bytes, maxDecodedRecordsBytes)
 	}
 }

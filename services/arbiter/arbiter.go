@@ -299,7 +299,7 @@ func (a *Arbiter) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 		_, err := a.existing(ctx, req.EventID)
 		return err
 	}
-	a.records.put(req.EventID, rec, rev)
+	a.records.put(req.EventID, rec, rev, len(data))
 	a.m.created.Inc()
 	// Waiters of the approval read its record on this; a lost message is
 	// covered by their own read after they register, and after reconnects.
@@ -617,7 +617,7 @@ func (a *Arbiter) writeGroup(ctx context.Context, group []*queuedOp, rev uint64,
 	eventID := group[0].o.eventID
 	next, err := a.kv.Update(ctx, eventID, data, rev)
 	if err == nil {
-		a.records.put(eventID, rec, next)
+		a.records.put(eventID, rec, next, len(data))
 		return next, false
 	}
 	a.records.drop(eventID)

@@ -6,9 +6,13 @@ import (
 	"github.com/countersign/countersign/contracts"
 )
 
-// maxCachedRecords bounds the records the arbiter keeps decoded: about the
-// approvals of a few seconds of full load, each a few kilobytes.
-const maxCachedRecords = 4096
+// Bounds on the records the arbiter keeps decoded: about the approvals of
+// a few seconds of full load, and at most this many bytes of encoded
+// records (a record may take up to the server's max payload).
+const (
+	maxCachedRecords      = 4096
+	maxCachedRecordsBytes = 64 << 20
+)
 
 // recordCache holds the records this arbiter wrote last, decoded, with the
 // revision each was written at, so that the next vote or command on an
@@ -19,11 +23,13 @@ const maxCachedRecords = 4096
 type recordCache struct {
 	mu      sync.Mutex
 	records map[string]cachedRecord
+	bytes   int // the encoded size of the records held
 }
 
 type cachedRecord struct {
-	rev uint64
-	rec contracts.Record
+	rev  uint64
+	rec  contracts.Record
+	size int
 }
 
 func newRecordCache() *recordCache {
@@ -38,25 +44,39 @@ func (c *recordCache) get(eventID string) (contracts.Record, uint64, bool) {
 	return e.rec, e.rev, ok
 }
 
-// put remembers rec as written at rev. When the cache is full, an arbitrary
-// entry makes room: a miss costs only a read of the bucket.
-func (c *recordCache) put(eventID string, rec contracts.Record, rev uint64) {
+// put remembers rec, whose encoding takes size bytes, as written at rev.
+// When the cache is full, arbitrary entries make room: a miss costs only a
+// read of the bucket.
+func (c *recordCache) put(eventID string, rec contracts.Record, rev uint64, size int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.records[eventID]; !ok && len(c.records) >= maxCachedRecords {
-		for k := range c.records {
-			delete(c.records, k)
+	c.remove(eventID)
+	if size > maxCachedRecordsBytes {
+		return
+	}
+	for k := range c.records {
+		if len(c.records) < maxCachedRecords && c.bytes+size <= maxCachedRecordsBytes {
 			break
 		}
+		c.remove(k)
 	}
-	c.records[eventID] = cachedRecord{rev: rev, rec: rec}
+	c.records[eventID] = cachedRecord{rev: rev, rec: rec, size: size}
+	c.bytes += size
+}
+
+// remove forgets eventID's record; called with mu held.
+func (c *recordCache) remove(eventID string) {
+	if e, ok := c.records[eventID]; ok {
+		c.bytes -= e.size
+		delete(c.records, eventID)
+	}
 }
 
 // drop forgets eventID's record.
 func (c *recordCache) drop(eventID string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.records, eventID)
+	c.remove(eventID)
 }
 
 // len is the number of cached records.
