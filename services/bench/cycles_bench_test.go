@@ -1,3 +1,5 @@
+//go:build unix
+
 package bench
 
 import (
@@ -5,7 +7,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
@@ -23,7 +27,8 @@ const benchCycleAgents = 16
 // stream (a message stored and later removed, such as a purged timer,
 // counts: it was written).
 //
-// Its main use is a repeatable instruction count: run it under
+// It also reports the CPU time of the whole process per cycle. Its main use
+// is a repeatable instruction count: run it under
 // `valgrind --tool=callgrind` with two fixed cycle counts and divide the
 // difference of the two totals by the difference of the counts, which
 // leaves out the server's start and the warm-up (see BENCHMARKS.md).
@@ -48,6 +53,7 @@ func BenchmarkCycle(b *testing.B) {
 		b.Fatal(err)
 	}
 	before := streamSeqs(ctx, b, admin)
+	cpu0 := processCPU(b)
 	b.ResetTimer()
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -70,6 +76,7 @@ func BenchmarkCycle(b *testing.B) {
 	}
 	wg.Wait()
 	b.StopTimer()
+	b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/cycle")
 	close(errc)
 	if err := <-errc; err != nil {
 		b.Fatal(err)
@@ -84,6 +91,16 @@ func BenchmarkCycle(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(total)/float64(b.N), "stored/cycle")
+}
+
+// processCPU is the CPU time (user and system) this process has used: the
+// server, the arbiter, the agents and the bot together.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // streamSeqs returns the last sequence of every stream: how many messages
