@@ -344,28 +344,43 @@ func (l Limits) CheckRequest(req *ApprovalRequested) error {
 // and a claim. The arbiter checks it before counting a vote that does not
 // decide, so that counted votes never crowd out the decision.
 func (l Limits) RecordFits(rec *Record) error {
+	_, err := l.EncodeRecordFits(rec)
+	return err
+}
+
+// EncodeRecordFits is RecordFits that also returns the record's encoding
+// (Marshal), which the check has to make, so that a caller that stores the
+// record need not encode it again.
+func (l Limits) EncodeRecordFits(rec *Record) ([]byte, error) {
 	data, err := Marshal(rec)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if need := len(data) + l.Reserve(rec); need > l.Record {
-		return &FieldError{Code: ReasonTooLarge, Field: "record", Message: fmt.Sprintf(
+		return nil, &FieldError{Code: ReasonTooLarge, Field: "record", Message: fmt.Sprintf(
 			"the approval record would need %d bytes with room for its decision and history, more than the %d bytes a message may carry", need, l.Record)}
 	}
-	return nil
+	return data, nil
 }
 
 // RecordSizeOK reports, as an error wrapping ErrTooLarge, a record whose
 // encoding alone does not fit l.Record.
 func (l Limits) RecordSizeOK(rec *Record) error {
+	_, err := l.EncodeRecordSizeOK(rec)
+	return err
+}
+
+// EncodeRecordSizeOK is RecordSizeOK that also returns the record's
+// encoding (Marshal).
+func (l Limits) EncodeRecordSizeOK(rec *Record) ([]byte, error) {
 	data, err := Marshal(rec)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(data) > l.Record {
-		return tooLarge("record", len(data), l.Record)
+		return nil, tooLarge("record", len(data), l.Record)
 	}
-	return nil
+	return data, nil
 }
 
 // Reserve is the room, in encoded bytes, rec must keep free: the rest of a

@@ -90,7 +90,7 @@ func (g *Gate) Ask(ctx context.Context, run contracts.Run, q Question) (Answer, 
 		return a, err
 	}
 	ch := make(chan Answer, 1)
-	cancel, err := g.waiter.Watch(ctx, a.EventID, func(rec *contracts.Record, _ uint64) bool {
+	cancel, err := g.waiter.WatchDecided(ctx, a.EventID, func(rec *contracts.Record, _ uint64) bool {
 		if !rec.Terminal() {
 			return false
 		}
@@ -199,7 +199,7 @@ func AnswerFor(rec *contracts.Record) Answer {
 			a.Action = ActionAccept
 		}
 		if a.Action == ActionAccept {
-			a.Content = out.Arguments
+			a.Content = bytes.Clone(out.Arguments) // the record is shared with other waits
 		}
 		if len(out.DecidedBy) > 0 {
 			a.AnsweredBy = out.DecidedBy[0]

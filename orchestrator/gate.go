@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -301,7 +302,7 @@ func (r *asyncReview) watch(ctx context.Context, g *Gate, i int) bool {
 	id, callID, sha := r.verdicts[i].EventID, r.verdicts[i].ToolCallID, r.verdicts[i].sha
 	// The callback may run before Watch returns (the record was already
 	// decided), so mu is never held across Watch.
-	cancel, err := g.waiter.Watch(ctx, id, func(rec *contracts.Record, _ uint64) bool {
+	cancel, err := g.waiter.WatchDecided(ctx, id, func(rec *contracts.Record, _ uint64) bool {
 		if !rec.Terminal() {
 			return false
 		}
@@ -644,7 +645,7 @@ func (g *Gate) verdictFor(rec *contracts.Record, toolCallID, sha string) Verdict
 	v := VerdictFor(rec, toolCallID, sha)
 	if v.Verdict == VerdictAllowed {
 		v.Permit = &Permit{
-			g: g, eventID: rec.Request.EventID, sha: rec.Outcome.ArgumentsSHA256, args: rec.Outcome.Arguments,
+			g: g, eventID: rec.Request.EventID, sha: rec.Outcome.ArgumentsSHA256, args: v.Arguments,
 			by: rec.Request.Run.Agent, claimID: uuid.Must(uuid.NewV7()).String(),
 		}
 	}
@@ -671,9 +672,10 @@ func VerdictFor(rec *contracts.Record, toolCallID, sha string) Verdict {
 			v.Reason = AlreadyClaimedReason(rec.Claim)
 			return v
 		}
-		v.Verdict, v.Arguments = VerdictAllowed, out.Arguments
+		// Copies: the record is shared with the process's other waits.
+		v.Verdict, v.Arguments = VerdictAllowed, bytes.Clone(out.Arguments)
 		if out.ArgumentsSHA256 != "" && out.ArgumentsSHA256 != sha {
-			v.Edited, v.Diff = true, out.Diff
+			v.Edited, v.Diff = true, bytes.Clone(out.Diff)
 		}
 	case contracts.StatusRejected:
 		v.Verdict = VerdictDenied
@@ -835,7 +837,9 @@ func (p *Permit) Claim(ctx context.Context) error {
 		By: p.by, ClaimID: claimID, IssuedAt: p.g.cfg.Now().UTC(),
 	}
 	result := make(chan error, 1)
-	cancel, err := p.g.waiter.Watch(ctx, p.eventID, func(rec *contracts.Record, _ uint64) bool {
+	// The record is approved (terminal) already: the arbiter tells of the
+	// claim it records, or refuses, on the changed announcement alone.
+	cancel, err := p.g.waiter.watch(ctx, p.eventID, onChanged, func(rec *contracts.Record, _ uint64) bool {
 		switch {
 		case rec.Status != contracts.StatusApproved || rec.Outcome == nil || rec.Outcome.ArgumentsSHA256 != p.sha:
 			result <- ErrNotApproved

@@ -2,7 +2,6 @@ package orchestrator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,7 +18,9 @@ import (
 // WaitFunc is told about a record each time it changes (and once at the
 // start, if the record exists). It returns true when it has seen what it
 // was waiting for; it is then not called again. It runs on the waiter's
-// dispatch goroutine and must not block.
+// dispatch goroutine and must not block. The record is shared with the
+// other waits of the process (each revision is decoded once) and must not
+// be modified.
 type WaitFunc func(rec *contracts.Record, revision uint64) (done bool)
 
 // Waiter matches changes of approval records to the runs waiting for them.
@@ -28,8 +29,10 @@ type WaitFunc func(rec *contracts.Record, revision uint64) (done bool)
 // was made:
 //
 //   - NewWaiter subscribes, for each record waited on, to the arbiter's
-//     announcements of that record (hitl.approval.changed.<event_id> and
-//     hitl.approval.decided.<event_id>, plain NATS subscriptions) and reads
+//     announcements of that record (hitl.approval.created.<event_id>,
+//     hitl.approval.changed.<event_id> and hitl.approval.decided.<event_id>,
+//     plain NATS subscriptions; a wait that looks only for the decision,
+//     WatchDecided, follows the decided announcement alone) and reads
 //     the record when one arrives. The server sends a process only what
 //     concerns its own waits, so a fleet of agent processes costs the same
 //     per decision as one.
@@ -56,7 +59,7 @@ type Waiter struct {
 	// keyed waiters subscribe per record (NewWaiter): subs holds the
 	// announcement subscriptions of each record waited on.
 	keyed bool
-	subs  map[string][]*nats.Subscription
+	subs  map[string]*keySubs
 	// seen is the newest revision a keyed waiter read of each record, so
 	// that two reads racing never hand a wait an older record after a
 	// newer one; followed numbers each key's subscriptions, so that a read
@@ -65,6 +68,8 @@ type Waiter struct {
 	seen     map[string]uint64
 	followed map[string]uint64
 	follows  uint64
+	// decoded keeps the last revision decoded of each record.
+	decoded decodedRecords
 }
 
 type wait struct {
@@ -86,7 +91,7 @@ func NewWaiter(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*
 	if err != nil {
 		return nil, err
 	}
-	w.fed, w.keyed, w.subs, w.seen, w.followed = false, true, map[string][]*nats.Subscription{}, map[string]uint64{}, map[string]uint64{}
+	w.fed, w.keyed, w.subs, w.seen, w.followed = false, true, map[string]*keySubs{}, map[string]uint64{}, map[string]uint64{}
 	return w, nil
 }
 
@@ -196,8 +201,8 @@ func (w *Waiter) Close() error {
 	w.watchMu.Unlock()
 	if w.keyed {
 		w.mu.Lock()
-		for key, subs := range w.subs {
-			for _, s := range subs {
+		for key, ks := range w.subs {
+			for _, s := range ks.subs {
 				_ = s.Unsubscribe()
 			}
 			delete(w.subs, key)
@@ -223,12 +228,12 @@ func (w *Waiter) observe(key string, value []byte, rev uint64) {
 	if !waiting {
 		return
 	}
-	var rec contracts.Record
-	if err := json.Unmarshal(value, &rec); err != nil {
+	rec, err := w.decoded.decode(key, value, rev)
+	if err != nil {
 		w.log.Error("unreadable approval record", "event_id", key, "err", err)
 		return
 	}
-	w.deliver(key, &rec, rev)
+	w.deliver(key, rec, rev)
 }
 
 // deliver calls every unfinished wait on key and drops the finished ones.
@@ -262,8 +267,10 @@ func (w *Waiter) finish(key string, wt *wait) {
 	if len(list) == 0 {
 		delete(w.waits, key)
 		if w.keyed {
-			for _, s := range w.subs[key] {
-				_ = s.Unsubscribe()
+			if ks := w.subs[key]; ks != nil {
+				for _, s := range ks.subs {
+					_ = s.Unsubscribe()
+				}
 			}
 			delete(w.subs, key)
 			delete(w.seen, key)
@@ -274,29 +281,67 @@ func (w *Waiter) finish(key string, wt *wait) {
 	}
 }
 
-// follow subscribes a keyed waiter to key's announcements, once per key.
-// Called with w.mu held, before the wait reads its record: an announcement
-// that lands after the subscription is seen, one before is covered by the
-// read.
-func (w *Waiter) follow(key string) error {
-	if !w.keyed || w.subs[key] != nil {
+// Announcements a keyed waiter can follow for a record.
+type announcements uint8
+
+const (
+	onCreated announcements = 1 << iota
+	onChanged
+	onDecided
+	onAll = onCreated | onChanged | onDecided
+)
+
+// subject is the subject of the one announcement kind a.
+func (a announcements) subject(key string) string {
+	switch a {
+	case onCreated:
+		return contracts.CreatedSubject(key)
+	case onChanged:
+		return contracts.ChangedSubject(key)
+	}
+	return contracts.DecidedSubject(key)
+}
+
+// keySubs are a keyed waiter's subscriptions to one record's announcements.
+type keySubs struct {
+	on   announcements
+	subs []*nats.Subscription
+}
+
+// follow subscribes a keyed waiter to key's announcements of the kinds in
+// on that it does not follow yet. Called with w.mu held, before the wait
+// reads its record: an announcement that lands after the subscription is
+// seen, one before is covered by the read.
+func (w *Waiter) follow(key string, on announcements) error {
+	if !w.keyed {
 		return nil
 	}
-	w.follows++
-	gen := w.follows
-	var subs []*nats.Subscription
-	for _, subject := range []string{contracts.CreatedSubject(key), contracts.ChangedSubject(key), contracts.DecidedSubject(key)} {
-		s, err := w.nc.Subscribe(subject, func(*nats.Msg) { w.reread(key, gen) })
-		if err != nil {
-			for _, x := range subs {
-				_ = x.Unsubscribe()
-			}
-			return fmt.Errorf("orchestrator: follow %s: %w", subject, err)
-		}
-		subs = append(subs, s)
+	ks := w.subs[key]
+	if ks != nil && ks.on&on == on {
+		return nil
 	}
-	w.subs[key] = subs
-	w.followed[key] = gen
+	if ks == nil {
+		w.follows++
+		ks = &keySubs{}
+		w.subs[key] = ks
+		w.followed[key] = w.follows
+	}
+	gen := w.followed[key]
+	for kind := onCreated; kind <= onDecided; kind <<= 1 {
+		if on&kind == 0 || ks.on&kind != 0 {
+			continue
+		}
+		s, err := w.nc.Subscribe(kind.subject(key), func(*nats.Msg) { w.reread(key, gen) })
+		if err != nil {
+			if len(ks.subs) == 0 {
+				delete(w.subs, key)
+				delete(w.followed, key)
+			}
+			return fmt.Errorf("orchestrator: follow %s: %w", kind.subject(key), err)
+		}
+		ks.on |= kind
+		ks.subs = append(ks.subs, s)
+	}
 	return nil
 }
 
@@ -325,18 +370,33 @@ func (w *Waiter) reread(key string, gen uint64) {
 	if stale {
 		return
 	}
-	var rec contracts.Record
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+	rec, err := w.decoded.decode(key, e.Value(), e.Revision())
+	if err != nil {
 		w.log.Error("unreadable approval record", "event_id", key, "err", err)
 		return
 	}
-	w.deliver(key, &rec, e.Revision())
+	w.deliver(key, rec, e.Revision())
 }
 
 // Watch calls fn with the record eventID now and on every change until fn
 // returns true or cancel is called. The registration comes before the
 // read, so a change that lands in between is seen by one or the other.
 func (w *Waiter) Watch(ctx context.Context, eventID string, fn WaitFunc) (cancel func(), err error) {
+	return w.watch(ctx, eventID, onAll, fn)
+}
+
+// WatchDecided is Watch for a wait that only looks for a terminal record:
+// fn is called with the record now, and then at least when it is decided,
+// but may miss changes that leave it pending. A waiter made by NewWaiter
+// then follows only the record's decided announcement (every terminal
+// record has one), not its created and changed announcements, which saves
+// a subscription and a read of the record for each of them.
+func (w *Waiter) WatchDecided(ctx context.Context, eventID string, fn WaitFunc) (cancel func(), err error) {
+	return w.watch(ctx, eventID, onDecided, fn)
+}
+
+// watch is Watch for a keyed waiter that follows the announcements in on.
+func (w *Waiter) watch(ctx context.Context, eventID string, on announcements, fn WaitFunc) (cancel func(), err error) {
 	wt := &wait{}
 	var (
 		once  sync.Mutex
@@ -386,7 +446,7 @@ func (w *Waiter) Watch(ctx context.Context, eventID string, fn WaitFunc) (cancel
 	}
 	w.mu.Lock()
 	w.waits[eventID] = append(w.waits[eventID], wt)
-	err = w.follow(eventID)
+	err = w.follow(eventID, on)
 	w.mu.Unlock()
 	cancel = func() { w.finish(eventID, wt) }
 	if err != nil {
@@ -411,11 +471,11 @@ func (w *Waiter) check(ctx context.Context, eventID string, wt *wait) error {
 	if err != nil {
 		return fmt.Errorf("orchestrator: read record %s: %w", eventID, err)
 	}
-	var rec contracts.Record
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+	rec, err := w.decoded.decode(eventID, e.Value(), e.Revision())
+	if err != nil {
 		return fmt.Errorf("orchestrator: record %s is unreadable: %w", eventID, err)
 	}
-	if wt.start(&rec, e.Revision()) {
+	if wt.start(rec, e.Revision()) {
 		w.finish(eventID, wt)
 	}
 	return nil
@@ -450,9 +510,8 @@ func (w *Waiter) recheck(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		var rec contracts.Record
-		if json.Unmarshal(e.Value(), &rec) == nil {
-			w.deliver(k, &rec, e.Revision())
+		if rec, err := w.decoded.decode(k, e.Value(), e.Revision()); err == nil {
+			w.deliver(k, rec, e.Revision())
 		}
 	}
 }

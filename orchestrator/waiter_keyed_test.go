@@ -104,3 +104,91 @@ func TestWaiterReceivesOnlyWhatConcernsItsWaits(t *testing.T) {
 		}
 	}
 }
+
+// A wait for the decision alone (WatchDecided) follows only the decided
+// announcement: announcements that leave the record pending reach neither
+// its connection nor a read of the record.
+func TestWaiterDecidedOnlyFollowsTheDecision(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js := e.srv.JetStreamAs(embedded.RoleOrchestrator)
+	w, err := orchestrator.NewWaiter(ctx, js, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	r := contracts.Run{ID: "decided-only", Agent: "billing-bot", RequestedBy: "agent:billing"}
+	call := orchestrator.ToolCall{ID: "pay", Name: "payments.send", Arguments: json.RawMessage(`{"amount":1}`)}
+	if _, err := e.gate.Submit(ctx, r, []orchestrator.ToolCall{call}); err != nil {
+		t.Fatal(err)
+	}
+	id := orchestrator.EventID(r, call.ID)
+	e.waitRecord(t, id, pending)
+	decided := make(chan *contracts.Record, 1)
+	if _, err := w.WatchDecided(ctx, id, func(rec *contracts.Record, _ uint64) bool {
+		if rec.Terminal() {
+			decided <- rec
+			return true
+		}
+		return false
+	}); err != nil {
+		t.Fatal(err)
+	}
+	before := js.Conn().Stats().InMsgs
+	other := e.srv.Connect()
+	for _, subject := range []string{contracts.CreatedSubject(id), contracts.ChangedSubject(id)} {
+		if err := other.Publish(subject, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := other.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	e.vote(t, id, "alice", contracts.DecisionApprove, "")
+	select {
+	case rec := <-decided:
+		if rec.Status != contracts.StatusApproved {
+			t.Fatalf("status %s", rec.Status)
+		}
+	case <-ctx.Done():
+		t.Fatal("the decision never reached the wait")
+	}
+	if got := js.Conn().Stats().InMsgs - before; got != 2 {
+		t.Fatalf("the waiter's connection received %d messages, want 2: the decided announcement and the read of the record", got)
+	}
+}
+
+// A revision is decoded once: a wait that starts after another was handed
+// the decided record is handed the same record, not a second decoding.
+func TestWaiterDecodesEachRevisionOnce(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w, err := orchestrator.NewWaiter(ctx, e.srv.JetStreamAs(embedded.RoleOrchestrator), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	r := contracts.Run{ID: "decode-once", Agent: "billing-bot", RequestedBy: "agent:billing"}
+	call := orchestrator.ToolCall{ID: "pay", Name: "payments.send", Arguments: json.RawMessage(`{"amount":1}`)}
+	if _, err := e.gate.Submit(ctx, r, []orchestrator.ToolCall{call}); err != nil {
+		t.Fatal(err)
+	}
+	id := orchestrator.EventID(r, call.ID)
+	e.waitRecord(t, id, pending)
+	e.vote(t, id, "alice", contracts.DecisionApprove, "")
+	e.waitRecord(t, id, func(rec *contracts.Record) bool { return rec.Terminal() })
+	got := make([]*contracts.Record, 0, 2)
+	for range 2 {
+		if _, err := w.WatchDecided(ctx, id, func(rec *contracts.Record, _ uint64) bool {
+			got = append(got, rec)
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(got) != 2 || got[0] != got[1] {
+		t.Fatalf("the two waits were handed %d records, want the same one twice: %p", len(got), got)
+	}
+}

@@ -23,6 +23,10 @@ type Result struct {
 	// Duplicate reports that the vote or command was already applied: a
 	// redelivery, which changes nothing.
 	Duplicate bool
+	// Encoded, when set, is Record encoded by contracts.Marshal, made while
+	// checking its size (ApplyVoteWithin); whoever changes Record after
+	// that must clear it.
+	Encoded []byte
 }
 
 // NewRecord is the pending record for a request.
@@ -111,9 +115,9 @@ func ApplyVoteWithin(rec contracts.Record, v contracts.Vote, now time.Time, lim 
 	}
 	var err error
 	if res.Decided {
-		err = lim.RecordSizeOK(&res.Record)
+		res.Encoded, err = lim.EncodeRecordSizeOK(&res.Record)
 	} else {
-		err = lim.RecordFits(&res.Record)
+		res.Encoded, err = lim.EncodeRecordFits(&res.Record)
 	}
 	if err != nil {
 		return Refuse(rec, v, contracts.ReasonTooLarge, "the approval record has no room for this vote", now)

@@ -981,3 +981,34 @@ func compactJSON(t *testing.T, s string) string {
 	}
 	return b.String()
 }
+
+// ApplyVoteWithin hands over the encoding its size check made, so the
+// arbiter stores the record without encoding it again: exactly what
+// contracts.Marshal makes of the new record, for a vote that decides and
+// for one that does not.
+func TestApplyVoteWithinReturnsTheEncoding(t *testing.T) {
+	lim := contracts.LimitsFor(1 << 20)
+	for _, tc := range []struct {
+		name    string
+		req     contracts.ApprovalRequested
+		decided bool
+	}{
+		{"deciding vote", request(t), true},
+		{"counted vote", request(t, approvaltest.Quorum(2)), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := approval.NewRecord(tc.req, t0)
+			res := approval.ApplyVoteWithin(rec, vote("v-alice", "alice", contracts.DecisionApprove), t0.Add(time.Minute), lim)
+			if !res.Changed || res.Refusal != "" || res.Decided != tc.decided {
+				t.Fatalf("result %+v", res)
+			}
+			want, err := contracts.Marshal(res.Record)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(res.Encoded, want) {
+				t.Fatalf("encoded:\n%s\nwant:\n%s", res.Encoded, want)
+			}
+		})
+	}
+}

@@ -105,13 +105,15 @@ func (c *Config) validate() error {
 type Arbiter struct {
 	cfg      Config
 	kv       jetstream.KeyValue
-	records  *events.RecordWriter // writes to kv, with the summary headers
+	writer   *events.RecordWriter // writes records to kv, with their summary headers
 	policies *policyBook
 	m        metrics
 	// lim is the size budget, from the server's max payload.
 	lim     contracts.Limits
 	waiting *unknownWaits
 	commits *commits
+	// records holds the records this arbiter wrote last, decoded.
+	records *recordCache
 	// grants is hitl_grants, opened when first needed; gm its metrics.
 	grantsMu sync.Mutex
 	grants   jetstream.KeyValue
@@ -189,10 +191,11 @@ func New(ctx context.Context, cfg Config) (*Arbiter, error) {
 	}
 	// hitl_policy is opened when a request first needs a stored version.
 	return &Arbiter{
-		cfg: cfg, kv: kv, records: events.NewRecordWriter(cfg.JS), policies: newPolicyBook(cfg.JS, cfg.Policies), m: newMetrics(cfg.Registerer),
+		cfg: cfg, kv: kv, writer: events.NewRecordWriter(cfg.JS), policies: newPolicyBook(cfg.JS, cfg.Policies), m: newMetrics(cfg.Registerer),
 		lim:     contracts.LimitsFor(cfg.JS.Conn().MaxPayload()),
 		waiting: newUnknownWaits(),
 		commits: newCommits(),
+		records: newRecordCache(),
 		gm:      newGrantMetrics(cfg.Registerer),
 	}, nil
 }
@@ -288,7 +291,8 @@ func (a *Arbiter) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 	if err != nil {
 		return events.Poison(err)
 	}
-	if _, err := a.records.Create(ctx, req.EventID, data, &rec); err != nil {
+	rev, err := a.writer.Create(ctx, req.EventID, data, &rec)
+	if err != nil {
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return err
 		}
@@ -296,6 +300,7 @@ func (a *Arbiter) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 		_, err := a.existing(ctx, req.EventID)
 		return err
 	}
+	a.records.put(req.EventID, rec, rev, len(data))
 	a.m.created.Inc()
 	// Waiters of the approval read its record on this; a lost message is
 	// covered by their own read after they register, and after reconnects.
@@ -512,12 +517,18 @@ func (a *Arbiter) applyGroup(ctx context.Context, group []*queuedOp) {
 		}
 	}()
 	for attempt := 0; ; attempt++ {
-		entry, rec := a.readGroupRecord(ctx, group)
+		rev, rec, cached := a.readGroupRecord(ctx, group, attempt == 0)
 		if rec == nil {
 			return
 		}
-		data := a.applyOps(group, *rec)
-		rev, again := a.writeGroup(ctx, group, entry, data, attempt)
+		data, last := a.applyOps(group, *rec)
+		if data == nil && cached {
+			// Nothing to write means nothing checks the cached record
+			// against the bucket: a refusal or a duplicate must rest on
+			// the current record, so read it and apply again.
+			continue
+		}
+		rev, again := a.writeGroup(ctx, group, rev, data, last, attempt)
 		if again {
 			continue
 		}
@@ -526,12 +537,21 @@ func (a *Arbiter) applyGroup(ctx context.Context, group []*queuedOp) {
 	}
 }
 
-// readGroupRecord reads the group's record. When there is none, or it
+// readGroupRecord returns the group's record and its revision: the one this
+// arbiter last wrote when useCache is set and it has one (cached is then
+// true), otherwise the one read from the bucket. When there is none, or it
 // cannot be read, it sets every operation's error and returns a nil record.
-func (a *Arbiter) readGroupRecord(ctx context.Context, group []*queuedOp) (jetstream.KeyValueEntry, *contracts.Record) {
+func (a *Arbiter) readGroupRecord(ctx context.Context, group []*queuedOp, useCache bool) (rev uint64, _ *contracts.Record, cached bool) {
 	eventID := group[0].o.eventID
+	if useCache {
+		if rec, rev, ok := a.records.get(eventID); ok {
+			a.recordFound(group)
+			return rev, &rec, true
+		}
+	}
 	entry, err := a.kv.Get(ctx, eventID)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		a.records.drop(eventID)
 		for _, p := range group {
 			if p.o.missing != nil {
 				p.err = p.o.missing()
@@ -539,28 +559,35 @@ func (a *Arbiter) readGroupRecord(ctx context.Context, group []*queuedOp) (jetst
 				p.err = a.unknownEvent(p.msg, eventID)
 			}
 		}
-		return nil, nil
+		return 0, nil, false
 	}
+	a.recordFound(group)
+	if err != nil {
+		setErr(group, err)
+		return 0, nil, false
+	}
+	var rec contracts.Record
+	if err := contracts.Decode(entry.Value(), &rec); err != nil {
+		setErr(group, events.Poison(fmt.Errorf("record %s is unreadable: %w", eventID, err)))
+		return 0, nil, false
+	}
+	return entry.Revision(), &rec, false
+}
+
+// recordFound ends the unknown-event waits of the group's votes: their
+// record exists.
+func (a *Arbiter) recordFound(group []*queuedOp) {
 	for _, p := range group {
 		if md, err := p.msg.Metadata(); err == nil && md.Stream == contracts.StreamResolutions {
 			a.waiting.done(md.Sequence.Stream)
 		}
 	}
-	if err != nil {
-		setErr(group, err)
-		return nil, nil
-	}
-	var rec contracts.Record
-	if err := contracts.Decode(entry.Value(), &rec); err != nil {
-		setErr(group, events.Poison(fmt.Errorf("record %s is unreadable: %w", eventID, err)))
-		return nil, nil
-	}
-	return entry, &rec
 }
 
 // applyOps applies each operation to the record the ones before it made,
-// and returns the encoded record to write, or nil when none changed it.
-func (a *Arbiter) applyOps(group []*queuedOp, rec contracts.Record) []byte {
+// and returns the encoded record to write, or nil when none changed it, and
+// the record it encodes.
+func (a *Arbiter) applyOps(group []*queuedOp, rec contracts.Record) ([]byte, contracts.Record) {
 	cur, data := rec, []byte(nil)
 	for _, p := range group {
 		p.before = cur
@@ -576,24 +603,25 @@ func (a *Arbiter) applyOps(group []*queuedOp, rec contracts.Record) []byte {
 			cur, data, p.written = res.Record, d, true
 		}
 	}
-	return data
+	return data, cur
 }
 
-// writeGroup writes data, if any, over entry with CAS and returns the
-// revision to announce. It reports true when another write came first
-// and the group must be applied again; after 50 conflicts it gives the
-// operations that changed the record a retryable error instead.
-func (a *Arbiter) writeGroup(ctx context.Context, group []*queuedOp, entry jetstream.KeyValueEntry, data []byte, attempt int) (uint64, bool) {
+// writeGroup writes data (the encoding of rec), if any, over revision rev
+// with CAS and returns the revision to announce; the record written is
+// cached. It reports true when another write came first and the group must
+// be applied again; after 50 conflicts it gives the operations that changed
+// the record a retryable error instead.
+func (a *Arbiter) writeGroup(ctx context.Context, group []*queuedOp, rev uint64, data []byte, rec contracts.Record, attempt int) (uint64, bool) {
 	if data == nil {
-		return entry.Revision(), false
+		return rev, false
 	}
-	var rec *contracts.Record
-	for _, p := range group {
-		if p.written {
-			rec = &p.res.Record
-		}
+	eventID := group[0].o.eventID
+	next, err := a.writer.Update(ctx, eventID, data, &rec, rev)
+	if err == nil {
+		a.records.put(eventID, rec, next, len(data))
+		return next, false
 	}
-	rev, err := a.records.Update(ctx, group[0].o.eventID, data, rec, entry.Revision())
+	a.records.drop(eventID)
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSequence(err) {
 		a.m.conflict.Inc()
 		if attempt < 50 {
@@ -601,15 +629,12 @@ func (a *Arbiter) writeGroup(ctx context.Context, group []*queuedOp, entry jetst
 		}
 		err = events.Retry(10*time.Millisecond, err)
 	}
-	if err != nil {
-		for _, p := range group {
-			if p.written {
-				p.err = err
-			}
+	for _, p := range group {
+		if p.written {
+			p.err = err
 		}
-		// The others did not depend on the write; announce them.
-		rev = entry.Revision()
 	}
+	// The others did not depend on the write; announce them.
 	return rev, false
 }
 
@@ -714,7 +739,10 @@ func (a *Arbiter) encode(rec contracts.Record, res approval.Result, o op) ([]byt
 	if !res.Changed {
 		return nil, res, nil
 	}
-	data, err := contracts.Marshal(res.Record)
+	data, err := res.Encoded, error(nil)
+	if data == nil {
+		data, err = contracts.Marshal(res.Record)
+	}
 	if err != nil {
 		return nil, res, events.Poison(err)
 	}

@@ -190,7 +190,7 @@ func (a *Arbiter) refuse(ctx context.Context, req contracts.ApprovalRequested, r
 	log := a.cfg.Logger.With("event_id", req.EventID, "run_id", req.Run.ID, "agent", req.Run.Agent,
 		"policy_version", req.Policy.Version, "rule", req.Policy.Rule, "refusal", ref.reason, "detail", ref.detail,
 		"trace_id", contracts.TraceID(req.Traceparent))
-	rev, err := a.records.Create(ctx, req.EventID, data, &rec)
+	rev, err := a.writer.Create(ctx, req.EventID, data, &rec)
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		cur, err := a.existing(ctx, req.EventID)
 		if err != nil {

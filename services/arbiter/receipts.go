@@ -31,6 +31,7 @@ func (a *Arbiter) withReceipt(res approval.Result) approval.Result {
 	claim := *rec.Claim
 	claim.Receipt = tok
 	res.Record.Claim = &claim
+	res.Encoded = nil
 	return res
 }
 
