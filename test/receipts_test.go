@@ -140,7 +140,7 @@ func TestToolServiceEnforcesReceipts(t *testing.T) {
 	// The old key removed: its unused receipt no longer runs anything.
 	p.kill()
 	writeKeys(t, keyFile, []receipt.PrivateKey{added})
-	p = startServe(t, data, "--addr", addr)
+	startServe(t, data, "--addr", addr)
 	if st, code := callTool(t, tool.URL, "payments.send", oldRcpt, args); st != 401 || code != "receipt_unknown_key" {
 		t.Fatalf("receipt of the removed key: %d %s, want 401 receipt_unknown_key", st, code)
 	}

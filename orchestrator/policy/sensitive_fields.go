@@ -118,10 +118,9 @@ func fieldPointers(args json.RawMessage, ms []*fieldMatcher) []string {
 }
 
 type fieldWalk struct {
-	ms    []*fieldMatcher
-	seen  int
-	out   []string
-	limit bool
+	ms   []*fieldMatcher
+	seen int
+	out  []string
 }
 
 func (w *fieldWalk) walk(v any, path string) {

@@ -73,7 +73,11 @@ func mirror(c *mcp.ServerCapabilities) *mcp.ServerCapabilities {
 	if c.Prompts != nil {
 		caps.Prompts = &mcp.PromptCapabilities{ListChanged: c.Prompts.ListChanged}
 	}
+	// Logging is deprecated from 2026-07-28 on and still served to clients
+	// on earlier versions: an upstream that logs is passed on.
+	//lint:ignore SA1019 passed through while clients still use it
 	if c.Logging != nil {
+		//lint:ignore SA1019 passed through while clients still use it
 		caps.Logging = &mcp.LoggingCapabilities{}
 	}
 	if c.Completions != nil {
@@ -251,7 +255,7 @@ func (l *link) session(ctx context.Context) (*mcp.ClientSession, error) {
 		ResourceListChangedHandler:  l.resourcesChanged,
 		ResourceUpdatedHandler:      l.resourceUpdated,
 		ProgressNotificationHandler: l.progress,
-		LoggingMessageHandler:       l.logMessage,
+		LoggingMessageHandler:       l.logMessage, //lint:ignore SA1019 an upstream's log messages pass through while clients still use them
 	})
 	up, err := l.g.cfg.Dial(ctx, c)
 	if err != nil {
@@ -390,6 +394,6 @@ func (l *link) progress(ctx context.Context, req *mcp.ProgressNotificationClient
 // logMessage relays the upstream's log messages to the client.
 func (l *link) logMessage(ctx context.Context, req *mcp.LoggingMessageRequest) {
 	if l.down != nil && req.Params != nil {
-		_ = l.down.Log(ctx, req.Params)
+		_ = l.down.Log(ctx, req.Params) //lint:ignore SA1019 passed through while clients still use it
 	}
 }
