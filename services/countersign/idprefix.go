@@ -36,9 +36,11 @@ func resolveID(ctx context.Context, c *client, arg string) (string, error) {
 	if len(arg) < minIDPrefix {
 		return "", fmt.Errorf("approval id %q is too short: give at least %d characters of it", arg, minIDPrefix)
 	}
-	q := url.Values{"id_prefix": {arg}, "limit": {fmt.Sprint(maxCandidates + 1)}}
-	var ans listAnswer
-	if _, err := c.do(ctx, "GET", "/v1/approvals?"+q.Encode(), nil, &ans); err != nil {
+	// Every page up to the end or the candidates' bound: a page of older
+	// history can come back short, and a prefix is unique only if no later
+	// page holds another.
+	ans, err := listUpTo(ctx, c, url.Values{"id_prefix": {arg}}, maxCandidates+1)
+	if err != nil {
 		return "", err
 	}
 	var ids []string
