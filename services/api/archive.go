@@ -2,13 +2,11 @@ package api
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events"
@@ -86,10 +84,6 @@ func (f *listFilter) admitsHistory() bool {
 // records f selects that the index does not hold. below is where the next
 // page goes on (messages before it), 0 when the scan reached the start.
 func (ix *index) archive(ctx context.Context, f listFilter, top uint64, need int) (ids []string, below uint64, err error) {
-	st, err := ix.js.Stream(ctx, events.RecordStream)
-	if err != nil {
-		return nil, 0, err
-	}
 	byHeaders := f.reader.Admin && len(f.reader.Tenants) == 0 && f.approver == ""
 	budget := archiveBudget
 	if ix.pageBudget > 0 {
@@ -111,7 +105,7 @@ func (ix *index) archive(ctx context.Context, f listFilter, top uint64, need int
 			case c.ok && byHeaders:
 				match = true
 			default:
-				if match, err = ix.matchStored(ctx, st, f, c); err != nil {
+				if match, err = ix.matchStored(ctx, f, c); err != nil {
 					return nil, 0, err
 				}
 			}
@@ -136,11 +130,8 @@ func (ix *index) archive(ctx context.Context, f listFilter, top uint64, need int
 func (ix *index) scanRange(ctx context.Context, from, to uint64) ([]archived, error) {
 	var chunk []archived
 	err := scanHeaders(ctx, ix.js.Conn(), from, to, func(seq uint64, m *nats.Msg) {
-		if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
-			return
-		}
 		id, ok := strings.CutPrefix(m.Subject, recordSubjectPrefix)
-		if !ok {
+		if !ok || deletion(m.Header) {
 			return
 		}
 		sum, ok := events.ParseRecordHeader(m.Header)
@@ -175,17 +166,10 @@ func (f *listFilter) matchHeaders(c archived) bool {
 // matchStored reads the record at c and applies the whole filter, the
 // reader's rights included. A record replaced since is left out: its new
 // revision is newer than this scan.
-func (ix *index) matchStored(ctx context.Context, st jetstream.Stream, f listFilter, c archived) (bool, error) {
-	raw, err := st.GetMsg(ctx, c.seq)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return false, nil
-	}
-	if err != nil {
+func (ix *index) matchStored(ctx context.Context, f listFilter, c archived) (bool, error) {
+	sum, err := ix.summaryAt(ctx, c.seq)
+	if sum == nil || err != nil {
 		return false, err
-	}
-	sum, err := summarize(c.id, raw.Sequence, raw.Time, raw.Data)
-	if err != nil {
-		return false, nil
 	}
 	return sum.status != contracts.StatusPending && f.match(sum), nil
 }

@@ -97,6 +97,7 @@ const DefaultIndexRecent = 20000
 type index struct {
 	kv     jetstream.KeyValue
 	js     jetstream.JetStream
+	stream jetstream.Stream // the bucket's stream, opened by load
 	log    *slog.Logger
 	recent int
 	// pageBudget replaces archiveBudget when set (Config.HistoryPageBudget).
@@ -227,7 +228,6 @@ func (ix *index) putLocked(id string, rev uint64, sum *summary) {
 	if sum.status == contracts.StatusPending {
 		return
 	}
-	ix.decided++
 	ix.evict = append(ix.evict, held{id: id, rev: rev})
 	for ix.decided > ix.recent && len(ix.evict) > 0 {
 		h := ix.evict[0]
@@ -282,6 +282,8 @@ func (ix *index) insertLocked(s *summary) {
 	ix.byID[s.eventID] = s
 	if s.status == contracts.StatusPending {
 		ix.pending++
+	} else {
+		ix.decided++
 	}
 }
 

@@ -133,12 +133,13 @@ func (ix *index) load(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("api: open %s: %w", events.RecordStream, err)
 	}
+	ix.stream = st // message gets here and by older-history listings
 	state := st.CachedInfo().State
 	if state.Msgs == 0 {
 		return 0, nil
 	}
 	began := time.Now()
-	f := newFetcher(ctx, ix, st)
+	f := newFetcher(ctx, ix)
 	scan := &loadScan{ring: make([]decidedMark, 0, min(ix.recent, int(state.Msgs)))}
 	err = scanHeaders(ctx, ix.js.Conn(), state.FirstSeq, state.LastSeq, func(seq uint64, m *nats.Msg) { scan.see(seq, m, f) })
 	if ferr := f.wait(); err == nil {
@@ -154,9 +155,8 @@ func (ix *index) load(ctx context.Context) (uint64, error) {
 		ix.leftOut = maxTime(ix.leftOut, time.Unix(0, scan.leftOut))
 	}
 	ix.seq = max(ix.seq, from-1)
-	n := scan.n
 	ix.mu.Unlock()
-	ix.log.Info("records index loaded from the bucket's headers", "records", n, "read_one_by_one", f.n,
+	ix.log.Info("records index loaded from the bucket's headers", "records", scan.n, "read_one_by_one", f.n,
 		"watched_from", from, "took", time.Since(began).Round(time.Millisecond))
 	return from, nil
 }
@@ -179,7 +179,7 @@ type decidedMark struct {
 
 func (p *loadScan) see(seq uint64, m *nats.Msg, f *fetcher) {
 	p.n++
-	if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+	if deletion(m.Header) {
 		return
 	}
 	switch status := m.Header.Get(events.HeaderRecordStatus); status {
@@ -215,36 +215,32 @@ func (p *loadScan) from(last uint64) uint64 {
 }
 
 // fetcher reads records by sequence, up to 32 at once, while the scan
-// goes on.
+// goes on. fetch is called from the scan's one goroutine.
 type fetcher struct {
 	ctx context.Context
 	ix  *index
-	st  jetstream.Stream
 	sem chan struct{}
 	wg  sync.WaitGroup
+	n   int // reads started
 
 	mu    sync.Mutex
-	n     int
 	first error
 }
 
-func newFetcher(ctx context.Context, ix *index, st jetstream.Stream) *fetcher {
-	return &fetcher{ctx: ctx, ix: ix, st: st, sem: make(chan struct{}, 32)}
+func newFetcher(ctx context.Context, ix *index) *fetcher {
+	return &fetcher{ctx: ctx, ix: ix, sem: make(chan struct{}, 32)}
 }
 
 // fetch starts reading the record at seq; false once the budget is spent.
 func (f *fetcher) fetch(seq uint64) bool {
-	f.mu.Lock()
 	if f.n == fetchBudget {
-		f.mu.Unlock()
 		return false
 	}
 	f.n++
-	f.mu.Unlock()
 	f.sem <- struct{}{}
 	f.wg.Go(func() {
 		defer func() { <-f.sem }()
-		if err := f.ix.fetchSeq(f.ctx, f.st, seq); err != nil {
+		if err := f.ix.fetchSeq(f.ctx, seq); err != nil {
 			f.mu.Lock()
 			if f.first == nil {
 				f.first = err
@@ -260,28 +256,42 @@ func (f *fetcher) wait() error {
 	return f.first
 }
 
-func (ix *index) fetchSeq(ctx context.Context, st jetstream.Stream, seq uint64) error {
-	raw, err := st.GetMsg(ctx, seq)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil
-	}
-	if err != nil {
+func (ix *index) fetchSeq(ctx context.Context, seq uint64) error {
+	sum, err := ix.summaryAt(ctx, seq)
+	if sum == nil || err != nil {
 		return err
 	}
-	id, ok := strings.CutPrefix(raw.Subject, recordSubjectPrefix)
-	if !ok {
-		return nil
+	ix.mu.Lock()
+	ix.putLocked(sum.eventID, sum.rev, sum)
+	ix.mu.Unlock()
+	return nil
+}
+
+// summaryAt reads the record message at seq: nil when it is gone (a later
+// revision replaced it), a deletion or unreadable (logged).
+func (ix *index) summaryAt(ctx context.Context, seq uint64) (*summary, error) {
+	raw, err := ix.stream.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
 	}
-	if op := raw.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
-		return nil
+	if err != nil {
+		return nil, err
+	}
+	id, ok := strings.CutPrefix(raw.Subject, recordSubjectPrefix)
+	if !ok || deletion(raw.Header) {
+		return nil, nil
 	}
 	sum, err := summarize(id, raw.Sequence, raw.Time, raw.Data)
 	if err != nil {
 		ix.log.Error("unreadable approval record", "event_id", id, "err", err)
-		return nil
+		return nil, nil
 	}
-	ix.mu.Lock()
-	ix.putLocked(id, raw.Sequence, sum)
-	ix.mu.Unlock()
-	return nil
+	return sum, nil
+}
+
+// deletion reports whether a bucket message's headers mark a deleted or
+// purged key.
+func deletion(h nats.Header) bool {
+	op := h.Get("KV-Operation")
+	return op == "DEL" || op == "PURGE"
 }
