@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 type listAnswer struct {
@@ -171,19 +172,16 @@ func TestTimeline(t *testing.T) {
 // waitDecided blocks until the decided event of id is stored.
 func (e *env) waitDecided(ctx context.Context, t *testing.T, id string) {
 	t.Helper()
-	sub, err := e.js.Conn().SubscribeSync(contracts.DecidedSubject(id))
+	// An ordered consumer delivers only what the stream has stored, so the
+	// timeline read after it finds the event (a plain subscription can see
+	// the publish before the stream has stored it).
+	c, err := e.js.OrderedConsumer(ctx, contracts.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{contracts.DecidedSubject(id)},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Unsubscribe()
-	st, err := e.js.Stream(ctx, contracts.StreamEvents)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.GetLastMsgForSubject(ctx, contracts.DecidedSubject(id)); err == nil {
-		return
-	}
-	if _, err := sub.NextMsgWithContext(ctx); err != nil {
+	if _, err := c.Next(jetstream.FetchContext(ctx)); err != nil {
 		t.Fatalf("no decided event: %v", err)
 	}
 }
