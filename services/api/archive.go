@@ -14,18 +14,21 @@ import (
 
 // The history the index does not hold is listed from the bucket's stream,
 // newest change first: the headers of a range of record messages are
-// read at a time (archiveFirstChunk of them, then four times as many each
-// time up to archiveChunk), filtered on what they tell (status, agent,
-// run, event id), and only the records that pass are read in full where
-// the reader's rights need it. One listing reads at most archiveMaxScan
-// headers, or for about archiveBudget once it has read archiveMinScan; it
-// then answers with what it found and a cursor to go on from.
+// read at a time, filtered on what they tell (status, agent, run, event
+// id), and only the records that pass are read in full where the reader's
+// rights need it. One listing takes about archiveBudget: it reads a first
+// range of archiveFirstChunk headers, then, while time is left, ranges
+// sized from the rate it has measured to take half of what is left (at
+// most archiveChunk each, archiveMaxScan in all); then it answers with what
+// it found and a cursor to go on from. Sizing each range to half the time
+// left keeps a page near the budget when the machine slows down, and the
+// first range is always read, so every page moves on.
 const (
 	archiveFirstChunk = 1024
+	archiveMinChunk   = 256
 	archiveChunk      = 8192
-	archiveMinScan    = 4096
 	archiveMaxScan    = 1 << 17
-	archiveBudget     = 12 * time.Millisecond
+	archiveBudget     = 25 * time.Millisecond
 )
 
 // archived is one record message of a scanned range.
@@ -89,10 +92,10 @@ func (ix *index) archive(ctx context.Context, f listFilter, top uint64, need int
 	if ix.pageBudget > 0 {
 		budget = ix.pageBudget
 	}
-	deadline, scanned, chunkSize := time.Now().Add(budget), uint64(0), uint64(archiveFirstChunk)
+	began := time.Now()
+	deadline, scanned, chunkSize := began.Add(budget), uint64(0), uint64(archiveFirstChunk)
 	for top >= 1 {
 		start := top - min(top-1, chunkSize-1)
-		chunkSize = min(chunkSize*4, archiveChunk)
 		chunk, err := ix.scanRange(ctx, start, top)
 		if err != nil {
 			return nil, 0, err
@@ -118,18 +121,36 @@ func (ix *index) archive(ctx context.Context, f listFilter, top uint64, need int
 		}
 		scanned += top - start + 1
 		top = start - 1
-		if top >= 1 && (scanned >= archiveMaxScan || scanned >= archiveMinScan && time.Now().After(deadline)) {
+		if top < 1 {
+			break
+		}
+		if chunkSize = nextChunk(scanned, time.Since(began), time.Until(deadline)); chunkSize == 0 {
 			return ids, start, nil
 		}
 	}
 	return ids, 0, nil
 }
 
+// nextChunk sizes the next range of a listing that has scanned headers in
+// took, with left of its budget: the headers it can read in half of left
+// at the rate so far, or 0 to stop (too little time left, or archiveMaxScan
+// reached).
+func nextChunk(scanned uint64, took, left time.Duration) uint64 {
+	if scanned >= archiveMaxScan || left <= 0 {
+		return 0
+	}
+	n := uint64(float64(scanned) * float64(left) / 2 / float64(max(took, time.Microsecond)))
+	if n < archiveMinChunk {
+		return 0
+	}
+	return min(n, archiveChunk, archiveMaxScan-scanned)
+}
+
 // scanRange reads the headers of the record messages in [from, to] and
 // returns those of decided records the index does not hold, in order.
 func (ix *index) scanRange(ctx context.Context, from, to uint64) ([]archived, error) {
 	var chunk []archived
-	err := scanHeaders(ctx, ix.js.Conn(), from, to, func(seq uint64, m *nats.Msg) {
+	err := scanRangeHeaders(ctx, ix.js.Conn(), from, to, func(seq uint64, m *nats.Msg) {
 		id, ok := strings.CutPrefix(m.Subject, recordSubjectPrefix)
 		if !ok || deletion(m.Header) {
 			return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,11 +23,27 @@ import (
 var recordSubjectPrefix = strings.TrimSuffix(events.RecordSubject("x"), "x")
 
 // scanHeaders calls fn with the headers of every record message stored at
-// a sequence in [from, to], in order, through a headers-only ordered push
-// consumer on the bucket's stream (the kind a bucket watch uses, so the
-// API's grants cover it): no record value crosses the connection. fn runs
-// on one goroutine, one message at a time.
+// a sequence in [from, to], in order, through a headers-only push consumer
+// on the bucket's stream (the kind a bucket watch uses, so the API's grants
+// cover it): no record value crosses the connection. fn runs on one
+// goroutine, one message at a time.
+//
+// To the stream's end (the load), the consumer is an ordered one. For a
+// range below the end (older history), it is one whose deliveries are
+// never acknowledged and at most to-from+1 may be outstanding: the server
+// stops once it has sent the range, instead of streaming the newer
+// history after it until the consumer is gone.
 func scanHeaders(ctx context.Context, nc *nats.Conn, from, to uint64, fn func(seq uint64, m *nats.Msg)) error {
+	return scanHeadersUpTo(ctx, nc, from, to, false, fn)
+}
+
+// scanRangeHeaders is scanHeaders for a range that ends below the stream's
+// last message.
+func scanRangeHeaders(ctx context.Context, nc *nats.Conn, from, to uint64, fn func(seq uint64, m *nats.Msg)) error {
+	return scanHeadersUpTo(ctx, nc, from, to, true, fn)
+}
+
+func scanHeadersUpTo(ctx context.Context, nc *nats.Conn, from, to uint64, bounded bool, fn func(seq uint64, m *nats.Msg)) error {
 	if from > to {
 		return nil
 	}
@@ -59,8 +76,15 @@ func scanHeaders(ctx context.Context, nc *nats.Conn, from, to uint64, fn func(se
 	}
 	// No filter: the stream holds records only, and a filter would make
 	// the server match every subject of the stream when it counts pending.
-	sub, err := js.Subscribe("", handler, nats.BindStream(events.RecordStream),
-		nats.OrderedConsumer(), nats.HeadersOnly(), nats.StartSequence(from), nats.Context(ctx))
+	opts := []nats.SubOpt{nats.BindStream(events.RecordStream), nats.HeadersOnly(), nats.StartSequence(from), nats.Context(ctx)}
+	if bounded {
+		n := min(to-from+1, math.MaxInt32)
+		opts = append(opts, nats.AckExplicit(), nats.ManualAck(), nats.MaxAckPending(int(n)),
+			nats.InactiveThreshold(time.Minute))
+	} else {
+		opts = append(opts, nats.OrderedConsumer())
+	}
+	sub, err := js.Subscribe("", handler, opts...)
 	if err != nil {
 		return fmt.Errorf("read the headers of %s: %w", events.RecordStream, err)
 	}
