@@ -23,6 +23,16 @@ const (
 	SubjectCommandPrefix        = "hitl.approval.command."
 	SubjectDecidedPrefix        = "hitl.approval.decided."
 	SubjectChangedPrefix        = "hitl.approval.changed."
+	// SubjectClaimPrefix is where a runner asks the arbiter, by NATS
+	// request, to apply a claim command (the Command message) at once. No
+	// stream stores it: the claim is durable in the record it writes and
+	// announced on the changed subject, as for a claim published on
+	// CommandSubject, which stays the way for every other client. The
+	// reply is empty when the claim was handled (accepted or refused, as
+	// the record and the changed event tell); otherwise it carries the
+	// headers HeaderClaimError (a stable code) and HeaderClaimErrorMessage,
+	// and the runner publishes the same command on CommandSubject instead.
+	SubjectClaimPrefix = "hitl.approval.claim."
 	// SubjectCreatedPrefix is where the arbiter tells, as a plain NATS
 	// message that no stream stores, that it created an approval's record
 	// (waiters of that approval read it then).
@@ -76,6 +86,16 @@ func ResolvedSubject(eventID string) string { return SubjectResolvedPrefix + eve
 
 // CommandSubject is where commands (claim, cancel, extend) on an approval are published.
 func CommandSubject(eventID string) string { return SubjectCommandPrefix + eventID }
+
+// ClaimSubject is where a claim on an approval is asked for by NATS
+// request (see SubjectClaimPrefix).
+func ClaimSubject(eventID string) string { return SubjectClaimPrefix + eventID }
+
+// Headers of a claim request's reply that was not handled.
+const (
+	HeaderClaimError        = "Countersign-Claim-Error"
+	HeaderClaimErrorMessage = "Countersign-Claim-Error-Message"
+)
 
 // DecidedSubject is where the arbiter announces an approval's terminal outcome.
 func DecidedSubject(eventID string) string { return SubjectDecidedPrefix + eventID }

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -81,8 +82,8 @@ func comparePermissions(t *testing.T, where string, role embedded.Role, got *ser
 	}
 	compare("publish", got.Publish, want.Publish)
 	compare("subscribe", got.Subscribe, want.Subscribe)
-	if got.Response != nil {
-		t.Errorf("%s: %s: unexpected allow_responses", where, role)
+	if !reflect.DeepEqual(got.Response, want.Response) {
+		t.Errorf("%s: %s: allow_responses %+v, Permissions has %+v", where, role, got.Response, want.Response)
 	}
 }
 

@@ -589,5 +589,11 @@ func helmPermissions(u any) *server.Permissions {
 	if obj(u, "permissions") == nil {
 		return nil
 	}
-	return &server.Permissions{Publish: sp("publish"), Subscribe: sp("subscribe")}
+	p := &server.Permissions{Publish: sp("publish"), Subscribe: sp("subscribe")}
+	if r, ok := obj(u, "permissions")["allow_responses"].(bool); ok && r {
+		// What the NATS chart writes into the server's config as is.
+		p.Response = &server.ResponsePermission{MaxMsgs: server.DEFAULT_ALLOW_RESPONSE_MAX_MSGS,
+			Expires: server.DEFAULT_ALLOW_RESPONSE_EXPIRATION}
+	}
+	return p
 }

@@ -152,6 +152,7 @@ type Gate struct {
 	grants    *GrantBook
 	ownGrants bool
 	gm        grantMetrics
+	claims    claimPath
 }
 
 func (c *Config) setDefaults() {
@@ -864,7 +865,7 @@ func (p *Permit) Claim(ctx context.Context) error {
 		return err
 	default:
 	}
-	if _, err := events.Publish(ctx, p.g.cfg.JS, contracts.CommandSubject(p.eventID), cmd, "claim:"+claimID, nil); err != nil {
+	if err := p.g.SendClaim(ctx, cmd); err != nil {
 		return err
 	}
 	select {

@@ -3,6 +3,7 @@ package embedded_test
 import (
 	"context"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -86,8 +87,8 @@ func TestDeployConfMatchesPermissions(t *testing.T) {
 		}
 		compare("publish", u.Permissions.Publish, want.Publish)
 		compare("subscribe", u.Permissions.Subscribe, want.Subscribe)
-		if u.Permissions.Response != nil {
-			t.Errorf("%s: unexpected allow_responses", r)
+		if !reflect.DeepEqual(u.Permissions.Response, want.Response) {
+			t.Errorf("%s: allow_responses %+v, Permissions has %+v", r, u.Permissions.Response, want.Response)
 		}
 	}
 }

@@ -20,7 +20,8 @@ const (
 	// RoleAdmin may do everything. It provisions streams and buckets at
 	// start-up and is used for nothing else.
 	RoleAdmin Role = "admin"
-	// RoleArbiter consumes requests, votes and commands, and is the only
+	// RoleArbiter consumes requests, votes and commands, answers claim
+	// requests, and is the only
 	// writer of the hitl_approvals bucket. It reads the applied policy
 	// versions in hitl_policy (and the live key's history) to check each
 	// request against the version it names.
@@ -101,6 +102,9 @@ func Permissions(r Role) *server.Permissions {
 			contracts.SubjectDeadLetterPrefix+">",
 			subjectTimerPrefix+">",
 		)
+		// Claim requests: answered once each, on the requester's inbox.
+		g.sub(contracts.SubjectClaimPrefix + ">")
+		g.responses = true
 	case RoleOrchestrator:
 		g.orchestrator()
 	case RoleResolver:
@@ -173,6 +177,9 @@ var managementDeny = func() []string {
 // grant accumulates allowed and denied subjects.
 type grant struct {
 	pubAllow, pubDeny, subAllow []string
+	// responses lets the role answer the requests it receives, once each
+	// (allow_responses), without a grant on the requesters' inboxes.
+	responses bool
 }
 
 func (g *grant) pub(s ...string)     { g.pubAllow = append(g.pubAllow, s...) }
@@ -186,6 +193,7 @@ func (g *grant) orchestrator() {
 		contracts.SubjectToolRequestedPrefix+">",
 		contracts.SubjectInputRequestedPrefix+">",
 		contracts.SubjectCommandPrefix+">",
+		contracts.SubjectClaimPrefix+">",
 	)
 	g.pub(kvRead(streamApprovals)...)
 	g.pub(kvWatch(streamApprovals)...)
@@ -254,10 +262,16 @@ func (g *grant) permissions() *server.Permissions {
 		slices.Sort(s)
 		return slices.Compact(s)
 	}
-	return &server.Permissions{
+	p := &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: clean(g.pubAllow), Deny: clean(g.pubDeny)},
 		Subscribe: &server.SubjectPermission{Allow: clean(g.subAllow)},
 	}
+	if g.responses {
+		// What allow_responses: true means in a config file.
+		p.Response = &server.ResponsePermission{MaxMsgs: server.DEFAULT_ALLOW_RESPONSE_MAX_MSGS,
+			Expires: server.DEFAULT_ALLOW_RESPONSE_EXPIRATION}
+	}
+	return p
 }
 
 // kvWrite is the subject space of a bucket's keys: publishing there writes.

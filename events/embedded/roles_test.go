@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
@@ -620,4 +621,55 @@ func TestRolesCannotTouchOtherRolesDurables(t *testing.T) {
 			return err
 		})
 	}
+}
+
+// Claim requests: runners (orchestrator, api) ask, the arbiter alone
+// receives them and answers each once, on the asker's inbox only.
+func TestOnlyTheArbiterAnswersClaimRequests(t *testing.T) {
+	e := newEnv(t)
+	subject := contracts.ClaimSubject("x")
+	arb := e.connect(t, embedded.RoleArbiter)
+	sub, err := arb.nc.Subscribe(contracts.SubjectClaimPrefix+"*", func(m *nats.Msg) { _ = m.Respond([]byte("ok")) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := arb.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []embedded.Role{embedded.RoleOrchestrator, embedded.RoleAPI} {
+		c := e.connect(t, r)
+		reply, err := c.nc.RequestWithContext(testContext(t, opTimeout), subject, []byte("{}"))
+		if err != nil || string(reply.Data) != "ok" {
+			t.Fatalf("%s: claim request: %v", r, err)
+		}
+		c.noErrors(t)
+	}
+	arb.noErrors(t)
+	for _, r := range []embedded.Role{embedded.RoleResolver, embedded.RoleNotifier} {
+		c := e.connect(t, r)
+		c.denied(t, subject, func(ctx context.Context) error {
+			_, err := c.nc.RequestWithContext(ctx, subject, []byte("{}"))
+			return err
+		})
+	}
+	for _, r := range []embedded.Role{embedded.RoleOrchestrator, embedded.RoleAPI, embedded.RoleResolver, embedded.RoleNotifier} {
+		c := e.connect(t, r)
+		c.denied(t, contracts.SubjectClaimPrefix+">", func(ctx context.Context) error {
+			s, err := c.nc.SubscribeSync(contracts.SubjectClaimPrefix + ">")
+			if err != nil {
+				return err
+			}
+			_, err = s.NextMsgWithContext(ctx)
+			return err
+		})
+	}
+	// Answering is allowed once per request received, not onto any inbox.
+	arb.denied(t, "_INBOX.someone", func(ctx context.Context) error {
+		if err := arb.nc.Publish("_INBOX.someone", []byte("forged")); err != nil {
+			return err
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	})
 }

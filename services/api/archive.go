@@ -16,15 +16,16 @@ import (
 // newest change first: the headers of a range of record messages are
 // read at a time, filtered on what they tell (status, agent, run, event
 // id), and only the records that pass are read in full where the reader's
-// rights need it. One listing takes about archiveBudget: it reads a first
-// range of archiveFirstChunk headers, then, while time is left, ranges
-// sized from the rate it has measured to take half of what is left (at
-// most archiveChunk each, archiveMaxScan in all); then it answers with what
-// it found and a cursor to go on from. Sizing each range to half the time
-// left keeps a page near the budget when the machine slows down, and the
-// first range is always read, so every page moves on.
+// rights need it. One listing reads archiveMinScan headers whatever the
+// time (a first range of archiveFirstChunk, then the rest), then, while
+// time is left of archiveBudget, ranges sized from the rate it has
+// measured to take half of what is left (at most archiveChunk each,
+// archiveMaxScan in all); then it answers with what it found and a cursor
+// to go on from. Sizing each range to half the time left keeps a page
+// near the budget when the machine slows down, and every page moves on.
 const (
 	archiveFirstChunk = 1024
+	archiveMinScan    = 4096
 	archiveMinChunk   = 256
 	archiveChunk      = 8192
 	archiveMaxScan    = 1 << 17
@@ -132,10 +133,13 @@ func (ix *index) archive(ctx context.Context, f listFilter, top uint64, need int
 }
 
 // nextChunk sizes the next range of a listing that has scanned headers in
-// took, with left of its budget: the headers it can read in half of left
-// at the rate so far, or 0 to stop (too little time left, or archiveMaxScan
-// reached).
+// took, with left of its budget: the rest of archiveMinScan, else the
+// headers it can read in half of left at the rate so far, or 0 to stop
+// (too little time left, or archiveMaxScan reached).
 func nextChunk(scanned uint64, took, left time.Duration) uint64 {
+	if scanned < archiveMinScan {
+		return archiveMinScan - scanned
+	}
 	if scanned >= archiveMaxScan || left <= 0 {
 		return 0
 	}

@@ -37,6 +37,9 @@ func mayManage(p *Principal, rec *contracts.Record) bool {
 func (s *Server) sendCommand(w http.ResponseWriter, r *http.Request, cmd contracts.Command, match func(*contracts.Record) (bool, *Error)) {
 	var refused *Error
 	rec, rev, done, err := s.publishAndWatch(r.Context(), cmd.EventID, func(ctx context.Context) error {
+		if cmd.Command == contracts.CommandClaim {
+			return s.cfg.Gate.SendClaim(ctx, cmd) // by request when the arbiter answers
+		}
 		_, err := events.Publish(ctx, s.cfg.JS, contracts.CommandSubject(cmd.EventID), cmd, cmd.CommandID, nil)
 		return err
 	}, func(rec *contracts.Record) bool {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -200,13 +201,16 @@ func New(ctx context.Context, cfg Config) (*Arbiter, error) {
 	}, nil
 }
 
-// Run consumes until ctx ends. If one consume loop fails, the others are
+// Run consumes requests, votes, commands and timers, and answers claim
+// requests, until ctx ends. If one consume loop fails, the others are
 // stopped too and Run returns the error once all have ended.
 func (a *Arbiter) Run(ctx context.Context) error {
+	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	const loops = 3
+	const loops = 4
 	errc := make(chan error, loops)
+	go func() { errc <- a.serveClaims(ctx) }()
 	go func() {
 		errc <- events.Consume(ctx, a.cfg.JS, events.ConsumerConfig{
 			Stream:  contracts.StreamRequests,
@@ -245,10 +249,16 @@ func (a *Arbiter) Run(ctx context.Context) error {
 			OnDeadLetter:   a.cfg.OnDeadLetter,
 		}, a.handleTimer)
 	}()
-	errs := []error{<-errc}
-	cancel()
-	for range loops - 1 {
-		errs = append(errs, <-errc)
+	var errs []error
+	for i := range loops {
+		err := <-errc
+		if i == 0 {
+			cancel()
+		}
+		// A loop still starting when Run was told to stop is no failure.
+		if err != nil && !(parent.Err() != nil && errors.Is(err, context.Canceled)) {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -371,54 +381,80 @@ func (a *Arbiter) handleResolution(ctx context.Context, msg jetstream.Msg) error
 			},
 		})
 	case strings.HasPrefix(subj, contracts.SubjectCommandPrefix):
-		var c contracts.Command
-		if err := contracts.Decode(msg.Data(), &c); err != nil {
-			return events.Poison(fmt.Errorf("decode command: %w", err))
-		}
-		if err := validateCommand(&c, strings.TrimPrefix(subj, contracts.SubjectCommandPrefix)); err != nil {
-			return events.Poison(err)
-		}
-		if c.Command == contracts.CommandRevokeGrant {
-			return a.revokeGrant(ctx, msg, c)
-		}
-		if c.Command == contracts.CommandExtend {
-			if c.Until.After(a.cfg.Now().Add(a.cfg.Retention)) {
-				c.Until = a.cfg.Now().Add(a.cfg.Retention)
-			}
-		}
-		return a.apply(ctx, msg, op{
-			eventID: c.EventID,
-			apply: func(rec contracts.Record) approval.Result {
-				if c.Command == contracts.CommandExtend && c.Until.After(rec.Request.CreatedAt.Add(a.cfg.Retention)) {
-					c.Until = rec.Request.CreatedAt.Add(a.cfg.Retention)
-				}
-				if c.Command == contracts.CommandClaim {
-					return a.withReceipt(approval.ApplyCommand(rec, c, a.cfg.Now()))
-				}
-				return approval.ApplyCommand(rec, c, a.cfg.Now())
-			},
-			counted: func() *contracts.Changed {
-				switch c.Command {
-				case contracts.CommandClaim:
-					return &contracts.Changed{Change: contracts.ChangeClaimed, By: c.By}
-				case contracts.CommandExtend:
-					return &contracts.Changed{Change: contracts.ChangeExtended, By: c.By}
-				}
-				return nil // a cancel always decides
-			},
-			after: func(ctx context.Context, rec contracts.Record) error {
-				if c.Command != contracts.CommandExtend || rec.Status != contracts.StatusPending {
-					return nil
-				}
-				return a.scheduleExpiry(ctx, rec) // replaces the old deadline's timer
-			},
-			refused: func(reason string) *contracts.Changed {
-				return &contracts.Changed{Change: commandRefusedChange(c.Command), By: c.By, Reason: reason}
-			},
-			tooLarge: func(contracts.Record) approval.Result { return approval.Result{Refusal: contracts.ReasonTooLarge} },
-		})
+		return a.handleCommand(ctx, msg, strings.TrimPrefix(subj, contracts.SubjectCommandPrefix), false)
 	}
 	return events.Poison(fmt.Errorf("unexpected subject %s", subj))
+}
+
+// handleCommand applies a command on the approval subjectID names, from
+// HITL_RESOLUTIONS or, claims only (claimOnly), from a claim request.
+func (a *Arbiter) handleCommand(ctx context.Context, msg jetstream.Msg, subjectID string, claimOnly bool) error {
+	var c contracts.Command
+	if err := contracts.Decode(msg.Data(), &c); err != nil {
+		return events.Poison(fmt.Errorf("decode command: %w", err))
+	}
+	if err := validateCommand(&c, subjectID); err != nil {
+		return events.Poison(err)
+	}
+	if claimOnly && c.Command != contracts.CommandClaim {
+		return events.Poison(fmt.Errorf("only claim commands are asked for on %s, not %q", contracts.SubjectClaimPrefix+"<event_id>", c.Command))
+	}
+	if c.Command == contracts.CommandRevokeGrant {
+		return a.revokeGrant(ctx, msg, c)
+	}
+	if c.Command == contracts.CommandExtend {
+		if c.Until.After(a.cfg.Now().Add(a.cfg.Retention)) {
+			c.Until = a.cfg.Now().Add(a.cfg.Retention)
+		}
+	}
+	o := op{
+		eventID: c.EventID,
+		apply: func(rec contracts.Record) approval.Result {
+			if c.Command == contracts.CommandExtend && c.Until.After(rec.Request.CreatedAt.Add(a.cfg.Retention)) {
+				c.Until = rec.Request.CreatedAt.Add(a.cfg.Retention)
+			}
+			if c.Command == contracts.CommandClaim {
+				return a.withReceipt(approval.ApplyCommand(rec, c, a.cfg.Now()))
+			}
+			return approval.ApplyCommand(rec, c, a.cfg.Now())
+		},
+		counted: func() *contracts.Changed {
+			switch c.Command {
+			case contracts.CommandClaim:
+				return &contracts.Changed{Change: contracts.ChangeClaimed, By: c.By}
+			case contracts.CommandExtend:
+				return &contracts.Changed{Change: contracts.ChangeExtended, By: c.By}
+			}
+			return nil // a cancel always decides
+		},
+		after: func(ctx context.Context, rec contracts.Record) error {
+			if c.Command != contracts.CommandExtend || rec.Status != contracts.StatusPending {
+				return nil
+			}
+			return a.scheduleExpiry(ctx, rec) // replaces the old deadline's timer
+		},
+		refused: func(reason string) *contracts.Changed {
+			return &contracts.Changed{Change: commandRefusedChange(c.Command), By: c.By, Reason: reason}
+		},
+		tooLarge: func(contracts.Record) approval.Result { return approval.Result{Refusal: contracts.ReasonTooLarge} },
+	}
+	if c.Command == contracts.CommandClaim {
+		// A claim's announcements carry its command id: a claim asked
+		// for by request and then published as a command (its reply was
+		// lost) is announced once within the duplicate window, and one
+		// whose announcement was lost to a crash is announced when it
+		// comes back.
+		o.changedID = "claim:" + c.CommandID
+		o.again = func(ctx context.Context, rec contracts.Record, rev uint64) error {
+			if rec.Claim == nil || rec.Claim.ClaimID != c.ClaimID {
+				return nil
+			}
+			ch := o.counted()
+			ch.Status = rec.Status
+			return a.publishChanged(ctx, c.EventID, ch, rev, o.changedID)
+		}
+	}
+	return a.apply(ctx, msg, o)
 }
 
 // validateVote checks what ties a vote to its approval and approver
@@ -477,6 +513,13 @@ type op struct {
 	// decided, and again when the operation comes back as a duplicate on a
 	// record that is still open, so a step lost to a crash is redone.
 	after func(ctx context.Context, rec contracts.Record) error
+	// again, when set, runs too when the operation comes back as a
+	// duplicate on a decided record (rev is the record's revision).
+	again func(ctx context.Context, rec contracts.Record, rev uint64) error
+	// changedID, when set, tells this operation's changed announcements
+	// apart from others of the same kind, instead of its message's stream
+	// sequence.
+	changedID string
 	// missing, when set, handles a record that does not exist instead of
 	// retrying the message as an unknown event.
 	missing func() error
@@ -686,7 +729,10 @@ func (a *Arbiter) finish(ctx context.Context, p *queuedOp, rev uint64) error {
 			if err := a.issueGrant(ctx, p.before); err != nil {
 				return err
 			}
-			return a.reannounce(ctx, p.before, rev)
+			if err := a.reannounce(ctx, p.before, rev); err != nil || o.again == nil {
+				return err
+			}
+			return o.again(ctx, p.before, rev)
 		}
 		if o.after != nil {
 			return o.after(ctx, p.before)
@@ -698,14 +744,14 @@ func (a *Arbiter) finish(ctx context.Context, p *queuedOp, rev uint64) error {
 		a.m.refused.WithLabelValues(res.Refusal).Inc()
 		ch := o.refused(res.Refusal)
 		ch.Status = p.before.Status
-		return a.publishChanged(ctx, eventID, ch, rev, p.msg)
+		return a.publishChanged(ctx, eventID, ch, rev, changedKey(p))
 	}
 	if res.Refusal != "" {
 		// Refused and recorded in the record (votes).
 		a.m.refused.WithLabelValues(res.Refusal).Inc()
 		ch := o.refused(res.Refusal)
 		ch.Status = res.Record.Status
-		return a.publishChanged(ctx, eventID, ch, rev, p.msg)
+		return a.publishChanged(ctx, eventID, ch, rev, changedKey(p))
 	}
 	if res.Decided {
 		a.m.decided.WithLabelValues(res.Record.Status).Inc()
@@ -722,7 +768,7 @@ func (a *Arbiter) finish(ctx context.Context, p *queuedOp, rev uint64) error {
 	}
 	if ch := o.counted(); ch != nil {
 		ch.Status = res.Record.Status
-		if err := a.publishChanged(ctx, eventID, ch, rev, p.msg); err != nil {
+		if err := a.publishChanged(ctx, eventID, ch, rev, changedKey(p)); err != nil {
 			return err
 		}
 	}
@@ -882,15 +928,31 @@ func decided(rec contracts.Record, rev uint64) contracts.Decided {
 	return d
 }
 
-func (a *Arbiter) publishChanged(ctx context.Context, eventID string, ch *contracts.Changed, rev uint64, msg jetstream.Msg) error {
+// publishChanged announces a change of an approval. key tells one change
+// from another of the same kind for the stream's de-duplication: the
+// message that caused it (its stream sequence) or a string.
+func (a *Arbiter) publishChanged(ctx context.Context, eventID string, ch *contracts.Changed, rev uint64, key any) error {
 	ch.Spec = contracts.SpecChanged
 	ch.EventID = eventID
 	ch.Revision = rev
 	ch.At = a.cfg.Now()
 	id := "changed:" + eventID + ":" + ch.Change + ":"
-	if md, err := msg.Metadata(); err == nil {
-		id += fmt.Sprint(md.Sequence.Stream)
+	switch k := key.(type) {
+	case string:
+		id += k
+	case jetstream.Msg:
+		if md, err := k.Metadata(); err == nil {
+			id += strconv.FormatUint(md.Sequence.Stream, 10)
+		}
 	}
 	_, err := events.Publish(ctx, a.cfg.JS, contracts.ChangedSubject(eventID), ch, id, nil)
 	return err
+}
+
+// changedKey is what tells p's announcement apart (see publishChanged).
+func changedKey(p *queuedOp) any {
+	if p.o.changedID != "" {
+		return p.o.changedID
+	}
+	return p.msg
 }
