@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -16,16 +17,18 @@ import (
 // newest change first: the headers of a range of record messages are
 // read at a time, filtered on what they tell (status, agent, run, event
 // id), and only the records that pass are read in full where the reader's
-// rights need it. One listing reads archiveMinScan headers whatever the
-// time (a first range of archiveFirstChunk, then the rest), then, while
-// time is left of archiveBudget, ranges sized from the rate it has
-// measured to take half of what is left (at most archiveChunk each,
-// archiveMaxScan in all); then it answers with what it found and a cursor
-// to go on from. Sizing each range to half the time left keeps a page
-// near the budget when the machine slows down, and every page moves on.
+// rights need it. One listing reads a first range of archiveFirstChunk
+// headers whatever the time (at least archiveMinScan), then, while time is
+// left of archiveBudget, ranges sized from the rate it has measured to
+// take half of what is left (at most archiveChunk each, archiveMaxScan in
+// all); then it answers with what it found and a cursor to go on from.
+// Sizing each range to half the time left keeps a page near the budget
+// when the machine slows down, and every page moves on. Each range is a
+// consumer to create (on a cluster, through the meta leader), so a first
+// range large enough for most pages keeps that count low.
 const (
-	archiveFirstChunk = 1024
-	archiveMinScan    = 4096
+	archiveFirstChunk = 2048
+	archiveMinScan    = 2048
 	archiveMinChunk   = 256
 	archiveChunk      = 8192
 	archiveMaxScan    = 1 << 17
@@ -101,17 +104,26 @@ func (ix *index) archive(ctx context.Context, f listFilter, top uint64, need int
 		if err != nil {
 			return nil, 0, err
 		}
+		// Newest first: what the headers rule out is skipped; what they
+		// cannot decide is read in full, a window of records at a time
+		// side by side (on a cluster each read is a round trip to the
+		// stream's leader).
+		var cands []archived
 		for i := len(chunk) - 1; i >= 0; i-- {
-			c := chunk[i]
-			match := false
-			switch {
-			case c.ok && !f.matchHeaders(c):
-			case c.ok && byHeaders:
-				match = true
-			default:
-				if match, err = ix.matchStored(ctx, f, c); err != nil {
-					return nil, 0, err
+			if c := chunk[i]; !c.ok || f.matchHeaders(c) {
+				cands = append(cands, c)
+			}
+		}
+		stored := map[uint64]bool{}
+		for k, c := range cands {
+			match := c.ok && byHeaders
+			if !match {
+				if _, read := stored[c.seq]; !read {
+					if err := ix.matchStoredWindow(ctx, f, cands[k:], byHeaders, need-len(ids), stored); err != nil {
+						return nil, 0, err
+					}
 				}
+				match = stored[c.seq]
 			}
 			if match {
 				ids = append(ids, c.id)
@@ -186,6 +198,45 @@ func (f *listFilter) matchHeaders(c archived) bool {
 		return false
 	}
 	return true
+}
+
+// archiveReadWindow bounds the records one listing reads in full side by
+// side, and archiveReadAhead how many more than it still needs it reads at
+// once.
+const (
+	archiveReadWindow = 16
+	archiveReadAhead  = 2
+)
+
+// matchStoredWindow reads in full, side by side, the next records of cands
+// that the headers cannot decide: about archiveReadAhead times the need
+// left (at least 4, at most archiveReadWindow), and records in stored
+// whether each matches.
+func (ix *index) matchStoredWindow(ctx context.Context, f listFilter, cands []archived, byHeaders bool, needLeft int, stored map[uint64]bool) error {
+	n := min(max(archiveReadAhead*needLeft, 4), archiveReadWindow)
+	var batch []archived
+	for _, c := range cands {
+		if len(batch) == n {
+			break
+		}
+		if c.ok && byHeaders {
+			continue
+		}
+		batch = append(batch, c)
+	}
+	matches, errs := make([]bool, len(batch)), make([]error, len(batch))
+	var wg sync.WaitGroup
+	for i, c := range batch {
+		wg.Go(func() { matches[i], errs[i] = ix.matchStored(ctx, f, c) })
+	}
+	wg.Wait()
+	for i, c := range batch {
+		if errs[i] != nil {
+			return errs[i]
+		}
+		stored[c.seq] = matches[i]
+	}
+	return nil
 }
 
 // matchStored reads the record at c and applies the whole filter, the

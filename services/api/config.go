@@ -70,7 +70,7 @@ type Config struct {
 	IndexRecent int
 	// HistoryPageBudget is about how long one page of older history looks
 	// through the bucket (25 ms when 0; it always reads the headers of at
-	// least 4,096 records); the page then answers with what it found and a
+	// least 2,048 records); the page then answers with what it found and a
 	// cursor.
 	HistoryPageBudget time.Duration
 	// Policies is the live policy store; GET and POST /v1/policy use it.
