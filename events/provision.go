@@ -199,6 +199,9 @@ func provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig)
 	if _, err := js.CreateOrUpdateKeyValue(ctx, PolicyBucketConfig(cfg)); err != nil {
 		return fmt.Errorf("events: provision bucket %s: %w", contracts.BucketPolicy, err)
 	}
+	if err := roomForWatchers(ctx, js, "KV_"+contracts.BucketPolicy); err != nil {
+		return err
+	}
 	// A sign-out on one API replica must end the session on every other at
 	// once, so session reads go to the leader too.
 	if _, err := js.CreateOrUpdateKeyValue(ctx, SessionsBucketConfig(cfg)); err != nil {
@@ -212,7 +215,37 @@ func provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig)
 	if _, err := js.CreateOrUpdateKeyValue(ctx, GrantsBucketConfig(cfg)); err != nil {
 		return fmt.Errorf("events: provision bucket %s: %w", contracts.BucketGrants, err)
 	}
+	if err := roomForWatchers(ctx, js, "KV_"+contracts.BucketGrants); err != nil {
+		return err
+	}
 	return readsFromLeader(ctx, js, "KV_"+contracts.BucketGrants, cfg.Replicas)
+}
+
+// FleetWatchers is how many consumers the hitl_policy and hitl_grants
+// buckets' streams allow. Every agent process that links the Go library
+// watches both (its gate's live policy and standing grants: small buckets
+// that change seldom), so each process holds one consumer on each. The
+// server's default of 1,000 consumers per stream would refuse the gates of
+// a fleet past about a thousand processes.
+const FleetWatchers = 100_000
+
+// roomForWatchers sets the consumer limit of a bucket every agent process
+// watches to FleetWatchers. Like readsFromLeader, it runs after the
+// bucket's create-or-update, which leaves the server's default.
+func roomForWatchers(ctx context.Context, js jetstream.JetStream, stream string) error {
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return fmt.Errorf("events: provision %s: %w", stream, err)
+	}
+	sc := st.CachedInfo().Config
+	if sc.MaxConsumers == FleetWatchers {
+		return nil
+	}
+	sc.MaxConsumers = FleetWatchers
+	if _, err := js.UpdateStream(ctx, sc); err != nil {
+		return fmt.Errorf("events: provision %s: room for %d watchers: %w", stream, FleetWatchers, err)
+	}
+	return nil
 }
 
 // jsErrCodeClusterNoPeers is the JetStream API error a cluster answers when

@@ -136,9 +136,27 @@ func TestFleetSmoke(t *testing.T) {
 		t.Fatalf("%d reports, want 4 (two sizes, two waiter kinds)", len(reps))
 	}
 	for _, r := range reps {
-		if r.Decisions != 8 || r.CyclesPerSec <= 0 || r.ResumeP99Ms <= 0 || r.MsgsPerDecision <= 0 || r.FleetMsgsPerDecision <= 0 {
+		if r.Sync != bench.SyncLazy || r.Decisions != 8 || r.CyclesPerSec <= 0 || r.ResumeP99Ms <= 0 || r.MsgsPerDecision <= 0 || r.FleetMsgsPerDecision <= 0 {
 			t.Errorf("report %+v", r)
 		}
+	}
+
+	// On three nodes the fleet's connections spread over the cluster, and
+	// the servers' messages per decision include replication.
+	cl, err := bench.Fleet(context.Background(), bench.FleetConfig{Dir: t.TempDir(), Processes: []int{3}, Decisions: 6,
+		Waiters: []string{bench.WaiterKeyed}, Modes: []string{bench.SyncCluster}, Count: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cl) != 1 || cl[0].Sync != bench.SyncCluster || cl[0].Error != "" || cl[0].Decisions != 6 || cl[0].FleetMsgsPerDecision <= 0 {
+		t.Fatalf("cluster reports %+v", cl)
+	}
+	if cl[0].MsgsPerDecision <= reps[0].MsgsPerDecision {
+		t.Errorf("cluster: %.1f messages per decision, not more than one node's %.1f: replication is not counted", cl[0].MsgsPerDecision, reps[0].MsgsPerDecision)
+	}
+
+	if _, err := bench.Fleet(context.Background(), bench.FleetConfig{Processes: []int{1}, Decisions: 1, Modes: []string{"both"}}); err == nil {
+		t.Error("a fleet on store \"both\" was accepted; it is two stores, each its own mode")
 	}
 }
 

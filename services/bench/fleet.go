@@ -38,6 +38,10 @@ type FleetConfig struct {
 	Decisions int
 	// Waiters are the waiter kinds measured at each size (default both).
 	Waiters []string
+	// Modes are the stores measured, each with every size and kind:
+	// SyncLazy (the default), SyncAlways, SyncCluster. Each is its own row
+	// group, so one run compares them.
+	Modes []string
 	// Count is the repetitions of each size and kind; figures are medians.
 	Count int
 	// Out receives a table as the measurements complete.
@@ -47,6 +51,9 @@ type FleetConfig struct {
 // FleetReport is one fleet's figures: medians over the repetitions, with
 // the range of the latencies.
 type FleetReport struct {
+	// Sync is the store: lazy, always (one node, fsync) or cluster (three
+	// nodes, R3, fsync; the fleet's connections spread over them).
+	Sync        string `json:"sync"`
 	Processes   int    `json:"processes"`
 	Waiter      string `json:"waiter"`
 	Decisions   int    `json:"decisions"`
@@ -58,9 +65,10 @@ type FleetReport struct {
 	ResumeP50Ms float64    `json:"resume_p50_ms"`
 	ResumeP99Ms float64    `json:"resume_p99_ms"`
 	P99RangeMs  [2]float64 `json:"resume_p99_range_ms"`
-	// MsgsPerDecision and BytesPerDecision are what the server delivered
-	// to all its clients (the arbiter, the voter and the fleet) while the
-	// decisions were made and resumed, per decision.
+	// MsgsPerDecision and BytesPerDecision are what the servers sent
+	// while the decisions were made and resumed, per decision: to all
+	// their clients (the arbiter, the voter and the fleet) and, on a
+	// cluster, to each other (replication and routed messages).
 	MsgsPerDecision  float64 `json:"msgs_per_decision"`
 	BytesPerDecision float64 `json:"bytes_per_decision"`
 	// FleetMsgsPerDecision is the part of it the fleet's connections
@@ -78,6 +86,14 @@ func Fleet(ctx context.Context, cfg FleetConfig) ([]FleetReport, error) {
 	if len(cfg.Waiters) == 0 {
 		cfg.Waiters = []string{WaiterKeyed, WaiterBucket}
 	}
+	if len(cfg.Modes) == 0 {
+		cfg.Modes = []string{SyncLazy}
+	}
+	for _, m := range cfg.Modes {
+		if m != SyncLazy && m != SyncAlways && m != SyncCluster {
+			return nil, fmt.Errorf("bench: fleet: FleetConfig.Modes must hold lazy, always or cluster, got %q", m)
+		}
+	}
 	cfg.Count = max(cfg.Count, 1)
 	if cfg.Out == nil {
 		cfg.Out = io.Discard
@@ -91,37 +107,42 @@ func Fleet(ctx context.Context, cfg FleetConfig) ([]FleetReport, error) {
 		defer os.RemoveAll(d)
 		root = d
 	}
-	fmt.Fprintf(cfg.Out, "%-10s %-7s %10s %12s %12s %14s %12s %12s\n", "processes", "waiter", "decisions", "cycles/s", "resume p50", "resume p99", "msgs/dec", "fleet msgs/dec")
+	fmt.Fprintf(cfg.Out, "%-8s %-10s %-7s %10s %12s %12s %14s %12s %12s\n", "sync", "processes", "waiter", "decisions", "cycles/s", "resume p50", "resume p99", "msgs/dec", "fleet msgs/dec")
 	var out []FleetReport
-	for _, n := range cfg.Processes {
-		for _, kind := range cfg.Waiters {
-			var runs []FleetReport
-			var failed error
-			for range cfg.Count {
-				r, err := fleetOnce(ctx, root, n, cfg.Decisions, kind)
-				if err != nil {
-					failed = err
-					break
+	for _, mode := range cfg.Modes {
+		for _, n := range cfg.Processes {
+			for _, kind := range cfg.Waiters {
+				r, err := fleetRepeat(ctx, root, mode, n, kind, cfg)
+				if ctx.Err() != nil {
+					return out, ctx.Err()
 				}
-				runs = append(runs, *r)
+				out = append(out, r)
+				if err != nil {
+					// A fleet the server cannot hold is a finding, reported
+					// as such, never as figures.
+					fmt.Fprintf(cfg.Out, "%-8s %-10d %-7s failed: %v\n", mode, n, kind, err)
+					continue
+				}
+				fmt.Fprintf(cfg.Out, "%-8s %-10d %-7s %10d %12.0f %10.2fms %10.2fms (%.2f–%.2f) %10.1f %12.1f\n", mode, r.Processes, r.Waiter, r.Decisions,
+					r.CyclesPerSec, r.ResumeP50Ms, r.ResumeP99Ms, r.P99RangeMs[0], r.P99RangeMs[1], r.MsgsPerDecision, r.FleetMsgsPerDecision)
 			}
-			if ctx.Err() != nil {
-				return out, ctx.Err()
-			}
-			if failed != nil {
-				// A fleet the server cannot hold is a finding, reported as
-				// such, never as figures.
-				out = append(out, FleetReport{Processes: n, Waiter: kind, Decisions: cfg.Decisions, Error: failed.Error()})
-				fmt.Fprintf(cfg.Out, "%-10d %-7s failed: %v\n", n, kind, failed)
-				continue
-			}
-			m := fleetMedian(runs)
-			out = append(out, m)
-			fmt.Fprintf(cfg.Out, "%-10d %-7s %10d %12.0f %10.2fms %10.2fms (%.2f–%.2f) %10.1f %12.1f\n", m.Processes, m.Waiter, m.Decisions,
-				m.CyclesPerSec, m.ResumeP50Ms, m.ResumeP99Ms, m.P99RangeMs[0], m.P99RangeMs[1], m.MsgsPerDecision, m.FleetMsgsPerDecision)
 		}
 	}
 	return out, nil
+}
+
+// fleetRepeat measures one fleet cfg.Count times and returns the medians,
+// or the report of the failure that stopped it (with its error).
+func fleetRepeat(ctx context.Context, root, mode string, n int, kind string, cfg FleetConfig) (FleetReport, error) {
+	var runs []FleetReport
+	for range cfg.Count {
+		r, err := fleetOnce(ctx, root, mode, n, cfg.Decisions, kind)
+		if err != nil {
+			return FleetReport{Sync: mode, Processes: n, Waiter: kind, Decisions: cfg.Decisions, Error: err.Error()}, err
+		}
+		runs = append(runs, *r)
+	}
+	return fleetMedian(runs), nil
 }
 
 func fleetMedian(runs []FleetReport) FleetReport {
@@ -155,9 +176,9 @@ type fleetProcess struct {
 	gate   *orchestrator.Gate
 }
 
-// fleetOnce measures one fleet on a fresh server (lazy sync).
-func fleetOnce(ctx context.Context, root string, processes, decisions int, kind string) (*FleetReport, error) {
-	st, err := startStack(ctx, SyncLazy, root, 0)
+// fleetOnce measures one fleet on a fresh store of the given mode.
+func fleetOnce(ctx context.Context, root, mode string, processes, decisions int, kind string) (*FleetReport, error) {
+	st, err := startStack(ctx, mode, root, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +225,7 @@ func fleetOnce(ctx context.Context, root string, processes, decisions int, kind 
 	n := float64(len(waits))
 	slices.Sort(lat)
 	return &FleetReport{
-		Processes: processes, Waiter: kind, Decisions: len(waits), Repetitions: 1,
+		Sync: mode, Processes: processes, Waiter: kind, Decisions: len(waits), Repetitions: 1,
 		CyclesPerSec: n / elapsed.Seconds(), ResumeP50Ms: ms(percentile(lat, 0.50)), ResumeP99Ms: ms(percentile(lat, 0.99)),
 		MsgsPerDecision:      float64(after.msgs-before.msgs) / n,
 		BytesPerDecision:     float64(after.bytes-before.bytes) / n,

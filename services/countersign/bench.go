@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -37,7 +38,9 @@ processes (each a NATS connection with its own gate and waiter) hold
 -fleet-decisions reviews between them, all decided at once; for each size
 and waiter kind (keyed: the library's waiter; bucket: one watch of the whole
 bucket per process) it reports cycles/s, vote → resumed p50 and p99, and the
-messages the server delivered per decision, in all and to the fleet.
+messages the server delivered per decision, in all and to the fleet. It
+runs on a lazy-sync store unless -sync names others (both, always,
+cluster, all: each a row group of the same run).
 
 The summary gives the median of each figure over the repetitions, with its
 range, and each budget with PASS or MISS. The defaults take about three
@@ -99,7 +102,11 @@ func cmdBench(args []string, out io.Writer) error {
 		return writeJSONIf(out, *jsonOut, reps, err)
 	}
 	if *fleet != "" {
-		return runFleet(ctx, out, *fleet, *fleetWaiters, *fleetDecisions, *count, *dir, *jsonOut)
+		modes, err := fleetModes(fs.FlagSet, *syncMode)
+		if err != nil {
+			return err
+		}
+		return runFleet(ctx, out, *fleet, *fleetWaiters, modes, *fleetDecisions, *count, *dir, *jsonOut)
 	}
 	cfg := bench.Config{
 		Dir: *dir, Sync: *syncMode, Duration: *duration, Count: *count, Concurrency: *concurrency,
@@ -128,8 +135,26 @@ func cmdBench(args []string, out io.Writer) error {
 	return err
 }
 
+// fleetModes is the stores bench -fleet measures: lazy unless -sync says
+// otherwise (both: lazy and always; all: lazy, always and cluster).
+func fleetModes(fs *flag.FlagSet, mode string) ([]string, error) {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "sync" })
+	switch {
+	case !set:
+		return []string{bench.SyncLazy}, nil
+	case mode == bench.SyncBoth:
+		return []string{bench.SyncLazy, bench.SyncAlways}, nil
+	case mode == bench.SyncAll:
+		return []string{bench.SyncLazy, bench.SyncAlways, bench.SyncCluster}, nil
+	case mode == bench.SyncLazy, mode == bench.SyncAlways, mode == bench.SyncCluster:
+		return []string{mode}, nil
+	}
+	return nil, fmt.Errorf("bench: -sync %q: want always, lazy, both, cluster or all", mode)
+}
+
 // runFleet is bench -fleet: sizes and kinds are comma-separated lists.
-func runFleet(ctx context.Context, out io.Writer, sizes, kinds string, decisions, count int, dir string, jsonOut bool) error {
+func runFleet(ctx context.Context, out io.Writer, sizes, kinds string, modes []string, decisions, count int, dir string, jsonOut bool) error {
 	procs, err := positiveList("-fleet", sizes)
 	if err != nil {
 		return err
@@ -142,7 +167,7 @@ func runFleet(ctx context.Context, out io.Writer, sizes, kinds string, decisions
 		}
 		waiters = append(waiters, k)
 	}
-	cfg := bench.FleetConfig{Dir: dir, Processes: procs, Decisions: decisions, Waiters: waiters, Count: count, Out: out}
+	cfg := bench.FleetConfig{Dir: dir, Processes: procs, Decisions: decisions, Waiters: waiters, Modes: modes, Count: count, Out: out}
 	if jsonOut {
 		cfg.Out = io.Discard
 	}
