@@ -213,6 +213,13 @@ func (w *Waiter) Close() error {
 	return err
 }
 
+// isClosed reports whether Close was called.
+func (w *Waiter) isClosed() bool {
+	w.watchMu.Lock()
+	defer w.watchMu.Unlock()
+	return w.closed
+}
+
 func (w *Waiter) dispatch(watcher jetstream.KeyWatcher) {
 	defer w.running.Done()
 	for e := range watcher.Updates() {
@@ -345,20 +352,39 @@ func (w *Waiter) follow(key string, on announcements) error {
 	return nil
 }
 
+// A read of an announced record that failed is tried again after
+// rereadFirstRetry, then at doubling intervals up to rereadMaxRetry, while
+// the record is waited on: the decision is announced once, so a read lost
+// to a passing failure (a timeout, a leader election) must not leave its
+// waits to their deadlines.
+const (
+	rereadFirstRetry = 50 * time.Millisecond
+	rereadMaxRetry   = 5 * time.Second
+)
+
 // reread reads key's record after an announcement and hands it to the
 // waits on it.
-func (w *Waiter) reread(key string, gen uint64) {
+func (w *Waiter) reread(key string, gen uint64) { w.rereadAfter(key, gen, rereadFirstRetry) }
+
+// rereadAfter is reread, which on a failed read tries again after retry.
+func (w *Waiter) rereadAfter(key string, gen uint64, retry time.Duration) {
 	w.mu.Lock()
 	_, waiting := w.waits[key]
+	current := w.followed[key] == gen
 	w.mu.Unlock()
-	if !waiting {
+	if !waiting || !current || w.isClosed() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	e, err := w.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		w.log.Warn("an announced approval record is not in the bucket", "event_id", key, "err", err)
+		return
+	}
 	if err != nil {
-		w.log.Warn("reading an announced approval record failed; the next announcement or a reconnect reads it again", "event_id", key, "err", err)
+		w.log.Warn("reading an announced approval record failed; reading it again", "event_id", key, "err", err, "retry_in", retry)
+		time.AfterFunc(retry, func() { w.rereadAfter(key, gen, min(2*retry, rereadMaxRetry)) })
 		return
 	}
 	w.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -192,3 +193,91 @@ func TestWaiterDecodesEachRevisionOnce(t *testing.T) {
 		t.Fatalf("the two waits were handed %d records, want the same one twice: %p", len(got), got)
 	}
 }
+
+// A read of an announced record that fails is tried again while the record
+// is waited on: the decision is announced once, and its waits resume when
+// the bucket can be read again instead of waiting for their deadlines.
+func TestWaiterReadsAnAnnouncedRecordAgainAfterAFailedRead(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	failed := make(chan struct{}, 16)
+	log := slog.New(&signalHandler{msg: "reading an announced approval record failed; reading it again", c: failed})
+	w, err := orchestrator.NewWaiter(ctx, e.srv.JetStreamAs(embedded.RoleOrchestrator), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	r := contracts.Run{ID: "reread-retry", Agent: "billing-bot", RequestedBy: "agent:billing"}
+	call := orchestrator.ToolCall{ID: "pay", Name: "payments.send", Arguments: json.RawMessage(`{"amount":1}`)}
+	if _, err := e.gate.Submit(ctx, r, []orchestrator.ToolCall{call}); err != nil {
+		t.Fatal(err)
+	}
+	id := orchestrator.EventID(r, call.ID)
+	e.waitRecord(t, id, pending)
+	decided := make(chan *contracts.Record, 1)
+	if _, err := w.WatchDecided(ctx, id, func(rec *contracts.Record, _ uint64) bool {
+		if rec.Terminal() {
+			decided <- rec
+			return true
+		}
+		return false
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The bucket stops answering the waiter's reads (its direct gets) while
+	// the decision is announced.
+	setDirect := func(on bool) {
+		t.Helper()
+		st, err := e.js.Stream(ctx, "KV_"+contracts.BucketApprovals)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := st.CachedInfo().Config
+		sc.AllowDirect = on
+		if _, err := e.js.UpdateStream(ctx, sc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setDirect(false)
+	e.vote(t, id, "alice", contracts.DecisionApprove, "")
+	for range 2 {
+		select {
+		case <-failed:
+		case rec := <-decided:
+			t.Fatalf("the wait resumed with %s while the bucket could not be read", rec.Status)
+		case <-ctx.Done():
+			t.Fatal("the waiter never tried to read the announced record (twice)")
+		}
+	}
+	setDirect(true)
+	select {
+	case rec := <-decided:
+		if rec.Status != contracts.StatusApproved {
+			t.Fatalf("status %s, want approved", rec.Status)
+		}
+	case <-ctx.Done():
+		t.Fatal("the wait never resumed once the bucket could be read again")
+	}
+}
+
+// signalHandler is a slog handler that sends on c for each record whose
+// message is msg.
+type signalHandler struct {
+	msg string
+	c   chan struct{}
+}
+
+func (h *signalHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *signalHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		select {
+		case h.c <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+func (h *signalHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *signalHandler) WithGroup(string) slog.Handler      { return h }
