@@ -119,23 +119,7 @@ func TestWaiterDecidedOnlyFollowsTheDecision(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	r := contracts.Run{ID: "decided-only", Agent: "billing-bot", RequestedBy: "agent:billing"}
-	call := orchestrator.ToolCall{ID: "pay", Name: "payments.send", Arguments: json.RawMessage(`{"amount":1}`)}
-	if _, err := e.gate.Submit(ctx, r, []orchestrator.ToolCall{call}); err != nil {
-		t.Fatal(err)
-	}
-	id := orchestrator.EventID(r, call.ID)
-	e.waitRecord(t, id, pending)
-	decided := make(chan *contracts.Record, 1)
-	if _, err := w.WatchDecided(ctx, id, func(rec *contracts.Record, _ uint64) bool {
-		if rec.Terminal() {
-			decided <- rec
-			return true
-		}
-		return false
-	}); err != nil {
-		t.Fatal(err)
-	}
+	id, decided := e.proposeAndWaitDecided(ctx, t, w, "decided-only")
 	before := js.Conn().Stats().InMsgs
 	other := e.srv.Connect()
 	for _, subject := range []string{contracts.CreatedSubject(id), contracts.ChangedSubject(id)} {
@@ -208,23 +192,7 @@ func TestWaiterReadsAnAnnouncedRecordAgainAfterAFailedRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	r := contracts.Run{ID: "reread-retry", Agent: "billing-bot", RequestedBy: "agent:billing"}
-	call := orchestrator.ToolCall{ID: "pay", Name: "payments.send", Arguments: json.RawMessage(`{"amount":1}`)}
-	if _, err := e.gate.Submit(ctx, r, []orchestrator.ToolCall{call}); err != nil {
-		t.Fatal(err)
-	}
-	id := orchestrator.EventID(r, call.ID)
-	e.waitRecord(t, id, pending)
-	decided := make(chan *contracts.Record, 1)
-	if _, err := w.WatchDecided(ctx, id, func(rec *contracts.Record, _ uint64) bool {
-		if rec.Terminal() {
-			decided <- rec
-			return true
-		}
-		return false
-	}); err != nil {
-		t.Fatal(err)
-	}
+	id, decided := e.proposeAndWaitDecided(ctx, t, w, "reread-retry")
 
 	// The bucket stops answering the waiter's reads (its direct gets) while
 	// the decision is announced.
@@ -260,6 +228,31 @@ func TestWaiterReadsAnAnnouncedRecordAgainAfterAFailedRead(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the wait never resumed once the bucket could be read again")
 	}
+}
+
+// proposeAndWaitDecided submits a gated call of run runID, waits until
+// its record is pending, and has w wait for its decision alone: the
+// channel receives the decided record.
+func (e *env) proposeAndWaitDecided(ctx context.Context, t *testing.T, w *orchestrator.Waiter, runID string) (string, chan *contracts.Record) {
+	t.Helper()
+	r := contracts.Run{ID: runID, Agent: "billing-bot", RequestedBy: "agent:billing"}
+	call := orchestrator.ToolCall{ID: "pay", Name: "payments.send", Arguments: json.RawMessage(`{"amount":1}`)}
+	if _, err := e.gate.Submit(ctx, r, []orchestrator.ToolCall{call}); err != nil {
+		t.Fatal(err)
+	}
+	id := orchestrator.EventID(r, call.ID)
+	e.waitRecord(t, id, pending)
+	decided := make(chan *contracts.Record, 1)
+	if _, err := w.WatchDecided(ctx, id, func(rec *contracts.Record, _ uint64) bool {
+		if rec.Terminal() {
+			decided <- rec
+			return true
+		}
+		return false
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return id, decided
 }
 
 // signalHandler is a slog handler that sends on c for each record whose
