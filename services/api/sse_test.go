@@ -154,6 +154,27 @@ func (e *env) consumers(t *testing.T, stream string) int {
 	return st.CachedInfo().State.Consumers
 }
 
+// logDecided logs, for a failed test, whether the decided event of id is
+// stored and what its record says: a missing event and a feed that did not
+// deliver it read differently.
+func (e *env) logDecided(t *testing.T, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if st, err := e.js.Stream(ctx, contracts.StreamEvents); err == nil {
+		m, err := st.GetLastMsgForSubject(ctx, contracts.DecidedSubject(id))
+		if err == nil {
+			t.Logf("decided event of %s stored at sequence %d, %s", id, m.Sequence, m.Time.Format(time.RFC3339Nano))
+		} else {
+			t.Logf("decided event of %s: %v", id, err)
+		}
+	}
+	if kv, err := e.js.KeyValue(ctx, contracts.BucketApprovals); err == nil {
+		if entry, err := kv.Get(ctx, id); err == nil {
+			t.Logf("record of %s, revision %d: %.300s", id, entry.Revision(), entry.Value())
+		}
+	}
+}
+
 // Every open event stream of one API process shares the same two
 // consumers, and each gets every event.
 func TestEventStreamsShareOneFeed(t *testing.T) {
@@ -175,7 +196,15 @@ func TestEventStreamsShareOneFeed(t *testing.T) {
 	}
 	id := e.pendingApproval(t, "run-feed", "deploy")
 	e.approve(t, "bob", id)
+	reading := -1
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("stream %d of %d was being read", reading, len(streams))
+			e.logDecided(t, id)
+		}
+	})
 	for i, next := range streams {
+		reading = i
 		if ev := next("requested"); !strings.Contains(ev.data, id) {
 			t.Fatalf("stream %d: requested event %+v", i, ev)
 		}
