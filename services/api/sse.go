@@ -342,6 +342,16 @@ func (f *feed) close() {
 	f.stops = nil
 }
 
+// The feed's consumers ask the server for a heartbeat every feedHeartbeat
+// while they wait: a consumer that stops delivering (lost on the server, a
+// pull that went unanswered) is noticed after two missed beats and made
+// again from the last message it delivered, so live pages and event
+// streams stall for seconds, not for the client library's default of ten.
+const (
+	feedHeartbeat  = 2 * time.Second
+	feedPullExpiry = 10 * time.Second
+)
+
 // follow delivers the messages stored on stream after now (matching
 // filters) to out until ctx ends. The consumer exists when it returns; last
 // is the stream's last sequence before it.
@@ -370,7 +380,7 @@ func (s *Server) follow(ctx context.Context, stream string, filters []string, ou
 		case out <- sm:
 		case <-ctx.Done():
 		}
-	})
+	}, jetstream.PullExpiry(feedPullExpiry), jetstream.PullHeartbeat(feedHeartbeat))
 	if err != nil {
 		return nil, 0, err
 	}

@@ -213,3 +213,41 @@ func TestEventStreamsShareOneFeed(t *testing.T) {
 		}
 	}
 }
+
+// A feed whose consumer is lost on the server (deleted, expired) makes it
+// again from the last message it delivered, and the open event streams get
+// what was stored meanwhile. (A deletion is noticed from the server's
+// answer to the pending pull; a consumer lost without one is noticed from
+// missing heartbeats, every feedHeartbeat.)
+func TestEventStreamsSurviveALostFeedConsumer(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	next := e.openEvents(t, ctx, "alice")
+	first := e.pendingApproval(t, "run-lost-feed-1", "deploy")
+	if ev := next("requested"); !strings.Contains(ev.data, first) {
+		t.Fatalf("requested event %+v", ev)
+	}
+	st, err := e.js.Stream(ctx, contracts.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := st.ConsumerNames(ctx)
+	var lost []string
+	for name := range names.Name() {
+		lost = append(lost, name)
+	}
+	if err := names.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(lost) != 1 {
+		t.Fatalf("%d consumers of %s, want the feed's one: %v", len(lost), contracts.StreamEvents, lost)
+	}
+	if err := st.DeleteConsumer(ctx, lost[0]); err != nil {
+		t.Fatal(err)
+	}
+	e.approve(t, "bob", first)
+	if ev := next("decided"); !strings.Contains(ev.data, first) {
+		t.Fatalf("decided event %+v", ev)
+	}
+}
