@@ -87,29 +87,42 @@ func StreamConfigs(cfg ProvisionConfig) []jetstream.StreamConfig {
 	}
 }
 
-// readsFromLeader turns off direct gets on a replicated bucket's stream.
-// With direct gets any replica answers a read, and a follower that is
-// behind answers with an old record: a decision not seen yet, a claim
-// refused as not approved. Without them every read goes to the stream's
-// leader, which has every acknowledged write. Clients choose when they open
-// the bucket. A bucket with one replica has no follower, and keeps direct
-// gets: its one server answers them from the store, with every write, at a
-// fraction of the cost of a stream API request.
-func readsFromLeader(ctx context.Context, js jetstream.JetStream, stream string, replicas int) error {
-	if replicas < 2 {
+// tuneBucket sets, after a bucket's create-or-update (which sets what
+// KeyValueConfig says and leaves the rest at the server's defaults), the
+// stream settings KeyValueConfig cannot express, with one read of the
+// stream and at most one update:
+//
+//   - leaderReads turns off direct gets on a replicated bucket. With direct
+//     gets any replica answers a read, and a follower that is behind answers
+//     with an old record: a decision not seen yet, a claim refused as not
+//     approved. Without them every read goes to the stream's leader, which
+//     has every acknowledged write. Clients choose when they open the
+//     bucket. A bucket with one replica has no follower, and keeps direct
+//     gets: its one server answers them from the store, with every write, at
+//     a fraction of the cost of a stream API request.
+//   - watchers gives the stream room for FleetWatchers consumers.
+func tuneBucket(ctx context.Context, js jetstream.JetStream, bucket string, leaderReads, watchers bool) error {
+	if !leaderReads && !watchers {
 		return nil
 	}
+	stream := "KV_" + bucket
 	st, err := js.Stream(ctx, stream)
 	if err != nil {
 		return fmt.Errorf("events: provision %s: %w", stream, err)
 	}
 	sc := st.CachedInfo().Config
-	if !sc.AllowDirect {
+	changed := false
+	if leaderReads && sc.AllowDirect {
+		sc.AllowDirect, changed = false, true
+	}
+	if watchers && sc.MaxConsumers != FleetWatchers {
+		sc.MaxConsumers, changed = FleetWatchers, true
+	}
+	if !changed {
 		return nil
 	}
-	sc.AllowDirect = false
 	if _, err := js.UpdateStream(ctx, sc); err != nil {
-		return fmt.Errorf("events: provision %s: reads from the leader: %w", stream, err)
+		return fmt.Errorf("events: provision %s: %w", stream, err)
 	}
 	return nil
 }
@@ -190,35 +203,29 @@ func provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig)
 			return fmt.Errorf("events: provision stream %s: %w", sc.Name, err)
 		}
 	}
-	if _, err := js.CreateOrUpdateKeyValue(ctx, ApprovalsBucketConfig(cfg)); err != nil {
-		return fmt.Errorf("events: provision bucket %s: %w", contracts.BucketApprovals, err)
+	replicated := cfg.Replicas > 1
+	for _, b := range []struct {
+		cfg jetstream.KeyValueConfig
+		// Reads that must see every acknowledged write go to the leader:
+		// records; sessions (a sign-out on one API replica ends the session
+		// on every other at once); grants (a revocation stops a grant on
+		// every gate at once). Every agent process watches the policy and
+		// the grants.
+		leaderReads, watchers bool
+	}{
+		{ApprovalsBucketConfig(cfg), replicated, false},
+		{PolicyBucketConfig(cfg), false, true},
+		{SessionsBucketConfig(cfg), replicated, false},
+		{GrantsBucketConfig(cfg), replicated, true},
+	} {
+		if _, err := js.CreateOrUpdateKeyValue(ctx, b.cfg); err != nil {
+			return fmt.Errorf("events: provision bucket %s: %w", b.cfg.Bucket, err)
+		}
+		if err := tuneBucket(ctx, js, b.cfg.Bucket, b.leaderReads, b.watchers); err != nil {
+			return err
+		}
 	}
-	if err := readsFromLeader(ctx, js, "KV_"+contracts.BucketApprovals, cfg.Replicas); err != nil {
-		return err
-	}
-	if _, err := js.CreateOrUpdateKeyValue(ctx, PolicyBucketConfig(cfg)); err != nil {
-		return fmt.Errorf("events: provision bucket %s: %w", contracts.BucketPolicy, err)
-	}
-	if err := roomForWatchers(ctx, js, "KV_"+contracts.BucketPolicy); err != nil {
-		return err
-	}
-	// A sign-out on one API replica must end the session on every other at
-	// once, so session reads go to the leader too.
-	if _, err := js.CreateOrUpdateKeyValue(ctx, SessionsBucketConfig(cfg)); err != nil {
-		return fmt.Errorf("events: provision bucket %s: %w", contracts.BucketSessions, err)
-	}
-	if err := readsFromLeader(ctx, js, "KV_"+contracts.BucketSessions, cfg.Replicas); err != nil {
-		return err
-	}
-	// A revocation must stop a grant on every gate at once: grant reads go
-	// to the leader.
-	if _, err := js.CreateOrUpdateKeyValue(ctx, GrantsBucketConfig(cfg)); err != nil {
-		return fmt.Errorf("events: provision bucket %s: %w", contracts.BucketGrants, err)
-	}
-	if err := roomForWatchers(ctx, js, "KV_"+contracts.BucketGrants); err != nil {
-		return err
-	}
-	return readsFromLeader(ctx, js, "KV_"+contracts.BucketGrants, cfg.Replicas)
+	return nil
 }
 
 // FleetWatchers is how many consumers the hitl_policy and hitl_grants
@@ -228,25 +235,6 @@ func provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig)
 // server's default of 1,000 consumers per stream would refuse the gates of
 // a fleet past about a thousand processes.
 const FleetWatchers = 100_000
-
-// roomForWatchers sets the consumer limit of a bucket every agent process
-// watches to FleetWatchers. Like readsFromLeader, it runs after the
-// bucket's create-or-update, which leaves the server's default.
-func roomForWatchers(ctx context.Context, js jetstream.JetStream, stream string) error {
-	st, err := js.Stream(ctx, stream)
-	if err != nil {
-		return fmt.Errorf("events: provision %s: %w", stream, err)
-	}
-	sc := st.CachedInfo().Config
-	if sc.MaxConsumers == FleetWatchers {
-		return nil
-	}
-	sc.MaxConsumers = FleetWatchers
-	if _, err := js.UpdateStream(ctx, sc); err != nil {
-		return fmt.Errorf("events: provision %s: room for %d watchers: %w", stream, FleetWatchers, err)
-	}
-	return nil
-}
 
 // jsErrCodeClusterNoPeers is the JetStream API error a cluster answers when
 // it cannot place a stream's replicas ("no suitable peers for placement").
