@@ -47,13 +47,7 @@ func TestWaiterReceivesOnlyWhatConcernsItsWaits(t *testing.T) {
 	mine := propose("keyed-mine")
 	decided := make(chan *contracts.Record, 2)
 	for _, w := range []*orchestrator.Waiter{keyed, bucket} {
-		if _, err := w.Watch(ctx, mine, func(rec *contracts.Record, _ uint64) bool {
-			if rec.Terminal() {
-				decided <- rec
-				return true
-			}
-			return false
-		}); err != nil {
+		if _, err := w.Watch(ctx, mine, decidedInto(decided)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -243,16 +237,21 @@ func (e *env) proposeAndWaitDecided(ctx context.Context, t *testing.T, w *orches
 	id := orchestrator.EventID(r, call.ID)
 	e.waitRecord(t, id, pending)
 	decided := make(chan *contracts.Record, 1)
-	if _, err := w.WatchDecided(ctx, id, func(rec *contracts.Record, _ uint64) bool {
-		if rec.Terminal() {
-			decided <- rec
-			return true
-		}
-		return false
-	}); err != nil {
+	if _, err := w.WatchDecided(ctx, id, decidedInto(decided)); err != nil {
 		t.Fatal(err)
 	}
 	return id, decided
+}
+
+// decidedInto is a wait that sends the record to ch once it is decided.
+func decidedInto(ch chan<- *contracts.Record) orchestrator.WaitFunc {
+	return func(rec *contracts.Record, _ uint64) bool {
+		if rec.Terminal() {
+			ch <- rec
+			return true
+		}
+		return false
+	}
 }
 
 // signalHandler is a slog handler that sends on c for each record whose

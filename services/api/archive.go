@@ -18,7 +18,7 @@ import (
 // read at a time, filtered on what they tell (status, agent, run, event
 // id), and only the records that pass are read in full where the reader's
 // rights need it. One listing reads a first range of archiveFirstChunk
-// headers whatever the time (at least archiveMinScan), then, while time is
+// headers whatever the time, then, while time is
 // left of archiveBudget, ranges sized from the rate it has measured to
 // take half of what is left (at most archiveChunk each, archiveMaxScan in
 // all); then it answers with what it found and a cursor to go on from.
@@ -28,7 +28,6 @@ import (
 // range large enough for most pages keeps that count low.
 const (
 	archiveFirstChunk = 2048
-	archiveMinScan    = 2048
 	archiveMinChunk   = 256
 	archiveChunk      = 8192
 	archiveMaxScan    = 1 << 17
@@ -145,13 +144,10 @@ func (ix *index) archive(ctx context.Context, f listFilter, top uint64, need int
 }
 
 // nextChunk sizes the next range of a listing that has scanned headers in
-// took, with left of its budget: the rest of archiveMinScan, else the
-// headers it can read in half of left at the rate so far, or 0 to stop
-// (too little time left, or archiveMaxScan reached).
+// took, with left of its budget: the headers it can read in half of left at
+// the rate so far, or 0 to stop (too little time left, or archiveMaxScan
+// reached).
 func nextChunk(scanned uint64, took, left time.Duration) uint64 {
-	if scanned < archiveMinScan {
-		return archiveMinScan - scanned
-	}
 	if scanned >= archiveMaxScan || left <= 0 {
 		return 0
 	}

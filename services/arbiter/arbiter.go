@@ -929,30 +929,32 @@ func decided(rec contracts.Record, rev uint64) contracts.Decided {
 }
 
 // publishChanged announces a change of an approval. key tells one change
-// from another of the same kind for the stream's de-duplication: the
-// message that caused it (its stream sequence) or a string.
-func (a *Arbiter) publishChanged(ctx context.Context, eventID string, ch *contracts.Changed, rev uint64, key any) error {
+// from another of the same kind for the stream's de-duplication (see
+// changedKey).
+func (a *Arbiter) publishChanged(ctx context.Context, eventID string, ch *contracts.Changed, rev uint64, key string) error {
 	ch.Spec = contracts.SpecChanged
 	ch.EventID = eventID
 	ch.Revision = rev
 	ch.At = a.cfg.Now()
-	id := "changed:" + eventID + ":" + ch.Change + ":"
-	switch k := key.(type) {
-	case string:
-		id += k
-	case jetstream.Msg:
-		if md, err := k.Metadata(); err == nil {
-			id += strconv.FormatUint(md.Sequence.Stream, 10)
-		}
-	}
+	id := "changed:" + eventID + ":" + ch.Change + ":" + key
 	_, err := events.Publish(ctx, a.cfg.JS, contracts.ChangedSubject(eventID), ch, id, nil)
 	return err
 }
 
-// changedKey is what tells p's announcement apart (see publishChanged).
-func changedKey(p *queuedOp) any {
+// changedKey is what tells p's announcement apart (see publishChanged):
+// the operation's own id, else its message's.
+func changedKey(p *queuedOp) string {
 	if p.o.changedID != "" {
 		return p.o.changedID
 	}
-	return p.msg
+	return msgKey(p.msg)
+}
+
+// msgKey tells the announcements of one stored message apart from another's:
+// its stream sequence.
+func msgKey(msg jetstream.Msg) string {
+	if md, err := msg.Metadata(); err == nil {
+		return strconv.FormatUint(md.Sequence.Stream, 10)
+	}
+	return ""
 }

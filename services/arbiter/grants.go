@@ -124,7 +124,7 @@ func (a *Arbiter) revokeGrant(ctx context.Context, msg jetstream.Msg, c contract
 			a.m.refused.WithLabelValues(contracts.ReasonUnknownGrant).Inc()
 			return a.publishChanged(ctx, c.EventID, &contracts.Changed{
 				Change: ChangeGrantRevokeRefused, By: c.By, Reason: contracts.ReasonUnknownGrant,
-			}, 0, msg)
+			}, 0, msgKey(msg))
 		}
 		if err != nil {
 			return err

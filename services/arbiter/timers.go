@@ -191,7 +191,7 @@ func (a *Arbiter) remind(ctx context.Context, msg jetstream.Msg, id string, step
 		return events.Retry(max(t.At.Sub(now), 10*time.Millisecond), errors.New("reminder fired before it was due"))
 	}
 	a.m.reminders.Inc()
-	return a.publishChanged(ctx, id, &contracts.Changed{Change: contracts.ChangeReminded, Status: rec.Status, Step: step}, entry.Revision(), msg)
+	return a.publishChanged(ctx, id, &contracts.Changed{Change: contracts.ChangeReminded, Status: rec.Status, Step: step}, entry.Revision(), msgKey(msg))
 }
 
 // escalate raises a pending request to escalation level step with
