@@ -114,8 +114,8 @@ func (s *Server) shown(rec *contracts.Record, p *Principal) *contracts.Record {
 	return &out
 }
 
-// feedRecordWait is how long the live feed holds a change for a record the
-// index does not know yet, before leaving it out.
+// feedRecordWait is how long the live feed holds a change for a record
+// that is not in the bucket yet, before leaving it out.
 const feedRecordWait = 2 * time.Second
 
 // forReader is what the live feed sends p of message m: nothing (false)
@@ -146,8 +146,10 @@ func (s *Server) forReader(ctx context.Context, p *Principal, m streamMsg) ([]by
 	}
 	who := s.index.who(ev.EventID)
 	if who == nil {
-		s.AwaitRecord(ctx, ev.EventID, feedRecordWait)
-		who = s.index.who(ev.EventID)
+		// Not in the index: a record older than the decided ones it keeps,
+		// or one its watch of the bucket has not reached yet. The bucket
+		// decides, not the index.
+		who, _, _, _ = s.watchRecord(ctx, ev.EventID, feedRecordWait, func(*contracts.Record) bool { return true })
 	}
 	if who == nil || !approval.CanRead(who, reader) {
 		return nil, false
