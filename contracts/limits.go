@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -256,7 +257,7 @@ func (l Limits) CheckVote(v *Vote) *FieldError {
 			if !json.Valid(content) {
 				return &FieldError{Code: ReasonInvalidArguments, Field: "answer.content", Message: "answer.content is not valid JSON"}
 			}
-			if n := compactLen(content); n > l.AnswerContent {
+			if n := compactLen(content, l.AnswerContent); n > l.AnswerContent {
 				return tooLarge("answer.content", n, l.AnswerContent)
 			}
 		}
@@ -304,18 +305,18 @@ func CheckCommandFields(c *Command) *FieldError {
 // within MaxQuestionTextBytes.
 func (l Limits) CheckRequestFields(req *ApprovalRequested) *FieldError {
 	if req.ToolCall != nil {
-		if n := compactLen(req.ToolCall.Arguments); n > l.Arguments {
+		if n := compactLen(req.ToolCall.Arguments, l.Arguments); n > l.Arguments {
 			return tooLarge("tool_call.arguments", n, l.Arguments)
 		}
 	}
-	if n := compactLen(req.ToolSchema); n > l.Schema {
+	if n := compactLen(req.ToolSchema, l.Schema); n > l.Schema {
 		return tooLarge("tool_schema", n, l.Schema)
 	}
 	if req.Question != nil {
 		if len(req.Question.Text) > MaxQuestionTextBytes {
 			return tooLarge("question.text", len(req.Question.Text), MaxQuestionTextBytes)
 		}
-		if n := compactLen(req.Question.Schema); n > l.Schema {
+		if n := compactLen(req.Question.Schema, l.Schema); n > l.Schema {
 			return tooLarge("question.schema", n, l.Schema)
 		}
 	}
@@ -325,18 +326,78 @@ func (l Limits) CheckRequestFields(req *ApprovalRequested) *FieldError {
 // CheckRequest checks that a request fits the budget: its fields within
 // their limits, and the record it creates, with the room every terminal
 // path needs (RecordFits), within l.Record. Every surface that publishes a
-// request (the Go gate, the HTTP API) calls it first; the arbiter calls it
-// again for whatever arrives on the bus. The error wraps ErrTooLarge.
+// request (the Go gate, the HTTP API) calls it, or EncodeRequest, first;
+// the arbiter calls it again for whatever arrives on the bus. The error
+// wraps ErrTooLarge.
 func (l Limits) CheckRequest(req *ApprovalRequested) error {
+	_, err := l.EncodeRequest(req)
+	return err
+}
+
+// EncodeRequest is CheckRequest that also returns the request's encoding
+// (Marshal), which the check measures the record with, so that a surface
+// that publishes the request need not encode it again.
+func (l Limits) EncodeRequest(req *ApprovalRequested) ([]byte, error) {
 	if e := l.CheckRequestFields(req); e != nil {
-		return e
+		return nil, e
+	}
+	data, err := Marshal(req)
+	if err != nil {
+		return nil, err
 	}
 	rec := Record{
-		Spec: SpecRecord, Request: *req, Status: StatusPending, ExpiresAt: req.ExpiresAt,
+		Spec: SpecRecord, Status: StatusPending, ExpiresAt: req.ExpiresAt,
 		Votes: []Vote{}, RefusedVotes: []RefusedVote{}, UpdatedAt: req.CreatedAt,
 	}
-	return l.RecordFits(&rec)
+	// The record holds the request encoded exactly as data is, so its size
+	// is that of the record around an empty request, with data in place of
+	// the empty request's encoding.
+	around, err := Marshal(&rec)
+	if err != nil {
+		return nil, err
+	}
+	rec.Request = *req
+	if err := l.fits(&rec, len(around)-len(emptyRequest())+len(data)); err != nil {
+		return nil, err
+	}
+	return data, nil
 }
+
+// MarshalRecord is Marshal(rec) for a record whose request is already
+// encoded as request (Marshal(&rec.Request)), which it reuses instead of
+// encoding the request again; with a nil request it is Marshal(rec).
+func MarshalRecord(rec *Record, request []byte) ([]byte, error) {
+	if request == nil {
+		return Marshal(rec)
+	}
+	around := *rec
+	around.Request = ApprovalRequested{}
+	data, err := Marshal(&around)
+	if err != nil {
+		return nil, err
+	}
+	// The key is unique: a string value holding it would have its quotes
+	// escaped.
+	empty := append([]byte(`"request":`), emptyRequest()...)
+	at := bytes.Index(data, empty)
+	if at < 0 {
+		return nil, errors.New("contracts: a record's encoding without its request")
+	}
+	at += len(`"request":`)
+	out := make([]byte, 0, len(data)-len(emptyRequest())+len(request))
+	out = append(out, data[:at]...)
+	out = append(out, request...)
+	return append(out, data[at+len(emptyRequest()):]...), nil
+}
+
+// emptyRequest is an empty request's encoding.
+var emptyRequest = sync.OnceValue(func() []byte {
+	data, err := Marshal(&ApprovalRequested{})
+	if err != nil {
+		panic("contracts: encode an empty request: " + err.Error())
+	}
+	return data
+})
 
 // RecordFits reports, as an error wrapping ErrTooLarge, a record that does
 // not fit with the room it must keep: a pending record room for its largest
@@ -356,11 +417,19 @@ func (l Limits) EncodeRecordFits(rec *Record) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if need := len(data) + l.Reserve(rec); need > l.Record {
-		return nil, &FieldError{Code: ReasonTooLarge, Field: "record", Message: fmt.Sprintf(
-			"the approval record would need %d bytes with room for its decision and history, more than the %d bytes a message may carry", need, l.Record)}
+	if err := l.fits(rec, len(data)); err != nil {
+		return nil, err
 	}
 	return data, nil
+}
+
+// fits is RecordFits for rec encoded in size bytes.
+func (l Limits) fits(rec *Record, size int) error {
+	if need := size + l.Reserve(rec); need > l.Record {
+		return &FieldError{Code: ReasonTooLarge, Field: "record", Message: fmt.Sprintf(
+			"the approval record would need %d bytes with room for its decision and history, more than the %d bytes a message may carry", need, l.Record)}
+	}
+	return nil
 }
 
 // RecordSizeOK reports, as an error wrapping ErrTooLarge, a record whose
@@ -460,10 +529,12 @@ func TruncateEncoded(s string, n int) string {
 }
 
 // compactLen is the length of raw JSON without insignificant space (the
-// raw length if it is not valid JSON).
-func compactLen(raw json.RawMessage) int {
-	if len(raw) == 0 {
-		return 0
+// raw length if it is not valid JSON), for a check against limit: raw no
+// longer than limit is within it however much space it holds, and its own
+// length is returned without compacting it.
+func compactLen(raw json.RawMessage, limit int) int {
+	if len(raw) <= limit {
+		return len(raw)
 	}
 	var b bytes.Buffer
 	if json.Compact(&b, raw) != nil {

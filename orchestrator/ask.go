@@ -176,10 +176,11 @@ func (g *Gate) SubmitQuestion(ctx context.Context, run contracts.Run, q Question
 	}
 	req.Traceparent = contracts.TraceparentFrom(ctx)
 	req.Submitter = submitterFrom(ctx)
-	if err := g.limits().CheckRequest(&req); err != nil {
+	data, err := g.limits().EncodeRequest(&req)
+	if err != nil {
 		return a, fmt.Errorf("orchestrator: %w", err)
 	}
-	if _, err := events.Publish(ctx, g.cfg.JS, contracts.InputRequestedSubject(run.Agent), req, eventID, nil); err != nil {
+	if _, err := events.PublishRaw(ctx, g.cfg.JS, contracts.InputRequestedSubject(run.Agent), data, eventID, nil); err != nil {
 		return a, fmt.Errorf("orchestrator: %w", err)
 	}
 	return a, nil

@@ -481,10 +481,11 @@ func (g *Gate) gate(ctx context.Context, run contracts.Run, c ToolCall, args jso
 	req := g.request(run, c, args, sha, d, eventID)
 	req.Traceparent = contracts.TraceparentFrom(ctx)
 	req.Submitter = submitterFrom(ctx)
-	if err := g.limits().CheckRequest(&req); err != nil {
+	data, err := g.limits().EncodeRequest(&req)
+	if err != nil {
 		return v, err
 	}
-	if _, err := events.Publish(ctx, g.cfg.JS, contracts.ToolRequestedSubject(run.Agent), req, eventID, nil); err != nil {
+	if _, err := events.PublishRaw(ctx, g.cfg.JS, contracts.ToolRequestedSubject(run.Agent), data, eventID, nil); err != nil {
 		return v, err
 	}
 	return v, nil

@@ -274,7 +274,9 @@ func (a *Arbiter) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 	}
 	// What the record of a request could not hold on its way to a terminal
 	// state is refused before anything is created.
-	if err := a.lim.CheckRequest(&req); err != nil {
+	// The check's encoding of the request goes into the record below.
+	reqData, err := a.lim.EncodeRequest(&req)
+	if err != nil {
 		a.m.requestsRefused.WithLabelValues(contracts.ReasonTooLarge).Inc()
 		a.cfg.Logger.Warn("approval request refused", "event_id", req.EventID, "agent", req.Run.Agent,
 			"reason", contracts.ReasonTooLarge, "err", err)
@@ -282,6 +284,7 @@ func (a *Arbiter) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 	}
 	if req.Quorum.Required < 1 {
 		req.Quorum.Required = 1
+		reqData = nil // encoded again with the quorum it is stored with
 	}
 	md, err := msg.Metadata()
 	if err != nil {
@@ -297,7 +300,7 @@ func (a *Arbiter) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 		return a.refuse(ctx, req, ref)
 	}
 	rec := approval.NewRecord(req, a.cfg.Now())
-	data, err := contracts.Marshal(rec)
+	data, err := contracts.MarshalRecord(&rec, reqData)
 	if err != nil {
 		return events.Poison(err)
 	}
