@@ -57,29 +57,75 @@ type Waiter struct {
 	// fed waiters have no watch of their own (NewFedWaiter).
 	fed bool
 	// keyed waiters subscribe per record (NewWaiter): subs holds the
-	// announcement subscriptions of each record waited on.
-	keyed bool
-	subs  map[string]*keySubs
-	// seen is the newest revision a keyed waiter read of each record, so
-	// that two reads racing never hand a wait an older record after a
-	// newer one; followed numbers each key's subscriptions, so that a read
-	// started by an earlier subscription of the key (its waits finished,
-	// new ones registered since) hands them nothing.
-	seen     map[string]uint64
-	followed map[string]uint64
-	follows  uint64
+	// announcement subscriptions of each record waited on; follows numbers
+	// them (keySubs.gen).
+	keyed   bool
+	subs    map[string]*keySubs
+	follows uint64
+	// ann takes a keyed waiter's announcements (announcements.go).
+	ann *announceQueue
 	// decoded keeps the last revision decoded of each record.
 	decoded decodedRecords
 }
 
+// wait is one registered wait: one allocation, whatever it holds.
 type wait struct {
 	fn WaitFunc
-	// start hands the wait the record as its registration read it (nil
-	// when there is none yet); until then fn only keeps the newest change.
-	start func(rec *contracts.Record, rev uint64) bool
 	// finished is set once, under Waiter.mu, and read without it by the
 	// wait's own callback.
 	finished atomic.Bool
+
+	// Calls from the registration's read and from the announcements are
+	// serialized by mu, and never go back: a revision older than one the
+	// wait has seen (reads racing, one started before the wait registered)
+	// is not handed to it. A change that arrives before the registration's
+	// own read (ready) is kept in early, and the newer of the two is
+	// handed over first.
+	mu    sync.Mutex
+	ready bool
+	last  uint64
+	early *contracts.Record
+	erev  uint64
+}
+
+// changed hands the wait a record change and reports whether it is done.
+func (wt *wait) changed(rec *contracts.Record, rev uint64) bool {
+	wt.mu.Lock()
+	defer wt.mu.Unlock()
+	if wt.finished.Load() {
+		return true
+	}
+	if !wt.ready {
+		if rev > wt.erev {
+			wt.early, wt.erev = rec, rev
+		}
+		return false
+	}
+	if rev < wt.last {
+		return false
+	}
+	wt.last = rev
+	return wt.fn(rec, rev)
+}
+
+// start hands the wait the record as its registration read it (nil when
+// there is none yet); until then changed only keeps the newest change.
+func (wt *wait) start(rec *contracts.Record, rev uint64) bool {
+	wt.mu.Lock()
+	defer wt.mu.Unlock()
+	wt.ready = true
+	if wt.finished.Load() {
+		return true
+	}
+	if wt.early != nil && wt.erev > rev {
+		rec, rev = wt.early, wt.erev
+	}
+	wt.early = nil
+	if rec == nil {
+		return false
+	}
+	wt.last = rev
+	return wt.fn(rec, rev)
 }
 
 // NewWaiter opens the approvals bucket; each wait then follows its own
@@ -91,7 +137,8 @@ func NewWaiter(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*
 	if err != nil {
 		return nil, err
 	}
-	w.fed, w.keyed, w.subs, w.seen, w.followed = false, true, map[string]*keySubs{}, map[string]uint64{}, map[string]uint64{}
+	w.fed, w.keyed, w.subs = false, true, map[string]*keySubs{}
+	w.ann = newAnnounceQueue(w)
 	return w, nil
 }
 
@@ -202,12 +249,11 @@ func (w *Waiter) Close() error {
 	if w.keyed {
 		w.mu.Lock()
 		for key, ks := range w.subs {
-			for _, s := range ks.subs {
-				_ = s.Unsubscribe()
-			}
+			ks.unsubscribe()
 			delete(w.subs, key)
 		}
 		w.mu.Unlock()
+		w.ann.close()
 	}
 	w.running.Wait()
 	return err
@@ -252,7 +298,7 @@ func (w *Waiter) deliver(key string, rec *contracts.Record, rev uint64) {
 		if wt.finished.Load() {
 			continue
 		}
-		if wt.fn(rec, rev) {
+		if wt.changed(rec, rev) {
 			w.finish(key, wt)
 		}
 	}
@@ -275,13 +321,9 @@ func (w *Waiter) finish(key string, wt *wait) {
 		delete(w.waits, key)
 		if w.keyed {
 			if ks := w.subs[key]; ks != nil {
-				for _, s := range ks.subs {
-					_ = s.Unsubscribe()
-				}
+				ks.unsubscribe()
 			}
 			delete(w.subs, key)
-			delete(w.seen, key)
-			delete(w.followed, key)
 		}
 	} else {
 		w.waits[key] = list
@@ -312,7 +354,29 @@ func (a announcements) subject(key string) string {
 // keySubs are a keyed waiter's subscriptions to one record's announcements.
 type keySubs struct {
 	on   announcements
-	subs []*nats.Subscription
+	subs [3]*nats.Subscription // by kind, as many as on has
+	// gen numbers the key's subscriptions, so that a read started by an
+	// earlier subscription of the key (its waits finished, new ones
+	// registered since) hands them nothing; seen is the newest revision
+	// read of the record, so that two reads racing never hand a wait an
+	// older record after a newer one.
+	gen, seen uint64
+}
+
+func (ks *keySubs) unsubscribe() {
+	for _, s := range ks.subs {
+		if s != nil {
+			_ = s.Unsubscribe()
+		}
+	}
+}
+
+// genOf is the generation of key's subscriptions (0: none); w.mu is held.
+func (w *Waiter) genOf(key string) uint64 {
+	if ks := w.subs[key]; ks != nil {
+		return ks.gen
+	}
+	return 0
 }
 
 // follow subscribes a keyed waiter to key's announcements of the kinds in
@@ -329,25 +393,22 @@ func (w *Waiter) follow(key string, on announcements) error {
 	}
 	if ks == nil {
 		w.follows++
-		ks = &keySubs{}
+		ks = &keySubs{gen: w.follows}
 		w.subs[key] = ks
-		w.followed[key] = w.follows
 	}
-	gen := w.followed[key]
-	for kind := onCreated; kind <= onDecided; kind <<= 1 {
+	for i, kind := 0, onCreated; kind <= onDecided; i, kind = i+1, kind<<1 {
 		if on&kind == 0 || ks.on&kind != 0 {
 			continue
 		}
-		s, err := w.nc.Subscribe(kind.subject(key), func(*nats.Msg) { w.reread(key, gen) })
+		s, err := w.ann.subscribe(w.nc, kind.subject(key))
 		if err != nil {
-			if len(ks.subs) == 0 {
+			if ks.on == 0 {
 				delete(w.subs, key)
-				delete(w.followed, key)
 			}
 			return fmt.Errorf("orchestrator: follow %s: %w", kind.subject(key), err)
 		}
 		ks.on |= kind
-		ks.subs = append(ks.subs, s)
+		ks.subs[i] = s
 	}
 	return nil
 }
@@ -362,15 +423,20 @@ const (
 	rereadMaxRetry   = 5 * time.Second
 )
 
-// reread reads key's record after an announcement and hands it to the
-// waits on it.
-func (w *Waiter) reread(key string, gen uint64) { w.rereadAfter(key, gen, rereadFirstRetry) }
+// rereadCurrent reads key's record after an announcement and hands it to
+// the waits on it.
+func (w *Waiter) rereadCurrent(key string) {
+	w.mu.Lock()
+	gen := w.genOf(key)
+	w.mu.Unlock()
+	w.rereadAfter(key, gen, rereadFirstRetry)
+}
 
 // rereadAfter is reread, which on a failed read tries again after retry.
 func (w *Waiter) rereadAfter(key string, gen uint64, retry time.Duration) {
 	w.mu.Lock()
 	_, waiting := w.waits[key]
-	current := w.followed[key] == gen
+	current := w.genOf(key) == gen
 	w.mu.Unlock()
 	if !waiting || !current || w.isClosed() {
 		return
@@ -388,9 +454,10 @@ func (w *Waiter) rereadAfter(key string, gen uint64, retry time.Duration) {
 		return
 	}
 	w.mu.Lock()
-	stale := e.Revision() <= w.seen[key] || w.followed[key] != gen
-	if !stale && w.waits[key] != nil {
-		w.seen[key] = e.Revision()
+	ks := w.subs[key]
+	stale := ks == nil || ks.gen != gen || e.Revision() <= ks.seen
+	if !stale {
+		ks.seen = e.Revision()
 	}
 	w.mu.Unlock()
 	if stale {
@@ -423,53 +490,7 @@ func (w *Waiter) WatchDecided(ctx context.Context, eventID string, fn WaitFunc) 
 
 // watch is Watch for a keyed waiter that follows the announcements in on.
 func (w *Waiter) watch(ctx context.Context, eventID string, on announcements, fn WaitFunc) (cancel func(), err error) {
-	wt := &wait{}
-	var (
-		once  sync.Mutex
-		ready bool
-		last  uint64
-		early *contracts.Record // the newest change before the read
-		erev  uint64
-	)
-	// Calls from the read below and from the dispatch goroutine are
-	// serialized, and never go back: a revision older than one the wait
-	// has seen (reads racing, one started before the wait registered) is
-	// not handed to it. A change that arrives before the registration's
-	// own read is kept, and the newer of the two is handed over first.
-	wt.fn = func(rec *contracts.Record, rev uint64) bool {
-		once.Lock()
-		defer once.Unlock()
-		if wt.finished.Load() {
-			return true
-		}
-		if !ready {
-			if rev > erev {
-				early, erev = rec, rev
-			}
-			return false
-		}
-		if rev < last {
-			return false
-		}
-		last = rev
-		return fn(rec, rev)
-	}
-	wt.start = func(rec *contracts.Record, rev uint64) bool {
-		once.Lock()
-		defer once.Unlock()
-		ready = true
-		if wt.finished.Load() {
-			return true
-		}
-		if early != nil && erev > rev {
-			rec, rev = early, erev
-		}
-		if rec == nil {
-			return false
-		}
-		last = rev
-		return fn(rec, rev)
-	}
+	wt := &wait{fn: fn}
 	w.mu.Lock()
 	w.waits[eventID] = append(w.waits[eventID], wt)
 	err = w.follow(eventID, on)

@@ -52,7 +52,7 @@ func BenchmarkWaiterRegister10k(b *testing.B) {
 		heap0, g0 := benchHeap(), runtime.NumGoroutine()
 		b.StartTimer()
 		for _, id := range ids {
-			cancel, err := w.Watch(ctx, id, fn)
+			cancel, err := w.WatchDecided(ctx, id, fn)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"testing"
 	"time"
 
@@ -273,3 +274,64 @@ func (h *signalHandler) Handle(_ context.Context, r slog.Record) error {
 }
 func (h *signalHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h *signalHandler) WithGroup(string) slog.Handler      { return h }
+
+// A wait holds a subscription to its record's announcements but no
+// goroutine (DESIGN §9: 100,000 waits in one process): registering
+// hundreds of waits leaves the goroutine count where it was, and
+// decisions of more records than the waiter has readers at once all
+// reach their waits.
+func TestWaitsHoldNoGoroutineEach(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w, err := orchestrator.NewWaiter(ctx, e.srv.JetStreamAs(embedded.RoleOrchestrator), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	never := func(*contracts.Record, uint64) bool { return false }
+	const waits = 300
+	before := runtime.NumGoroutine()
+	for i := range waits {
+		if _, err := w.WatchDecided(ctx, fmt.Sprintf("no-record-%d", i), never); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := w.Pending(); n != waits {
+		t.Fatalf("%d waits pending, want %d", n, waits)
+	}
+	// The server's own goroutines come and go; a goroutine per wait would
+	// add 300.
+	if added := runtime.NumGoroutine() - before; added > 20 {
+		t.Fatalf("%d waits added %d goroutines", waits, added)
+	}
+
+	const decided = 40
+	done := make(chan *contracts.Record, decided)
+	ids := make([]string, decided)
+	for i := range ids {
+		r := contracts.Run{ID: fmt.Sprintf("no-goroutine-%d", i), Agent: "billing-bot", RequestedBy: "agent:billing"}
+		call := orchestrator.ToolCall{ID: "pay", Name: "payments.send", Arguments: json.RawMessage(`{"amount":1}`)}
+		if _, err := e.gate.Submit(ctx, r, []orchestrator.ToolCall{call}); err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = orchestrator.EventID(r, call.ID)
+		e.waitRecord(t, ids[i], pending)
+		if _, err := w.WatchDecided(ctx, ids[i], decidedInto(done)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range ids {
+		e.vote(t, id, "alice", contracts.DecisionApprove, "")
+	}
+	for i := range decided {
+		select {
+		case rec := <-done:
+			if rec.Status != contracts.StatusApproved {
+				t.Fatalf("wait %d woken with %s", i, rec.Status)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%d of %d decided waits woken", i, decided)
+		}
+	}
+}

@@ -172,17 +172,23 @@ func TestTimeline(t *testing.T) {
 // waitDecided blocks until the decided event of id is stored.
 func (e *env) waitDecided(ctx context.Context, t *testing.T, id string) {
 	t.Helper()
-	// An ordered consumer delivers only what the stream has stored, so the
+	e.waitStored(ctx, t, contracts.DecidedSubject(id))
+}
+
+// waitStored blocks until a message on subject is stored in HITL_EVENTS.
+func (e *env) waitStored(ctx context.Context, t *testing.T, subject string) {
+	t.Helper()
+	// An ordered consumer delivers only what the stream has stored, so a
 	// timeline read after it finds the event (a plain subscription can see
 	// the publish before the stream has stored it).
 	c, err := e.js.OrderedConsumer(ctx, contracts.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{contracts.DecidedSubject(id)},
+		FilterSubjects: []string{subject},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Next(jetstream.FetchContext(ctx)); err != nil {
-		t.Fatalf("no decided event: %v", err)
+		t.Fatalf("nothing stored on %s: %v", subject, err)
 	}
 }
 

@@ -106,6 +106,11 @@ func TestGrantsOverHTTP(t *testing.T) {
 		t.Fatalf("a call after the revocation: %+v", after)
 	}
 
+	// The revocation answers once the grant is revoked; its timeline event
+	// is stored right after.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e.waitStored(ctx, t, contracts.GrantRevokedSubject(first.EventID))
 	var tl api.Timeline
 	e.call(t, "GET", "/v1/grants/"+first.EventID+"/events", "alice", nil).decode(t, &tl)
 	var kinds []string
