@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -41,6 +42,9 @@ type announceQueue struct {
 	mu      sync.Mutex
 	keys    []string
 	workers int
+	// rechecking is set while an overflow's re-read of every wait runs:
+	// overflows meanwhile add none.
+	rechecking atomic.Bool
 }
 
 func newAnnounceQueue(w *Waiter) *announceQueue {
@@ -80,10 +84,14 @@ func (a *announceQueue) receive() {
 // overflowed makes every wait read its record again, as after a reconnect:
 // what a dropped announcement told is then read.
 func (a *announceQueue) overflowed() {
-	a.w.log.Warn("announceQueue arrived faster than this process took them; every pending wait reads its record again")
+	if !a.rechecking.CompareAndSwap(false, true) {
+		return
+	}
+	a.w.log.Warn("announcements arrived faster than this process took them; every pending wait reads its record again")
 	a.w.running.Add(1)
 	go func() {
 		defer a.w.running.Done()
+		defer a.rechecking.Store(false)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		a.w.recheck(ctx)

@@ -335,3 +335,36 @@ func TestWaitsHoldNoGoroutineEach(t *testing.T) {
 		}
 	}
 }
+
+// When announcements arrived faster than the waiter took them (its
+// channel was full, so the connection may have dropped some), every wait
+// reads its record again: a decision whose announcement was lost still
+// reaches its wait.
+func TestWaiterRereadsEveryWaitAfterAnOverflow(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w, err := orchestrator.NewWaiter(ctx, e.srv.JetStreamAs(embedded.RoleOrchestrator), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	id, decided := e.proposeAndWaitDecided(ctx, t, w, "overflow")
+	w.MissAnnouncementsForTest(id)
+	e.vote(t, id, "alice", contracts.DecisionApprove, "")
+	e.waitRecord(t, id, func(rec *contracts.Record) bool { return rec.Terminal() })
+	select {
+	case rec := <-decided:
+		t.Fatalf("the wait resumed (%s) without an announcement", rec.Status)
+	default:
+	}
+	w.OverflowForTest()
+	select {
+	case rec := <-decided:
+		if rec.Status != contracts.StatusApproved {
+			t.Fatalf("resumed with %s", rec.Status)
+		}
+	case <-ctx.Done():
+		t.Fatal("the wait was not woken by the re-read after the overflow")
+	}
+}
