@@ -811,6 +811,24 @@ func (p *Permit) Receipt() string {
 	return ""
 }
 
+// claimed tells from rec whether the claim claimID is settled (done) and
+// how: nil for accepted (the receipt is kept), ErrAlreadyExecuted for
+// another claim, ErrNotApproved for a record that is not approved for
+// these arguments.
+func (p *Permit) claimed(rec *contracts.Record, claimID string) (done bool, err error) {
+	switch {
+	case rec.Status != contracts.StatusApproved || rec.Outcome == nil || rec.Outcome.ArgumentsSHA256 != p.sha:
+		return true, ErrNotApproved
+	case rec.Claim == nil:
+		return false, nil
+	case rec.Claim.ClaimID == claimID:
+		r := rec.Claim.Receipt
+		p.receipt.Store(&r)
+		return true, nil
+	}
+	return true, ErrAlreadyExecuted
+}
+
 // Claim marks the approval as used, right before the call runs. It succeeds
 // once per approval across the fleet; a claim from any other permit, in this
 // or any other process, fails with ErrAlreadyExecuted. Calling Claim again on
@@ -838,23 +856,36 @@ func (p *Permit) Claim(ctx context.Context) error {
 		Spec: contracts.SpecCommand, CommandID: claimID, EventID: p.eventID, Command: contracts.CommandClaim,
 		By: p.by, ClaimID: claimID, IssuedAt: p.g.cfg.Now().UTC(),
 	}
+	// Asked by request, the arbiter answers once it has applied the claim
+	// and stored the record: one read of the record tells how it went.
+	handled, err := p.g.askClaim(ctx, cmd)
+	if err != nil {
+		return err
+	}
+	if handled {
+		entry, err := p.g.kv.Get(ctx, p.eventID)
+		if err != nil {
+			return fmt.Errorf("orchestrator: read record %s: %w", p.eventID, err)
+		}
+		rec, err := p.g.waiter.decoded.decode(p.eventID, entry.Value(), entry.Revision())
+		if err != nil {
+			return fmt.Errorf("orchestrator: record %s is unreadable: %w", p.eventID, err)
+		}
+		if done, err := p.claimed(rec, claimID); done {
+			return err
+		}
+		// Approved and not claimed: a claim the arbiter could not apply at
+		// once. It goes through the command subject, as below.
+	}
 	result := make(chan error, 1)
 	// The record is approved (terminal) already: the arbiter tells of the
 	// claim it records, or refuses, on the changed announcement alone.
 	cancel, err := p.g.waiter.watch(ctx, p.eventID, onChanged, func(rec *contracts.Record, _ uint64) bool {
-		switch {
-		case rec.Status != contracts.StatusApproved || rec.Outcome == nil || rec.Outcome.ArgumentsSHA256 != p.sha:
-			result <- ErrNotApproved
-		case rec.Claim == nil:
-			return false
-		case rec.Claim.ClaimID == claimID:
-			r := rec.Claim.Receipt
-			p.receipt.Store(&r)
-			result <- nil
-		default:
-			result <- ErrAlreadyExecuted
+		done, err := p.claimed(rec, claimID)
+		if done {
+			result <- err
 		}
-		return true
+		return done
 	})
 	if err != nil {
 		return err
@@ -866,7 +897,7 @@ func (p *Permit) Claim(ctx context.Context) error {
 		return err
 	default:
 	}
-	if err := p.g.SendClaim(ctx, cmd); err != nil {
+	if err := p.g.publishClaim(ctx, cmd); err != nil {
 		return err
 	}
 	select {
