@@ -35,17 +35,7 @@ func TestWaiterReceivesOnlyWhatConcernsItsWaits(t *testing.T) {
 	}
 	defer bucket.Close()
 
-	propose := func(runID string) string {
-		r := contracts.Run{ID: runID, Agent: "billing-bot", RequestedBy: "agent:billing"}
-		call := orchestrator.ToolCall{ID: "pay", Name: "payments.send", Arguments: json.RawMessage(`{"amount":1}`)}
-		if _, err := e.gate.Submit(ctx, r, []orchestrator.ToolCall{call}); err != nil {
-			t.Fatal(err)
-		}
-		id := orchestrator.EventID(r, call.ID)
-		e.waitRecord(t, id, pending)
-		return id
-	}
-	mine := propose("keyed-mine")
+	mine := e.propose(ctx, t, "keyed-mine")
 	decided := make(chan *contracts.Record, 2)
 	for _, w := range []*orchestrator.Waiter{keyed, bucket} {
 		if _, err := w.Watch(ctx, mine, decidedInto(decided)); err != nil {
@@ -55,7 +45,7 @@ func TestWaiterReceivesOnlyWhatConcernsItsWaits(t *testing.T) {
 	const others = 20
 	ids := make([]string, others)
 	for i := range ids {
-		ids[i] = propose(fmt.Sprintf("keyed-other-%d", i))
+		ids[i] = e.propose(ctx, t, fmt.Sprintf("keyed-other-%d", i))
 	}
 	// The bucket waiter is told of each decision by its watch of the whole
 	// bucket.
@@ -145,18 +135,8 @@ func TestWaiterDecodesEachRevisionOnce(t *testing.T) {
 	e := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	w, err := orchestrator.NewWaiter(ctx, e.srv.JetStreamAs(embedded.RoleOrchestrator), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	r := contracts.Run{ID: "decode-once", Agent: "billing-bot", RequestedBy: "agent:billing"}
-	call := orchestrator.ToolCall{ID: "pay", Name: "payments.send", Arguments: json.RawMessage(`{"amount":1}`)}
-	if _, err := e.gate.Submit(ctx, r, []orchestrator.ToolCall{call}); err != nil {
-		t.Fatal(err)
-	}
-	id := orchestrator.EventID(r, call.ID)
-	e.waitRecord(t, id, pending)
+	w := e.keyedWaiter(ctx, t, nil)
+	id := e.propose(ctx, t, "decode-once")
 	e.vote(t, id, "alice", contracts.DecisionApprove, "")
 	e.waitRecord(t, id, func(rec *contracts.Record) bool { return rec.Terminal() })
 	got := make([]*contracts.Record, 0, 2)
@@ -182,11 +162,7 @@ func TestWaiterReadsAnAnnouncedRecordAgainAfterAFailedRead(t *testing.T) {
 	defer cancel()
 	failed := make(chan struct{}, 16)
 	log := slog.New(&signalHandler{msg: "reading an announced approval record failed; reading it again", c: failed})
-	w, err := orchestrator.NewWaiter(ctx, e.srv.JetStreamAs(embedded.RoleOrchestrator), log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w := e.keyedWaiter(ctx, t, log)
 	id, decided := e.proposeAndWaitDecided(ctx, t, w, "reread-retry")
 
 	// The bucket stops answering the waiter's reads (its direct gets) while
@@ -230,6 +206,18 @@ func TestWaiterReadsAnAnnouncedRecordAgainAfterAFailedRead(t *testing.T) {
 // channel receives the decided record.
 func (e *env) proposeAndWaitDecided(ctx context.Context, t *testing.T, w *orchestrator.Waiter, runID string) (string, chan *contracts.Record) {
 	t.Helper()
+	id := e.propose(ctx, t, runID)
+	decided := make(chan *contracts.Record, 1)
+	if _, err := w.WatchDecided(ctx, id, decidedInto(decided)); err != nil {
+		t.Fatal(err)
+	}
+	return id, decided
+}
+
+// propose submits a gated payment of run runID and returns its event id
+// once its record is pending.
+func (e *env) propose(ctx context.Context, t *testing.T, runID string) string {
+	t.Helper()
 	r := contracts.Run{ID: runID, Agent: "billing-bot", RequestedBy: "agent:billing"}
 	call := orchestrator.ToolCall{ID: "pay", Name: "payments.send", Arguments: json.RawMessage(`{"amount":1}`)}
 	if _, err := e.gate.Submit(ctx, r, []orchestrator.ToolCall{call}); err != nil {
@@ -237,11 +225,19 @@ func (e *env) proposeAndWaitDecided(ctx context.Context, t *testing.T, w *orches
 	}
 	id := orchestrator.EventID(r, call.ID)
 	e.waitRecord(t, id, pending)
-	decided := make(chan *contracts.Record, 1)
-	if _, err := w.WatchDecided(ctx, id, decidedInto(decided)); err != nil {
+	return id
+}
+
+// keyedWaiter is a waiter made by NewWaiter on the orchestrator's NATS
+// user, closed when the test ends.
+func (e *env) keyedWaiter(ctx context.Context, t *testing.T, log *slog.Logger) *orchestrator.Waiter {
+	t.Helper()
+	w, err := orchestrator.NewWaiter(ctx, e.srv.JetStreamAs(embedded.RoleOrchestrator), log)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return id, decided
+	t.Cleanup(func() { _ = w.Close() })
+	return w
 }
 
 // decidedInto is a wait that sends the record to ch once it is decided.
@@ -284,11 +280,7 @@ func TestWaitsHoldNoGoroutineEach(t *testing.T) {
 	e := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	w, err := orchestrator.NewWaiter(ctx, e.srv.JetStreamAs(embedded.RoleOrchestrator), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w := e.keyedWaiter(ctx, t, nil)
 	never := func(*contracts.Record, uint64) bool { return false }
 	const waits = 300
 	before := runtime.NumGoroutine()
@@ -310,13 +302,7 @@ func TestWaitsHoldNoGoroutineEach(t *testing.T) {
 	done := make(chan *contracts.Record, decided)
 	ids := make([]string, decided)
 	for i := range ids {
-		r := contracts.Run{ID: fmt.Sprintf("no-goroutine-%d", i), Agent: "billing-bot", RequestedBy: "agent:billing"}
-		call := orchestrator.ToolCall{ID: "pay", Name: "payments.send", Arguments: json.RawMessage(`{"amount":1}`)}
-		if _, err := e.gate.Submit(ctx, r, []orchestrator.ToolCall{call}); err != nil {
-			t.Fatal(err)
-		}
-		ids[i] = orchestrator.EventID(r, call.ID)
-		e.waitRecord(t, ids[i], pending)
+		ids[i] = e.propose(ctx, t, fmt.Sprintf("no-goroutine-%d", i))
 		if _, err := w.WatchDecided(ctx, ids[i], decidedInto(done)); err != nil {
 			t.Fatal(err)
 		}
@@ -344,11 +330,7 @@ func TestWaiterRereadsEveryWaitAfterAnOverflow(t *testing.T) {
 	e := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	w, err := orchestrator.NewWaiter(ctx, e.srv.JetStreamAs(embedded.RoleOrchestrator), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w := e.keyedWaiter(ctx, t, nil)
 	id, decided := e.proposeAndWaitDecided(ctx, t, w, "overflow")
 	w.MissAnnouncementsForTest(id)
 	e.vote(t, id, "alice", contracts.DecisionApprove, "")

@@ -21,6 +21,21 @@ import (
 	"github.com/countersign/countersign/services/countersigntest"
 )
 
+// newInternalServer starts an API server as the API's NATS user of srv
+// with cfg (its bus, gate and metrics filled in), closed when the test ends.
+func newInternalServer(t *testing.T, srv *eventstest.Server, cfg Config) *Server {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	apiJS := srv.JetStreamAs(embedded.RoleAPI)
+	cfg.JS, cfg.Gate, cfg.Registerer, cfg.Gatherer = apiJS, countersigntest.Gate(t, apiJS, nil), reg, reg
+	s, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
 // A stream that stops reading is dropped once it is feedBuffer messages
 // behind; a stream that keeps reading gets every message meanwhile.
 func TestFeedDropsOnlyTheStreamThatFallsBehind(t *testing.T) {
@@ -29,13 +44,7 @@ func TestFeedDropsOnlyTheStreamThatFallsBehind(t *testing.T) {
 	srv.Provision(js)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	reg := prometheus.NewRegistry()
-	apiJS := srv.JetStreamAs(embedded.RoleAPI)
-	s, err := New(ctx, Config{JS: apiJS, Gate: countersigntest.Gate(t, apiJS, nil), Registerer: reg, Gatherer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	s := newInternalServer(t, srv, Config{})
 
 	stalled, err := s.feed.subscribe()
 	if err != nil {
@@ -106,18 +115,11 @@ func TestFeedDropsOnlyTheStreamThatFallsBehind(t *testing.T) {
 func TestReplaysAreBounded(t *testing.T) {
 	srv := eventstest.NewServer(t)
 	srv.Provision(srv.JetStream())
-	reg := prometheus.NewRegistry()
-	apiJS := srv.JetStreamAs(embedded.RoleAPI)
 	tok, hash, err := NewToken()
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(context.Background(), Config{JS: apiJS, Gate: countersigntest.Gate(t, apiJS, nil), Registerer: reg, Gatherer: reg,
-		Tokens: []Token{{Name: "a", Subject: "alice", SHA256: hash, Roles: []string{RoleApprover}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	s := newInternalServer(t, srv, Config{Tokens: []Token{{Name: "a", Subject: "alice", SHA256: hash, Roles: []string{RoleApprover}}}})
 	// An event on each stream, so a reconnect from the start has something to replay.
 	if _, err := events.Publish(context.Background(), srv.JetStream(), contracts.DecidedSubject("e1"), map[string]string{"spec": contracts.SpecDecided}, "d1", nil); err != nil {
 		t.Fatal(err)
@@ -144,8 +146,6 @@ func TestFeedSendsChangesOfRecordsOlderThanTheIndexKeeps(t *testing.T) {
 	srv.Provision(admin)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	reg := prometheus.NewRegistry()
-	apiJS := srv.JetStreamAs(embedded.RoleAPI)
 	tokens := map[string]string{}
 	var toks []Token
 	for _, id := range []string{"alice", "mallory"} {
@@ -156,12 +156,7 @@ func TestFeedSendsChangesOfRecordsOlderThanTheIndexKeeps(t *testing.T) {
 		tokens[id] = tok
 		toks = append(toks, Token{Name: id, Subject: id, SHA256: hash, Roles: []string{RoleApprover}})
 	}
-	s, err := New(ctx, Config{JS: apiJS, Gate: countersigntest.Gate(t, apiJS, nil), Registerer: reg, Gatherer: reg,
-		Tokens: toks, IndexRecent: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	s := newInternalServer(t, srv, Config{Tokens: toks, IndexRecent: 1})
 	hs := httptest.NewServer(s.Handler())
 	t.Cleanup(hs.Close)
 
