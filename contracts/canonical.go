@@ -58,8 +58,14 @@ func ArgumentsSHA256(args []byte) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return CanonicalSHA256(canonical), nil
+}
+
+// CanonicalSHA256 is ArgumentsSHA256 of arguments already in their RFC 8785
+// form (what Canonicalize returns), without canonicalizing them again.
+func CanonicalSHA256(canonical []byte) string {
 	sum := sha256.Sum256(canonical)
-	return hex.EncodeToString(sum[:]), nil
+	return hex.EncodeToString(sum[:])
 }
 
 // jcsParser reads one JSON text and writes its canonical form as it goes.

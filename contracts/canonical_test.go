@@ -451,3 +451,26 @@ func FuzzCanonicalize(f *testing.F) {
 		}
 	})
 }
+
+// CanonicalSHA256 of Canonicalize's output is ArgumentsSHA256 of the
+// input: the canonical form is its own canonical form.
+func TestCanonicalSHA256OfCanonicalFormMatchesArgumentsSHA256(t *testing.T) {
+	for _, in := range []string{
+		`{}`,
+		`{"b":2,"a":1}`,
+		`{ "amount" : 1.50, "memo": "caf\u00e9 <b>&</b>", "n": 1E3, "list": [3, 2, {"z": null, "y": true}] }`,
+		`{"\u20ac":"\ud83d\ude00","a\nb":-0,"big":1e21,"small":1e-7}`,
+	} {
+		canon, err := contracts.Canonicalize([]byte(in))
+		if err != nil {
+			t.Fatalf("%s: %v", in, err)
+		}
+		want, err := contracts.ArgumentsSHA256([]byte(in))
+		if err != nil {
+			t.Fatalf("%s: %v", in, err)
+		}
+		if got := contracts.CanonicalSHA256(canon); got != want {
+			t.Errorf("%s: CanonicalSHA256 %s, ArgumentsSHA256 %s", in, got, want)
+		}
+	}
+}

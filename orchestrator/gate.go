@@ -445,11 +445,7 @@ func canonicalArgs(raw json.RawMessage) (json.RawMessage, string, *Error) {
 	if err != nil {
 		return nil, "", fieldErr(ErrInvalidArguments, "", err, "tool call arguments must be a JSON object: %v", err)
 	}
-	sha, err := contracts.ArgumentsSHA256(canon)
-	if err != nil {
-		return nil, "", fieldErr(ErrInvalidArguments, "", err, "tool call arguments must be a JSON object: %v", err)
-	}
-	return canon, sha, nil
+	return canon, contracts.CanonicalSHA256(canon), nil
 }
 
 // gate re-attaches to the call's approval or requests a new one.

@@ -204,11 +204,7 @@ func validateReview(req *reviewRequest, lim contracts.Limits) ([]string, *Error)
 		if err != nil {
 			return nil, fieldError(http.StatusBadRequest, CodeInvalidArguments, at+".arguments", "%s.arguments: %v", at, err)
 		}
-		sha, err := contracts.ArgumentsSHA256(canon)
-		if err != nil {
-			return nil, fieldError(http.StatusBadRequest, CodeInvalidArguments, at+".arguments", "%s.arguments: %v", at, err)
-		}
-		hashes[i] = sha
+		hashes[i] = contracts.CanonicalSHA256(canon)
 		if aerr := checkSchemaField(c.ToolSchema, at+".tool_schema"); aerr != nil {
 			return nil, aerr
 		}
