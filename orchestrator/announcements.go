@@ -25,7 +25,7 @@ const (
 	// takes what arrives at memory speed, so it fills only when the
 	// process is starved of CPU, and then every wait reads its record
 	// again (announceQueue.overflowed).
-	announceBuffer     = 1 << 14
+	announceBuffer     = 1 << 12
 	announceWorkers    = 16
 	announceWorkerIdle = time.Second
 )
