@@ -259,26 +259,47 @@ func (g *Gate) Review(ctx context.Context, run contracts.Run, calls []ToolCall) 
 // nothing had to wait), so a slow or blocking done never holds up other
 // waits.
 func (g *Gate) ReviewAsync(ctx context.Context, run contracts.Run, calls []ToolCall, done func([]Verdict, error)) error {
-	verdicts, err := g.Submit(ctx, run, calls)
+	r := &asyncReview{done: done}
+	// Each gated call's wait registers before the gate reads the call's
+	// record, and starts from that read: one read a call, and a decision
+	// that lands in between is seen by the read or by the wait. A wait
+	// calls back only once begun, after every verdict is known.
+	arms := make([]*armed, len(calls))
+	verdicts, err := g.submit(ctx, run, calls, func(i int, eventID string) (*armed, error) {
+		a, err := g.waiter.arm(eventID, onDecided, func(rec *contracts.Record, _ uint64) bool {
+			if !rec.Terminal() {
+				return false
+			}
+			r.decided(i, g.verdictFor(rec, calls[i].ID, r.sha(i)))
+			return true
+		})
+		arms[i] = a
+		return a, err
+	})
 	if err != nil {
+		for _, a := range arms {
+			if a != nil {
+				a.cancel()
+			}
+		}
 		return err
 	}
-	r := &asyncReview{verdicts: verdicts, done: done}
-	for _, v := range verdicts {
+	r.verdicts = verdicts
+	for i, v := range verdicts {
 		if v.Verdict == VerdictPending {
 			r.left++
+			r.cancels = append(r.cancels, arms[i].cancel)
+		} else if arms[i] != nil {
+			arms[i].cancel() // decided already, or allowed by a grant
 		}
 	}
 	if r.left == 0 {
 		done(verdicts, nil)
 		return nil
 	}
-	for i := range verdicts {
-		if verdicts[i].Verdict != VerdictPending {
-			continue
-		}
-		if !r.watch(ctx, g, i) {
-			return nil
+	for i, v := range verdicts {
+		if v.Verdict == VerdictPending {
+			arms[i].begin() // may finish the review: mu is not held
 		}
 	}
 	r.endWith(ctx)
@@ -297,31 +318,11 @@ type asyncReview struct {
 	stop     func() bool
 }
 
-// watch waits for verdicts[i]'s record to be decided. It reports false
-// when the watch could not start, which has ended the review.
-func (r *asyncReview) watch(ctx context.Context, g *Gate, i int) bool {
-	id, callID, sha := r.verdicts[i].EventID, r.verdicts[i].ToolCallID, r.verdicts[i].sha
-	// The callback may run before Watch returns (the record was already
-	// decided), so mu is never held across Watch.
-	cancel, err := g.waiter.WatchDecided(ctx, id, func(rec *contracts.Record, _ uint64) bool {
-		if !rec.Terminal() {
-			return false
-		}
-		r.decided(i, g.verdictFor(rec, callID, sha))
-		return true
-	})
+// sha is the arguments hash of verdicts[i].
+func (r *asyncReview) sha(i int) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err != nil {
-		r.finish(err)
-		return false
-	}
-	if r.fired {
-		cancel()
-	} else {
-		r.cancels = append(r.cancels, cancel)
-	}
-	return true
+	return r.verdicts[i].sha
 }
 
 // decided records verdicts[i] and finishes the review with the last one.
@@ -373,6 +374,17 @@ func (r *asyncReview) finish(err error) {
 // Submit decides every call and publishes the gated ones without waiting:
 // gated calls not yet decided get VerdictPending with their event id.
 func (g *Gate) Submit(ctx context.Context, run contracts.Run, calls []ToolCall) ([]Verdict, error) {
+	return g.submit(ctx, run, calls, nil)
+}
+
+// armFunc registers a wait for calls[i], whose event id is eventID, before
+// the gate reads its record (see ReviewAsync).
+type armFunc func(i int, eventID string) (*armed, error)
+
+// submit is Submit; with arm, each gated call's wait registers before its
+// record is read, and a call left pending keeps its wait (armed.rec holds
+// the record read, nil when there is none yet) for the caller to begin.
+func (g *Gate) submit(ctx context.Context, run contracts.Run, calls []ToolCall, arm armFunc) ([]Verdict, error) {
 	if run.Agent == "" {
 		return nil, errors.New("orchestrator: run.agent is required")
 	}
@@ -422,7 +434,11 @@ func (g *Gate) Submit(ctx context.Context, run contracts.Run, calls []ToolCall) 
 		case policy.ActionDeny:
 			v.Verdict, v.Reason = VerdictDenied, d.Reason
 		default:
-			v, err = g.gate(ctx, run, c, args, sha, d)
+			var armCall func(string) (*armed, error)
+			if arm != nil {
+				armCall = func(eventID string) (*armed, error) { return arm(i, eventID) }
+			}
+			v, err = g.gate(ctx, run, c, args, sha, d, armCall)
 			if err != nil {
 				return nil, fmt.Errorf("orchestrator: tool_calls[%d]: %w", i, err)
 			}
@@ -448,10 +464,24 @@ func canonicalArgs(raw json.RawMessage) (json.RawMessage, string, *Error) {
 	return canon, contracts.CanonicalSHA256(canon), nil
 }
 
-// gate re-attaches to the call's approval or requests a new one.
-func (g *Gate) gate(ctx context.Context, run contracts.Run, c ToolCall, args json.RawMessage, sha string, d policy.Decision) (Verdict, error) {
+// gate re-attaches to the call's approval or requests a new one. With arm,
+// the call's wait registers before the record is read; a call left pending
+// keeps it, with the record read (nil: none yet), and every other outcome
+// ends it.
+func (g *Gate) gate(ctx context.Context, run contracts.Run, c ToolCall, args json.RawMessage, sha string, d policy.Decision, arm func(string) (*armed, error)) (v Verdict, err error) {
 	eventID := EventID(run, c.ID)
-	v := Verdict{ToolCallID: c.ID, EventID: eventID, Rule: d.Rule, Verdict: VerdictPending, sha: sha}
+	v = Verdict{ToolCallID: c.ID, EventID: eventID, Rule: d.Rule, Verdict: VerdictPending, sha: sha}
+	var a *armed
+	if arm != nil {
+		if a, err = arm(eventID); err != nil {
+			return v, err
+		}
+		defer func() {
+			if err != nil || v.Verdict != VerdictPending {
+				a.cancel()
+			}
+		}()
+	}
 	entry, err := g.kv.Get(ctx, eventID)
 	switch {
 	case err == nil:
@@ -465,6 +495,9 @@ func (g *Gate) gate(ctx context.Context, run contracts.Run, c ToolCall, args jso
 		v.Rule = rec.Request.Policy.Rule
 		if rec.Terminal() {
 			return g.verdictFor(&rec, c.ID, sha), nil
+		}
+		if a != nil {
+			a.rec, a.rev = &rec, entry.Revision()
 		}
 		return v, nil
 	case !errors.Is(err, jetstream.ErrKeyNotFound):

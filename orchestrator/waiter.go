@@ -490,21 +490,55 @@ func (w *Waiter) WatchDecided(ctx context.Context, eventID string, fn WaitFunc) 
 
 // watch is Watch for a keyed waiter that follows the announcements in on.
 func (w *Waiter) watch(ctx context.Context, eventID string, on announcements, fn WaitFunc) (cancel func(), err error) {
-	wt := &wait{fn: fn}
-	w.mu.Lock()
-	w.waits[eventID] = append(w.waits[eventID], wt)
-	err = w.follow(eventID, on)
-	w.mu.Unlock()
-	cancel = func() { w.finish(eventID, wt) }
+	a, err := w.arm(eventID, on, fn)
 	if err != nil {
-		cancel()
 		return nil, err
 	}
-	if err := w.check(ctx, eventID, wt); err != nil {
-		cancel()
+	if err := w.check(ctx, eventID, a.wt); err != nil {
+		a.cancel()
 		return nil, err
 	}
-	return cancel, nil
+	return a.cancel, nil
+}
+
+// armed is a wait registered before its record is read: changes that
+// arrive meanwhile are kept, and the wait starts when it is handed the
+// record read after it registered (begin).
+type armed struct {
+	w   *Waiter
+	key string
+	wt  *wait
+	// rec and rev are the record read after arm (nil: none yet), for begin.
+	rec *contracts.Record
+	rev uint64
+}
+
+// arm registers fn as a wait on eventID, following the announcements in on,
+// without reading the record: the caller reads it afterwards, so a change
+// that lands in between is seen by the read or by the wait, and hands it
+// over with begin (or ends the wait with cancel).
+func (w *Waiter) arm(eventID string, on announcements, fn WaitFunc) (*armed, error) {
+	a := &armed{w: w, key: eventID, wt: &wait{fn: fn}}
+	w.mu.Lock()
+	w.waits[eventID] = append(w.waits[eventID], a.wt)
+	err := w.follow(eventID, on)
+	w.mu.Unlock()
+	if err != nil {
+		a.cancel()
+		return nil, err
+	}
+	return a, nil
+}
+
+// cancel ends the wait; it is never called again.
+func (a *armed) cancel() { a.w.finish(a.key, a.wt) }
+
+// begin starts the wait with the record read after arm (a.rec, a.rev), or
+// with a newer one announced meanwhile.
+func (a *armed) begin() {
+	if a.wt.start(a.rec, a.rev) {
+		a.w.finish(a.key, a.wt)
+	}
 }
 
 func (w *Waiter) check(ctx context.Context, eventID string, wt *wait) error {
