@@ -264,8 +264,8 @@ func (g *Gate) ReviewAsync(ctx context.Context, run contracts.Run, calls []ToolC
 	// record, and starts from that read: one read a call, and a decision
 	// that lands in between is seen by the read or by the wait. A wait
 	// calls back only once begun, after every verdict is known.
-	arms := make([]*armed, len(calls))
-	verdicts, err := g.submit(ctx, run, calls, func(i int, eventID string) (*armed, error) {
+	arms := make([]*wait, len(calls))
+	verdicts, err := g.submit(ctx, run, calls, func(i int, eventID string) (*wait, error) {
 		a, err := g.waiter.arm(eventID, onDecided, func(rec *contracts.Record, _ uint64) bool {
 			if !rec.Terminal() {
 				return false
@@ -379,11 +379,11 @@ func (g *Gate) Submit(ctx context.Context, run contracts.Run, calls []ToolCall) 
 
 // armFunc registers a wait for calls[i], whose event id is eventID, before
 // the gate reads its record (see ReviewAsync).
-type armFunc func(i int, eventID string) (*armed, error)
+type armFunc func(i int, eventID string) (*wait, error)
 
 // submit is Submit; with arm, each gated call's wait registers before its
-// record is read, and a call left pending keeps its wait (armed.rec holds
-// the record read, nil when there is none yet) for the caller to begin.
+// record is read, and a call left pending keeps its wait, handed the
+// record read (if there was one), for the caller to begin.
 func (g *Gate) submit(ctx context.Context, run contracts.Run, calls []ToolCall, arm armFunc) ([]Verdict, error) {
 	if run.Agent == "" {
 		return nil, errors.New("orchestrator: run.agent is required")
@@ -434,9 +434,9 @@ func (g *Gate) submit(ctx context.Context, run contracts.Run, calls []ToolCall, 
 		case policy.ActionDeny:
 			v.Verdict, v.Reason = VerdictDenied, d.Reason
 		default:
-			var armCall func(string) (*armed, error)
+			var armCall func(string) (*wait, error)
 			if arm != nil {
-				armCall = func(eventID string) (*armed, error) { return arm(i, eventID) }
+				armCall = func(eventID string) (*wait, error) { return arm(i, eventID) }
 			}
 			v, err = g.gate(ctx, run, c, args, sha, d, armCall)
 			if err != nil {
@@ -466,12 +466,12 @@ func canonicalArgs(raw json.RawMessage) (json.RawMessage, string, *Error) {
 
 // gate re-attaches to the call's approval or requests a new one. With arm,
 // the call's wait registers before the record is read; a call left pending
-// keeps it, with the record read (nil: none yet), and every other outcome
-// ends it.
-func (g *Gate) gate(ctx context.Context, run contracts.Run, c ToolCall, args json.RawMessage, sha string, d policy.Decision, arm func(string) (*armed, error)) (v Verdict, err error) {
+// keeps it, handed the record read if there was one, and every other
+// outcome ends it.
+func (g *Gate) gate(ctx context.Context, run contracts.Run, c ToolCall, args json.RawMessage, sha string, d policy.Decision, arm func(string) (*wait, error)) (v Verdict, err error) {
 	eventID := EventID(run, c.ID)
 	v = Verdict{ToolCallID: c.ID, EventID: eventID, Rule: d.Rule, Verdict: VerdictPending, sha: sha}
-	var a *armed
+	var a *wait
 	if arm != nil {
 		if a, err = arm(eventID); err != nil {
 			return v, err
@@ -497,7 +497,7 @@ func (g *Gate) gate(ctx context.Context, run contracts.Run, c ToolCall, args jso
 			return g.verdictFor(&rec, c.ID, sha), nil
 		}
 		if a != nil {
-			a.rec, a.rev = &rec, entry.Revision()
+			a.changed(&rec, entry.Revision()) // kept until begin
 		}
 		return v, nil
 	case !errors.Is(err, jetstream.ErrKeyNotFound):

@@ -70,7 +70,9 @@ type Waiter struct {
 
 // wait is one registered wait: one allocation, whatever it holds.
 type wait struct {
-	fn WaitFunc
+	w   *Waiter
+	key string
+	fn  WaitFunc
 	// finished is set once, under Waiter.mu, and read without it by the
 	// wait's own callback.
 	finished atomic.Bool
@@ -490,54 +492,42 @@ func (w *Waiter) WatchDecided(ctx context.Context, eventID string, fn WaitFunc) 
 
 // watch is Watch for a keyed waiter that follows the announcements in on.
 func (w *Waiter) watch(ctx context.Context, eventID string, on announcements, fn WaitFunc) (cancel func(), err error) {
-	a, err := w.arm(eventID, on, fn)
+	wt, err := w.arm(eventID, on, fn)
 	if err != nil {
 		return nil, err
 	}
-	if err := w.check(ctx, eventID, a.wt); err != nil {
-		a.cancel()
+	if err := w.check(ctx, eventID, wt); err != nil {
+		wt.cancel()
 		return nil, err
 	}
-	return a.cancel, nil
-}
-
-// armed is a wait registered before its record is read: changes that
-// arrive meanwhile are kept, and the wait starts when it is handed the
-// record read after it registered (begin).
-type armed struct {
-	w   *Waiter
-	key string
-	wt  *wait
-	// rec and rev are the record read after arm (nil: none yet), for begin.
-	rec *contracts.Record
-	rev uint64
+	return wt.cancel, nil
 }
 
 // arm registers fn as a wait on eventID, following the announcements in on,
 // without reading the record: the caller reads it afterwards, so a change
-// that lands in between is seen by the read or by the wait, and hands it
-// over with begin (or ends the wait with cancel).
-func (w *Waiter) arm(eventID string, on announcements, fn WaitFunc) (*armed, error) {
-	a := &armed{w: w, key: eventID, wt: &wait{fn: fn}}
+// that lands in between is seen by the read or by the wait. The wait calls
+// fn from begin on (before, it keeps the newest change it is handed, the
+// caller's read included); cancel ends it.
+func (w *Waiter) arm(eventID string, on announcements, fn WaitFunc) (*wait, error) {
+	wt := &wait{w: w, key: eventID, fn: fn}
 	w.mu.Lock()
-	w.waits[eventID] = append(w.waits[eventID], a.wt)
+	w.waits[eventID] = append(w.waits[eventID], wt)
 	err := w.follow(eventID, on)
 	w.mu.Unlock()
 	if err != nil {
-		a.cancel()
+		wt.cancel()
 		return nil, err
 	}
-	return a, nil
+	return wt, nil
 }
 
-// cancel ends the wait; it is never called again.
-func (a *armed) cancel() { a.w.finish(a.key, a.wt) }
+// cancel ends the wait; fn is never called again.
+func (wt *wait) cancel() { wt.w.finish(wt.key, wt) }
 
-// begin starts the wait with the record read after arm (a.rec, a.rev), or
-// with a newer one announced meanwhile.
-func (a *armed) begin() {
-	if a.wt.start(a.rec, a.rev) {
-		a.w.finish(a.key, a.wt)
+// begin starts a wait from arm with the newest record it was handed.
+func (wt *wait) begin() {
+	if wt.start(nil, 0) {
+		wt.cancel()
 	}
 }
 
