@@ -102,7 +102,7 @@ func (a *announceQueue) overflowed() {
 func (a *announceQueue) push(key string) {
 	a.mu.Lock()
 	a.keys = append(a.keys, key)
-	start := a.workers < announceWorkers && len(a.keys) > 0
+	start := a.workers < announceWorkers
 	if start {
 		a.workers++
 	}

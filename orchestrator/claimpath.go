@@ -39,51 +39,48 @@ type claimPath struct {
 // command is stored; the record tells whether the claim was accepted. The
 // HTTP API's claims take this way; a Permit's Claim does too.
 func (g *Gate) SendClaim(ctx context.Context, cmd contracts.Command) error {
-	handled, err := g.askClaim(ctx, cmd)
-	if handled || err != nil {
+	data, err := claimData(cmd)
+	if err != nil {
 		return err
 	}
-	return g.publishClaim(ctx, cmd)
+	if handled, err := g.askClaim(ctx, cmd.EventID, data); handled || err != nil {
+		return err
+	}
+	return g.publishClaim(ctx, cmd, data)
 }
 
-// askClaim asks the arbiter by request to apply cmd, a claim command, and
-// reports whether it answered that it did: the claimed (or refusing)
-// record is stored then. Not handled with a nil error, the claim is to go
-// through the command subject (publishClaim).
-func (g *Gate) askClaim(ctx context.Context, cmd contracts.Command) (handled bool, err error) {
+// claimData checks that cmd is a claim command and encodes it.
+func claimData(cmd contracts.Command) ([]byte, error) {
 	if cmd.Command != contracts.CommandClaim || cmd.EventID == "" || cmd.ClaimID == "" {
-		return false, errors.New("orchestrator: SendClaim takes a claim command with an event id and a claim id")
+		return nil, errors.New("orchestrator: SendClaim takes a claim command with an event id and a claim id")
 	}
+	return contracts.Marshal(cmd)
+}
+
+// askClaim asks the arbiter by request to apply data, the encoding of a
+// claim command for eventID, and reports whether it answered that it did:
+// the claimed (or refusing) record is stored then. Not handled with a nil
+// error, the claim is to go through the command subject (publishClaim).
+func (g *Gate) askClaim(ctx context.Context, eventID string, data []byte) (handled bool, err error) {
 	now := g.cfg.Now()
 	if now.UnixNano() < g.claims.pausedUntil.Load() {
 		return false, nil
 	}
-	data, err := contracts.Marshal(cmd)
-	if err != nil {
-		return false, err
-	}
-	handled, err = g.requestClaim(ctx, cmd.EventID, data)
+	handled, err = g.requestClaim(ctx, eventID, data)
 	if handled || ctx.Err() != nil {
 		return handled, err
 	}
 	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
 		g.claims.pausedUntil.Store(now.Add(claimRequestPause).UnixNano())
 	}
-	g.cfg.Logger.Debug("claim request not handled; publishing the claim command", "event_id", cmd.EventID, "err", err)
+	g.cfg.Logger.Debug("claim request not handled; publishing the claim command", "event_id", eventID, "err", err)
 	return false, nil
 }
 
-// publishClaim stores cmd, a claim command, on the command subject, for
-// the arbiter to apply.
-func (g *Gate) publishClaim(ctx context.Context, cmd contracts.Command) error {
-	if cmd.Command != contracts.CommandClaim || cmd.EventID == "" || cmd.ClaimID == "" {
-		return errors.New("orchestrator: SendClaim takes a claim command with an event id and a claim id")
-	}
-	data, err := contracts.Marshal(cmd)
-	if err != nil {
-		return err
-	}
-	_, err = events.PublishRaw(ctx, g.cfg.JS, contracts.CommandSubject(cmd.EventID), data, "claim:"+cmd.ClaimID, nil)
+// publishClaim stores data, the encoding of the claim command cmd, on the
+// command subject, for the arbiter to apply.
+func (g *Gate) publishClaim(ctx context.Context, cmd contracts.Command, data []byte) error {
+	_, err := events.PublishRaw(ctx, g.cfg.JS, contracts.CommandSubject(cmd.EventID), data, "claim:"+cmd.ClaimID, nil)
 	return err
 }
 

@@ -887,7 +887,11 @@ func (p *Permit) Claim(ctx context.Context) error {
 	}
 	// Asked by request, the arbiter answers once it has applied the claim
 	// and stored the record: one read of the record tells how it went.
-	handled, err := p.g.askClaim(ctx, cmd)
+	data, err := claimData(cmd)
+	if err != nil {
+		return err
+	}
+	handled, err := p.g.askClaim(ctx, p.eventID, data)
 	if err != nil {
 		return err
 	}
@@ -926,7 +930,7 @@ func (p *Permit) Claim(ctx context.Context) error {
 		return err
 	default:
 	}
-	if err := p.g.publishClaim(ctx, cmd); err != nil {
+	if err := p.g.publishClaim(ctx, cmd, data); err != nil {
 		return err
 	}
 	select {
