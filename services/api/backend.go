@@ -133,7 +133,14 @@ func (s *Server) Follow(w http.ResponseWriter, r *http.Request, p Principal, pre
 // AwaitRecord waits up to wait for approval id to have a record, so that a
 // page told of a new request finds it.
 func (s *Server) AwaitRecord(ctx context.Context, id string, wait time.Duration) {
-	_, _, _, _ = s.watchRecord(ctx, id, wait, func(*contracts.Record) bool { return true })
+	s.awaitRecord(ctx, id, wait)
+}
+
+// awaitRecord returns approval id's record, read from the bucket, waiting
+// up to wait for it to exist (nil if it does not by then).
+func (s *Server) awaitRecord(ctx context.Context, id string, wait time.Duration) *contracts.Record {
+	rec, _, _, _ := s.watchRecord(ctx, id, wait, func(*contracts.Record) bool { return true })
+	return rec
 }
 
 // LogCaller names the caller (by its token's name) in the request's access

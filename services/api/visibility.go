@@ -149,7 +149,7 @@ func (s *Server) forReader(ctx context.Context, p *Principal, m streamMsg) ([]by
 		// Not in the index: a record older than the decided ones it keeps,
 		// or one its watch of the bucket has not reached yet. The bucket
 		// decides, not the index.
-		who, _, _, _ = s.watchRecord(ctx, ev.EventID, feedRecordWait, func(*contracts.Record) bool { return true })
+		who = s.awaitRecord(ctx, ev.EventID, feedRecordWait)
 	}
 	if who == nil || !approval.CanRead(who, reader) {
 		return nil, false
