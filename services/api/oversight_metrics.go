@@ -2,9 +2,7 @@ package api
 
 import (
 	"cmp"
-	"context"
 	"slices"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -66,14 +64,7 @@ func (c *oversightCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *oversightCollector) Collect(ch chan<- prometheus.Metric) {
-	// A scrape reports the bucket as of the scrape, as GET /v1/oversight
-	// does: the index catches up first (bounded well inside a scrape's
-	// timeout; past it, the figures are over what the index holds).
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	if err := c.s.index.catchUp(ctx); err != nil {
-		c.s.log.Warn("records index is behind the bucket; oversight metrics over what it holds", "err", err)
-	}
-	cancel()
+	c.s.settleForScrape()
 	o := oversight.Options{Since: c.s.cfg.Now().Add(-oversight.DefaultWindow), Fast: oversight.DefaultFast}
 	reqs := c.s.index.overseen(approval.Reader{Admin: true}, o)
 	ch <- prometheus.MustNewConstMetric(c.window, prometheus.GaugeValue, oversight.DefaultWindow.Seconds())

@@ -70,7 +70,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Waiter != nil {
 		s.index.observe = cfg.Waiter.Observe
 	}
-	if s.m, err = newMetrics(cfg.Registerer, s.index.pendingCount); err != nil {
+	if s.m, err = newMetrics(cfg.Registerer, func() float64 { s.settleForScrape(); return s.index.pendingCount() }); err != nil {
 		return nil, fmt.Errorf("api: register metrics: %w", err)
 	}
 	if err := cfg.Registerer.Register(newOversightCollector(s)); err != nil {
