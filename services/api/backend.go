@@ -101,18 +101,6 @@ func (s *Server) Settle(ctx context.Context) error {
 	return s.index.catchUp(ctx)
 }
 
-// settleForScrape catches the records index up before a scrape reads it,
-// so that the figures it reports are the bucket's as of the scrape, as a
-// listing's are. It is bounded well inside a scrape's timeout; past it, the
-// figures are over what the index holds.
-func (s *Server) settleForScrape() {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := s.index.catchUp(ctx); err != nil {
-		s.log.Warn("records index is behind the bucket; metrics over what it holds", "err", err)
-	}
-}
-
 // Timeline returns the events of approval id (what GET
 // /v1/approvals/{event_id}/events answers).
 // Nothing is returned of a record p may not read.

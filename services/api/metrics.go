@@ -8,10 +8,11 @@ type metrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	votes    *prometheus.CounterVec
-	pending  prometheus.GaugeFunc
 }
 
-func newMetrics(reg prometheus.Registerer, pending func() float64) (*metrics, error) {
+// newMetrics registers the API's request metrics; the figures computed
+// from the records index at each scrape are recordsCollector's.
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "countersign_http_requests_total",
@@ -26,12 +27,8 @@ func newMetrics(reg prometheus.Registerer, pending func() float64) (*metrics, er
 			Name: "countersign_api_votes_total",
 			Help: "Votes received over HTTP, by result: counted, a refusal reason, in_flight, unknown_event or error.",
 		}, []string{"result"}),
-		pending: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "countersign_pending_approvals",
-			Help: "Approvals waiting for a decision.",
-		}, pending),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.votes, m.pending} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.votes} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

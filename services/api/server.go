@@ -70,10 +70,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Waiter != nil {
 		s.index.observe = cfg.Waiter.Observe
 	}
-	if s.m, err = newMetrics(cfg.Registerer, func() float64 { s.settleForScrape(); return s.index.pendingCount() }); err != nil {
+	if s.m, err = newMetrics(cfg.Registerer); err != nil {
 		return nil, fmt.Errorf("api: register metrics: %w", err)
 	}
-	if err := cfg.Registerer.Register(newOversightCollector(s)); err != nil {
+	if err := cfg.Registerer.Register(newRecordsCollector(s)); err != nil {
 		return nil, fmt.Errorf("api: register the oversight metrics: %w", err)
 	}
 	if err := s.index.start(ctx); err != nil {
