@@ -65,6 +65,10 @@ type stack struct {
 	gate    *orchestrator.Gate
 	reg     *prometheus.Registry
 
+	// restoreProcs puts back GOMAXPROCS after a store that synced every
+	// write, for which the stack raised it as `countersign serve` does.
+	restoreProcs func()
+
 	voteErrs     atomic.Int64 // async vote publishes that failed
 	stopArbiter  context.CancelFunc
 	arbiterDone  chan error
@@ -224,6 +228,9 @@ func (st *stack) close() {
 		ns.Shutdown()
 		ns.WaitForShutdown()
 	}
+	if st.restoreProcs != nil {
+		st.restoreProcs()
+	}
 	if st.dir != "" {
 		_ = os.RemoveAll(st.dir)
 	}
@@ -233,6 +240,12 @@ func (st *stack) close() {
 // routed to each other on loopback, and waits until JetStream is ready
 // (for the cluster: a meta leader that every node follows).
 func (st *stack) startServers() error {
+	if st.mode == SyncAlways {
+		// As `countersign serve` does with its embedded server. The
+		// cluster's nodes stand for nats-server processes of their own,
+		// which Countersign does not tune.
+		_, st.restoreProcs = embedded.RaiseProcsForSyncWrites()
+	}
 	n := 1
 	if st.mode == SyncCluster {
 		n = 3

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -127,6 +128,9 @@ type conns struct {
 	all     []*nats.Conn
 	natsURL string
 	srv     *embedded.Server
+	// restoreProcs puts back GOMAXPROCS when the embedded server synced
+	// every write (embedded.RaiseProcsForSyncWrites).
+	restoreProcs func()
 }
 
 // permLog keeps the last permission violations reported by the server and
@@ -229,6 +233,9 @@ func (c *conns) close() {
 	}
 	if c.srv != nil {
 		c.srv.Shutdown()
+	}
+	if c.restoreProcs != nil {
+		c.restoreProcs()
 	}
 }
 
@@ -435,8 +442,15 @@ func connect(cfg serveConfig, log *slog.Logger) (*conns, error) {
 	if err != nil {
 		return nil, err
 	}
+	if ec.SyncAlways {
+		procs, restore := embedded.RaiseProcsForSyncWrites()
+		cs.restoreProcs = restore
+		log.Info("the embedded store syncs every write: Go processors raised to cover threads blocked in syncs (set GOMAXPROCS to choose)",
+			"gomaxprocs", procs, "cpus", runtime.NumCPU())
+	}
 	srv, err := embedded.Start(ec)
 	if err != nil {
+		cs.close()
 		return nil, fmt.Errorf("serve: embedded NATS: %w", err)
 	}
 	cs.srv = srv

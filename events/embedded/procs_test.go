@@ -1,0 +1,65 @@
+package embedded
+
+import (
+	"runtime"
+	"testing"
+)
+
+func TestSyncWriteProcs(t *testing.T) {
+	for _, c := range []struct{ procs, want int }{
+		{0, 2}, {1, 2}, {2, 4}, {4, 8}, {8, 16}, {12, 20}, {64, 72},
+	} {
+		if got := SyncWriteProcs(c.procs); got != c.want {
+			t.Errorf("SyncWriteProcs(%d) = %d, want %d", c.procs, got, c.want)
+		}
+	}
+}
+
+// withProcs runs the test with GOMAXPROCS at n and puts back the value it
+// found afterwards.
+func withProcs(t *testing.T, n int) {
+	t.Helper()
+	prev := runtime.GOMAXPROCS(n)
+	t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
+}
+
+func TestRaiseProcsForSyncWritesAndRestore(t *testing.T) {
+	t.Setenv("GOMAXPROCS", "")
+	withProcs(t, 3)
+	procs, restore := RaiseProcsForSyncWrites()
+	if procs != 6 || runtime.GOMAXPROCS(0) != 6 {
+		t.Fatalf("raised to %d, GOMAXPROCS now %d; want 6 and 6", procs, runtime.GOMAXPROCS(0))
+	}
+	restore()
+	if got := runtime.GOMAXPROCS(0); got != 3 {
+		t.Fatalf("after restore GOMAXPROCS = %d, want 3", got)
+	}
+	restore() // a second call changes nothing
+	if got := runtime.GOMAXPROCS(0); got != 3 {
+		t.Fatalf("after a second restore GOMAXPROCS = %d, want 3", got)
+	}
+}
+
+func TestRestoreKeepsAValueSetSince(t *testing.T) {
+	t.Setenv("GOMAXPROCS", "")
+	withProcs(t, 2)
+	_, restore := RaiseProcsForSyncWrites()
+	runtime.GOMAXPROCS(5) // someone else's choice, made after the raise
+	restore()
+	if got := runtime.GOMAXPROCS(0); got != 5 {
+		t.Fatalf("restore overwrote a later setting: GOMAXPROCS = %d, want 5", got)
+	}
+}
+
+func TestRaiseProcsKeepsTheOperatorsSetting(t *testing.T) {
+	t.Setenv("GOMAXPROCS", "3")
+	withProcs(t, 3)
+	procs, restore := RaiseProcsForSyncWrites()
+	if procs != 3 || runtime.GOMAXPROCS(0) != 3 {
+		t.Fatalf("with GOMAXPROCS=3 in the environment: raised to %d, GOMAXPROCS now %d; want 3 and 3", procs, runtime.GOMAXPROCS(0))
+	}
+	restore()
+	if got := runtime.GOMAXPROCS(0); got != 3 {
+		t.Fatalf("after restore GOMAXPROCS = %d, want 3", got)
+	}
+}
