@@ -37,21 +37,21 @@ var procsMu sync.Mutex
 
 // RaiseProcsForSyncWrites sets the process's GOMAXPROCS to SyncWriteProcs of
 // the current value, unless the GOMAXPROCS environment variable sets it (the
-// operator's choice is kept). It returns the number now in effect and a
-// function that puts back the previous number if it is still the one set
-// here. `countersign serve` calls it when its embedded server syncs every
+// operator's choice is kept). It returns the number now in effect, whether
+// it raised it, and a function that puts back the previous number if it is
+// still the one set here. `countersign serve` calls it when its embedded server syncs every
 // write, and so does the bench for its fsync stores.
-func RaiseProcsForSyncWrites() (procs int, restore func()) {
+func RaiseProcsForSyncWrites() (procs int, raised bool, restore func()) {
 	procsMu.Lock()
 	defer procsMu.Unlock()
 	prev := runtime.GOMAXPROCS(0)
 	if os.Getenv("GOMAXPROCS") != "" {
-		return prev, func() {}
+		return prev, false, func() {}
 	}
 	procs = SyncWriteProcs(prev)
 	runtime.GOMAXPROCS(procs)
 	var once sync.Once
-	return procs, func() {
+	return procs, true, func() {
 		once.Do(func() {
 			procsMu.Lock()
 			defer procsMu.Unlock()

@@ -26,9 +26,9 @@ func withProcs(t *testing.T, n int) {
 func TestRaiseProcsForSyncWritesAndRestore(t *testing.T) {
 	t.Setenv("GOMAXPROCS", "")
 	withProcs(t, 3)
-	procs, restore := RaiseProcsForSyncWrites()
-	if procs != 6 || runtime.GOMAXPROCS(0) != 6 {
-		t.Fatalf("raised to %d, GOMAXPROCS now %d; want 6 and 6", procs, runtime.GOMAXPROCS(0))
+	procs, raised, restore := RaiseProcsForSyncWrites()
+	if procs != 6 || !raised || runtime.GOMAXPROCS(0) != 6 {
+		t.Fatalf("raised to %d (%v), GOMAXPROCS now %d; want 6, true and 6", procs, raised, runtime.GOMAXPROCS(0))
 	}
 	restore()
 	if got := runtime.GOMAXPROCS(0); got != 3 {
@@ -43,7 +43,7 @@ func TestRaiseProcsForSyncWritesAndRestore(t *testing.T) {
 func TestRestoreKeepsAValueSetSince(t *testing.T) {
 	t.Setenv("GOMAXPROCS", "")
 	withProcs(t, 2)
-	_, restore := RaiseProcsForSyncWrites()
+	_, _, restore := RaiseProcsForSyncWrites()
 	runtime.GOMAXPROCS(5) // someone else's choice, made after the raise
 	restore()
 	if got := runtime.GOMAXPROCS(0); got != 5 {
@@ -54,9 +54,9 @@ func TestRestoreKeepsAValueSetSince(t *testing.T) {
 func TestRaiseProcsKeepsTheOperatorsSetting(t *testing.T) {
 	t.Setenv("GOMAXPROCS", "3")
 	withProcs(t, 3)
-	procs, restore := RaiseProcsForSyncWrites()
-	if procs != 3 || runtime.GOMAXPROCS(0) != 3 {
-		t.Fatalf("with GOMAXPROCS=3 in the environment: raised to %d, GOMAXPROCS now %d; want 3 and 3", procs, runtime.GOMAXPROCS(0))
+	procs, raised, restore := RaiseProcsForSyncWrites()
+	if procs != 3 || raised || runtime.GOMAXPROCS(0) != 3 {
+		t.Fatalf("with GOMAXPROCS=3 in the environment: %d (raised %v), GOMAXPROCS now %d; want 3, false and 3", procs, raised, runtime.GOMAXPROCS(0))
 	}
 	restore()
 	if got := runtime.GOMAXPROCS(0); got != 3 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"time"
 )
 
@@ -215,7 +216,8 @@ func runMode(ctx context.Context, mode, root string, cfg Config, rep int, pr *pr
 		return nil, err
 	}
 	defer st.close()
-	mr := &ModeReport{Sync: mode, Repetition: rep}
+	mr := &ModeReport{Sync: mode, Repetition: rep, GoProcs: runtime.GOMAXPROCS(0)}
+	pr.f("%-40s%d (%d CPUs)\n", "Go processors (GOMAXPROCS)", mr.GoProcs, runtime.NumCPU())
 
 	raw, err := measureRaw(ctx, st, cfg.Duration, pr)
 	if raw != nil {

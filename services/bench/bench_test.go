@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/services/bench"
 )
 
@@ -192,5 +194,42 @@ func TestRecordsSmoke(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "records in its index") {
 		t.Errorf("table:\n%s", out.String())
+	}
+}
+
+// TestFsyncModeRaisesProcsAsServeDoes runs the fsync store briefly: the
+// mode runs with the processors `countersign serve` gives a store that
+// syncs every write, and the process gets its own number back afterwards.
+func TestFsyncModeRaisesProcsAsServeDoes(t *testing.T) {
+	t.Setenv("GOMAXPROCS", "")
+	before := runtime.GOMAXPROCS(0)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	rep, err := bench.Run(ctx, bench.Config{
+		Dir: t.TempDir(), Sync: bench.SyncBoth, Duration: 300 * time.Millisecond,
+		Count: 1, Concurrency: 4, Out: &out,
+	})
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, out.String())
+	}
+	procs := map[string]int{}
+	for _, m := range rep.Runs {
+		procs[m.Sync] = m.GoProcs
+		if m.Cycles.Completed == 0 {
+			t.Errorf("sync %s: no cycle completed", m.Sync)
+		}
+	}
+	if want := embedded.SyncWriteProcs(before); procs[bench.SyncAlways] != want {
+		t.Errorf("fsync mode ran with GOMAXPROCS %d, want %d (%d raised as serve raises it)", procs[bench.SyncAlways], want, before)
+	}
+	if procs[bench.SyncLazy] != before {
+		t.Errorf("lazy mode ran with GOMAXPROCS %d, want the process's %d", procs[bench.SyncLazy], before)
+	}
+	if got := runtime.GOMAXPROCS(0); got != before {
+		t.Errorf("GOMAXPROCS after the run = %d, want %d back", got, before)
+	}
+	if !strings.Contains(out.String(), "Go processors (GOMAXPROCS)") {
+		t.Errorf("table does not name the processors:\n%s", out.String())
 	}
 }

@@ -64,11 +64,15 @@ type ModeReport struct {
 	// Repetition is the repetition's number, from 1 (0 for medians).
 	Repetition int `json:"repetition,omitempty"`
 	// Repetitions is how many repetitions the medians are taken over.
-	Repetitions int            `json:"repetitions,omitempty"`
-	Raw         RawReport      `json:"raw"`
-	Cycles      CycleReport    `json:"cycles"`
-	Latency     LatencyReport  `json:"decision_latency"`
-	Pending     *PendingReport `json:"pending,omitempty"`
+	Repetitions int `json:"repetitions,omitempty"`
+	// GoProcs is the GOMAXPROCS the mode ran with: raised for a store that
+	// syncs every write, as `countersign serve` raises it
+	// (embedded.RaiseProcsForSyncWrites).
+	GoProcs int            `json:"go_procs"`
+	Raw     RawReport      `json:"raw"`
+	Cycles  CycleReport    `json:"cycles"`
+	Latency LatencyReport  `json:"decision_latency"`
+	Pending *PendingReport `json:"pending,omitempty"`
 }
 
 // Check is one figure against its budget.
@@ -344,6 +348,7 @@ func (p *printer) summary(r *Report) {
 		f1 := func(v float64) string { return fmt.Sprintf("%.1f", v) }
 		f2 := func(v float64) string { return fmt.Sprintf("%.2f", v) }
 		f3 := func(v float64) string { return fmt.Sprintf("%.3f", v) }
+		row("Go processors (GOMAXPROCS)", num, func(m ModeReport) float64 { return float64(m.GoProcs) })
 		row("raw sync publish /s", num, func(m ModeReport) float64 { return m.Raw.SyncPublishPerSec })
 		row("raw sync publish p50 ms", f3, func(m ModeReport) float64 { return m.Raw.SyncPublish.P50 })
 		row("raw async publish /s", num, func(m ModeReport) float64 { return m.Raw.AsyncPublishPerSec })

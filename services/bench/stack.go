@@ -244,7 +244,7 @@ func (st *stack) startServers() error {
 		// As `countersign serve` does with its embedded server. The
 		// cluster's nodes stand for nats-server processes of their own,
 		// which Countersign does not tune.
-		_, st.restoreProcs = embedded.RaiseProcsForSyncWrites()
+		_, _, st.restoreProcs = embedded.RaiseProcsForSyncWrites()
 	}
 	n := 1
 	if st.mode == SyncCluster {

@@ -104,7 +104,7 @@ func medianMode(reps []ModeReport) ModeReport {
 		}
 	}
 	first := reps[0]
-	out := ModeReport{Sync: first.Sync, Repetitions: len(reps)}
+	out := ModeReport{Sync: first.Sync, Repetitions: len(reps), GoProcs: first.GoProcs}
 	out.Raw = RawReport{
 		SyncPublishPerSec:  med(func(m *ModeReport) float64 { return m.Raw.SyncPublishPerSec }),
 		SyncPublish:        medDist(func(m *ModeReport) *Dist { return &m.Raw.SyncPublish }),

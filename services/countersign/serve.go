@@ -443,10 +443,14 @@ func connect(cfg serveConfig, log *slog.Logger) (*conns, error) {
 		return nil, err
 	}
 	if ec.SyncAlways {
-		procs, restore := embedded.RaiseProcsForSyncWrites()
+		procs, raised, restore := embedded.RaiseProcsForSyncWrites()
 		cs.restoreProcs = restore
-		log.Info("the embedded store syncs every write: Go processors raised to cover threads blocked in syncs (set GOMAXPROCS to choose)",
-			"gomaxprocs", procs, "cpus", runtime.NumCPU())
+		if raised {
+			log.Info("the embedded store syncs every write: Go processors raised to cover threads blocked in syncs (set GOMAXPROCS to choose)",
+				"gomaxprocs", procs, "cpus", runtime.NumCPU())
+		} else {
+			log.Info("Go processors as GOMAXPROCS sets them", "gomaxprocs", procs, "cpus", runtime.NumCPU())
+		}
 	}
 	srv, err := embedded.Start(ec)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -243,5 +244,34 @@ func TestProtectedDurablesAreTheRolesDurables(t *testing.T) {
 	}
 	if !slices.Equal(embedded.Durables, want) {
 		t.Errorf("embedded.Durables = %v, the roles' durables are %v", embedded.Durables, want)
+	}
+}
+
+// With its embedded store syncing every write (the default), serve runs
+// with the processors embedded.SyncWriteProcs gives, and puts the
+// process's own number back when it stops.
+func TestServeRaisesProcsForItsSyncingStore(t *testing.T) {
+	t.Setenv("GOMAXPROCS", "")
+	before := runtime.GOMAXPROCS(0)
+	// Registered first, so it runs after serveInProcess has stopped serve.
+	t.Cleanup(func() {
+		if got := runtime.GOMAXPROCS(0); got != before {
+			t.Errorf("GOMAXPROCS after serve stopped = %d, want %d back", got, before)
+		}
+	})
+	fc := defaultConfig()
+	fc.Data, fc.Addr = t.TempDir(), "127.0.0.1:0"
+	fc.Roles = []string{roleArbiter}
+	fc.NATS.Listen = "off"
+	if fc.NATS.Sync != "always" {
+		t.Fatalf("default sync is %q, want always", fc.NATS.Sync)
+	}
+	cfg := serveConfig{fileConfig: fc}
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	serveInProcess(t, cfg, "Health:")
+	if got, want := runtime.GOMAXPROCS(0), embedded.SyncWriteProcs(before); got != want {
+		t.Errorf("GOMAXPROCS while serving = %d, want %d", got, want)
 	}
 }
