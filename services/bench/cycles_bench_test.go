@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -53,6 +54,7 @@ func BenchmarkCycle(b *testing.B) {
 		b.Fatal(err)
 	}
 	before := streamSeqs(ctx, b, admin)
+	conns0 := connStats(st)
 	cpu0 := processCPU(b)
 	b.ResetTimer()
 	var next atomic.Int64
@@ -81,6 +83,16 @@ func BenchmarkCycle(b *testing.B) {
 	if err := <-errc; err != nil {
 		b.Fatal(err)
 	}
+	conns1 := connStats(st)
+	for name, c := range conns1 {
+		c0 := conns0[name]
+		if in := c.InMsgs - c0.InMsgs; in > 0 {
+			b.ReportMetric(float64(in)/float64(b.N), "recv-"+name+"/cycle")
+		}
+		if out := c.OutMsgs - c0.OutMsgs; out > 0 {
+			b.ReportMetric(float64(out)/float64(b.N), "sent-"+name+"/cycle")
+		}
+	}
 	after := streamSeqs(ctx, b, admin)
 	var total uint64
 	for name, seq := range after {
@@ -91,6 +103,21 @@ func BenchmarkCycle(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(total)/float64(b.N), "stored/cycle")
+}
+
+// connStats sums the message counts of the stack's client connections by
+// role (the name after "countersign-bench-").
+func connStats(st *stack) map[string]nats.Statistics {
+	out := map[string]nats.Statistics{}
+	for _, nc := range st.conns {
+		name := strings.TrimPrefix(nc.Opts.Name, "countersign-bench-")
+		s := nc.Stats()
+		c := out[name]
+		c.InMsgs += s.InMsgs
+		c.OutMsgs += s.OutMsgs
+		out[name] = c
+	}
+	return out
 }
 
 // processCPU is the CPU time (user and system) this process has used: the
