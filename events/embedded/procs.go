@@ -32,31 +32,44 @@ func SyncWriteProcs(procs int) int {
 	return procs + min(procs, maxExtraProcs)
 }
 
-// procsMu serialises RaiseProcsForSyncWrites and its restores.
-var procsMu sync.Mutex
+// raisedProcs is the raise in effect: the number set, the number before,
+// and how many holders (servers that sync every write) still need it.
+var raisedProcs struct {
+	sync.Mutex
+	holders   int
+	set, prev int
+}
 
 // RaiseProcsForSyncWrites sets the process's GOMAXPROCS to SyncWriteProcs of
 // the current value, unless the GOMAXPROCS environment variable sets it (the
 // operator's choice is kept). It returns the number now in effect, whether
-// it raised it, and a function that puts back the previous number if it is
-// still the one set here. `countersign serve` calls it when its embedded server syncs every
-// write, and so does the bench for its fsync stores.
-func RaiseProcsForSyncWrites() (procs int, raised bool, restore func()) {
-	procsMu.Lock()
-	defer procsMu.Unlock()
-	prev := runtime.GOMAXPROCS(0)
+// it raised it, and a function that releases the raise: when the last
+// holder has released it, the previous number comes back, unless someone
+// else has set another since. A second holder while one holds it shares
+// the raise instead of raising again. `countersign serve` calls it when its
+// embedded server syncs every write, and so does the bench for its fsync
+// stores.
+func RaiseProcsForSyncWrites() (procs int, raised bool, release func()) {
+	r := &raisedProcs
+	r.Lock()
+	defer r.Unlock()
 	if os.Getenv("GOMAXPROCS") != "" {
-		return prev, false, func() {}
+		return runtime.GOMAXPROCS(0), false, func() {}
 	}
-	procs = SyncWriteProcs(prev)
-	runtime.GOMAXPROCS(procs)
+	if r.holders == 0 {
+		r.prev = runtime.GOMAXPROCS(0)
+		r.set = SyncWriteProcs(r.prev)
+		runtime.GOMAXPROCS(r.set)
+	}
+	r.holders++
 	var once sync.Once
-	return procs, true, func() {
+	return runtime.GOMAXPROCS(0), true, func() {
 		once.Do(func() {
-			procsMu.Lock()
-			defer procsMu.Unlock()
-			if runtime.GOMAXPROCS(0) == procs {
-				runtime.GOMAXPROCS(prev)
+			r.Lock()
+			defer r.Unlock()
+			r.holders--
+			if r.holders == 0 && runtime.GOMAXPROCS(0) == r.set {
+				runtime.GOMAXPROCS(r.prev)
 			}
 		})
 	}

@@ -63,3 +63,23 @@ func TestRaiseProcsKeepsTheOperatorsSetting(t *testing.T) {
 		t.Fatalf("after restore GOMAXPROCS = %d, want 3", got)
 	}
 }
+
+func TestTwoHoldersShareOneRaise(t *testing.T) {
+	t.Setenv("GOMAXPROCS", "")
+	withProcs(t, 2)
+	first, _, releaseFirst := RaiseProcsForSyncWrites()
+	second, raised, releaseSecond := RaiseProcsForSyncWrites()
+	if first != 4 || second != 4 || !raised || runtime.GOMAXPROCS(0) != 4 {
+		t.Fatalf("two holders: %d and %d (raised %v), GOMAXPROCS %d; want 4, 4, true and 4 (one raise, not two)",
+			first, second, raised, runtime.GOMAXPROCS(0))
+	}
+	releaseFirst()
+	if got := runtime.GOMAXPROCS(0); got != 4 {
+		t.Fatalf("after the first release GOMAXPROCS = %d, want 4 while the second holds it", got)
+	}
+	releaseFirst() // released once only
+	releaseSecond()
+	if got := runtime.GOMAXPROCS(0); got != 2 {
+		t.Fatalf("after both releases GOMAXPROCS = %d, want 2", got)
+	}
+}
