@@ -207,7 +207,7 @@ func TestFsyncModeRaisesProcsAsServeDoes(t *testing.T) {
 	defer cancel()
 	var out bytes.Buffer
 	rep, err := bench.Run(ctx, bench.Config{
-		Dir: t.TempDir(), Sync: bench.SyncBoth, Duration: 300 * time.Millisecond,
+		Dir: t.TempDir(), Sync: bench.SyncBoth, Duration: time.Second,
 		Count: 1, Concurrency: 4, Out: &out,
 	})
 	if err != nil {
