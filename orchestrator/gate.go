@@ -285,12 +285,11 @@ func (g *Gate) ReviewAsync(ctx context.Context, run contracts.Run, calls []ToolC
 		return err
 	}
 	r.verdicts = verdicts
+	// gate ended the wait of every call it did not leave pending.
 	for i, v := range verdicts {
 		if v.Verdict == VerdictPending {
 			r.left++
 			r.cancels = append(r.cancels, arms[i].cancel)
-		} else if arms[i] != nil {
-			arms[i].cancel() // decided already, or allowed by a grant
 		}
 	}
 	if r.left == 0 {
