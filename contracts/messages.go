@@ -163,6 +163,10 @@ type ApprovalRequested struct {
 	// subject of the agent's token (an extension of the contract; empty for
 	// a request a library gate published). That token may read the request.
 	Submitter string `json:"submitter,omitempty"`
+	// ClaimWithin is how long after its decision the approval may be
+	// claimed (a Go duration; empty: DefaultClaimWithin). An approval not
+	// claimed by then lapses (ReasonApprovalLapsed).
+	ClaimWithin string `json:"claim_within,omitempty"`
 	// Sensitive lists, as RFC 6901 JSON pointers into the tool call's
 	// arguments, every value shown masked outside Countersign (see
 	// approval.Redact): those the deciding rule's `sensitive` names and

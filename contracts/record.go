@@ -40,7 +40,26 @@ const (
 	// vote bigger than its limits, or one whose record would outgrow the
 	// server's max payload.
 	ReasonTooLarge = "too_large"
+	// ReasonUnknownApprover refuses a vote or command from someone the live
+	// directory does not list (never listed, or removed): a surface vouches
+	// for who someone is, the directory for what they may do.
+	ReasonUnknownApprover = "unknown_approver"
+	// ReasonNotPermitted refuses a command from an issuer who may not give
+	// it: extend (admins and the request's approvers), cancel (also its
+	// requester and submitting agent), claim (the submitting agent, or an
+	// admin).
+	ReasonNotPermitted = "not_permitted"
+	// ReasonDeadlineNotLater refuses an extend that would not move the
+	// deadline later.
+	ReasonDeadlineNotLater = "deadline_not_later"
+	// ReasonApprovalLapsed refuses a claim made more than the request's
+	// claim_within after its approval: the call needs a new decision.
+	ReasonApprovalLapsed = "approval_lapsed"
 )
+
+// DefaultClaimWithin is how long an approval may be claimed after it was
+// decided when its rule does not say (claim_within).
+const DefaultClaimWithin = 15 * time.Minute
 
 // MaxRefusedVotes is how many refused votes a record keeps; older ones are
 // only counted.
@@ -136,7 +155,10 @@ type Record struct {
 	RefusedVotesOmitted int               `json:"refused_votes_omitted,omitempty"`
 	Outcome             *Outcome          `json:"outcome,omitempty"`
 	Claim               *Claim            `json:"claim,omitempty"`
-	UpdatedAt           time.Time         `json:"updated_at"`
+	// LapsedAt is when a claim found the approval lapsed (see
+	// ReasonApprovalLapsed); the approval can no longer be claimed.
+	LapsedAt  *time.Time `json:"lapsed_at,omitempty"`
+	UpdatedAt time.Time  `json:"updated_at"`
 }
 
 // Terminal reports whether the record has reached its outcome.

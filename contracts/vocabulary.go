@@ -61,6 +61,10 @@ var reasons = map[Reason]reasonInfo{
 	ReasonUnknownEvent:       {http.StatusNotFound, "the request does not exist (or has been removed)"},
 	ReasonGrantNotAllowed:    {http.StatusForbidden, "this rule does not permit the grant you asked for"},
 	ReasonUnknownGrant:       {http.StatusNotFound, "the grant does not exist (or has been removed)"},
+	ReasonUnknownApprover:    {http.StatusForbidden, "the directory does not list you (or you were removed from it), so you may not decide or manage requests"},
+	ReasonNotPermitted:       {http.StatusForbidden, "you may not do this to this request"},
+	ReasonDeadlineNotLater:   {http.StatusUnprocessableEntity, "an extension must move the deadline later than it is"},
+	ReasonApprovalLapsed:     {http.StatusConflict, "this approval was not claimed in time and has lapsed; the call needs a new decision"},
 }
 
 // Reasons lists every refusal reason.
@@ -69,6 +73,7 @@ func Reasons() []Reason {
 		ReasonNotAnApprover, ReasonSelfApproval, ReasonDecisionNotAllowed, ReasonDuplicateVote, ReasonClosed,
 		ReasonStaleArguments, ReasonOutOfOrder, ReasonAlreadyClaimed, ReasonNotApproved, ReasonInvalidArguments,
 		ReasonMalformed, ReasonTooLarge, ReasonUnknownEvent, ReasonWrongTenant, ReasonGrantNotAllowed, ReasonUnknownGrant,
+		ReasonUnknownApprover, ReasonNotPermitted, ReasonDeadlineNotLater, ReasonApprovalLapsed,
 	}
 }
 

@@ -57,12 +57,27 @@ func clone(r contracts.Record) contracts.Record {
 	return r
 }
 
-// ApplyVote applies v to rec at now.
+// ApplyVote applies v to rec at now, with no directory: the record alone
+// says who may decide (see ApplyVoteAs).
 func ApplyVote(rec contracts.Record, v contracts.Vote, now time.Time) Result {
+	return applyVote(rec, v, now, nil, (*Roster)(nil).Issuer(v.Approver.ID))
+}
+
+// ApplyVoteBy is ApplyVote judged by the live directory r, without the
+// size budget (see ApplyVoteAs).
+func ApplyVoteBy(rec contracts.Record, v contracts.Vote, now time.Time, r *Roster) Result {
+	who := r.Issuer(v.Approver.ID)
+	if who.Listed {
+		v.Approver.ID = who.ID
+	}
+	return applyVote(rec, v, now, r, who)
+}
+
+func applyVote(rec contracts.Record, v contracts.Vote, now time.Time, r *Roster, who Issuer) Result {
 	if isDuplicate(rec, v.VoteID) {
 		return Result{Duplicate: true}
 	}
-	if reason := refuse(rec, v); reason != "" {
+	if reason := refuse(rec, v, r, who); reason != "" {
 		return Refuse(rec, v, reason, refusalDetail(rec, v, reason), now)
 	}
 	next := clone(rec)
@@ -103,13 +118,22 @@ func ApplyVote(rec contracts.Record, v contracts.Vote, now time.Time) Result {
 // record keeps for its decision and history (contracts.Limits.RecordFits).
 // Such refusals are final: the same vote can never fit later.
 func ApplyVoteWithin(rec contracts.Record, v contracts.Vote, now time.Time, lim contracts.Limits) Result {
+	return ApplyVoteAs(rec, v, now, lim, nil)
+}
+
+// ApplyVoteAs is ApplyVoteWithin judged by the live directory r: the
+// approver must be listed in it (unknown_approver), within the request's
+// tenant by the directory's word (wrong_tenant), and is counted under the
+// directory's id for them, so that names which compare equal canonically
+// are one person. A nil r is no directory (see Roster).
+func ApplyVoteAs(rec contracts.Record, v contracts.Vote, now time.Time, lim contracts.Limits, r *Roster) Result {
 	if isDuplicate(rec, v.VoteID) {
 		return Result{Duplicate: true}
 	}
 	if e := lim.CheckVote(&v); e != nil {
 		return Refuse(rec, v, e.Code, e.Field+": "+e.Message, now)
 	}
-	res := ApplyVote(rec, v, now)
+	res := ApplyVoteBy(rec, v, now, r)
 	if !res.Changed || res.Refusal != "" {
 		return res
 	}
@@ -139,8 +163,8 @@ func isDuplicate(rec contracts.Record, voteID string) bool {
 	return false
 }
 
-// refuse returns the reason v cannot count, or "".
-func refuse(rec contracts.Record, v contracts.Vote) string {
+// refuse returns the reason v, sent by who, cannot count, or "".
+func refuse(rec contracts.Record, v contracts.Vote, r *Roster, who Issuer) string {
 	req := rec.Request
 	if v.Approver.ID == "" || !validDecision(v.Decision) || v.EventID != req.EventID {
 		return contracts.ReasonMalformed
@@ -157,6 +181,11 @@ func refuse(rec contracts.Record, v contracts.Vote) string {
 	if v.ArgumentsSHA256 != "" && v.ArgumentsSHA256 != currentArgsSHA(rec) {
 		return contracts.ReasonStaleArguments
 	}
+	if reason := voterRefusal(&rec, who); reason != "" {
+		return reason
+	}
+	// The resolver's word on the approver's tenants can only narrow what
+	// the directory allows.
 	if !InTenants(req.Run.Tenant, v.ApproverTenants) {
 		return contracts.ReasonWrongTenant
 	}
@@ -164,12 +193,11 @@ func refuse(rec contracts.Record, v contracts.Vote) string {
 		return contracts.ReasonNotAnApprover
 	}
 	approving := v.Decision == contracts.DecisionApprove || v.Decision == contracts.DecisionEdit
-	if approving && !req.Quorum.AllowSelfApproval &&
-		(v.Approver.ID == req.Run.RequestedBy || v.Approver.ID == req.Run.Owner) {
+	if approving && !req.Quorum.AllowSelfApproval && IsRequester(r, &rec, v.Approver.ID) {
 		return contracts.ReasonSelfApproval
 	}
 	for _, old := range rec.Votes {
-		if old.Approver.ID == v.Approver.ID {
+		if r.Same(old.Approver.ID, v.Approver.ID) {
 			return contracts.ReasonDuplicateVote
 		}
 	}
@@ -327,8 +355,7 @@ func canApprove(rec contracts.Record, id string, voted map[string]bool) bool {
 	if voted[id] {
 		return false
 	}
-	q, run := rec.Request.Quorum, rec.Request.Run
-	return q.AllowSelfApproval || (id != run.RequestedBy && id != run.Owner)
+	return rec.Request.Quorum.AllowSelfApproval || !IsRequester(nil, &rec, id)
 }
 
 // nextInSequence is, for an ordered chain, the approver whose approval is
@@ -424,8 +451,19 @@ func Refuse(rec contracts.Record, v contracts.Vote, reason, detail string, now t
 	return Result{Record: next, Changed: true, Refusal: reason}
 }
 
-// ApplyCommand applies cmd to rec at now. Claims are idempotent per claim id.
+// ApplyCommand applies cmd to rec at now with no directory (see
+// ApplyCommandAs).
 func ApplyCommand(rec contracts.Record, cmd contracts.Command, now time.Time) Result {
+	return ApplyCommandAs(rec, cmd, now, nil)
+}
+
+// ApplyCommandAs applies cmd to rec at now, its issuer (cmd.By) judged by
+// the live directory r (CommandRefusal), whatever credential published it.
+// Claims are idempotent per claim id; a claim more than the request's
+// claim_within after the approval is refused as approval_lapsed, and the
+// record keeps that it lapsed. An extend only ever moves the deadline
+// later.
+func ApplyCommandAs(rec contracts.Record, cmd contracts.Command, now time.Time, r *Roster) Result {
 	switch cmd.Command {
 	case contracts.CommandClaim:
 		if rec.Claim != nil {
@@ -434,8 +472,21 @@ func ApplyCommand(rec contracts.Record, cmd contracts.Command, now time.Time) Re
 			}
 			return Result{Refusal: contracts.ReasonAlreadyClaimed}
 		}
+		if reason := CommandRefusal(r, &rec, cmd.Command, r.Issuer(cmd.By)); reason != "" {
+			return Result{Refusal: reason}
+		}
 		if rec.Status != contracts.StatusApproved {
 			return Result{Refusal: contracts.ReasonNotApproved}
+		}
+		if Lapsed(&rec, now) {
+			if rec.LapsedAt != nil {
+				return Result{Refusal: contracts.ReasonApprovalLapsed}
+			}
+			next := clone(rec)
+			next.UpdatedAt = now
+			at := now
+			next.LapsedAt = &at
+			return Result{Record: next, Changed: true, Refusal: contracts.ReasonApprovalLapsed}
 		}
 		next := clone(rec)
 		next.UpdatedAt = now
@@ -447,6 +498,9 @@ func ApplyCommand(rec contracts.Record, cmd contracts.Command, now time.Time) Re
 		}
 		if rec.Status != contracts.StatusPending {
 			return Result{Refusal: contracts.ReasonClosed}
+		}
+		if reason := CommandRefusal(r, &rec, cmd.Command, r.Issuer(cmd.By)); reason != "" {
+			return Result{Refusal: reason}
 		}
 		next := clone(rec)
 		next.UpdatedAt = now
@@ -462,6 +516,12 @@ func ApplyCommand(rec contracts.Record, cmd contracts.Command, now time.Time) Re
 		}
 		if cmd.Until.Equal(rec.ExpiresAt) {
 			return Result{Duplicate: true}
+		}
+		if reason := CommandRefusal(r, &rec, cmd.Command, r.Issuer(cmd.By)); reason != "" {
+			return Result{Refusal: reason}
+		}
+		if !cmd.Until.After(rec.ExpiresAt) {
+			return Result{Refusal: contracts.ReasonDeadlineNotLater}
 		}
 		next := clone(rec)
 		next.UpdatedAt = now

@@ -346,12 +346,45 @@ type propRun struct {
 	decisions int // steps that made the record terminal
 	log       []string
 	stats     map[string]int // what the scenarios reached, when not nil
+	// roster is the live directory the scenario is judged by (nil: none;
+	// see propRoster).
+	roster *approval.Roster
+}
+
+// propRoster is the directory of scenarios run with one: u0, u3, x and e
+// decide within tenant acme, u1 within every tenant, u2 only within globex
+// (wrong_tenant), u4 was removed (unknown_approver), and adm is an admin of
+// acme. Votes name people in other spellings too (see voteFor), which the
+// directory maps to these ids.
+var propRoster = approval.NewRoster(contracts.Directory{Spec: contracts.SpecDirectory, Version: "prop", People: []contracts.DirectoryPerson{
+	{ID: "u0", Tenants: []string{"acme"}, Roles: []string{"approver"}},
+	{ID: "u1", Roles: []string{"approver"}},
+	{ID: "u2", Tenants: []string{"globex"}, Roles: []string{"approver"}},
+	{ID: "u3", Email: "u3@example.com", Tenants: []string{"acme"}, Roles: []string{"approver"}},
+	{ID: "x", Tenants: []string{"acme"}, Roles: []string{"agent", "approver"}},
+	{ID: "e", Tenants: []string{"acme"}, Roles: []string{"approver"}},
+	{ID: "adm", Tenants: []string{"acme"}, Roles: []string{"admin"}},
+}})
+
+// canon is the id the scenario's directory gives name: the directory's id
+// for a listed person, else name itself.
+func (r *propRun) canon(name string) string {
+	if p, ok := r.roster.Find(name); ok {
+		return p.ID
+	}
+	return name
 }
 
 var voteReasons = []string{
 	contracts.ReasonNotAnApprover, contracts.ReasonSelfApproval, contracts.ReasonDuplicateVote,
 	contracts.ReasonClosed, contracts.ReasonStaleArguments, contracts.ReasonInvalidArguments,
 	contracts.ReasonDecisionNotAllowed, contracts.ReasonUnknownEvent, contracts.ReasonMalformed,
+	contracts.ReasonUnknownApprover, contracts.ReasonWrongTenant,
+}
+
+var commandReasons = []string{
+	contracts.ReasonAlreadyClaimed, contracts.ReasonNotApproved, contracts.ReasonNotPermitted,
+	contracts.ReasonUnknownApprover, contracts.ReasonDeadlineNotLater, contracts.ReasonApprovalLapsed,
 }
 
 var statuses = []string{
@@ -368,8 +401,17 @@ func runScenario(t testing.TB, data []byte) contracts.Record {
 
 func runScenarioStats(t testing.TB, data []byte, stats map[string]int) contracts.Record {
 	t.Helper()
+	return runScenarioWith(t, data, stats, nil)
+}
+
+// runScenarioWith runs a scenario judged by the directory roster (nil: none).
+func runScenarioWith(t testing.TB, data []byte, stats map[string]int, roster *approval.Roster) contracts.Record {
+	t.Helper()
 	cfg, ops := decodeScenario(data)
-	r := &propRun{t: t, data: data, cfg: cfg, req: cfg.request(t), now: propT0, stats: stats}
+	r := &propRun{t: t, data: data, cfg: cfg, req: cfg.request(t), now: propT0, stats: stats, roster: roster}
+	if roster != nil {
+		r.logf("judged by the directory %s", roster.Version())
+	}
 	if r.req.ToolCall != nil {
 		r.reqSHA = r.req.ToolCall.ArgumentsSHA256
 	}
@@ -412,9 +454,12 @@ func runScenarioStats(t testing.TB, data []byte, stats map[string]int) contracts
 				})
 				break
 			}
+			// The run's agent (the library gate that published it) may
+			// claim; so may an admin; anyone else is not permitted.
 			r.command(contracts.Command{
 				Spec: contracts.SpecCommand, CommandID: fmt.Sprintf("claim-%d", len(r.log)), EventID: propEventID,
-				Command: contracts.CommandClaim, By: "runner", ClaimID: []string{"c0", "c1"}[op.arg%2],
+				Command: contracts.CommandClaim, By: []string{"billing", "billing", "adm", "runner"}[(op.arg>>1)%4],
+				ClaimID: []string{"c0", "c1"}[op.arg%2],
 			})
 		case opExtend:
 			until := r.rec.ExpiresAt
@@ -423,7 +468,7 @@ func runScenarioStats(t testing.TB, data []byte, stats map[string]int) contracts
 			}
 			r.command(contracts.Command{
 				Spec: contracts.SpecCommand, CommandID: fmt.Sprintf("extend-%d", len(r.log)), EventID: propEventID,
-				Command: contracts.CommandExtend, By: "ops", Until: until,
+				Command: contracts.CommandExtend, By: []string{"u0", "adm", "x", "u1"}[op.arg>>6], Until: until,
 			})
 		case opExpire:
 			r.expire()
@@ -459,9 +504,14 @@ func (r *propRun) voteFor(op propOp) contracts.Vote {
 		r.fresh++
 		id = fmt.Sprintf("v%02d", r.fresh)
 	}
+	approver := op.approver
+	if r.roster != nil && r.fresh%3 == 0 {
+		// The same people in other spellings: what a resolver may send.
+		approver = map[string]string{"u0": "U0", "u1": "ｕ1", "u3": "u3@example.com", "x": " X", "e": "e\u200d"}[approver] + map[bool]string{true: approver}[approver == "u2" || approver == "u4" || approver == ""]
+	}
 	v := contracts.Vote{
 		Spec: contracts.SpecVote, VoteID: id, EventID: propEventID, Decision: op.decision,
-		Approver: contracts.Approver{ID: op.approver, Via: contracts.ViaWeb},
+		Approver: contracts.Approver{ID: approver, Via: contracts.ViaWeb},
 		Comment:  "comment of " + id, DecidedAt: r.now,
 	}
 	if op.wrongEvent {
@@ -550,8 +600,13 @@ func (r *propRun) vote(v contracts.Vote) {
 	// What the model says before the vote is applied.
 	retained := slices.ContainsFunc(r.rec.Votes, func(o contracts.Vote) bool { return o.VoteID == v.VoteID }) ||
 		slices.ContainsFunc(r.rec.RefusedVotes, func(o contracts.RefusedVote) bool { return o.VoteID == v.VoteID })
-	reasons := modelReasons(r.t, r.rec, v, r.reqSHA)
-	prev, next, res := r.apply(what, func(rec contracts.Record) approval.Result { return approval.ApplyVote(rec, v, r.now) })
+	reasons := r.modelReasons(r.rec, v)
+	prev, next, res := r.apply(what, func(rec contracts.Record) approval.Result {
+		if r.roster != nil {
+			return approval.ApplyVoteBy(rec, v, r.now, r.roster)
+		}
+		return approval.ApplyVote(rec, v, r.now)
+	})
 	if !bytes.Equal(vBefore, mustJSON(r.t, v)) {
 		r.fatalf("ApplyVote mutated the vote")
 	}
@@ -579,8 +634,12 @@ func (r *propRun) vote(v contracts.Vote) {
 			last = next.RefusedVotes[n-1]
 			last.Detail = "" // free text for people
 		}
+		counted := v.Approver
+		if res.Refusal != contracts.ReasonUnknownApprover {
+			counted.ID = r.canon(counted.ID)
+		}
 		if !reflect.DeepEqual(last, contracts.RefusedVote{
-			VoteID: v.VoteID, Approver: v.Approver, Decision: v.Decision, Reason: res.Refusal, At: r.now,
+			VoteID: v.VoteID, Approver: counted, Decision: v.Decision, Reason: res.Refusal, At: r.now,
 		}) {
 			r.fatalf("the refused vote is not recorded last: %+v", next.RefusedVotes)
 		}
@@ -594,6 +653,8 @@ func (r *propRun) vote(v contracts.Vote) {
 	if len(reasons) > 0 {
 		r.fatalf("vote counted although %v apply", reasons)
 	}
+	// Counted under the directory's id for the approver.
+	v.Approver.ID = r.canon(v.Approver.ID)
 	if len(next.Votes) != len(prev.Votes)+1 || !reflect.DeepEqual(next.Votes[len(next.Votes)-1], v) {
 		r.fatalf("a counted vote must be appended as it came: %d → %d votes\n%#v\n%#v", len(prev.Votes), len(next.Votes), next.Votes[len(next.Votes)-1], v)
 	}
@@ -638,9 +699,15 @@ func (r *propRun) command(c contracts.Command) {
 	case contracts.CommandExtend:
 		what += " until +" + c.Until.Sub(propT0).String()
 	}
-	prev, next, res := r.apply(what, func(rec contracts.Record) approval.Result { return approval.ApplyCommand(rec, c, r.now) })
+	what += " by " + c.By
+	prev, next, res := r.apply(what, func(rec contracts.Record) approval.Result {
+		return approval.ApplyCommandAs(rec, c, r.now, r.roster)
+	})
+	permitted := r.modelPermitted(prev, c)
 	switch c.Command {
 	case contracts.CommandClaim:
+		lapsed := prev.Status == contracts.StatusApproved &&
+			(prev.LapsedAt != nil || r.now.After(prev.Outcome.DecidedAt.Add(contracts.DefaultClaimWithin)))
 		switch {
 		case prev.Claim != nil && prev.Claim.ClaimID == c.ClaimID:
 			if !res.Duplicate || res.Changed {
@@ -649,6 +716,16 @@ func (r *propRun) command(c contracts.Command) {
 		case prev.Claim != nil:
 			if res.Refusal != contracts.ReasonAlreadyClaimed || res.Changed {
 				r.fatalf("a second claim must be refused already_claimed without a write: %+v", flags(res))
+			}
+		case !permitted:
+			if res.Refusal != contracts.ReasonNotPermitted || res.Changed {
+				r.fatalf("a claim by %s, neither the submitting agent nor an admin, must be refused not_permitted without a write: %+v", c.By, flags(res))
+			}
+		case lapsed:
+			if res.Refusal != contracts.ReasonApprovalLapsed || res.Changed != (prev.LapsedAt == nil) || next.Claim != nil ||
+				res.Changed && (next.LapsedAt == nil || !next.LapsedAt.Equal(r.now) || next.Status != contracts.StatusApproved) {
+				r.fatalf("a claim %s after the approval must be refused approval_lapsed, marking the record once: %+v lapsed_at %v",
+					r.now.Sub(prev.Outcome.DecidedAt), flags(res), next.LapsedAt)
 			}
 		case prev.Status != contracts.StatusApproved:
 			if res.Refusal != contracts.ReasonNotApproved || res.Changed {
@@ -662,6 +739,10 @@ func (r *propRun) command(c contracts.Command) {
 		}
 	case contracts.CommandCancel:
 		switch {
+		case prev.Status == contracts.StatusPending && !permitted:
+			if res.Refusal != contracts.ReasonNotPermitted && res.Refusal != contracts.ReasonUnknownApprover || res.Changed {
+				r.fatalf("cancel by %s, who is no admin, approver, requester, owner or agent of it, must be refused: %+v", c.By, flags(res))
+			}
 		case prev.Status == contracts.StatusPending:
 			if !res.Decided || next.Status != contracts.StatusCancelled || !slices.Equal(next.Outcome.DecidedBy, []string{c.By}) {
 				r.fatalf("cancel of a pending record must decide cancelled by %s: %+v %s", c.By, flags(res), next.Status)
@@ -689,12 +770,55 @@ func (r *propRun) command(c contracts.Command) {
 			if !res.Duplicate || res.Changed {
 				r.fatalf("extend to the current deadline must be a duplicate no-op: %+v", flags(res))
 			}
+		case !permitted:
+			if res.Refusal != contracts.ReasonNotPermitted && res.Refusal != contracts.ReasonUnknownApprover || res.Changed {
+				r.fatalf("extend by %s, who is no admin or approver of it, must be refused: %+v", c.By, flags(res))
+			}
+		case !c.Until.After(prev.ExpiresAt):
+			if res.Refusal != contracts.ReasonDeadlineNotLater || res.Changed {
+				r.fatalf("extend to %s, before the deadline %s, must be refused deadline_not_later: %+v",
+					c.Until.Sub(propT0), prev.ExpiresAt.Sub(propT0), flags(res))
+			}
 		default:
 			if !res.Changed || res.Decided || res.Refusal != "" || !next.ExpiresAt.Equal(c.Until) {
 				r.fatalf("extend must move expires_at to %s: %+v, expires_at %s", c.Until, flags(res), next.ExpiresAt)
 			}
 		}
+		if next.ExpiresAt.Before(prev.ExpiresAt) {
+			r.fatalf("a deadline never moves earlier: %s → %s", prev.ExpiresAt.Sub(propT0), next.ExpiresAt.Sub(propT0))
+		}
 	}
+}
+
+// modelPermitted is who may give c on rec (DESIGN §5, "Commands are
+// checked against their issuer"): extend, an admin of the request's tenant
+// or an approver of it (escalation tiers reached included); cancel, those
+// and its requester, owner and agent; claim, its agent or an admin. With a
+// directory an admin or approver must be listed and within the tenant.
+func (r *propRun) modelPermitted(rec contracts.Record, c contracts.Command) bool {
+	req := rec.Request
+	id := r.canon(c.By)
+	inTenant, admin := true, false
+	if r.roster != nil {
+		p, ok := r.roster.Find(c.By)
+		inTenant = ok && (len(p.Tenants) == 0 || slices.Contains(p.Tenants, req.Run.Tenant))
+		admin = inTenant && slices.Contains(p.Roles, "admin")
+	}
+	approver := inTenant && (len(req.Quorum.Approvers) == 0 || slices.Contains(req.Quorum.Approvers, id))
+	for _, tier := range req.Escalation[:min(rec.EscalationLevel, len(req.Escalation))] {
+		approver = approver || inTenant && slices.Contains(tier.Approvers, id)
+	}
+	agent := c.By == req.Run.Agent
+	switch c.Command {
+	case contracts.CommandExtend:
+		return admin || approver
+	case contracts.CommandCancel:
+		self := id != "" && (id == r.canon(req.Run.RequestedBy) || id == r.canon(req.Run.Owner))
+		return admin || approver || self || agent
+	case contracts.CommandClaim:
+		return admin || agent
+	}
+	return true
 }
 
 func (r *propRun) expire() {
@@ -817,7 +941,7 @@ func (r *propRun) check(prev, next contracts.Record, res approval.Result, what s
 	if got := len(next.RefusedVotes) + next.RefusedVotesOmitted; got != r.refusals+refusedNow(res) {
 		r.fatalf("%s: %d refused votes kept or omitted, %d refused", what, got, r.refusals+refusedNow(res))
 	}
-	if res.Refusal != "" && res.Changed {
+	if refusedNow(res) == 1 {
 		kept := next.RefusedVotes[:len(next.RefusedVotes)-1]
 		if len(kept) > len(prev.RefusedVotes) || !reflect.DeepEqual(kept, prev.RefusedVotes[len(prev.RefusedVotes)-len(kept):]) {
 			r.fatalf("%s: refused votes must keep the newest, in order", what)
@@ -830,8 +954,7 @@ func (r *propRun) check(prev, next contracts.Record, res approval.Result, what s
 			r.fatalf("%s: refused vote %s with reason %q, not a vote reason code", what, rv.VoteID, rv.Reason)
 		}
 	}
-	if res.Refusal != "" && !slices.Contains(voteReasons, res.Refusal) &&
-		res.Refusal != contracts.ReasonAlreadyClaimed && res.Refusal != contracts.ReasonNotApproved {
+	if res.Refusal != "" && !slices.Contains(voteReasons, res.Refusal) && !slices.Contains(commandReasons, res.Refusal) {
 		r.fatalf("%s: refusal %q is no contract reason code", what, res.Refusal)
 	}
 
@@ -921,7 +1044,7 @@ func (r *propRun) count(prev, next contracts.Record, res approval.Result) {
 }
 
 func refusedNow(res approval.Result) int {
-	if res.Refusal != "" && res.Changed {
+	if res.Refusal != "" && res.Changed && res.Refusal != contracts.ReasonApprovalLapsed {
 		return 1
 	}
 	return 0
@@ -997,9 +1120,20 @@ func modelApprovalPossible(rec contracts.Record, support []string, need int) boo
 
 // modelReasons lists every refusal reason that applies to v on rec (the
 // machine may pick any of them); none means the vote must count.
-func modelReasons(t testing.TB, rec contracts.Record, v contracts.Vote, reqSHA string) []string {
+func (r *propRun) modelReasons(rec contracts.Record, v contracts.Vote) []string {
+	t, reqSHA := r.t, r.reqSHA
 	req := rec.Request
 	var rs []string
+	if r.roster != nil && v.Approver.ID != "" {
+		p, ok := r.roster.Find(v.Approver.ID)
+		switch {
+		case !ok:
+			rs = append(rs, contracts.ReasonUnknownApprover)
+		case len(p.Tenants) > 0 && !slices.Contains(p.Tenants, req.Run.Tenant):
+			rs = append(rs, contracts.ReasonWrongTenant)
+		}
+		v.Approver.ID = r.canon(v.Approver.ID)
+	}
 	known := slices.Contains(propAllowable, v.Decision)
 	if v.Approver.ID == "" || !known || v.EventID != req.EventID {
 		rs = append(rs, contracts.ReasonMalformed)
@@ -1022,7 +1156,7 @@ func modelReasons(t testing.TB, rec contracts.Record, v contracts.Vote, reqSHA s
 		rs = append(rs, contracts.ReasonNotAnApprover)
 	}
 	if isApproving(v.Decision) && !req.Quorum.AllowSelfApproval && v.Approver.ID != "" &&
-		(v.Approver.ID == req.Run.RequestedBy || v.Approver.ID == req.Run.Owner) {
+		(v.Approver.ID == r.canon(req.Run.RequestedBy) || v.Approver.ID == r.canon(req.Run.Owner)) {
 		rs = append(rs, contracts.ReasonSelfApproval)
 	}
 	if slices.ContainsFunc(rec.Votes, func(o contracts.Vote) bool { return o.Approver.ID == v.Approver.ID }) {
@@ -1290,11 +1424,12 @@ var propSeeds = []struct {
 		name: "cancel, the same cancel again, another cancel",
 		data: seed(seedHeader(2, three, fVeto, iX, iE, aAll, 60),
 			seedVote(1, iU0, dApprove, 0, shaNone),
-			seedCancel(1, 0, iU3),
-			seedCancel(1, 0, iU3),
-			seedCancel(1, 1, iU3),
+			seedCancel(1, 1, iU3), // u3 is no approver of it: not permitted
+			seedCancel(1, 0, iU2),
+			seedCancel(1, 0, iU2),
+			seedCancel(1, 1, iU2),
 			seedVote(1, iU1, dApprove, 0, shaNone)),
-		wantStatus: contracts.StatusCancelled, wantBy: []string{"u3"},
+		wantStatus: contracts.StatusCancelled, wantBy: []string{"u2"},
 	},
 	{
 		name: "respond decides without arguments",
@@ -1445,6 +1580,9 @@ func TestVoteInterleavings(t *testing.T) {
 		data := randomScenario(rng)
 		rec := runScenarioStats(t, data, stats)
 		statusCount[rec.Status]++
+		// The same scenario judged by a directory.
+		rec = runScenarioWith(t, data, stats, propRoster)
+		statusCount[rec.Status]++
 		if t.Failed() {
 			return
 		}
@@ -1460,6 +1598,9 @@ func TestVoteInterleavings(t *testing.T) {
 		"refused " + contracts.ReasonClosed, "refused " + contracts.ReasonInvalidArguments,
 		"refused " + contracts.ReasonDecisionNotAllowed, "refused " + contracts.ReasonMalformed,
 		"refused " + contracts.ReasonAlreadyClaimed, "refused " + contracts.ReasonNotApproved,
+		"refused " + contracts.ReasonUnknownApprover, "refused " + contracts.ReasonWrongTenant,
+		"refused " + contracts.ReasonNotPermitted, "refused " + contracts.ReasonDeadlineNotLater,
+		"refused " + contracts.ReasonApprovalLapsed,
 	} {
 		if statusCount[s] == 0 && stats[s] == 0 && n >= 1000 { // fewer (-short, -race) may miss a rare one
 			t.Errorf("no scenario reached %q: the generator does not explore enough", s)
@@ -1478,5 +1619,6 @@ func FuzzVoteInterleavings(f *testing.F) {
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		runScenario(t, data)
+		runScenarioWith(t, data, nil, propRoster)
 	})
 }

@@ -657,7 +657,7 @@ func TestApplyCommand(t *testing.T) {
 		return command(id, contracts.CommandClaim, "billing", func(c *contracts.Command) { c.ClaimID = claimID })
 	}
 	extend := func(id string, until time.Time) contracts.Command {
-		return command(id, contracts.CommandExtend, "frank", func(c *contracts.Command) { c.Until = until })
+		return command(id, contracts.CommandExtend, "alice", func(c *contracts.Command) { c.Until = until })
 	}
 
 	runCases(t, []machineCase{
@@ -674,12 +674,12 @@ func TestApplyCommand(t *testing.T) {
 			check: wantNoChange(false, contracts.ReasonNotApproved),
 		},
 		{
-			name: "claim of an approved approval", rec: approved, apply: applyCommand(claim("c1", "claim-1"), at(20)),
+			name: "claim of an approved approval", rec: approved, apply: applyCommand(claim("c1", "claim-1"), at(14)),
 			check: func(t *testing.T, in contracts.Record, res approval.Result) {
 				if !res.Changed || res.Decided || res.Duplicate || res.Refusal != "" {
 					t.Fatalf("result %+v, want the claim applied", res)
 				}
-				want := &contracts.Claim{ClaimID: "claim-1", At: at(20)}
+				want := &contracts.Claim{ClaimID: "claim-1", At: at(14)}
 				if !reflect.DeepEqual(res.Record.Claim, want) {
 					t.Errorf("claim = %+v, want %+v", res.Record.Claim, want)
 				}
@@ -689,11 +689,11 @@ func TestApplyCommand(t *testing.T) {
 			},
 		},
 		{
-			name: "the same claim again", rec: claimed, apply: applyCommand(claim("c2", "claim-1"), at(21)),
+			name: "the same claim again", rec: claimed, apply: applyCommand(claim("c2", "claim-1"), at(14)),
 			check: wantNoChange(true, ""),
 		},
 		{
-			name: "another claim", rec: claimed, apply: applyCommand(claim("c3", "claim-2"), at(21)),
+			name: "another claim", rec: claimed, apply: applyCommand(claim("c3", "claim-2"), at(14)),
 			check: wantNoChange(false, contracts.ReasonAlreadyClaimed),
 		},
 		{
@@ -739,10 +739,63 @@ func TestApplyCommand(t *testing.T) {
 			},
 		},
 		{
-			name: "extend can shorten the deadline", rec: pending, apply: applyCommand(extend("c1", at(60)), at(20)),
+			// A shorter deadline could let on_timeout approve sooner than
+			// the rule says (or cut the approvers' time): refused.
+			name: "extend never shortens the deadline", rec: pending, apply: applyCommand(extend("c1", at(60)), at(20)),
+			check: wantNoChange(false, contracts.ReasonDeadlineNotLater),
+		},
+		{
+			name: "extend by someone who is no approver", rec: pending,
+			apply: applyCommand(command("c1", contracts.CommandExtend, "nobody", func(c *contracts.Command) { c.Until = t0.Add(48 * time.Hour) }), at(20)),
+			check: wantNoChange(false, contracts.ReasonNotPermitted),
+		},
+		{
+			name: "extend by the requester", rec: pending,
+			apply: applyCommand(command("c1", contracts.CommandExtend, "erin", func(c *contracts.Command) { c.Until = t0.Add(48 * time.Hour) }), at(20)),
+			check: wantNoChange(false, contracts.ReasonNotPermitted),
+		},
+		{
+			name: "cancel by someone unrelated", rec: pending,
+			apply: applyCommand(command("c1", contracts.CommandCancel, "nobody"), at(20)),
+			check: wantNoChange(false, contracts.ReasonNotPermitted),
+		},
+		{
+			name: "cancel by the run's agent", rec: pending,
+			apply: applyCommand(command("c1", contracts.CommandCancel, "billing"), at(20)),
 			check: func(t *testing.T, _ contracts.Record, res approval.Result) {
-				if !res.Changed || !res.Record.ExpiresAt.Equal(at(60)) {
-					t.Errorf("result changed %v expires_at %s, want %s", res.Changed, res.Record.ExpiresAt, at(60))
+				wantDecided(t, res, contracts.StatusCancelled, contracts.CommandCancel, []string{"billing"}, at(20))
+			},
+		},
+		{
+			name: "claim by someone other than the submitting agent", rec: approved,
+			apply: applyCommand(command("c1", contracts.CommandClaim, "alice", func(c *contracts.Command) { c.ClaimID = "claim-1" }), at(14)),
+			check: wantNoChange(false, contracts.ReasonNotPermitted),
+		},
+		{
+			name: "claim after claim_within: the approval lapsed", rec: approved, apply: applyCommand(claim("c1", "claim-1"), at(40)),
+			check: func(t *testing.T, in contracts.Record, res approval.Result) {
+				if !res.Changed || res.Refusal != contracts.ReasonApprovalLapsed || res.Record.Claim != nil {
+					t.Fatalf("result %+v, want approval_lapsed, recorded", res)
+				}
+				if res.Record.LapsedAt == nil || !res.Record.LapsedAt.Equal(at(40)) || res.Record.Status != contracts.StatusApproved {
+					t.Errorf("lapsed_at %v status %s, want %s and approved", res.Record.LapsedAt, res.Record.Status, at(40))
+				}
+				again := approval.ApplyCommand(res.Record, claim("c2", "claim-2"), at(41))
+				if again.Changed || again.Refusal != contracts.ReasonApprovalLapsed {
+					t.Errorf("a second claim of a lapsed approval: %+v, want approval_lapsed without a write", again)
+				}
+			},
+		},
+		{
+			name: "claim_within from the rule", rec: func(t *testing.T) contracts.Record {
+				req := request(t)
+				req.ClaimWithin = "1h"
+				return record(t, req, vote("v1", "alice", contracts.DecisionApprove))
+			},
+			apply: applyCommand(claim("c1", "claim-1"), at(50)),
+			check: func(t *testing.T, _ contracts.Record, res approval.Result) {
+				if !res.Changed || res.Refusal != "" || res.Record.Claim == nil {
+					t.Fatalf("result %+v, want the claim applied within the rule's hour", res)
 				}
 			},
 		},

@@ -105,6 +105,10 @@ export interface ToolApprovalRequest {
   risk: 'low' | 'medium' | 'high' | 'critical';
   summary: string;
   /**
+   * How long after its decision an approval may be claimed (a Go duration such as 15m); absent: 15 minutes. Later claims are refused as approval_lapsed.
+   */
+  claim_within?: string;
+  /**
    * Who submitted the request through the HTTP API (the subject of the agent's token); that token may read it.
    */
   submitter?: string;
@@ -246,7 +250,11 @@ export interface ApprovalChanged {
     | 'too_large'
     | 'wrong_tenant'
     | 'grant_not_allowed'
-    | 'unknown_grant';
+    | 'unknown_grant'
+    | 'unknown_approver'
+    | 'not_permitted'
+    | 'deadline_not_later'
+    | 'approval_lapsed';
   revision: number;
   at: string;
   [k: string]: unknown;
@@ -345,6 +353,10 @@ export interface HumanInputRequest {
    * Who submitted the request through the HTTP API (the subject of the agent's token); that token may read it.
    */
   submitter?: string;
+  /**
+   * How long after its decision an approval may be claimed (a Go duration such as 15m); absent: 15 minutes. Later claims are refused as approval_lapsed.
+   */
+  claim_within?: string;
   grants?: GrantLimits1;
   /**
    * A question has no tool arguments; always empty when present.
@@ -424,6 +436,10 @@ export interface ApprovalRecord {
   refused_votes_omitted?: number;
   outcome?: Outcome;
   claim?: Claim;
+  /**
+   * When a claim found the approval lapsed (not claimed within the request's claim_within of its decision); it can no longer be claimed.
+   */
+  lapsed_at?: string;
   updated_at: string;
   [k: string]: unknown;
 }
@@ -457,7 +473,11 @@ export interface RefusedVote {
     | 'too_large'
     | 'wrong_tenant'
     | 'grant_not_allowed'
-    | 'unknown_grant';
+    | 'unknown_grant'
+    | 'unknown_approver'
+    | 'not_permitted'
+    | 'deadline_not_later'
+    | 'approval_lapsed';
   /**
    * More for people, e.g. the JSON pointer and message where an edit fails the tool's schema.
    */
