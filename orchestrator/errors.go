@@ -50,6 +50,11 @@ var (
 	ErrAlreadyExecuted = &Error{Code: "already_executed", Message: "this approval was already claimed"}
 	// ErrNotApproved: a permit was claimed for a record that is not approved for these arguments.
 	ErrNotApproved = &Error{Code: "not_approved", Message: "no approval for these arguments"}
+	// ErrApprovalLapsed: the approval was not claimed within its rule's
+	// claim_within of the decision; the call needs a new decision.
+	ErrApprovalLapsed = &Error{Code: "approval_lapsed", Message: "this approval was not claimed in time and has lapsed"}
+	// ErrNotPermitted: the permit's agent may not claim this approval.
+	ErrNotPermitted = &Error{Code: "not_permitted", Message: "only the agent that submitted the request (or an admin) may claim it"}
 	// ErrInvalidSchema: a tool's or a question's JSON Schema is not a usable
 	// schema (not an object, does not compile, or refers to other documents).
 	ErrInvalidSchema = &Error{Code: "invalid_schema", Message: "not a usable JSON Schema"}

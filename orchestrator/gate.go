@@ -674,9 +674,15 @@ func Summary(tmpl string, run contracts.Run, tool string, args json.RawMessage) 
 func (g *Gate) verdictFor(rec *contracts.Record, toolCallID, sha string) Verdict {
 	v := VerdictFor(rec, toolCallID, sha)
 	if v.Verdict == VerdictAllowed {
+		// The permit claims as the agent principal that submitted the
+		// request: the only one, besides an admin, the arbiter lets claim.
+		by := rec.Request.Submitter
+		if by == "" {
+			by = rec.Request.Run.Agent
+		}
 		v.Permit = &Permit{
 			g: g, eventID: rec.Request.EventID, sha: rec.Outcome.ArgumentsSHA256, args: v.Arguments,
-			by: rec.Request.Run.Agent, claimID: uuid.Must(uuid.NewV7()).String(),
+			by: by, claimID: uuid.Must(uuid.NewV7()).String(),
 		}
 	}
 	return v
@@ -700,6 +706,12 @@ func VerdictFor(rec *contracts.Record, toolCallID, sha string) Verdict {
 		if rec.Claim != nil {
 			v.Verdict = VerdictAlreadyExecuted
 			v.Reason = AlreadyClaimedReason(rec.Claim)
+			return v
+		}
+		if approval.Lapsed(rec, time.Now()) {
+			v.Verdict, v.Code = VerdictExpired, contracts.ReasonApprovalLapsed
+			v.Reason = "This call was approved, but not run within " + approval.ClaimWithin(&rec.Request).String() +
+				" of the approval; the approval lapsed and the call was not run. Propose it again for a new decision."
 			return v
 		}
 		// Copies: the record is shared with the process's other waits.
@@ -847,6 +859,8 @@ func (p *Permit) claimed(rec *contracts.Record, claimID string) (done bool, err 
 	switch {
 	case rec.Status != contracts.StatusApproved || rec.Outcome == nil || rec.Outcome.ArgumentsSHA256 != p.sha:
 		return true, ErrNotApproved
+	case rec.Claim == nil && rec.LapsedAt != nil:
+		return true, ErrApprovalLapsed
 	case rec.Claim == nil:
 		return false, nil
 	case rec.Claim.ClaimID == claimID:

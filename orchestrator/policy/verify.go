@@ -48,6 +48,16 @@ type VerifyOptions struct {
 	// ClockSkew is how far the publisher's clock (created_at) may be from
 	// Stored, and the slack of every deadline comparison.
 	ClockSkew time.Duration
+	// Members, when set, resolves a group the rule names against the live
+	// directory: only its members (or the group name left unresolved,
+	// which is nobody) may stand for it in the snapshot. Unset, any name
+	// may (the directory that resolved it is not known here).
+	Members func(group string) []string
+	// Stricter checks only that the snapshot is at least as strict as d,
+	// from a policy version other than the one the request names (the
+	// live one): the version and rule may differ, and a call d allows is
+	// no weaker than the request.
+	Stricter bool
 }
 
 // RequestError says why a request's snapshot is refused. Reason is one of
@@ -88,6 +98,12 @@ var allDecisions = []string{
 func VerifyRequest(req *contracts.ApprovalRequested, d Decision, opts VerifyOptions) error {
 	human := req.Kind == contracts.KindHumanInput
 	switch {
+	case opts.Stricter && d.Action == ActionDeny:
+		return &RequestError{Reason: contracts.RefusalNotGated,
+			Problems: []string{fmt.Sprintf("the live policy version %s denies this call (rule %s)", d.Version, d.Rule)}}
+	case opts.Stricter && d.Action == ActionAllow:
+		return nil
+	case opts.Stricter:
 	case req.Policy.Version != d.Version:
 		return &RequestError{Reason: contracts.RefusalRuleMismatch,
 			Problems: []string{fmt.Sprintf("the request names policy version %q, checked against %q", req.Policy.Version, d.Version)}}
@@ -118,7 +134,7 @@ func VerifyRequest(req *contracts.ApprovalRequested, d Decision, opts VerifyOpti
 	if d.Order == contracts.OrderSequence && q.Order != contracts.OrderSequence {
 		add("quorum.order %q where the rule says sequence", q.Order)
 	}
-	ps = append(ps, checkApprovers(req, d)...)
+	ps = append(ps, checkApprovers(req, d, opts.Members)...)
 	ps = append(ps, checkDecisions(req, d)...)
 	if req.OnTimeout == contracts.OnTimeoutApprove {
 		switch {
@@ -139,7 +155,7 @@ func VerifyRequest(req *contracts.ApprovalRequested, d Decision, opts VerifyOpti
 
 // checkApprovers compares who may approve, at any time of the request's
 // life, with who the rule lets approve then.
-func checkApprovers(req *contracts.ApprovalRequested, d Decision) []string {
+func checkApprovers(req *contracts.ApprovalRequested, d Decision, members func(string) []string) []string {
 	var ps []string
 	if len(d.Approvers) == 0 {
 		// Anyone may approve under the rule: no snapshot approver list
@@ -150,6 +166,7 @@ func checkApprovers(req *contracts.ApprovalRequested, d Decision) []string {
 		ps = append(ps, "quorum.approvers is empty (anyone) where the rule names approvers")
 	}
 	base := approverSet(d.Approvers)
+	base.members = members
 	for _, a := range req.Quorum.Approvers {
 		if !base.admits(a) {
 			ps = append(ps, fmt.Sprintf("approver %q is not one of the rule's", a))
@@ -203,6 +220,8 @@ func checkLadder(req *contracts.ApprovalRequested, d Decision, base *approvers) 
 // define (resolved by the orchestrator's directory).
 type approvers struct {
 	people, groups []string
+	// members resolves a group against the live directory (nil: unknown).
+	members func(string) []string
 }
 
 func approverSet(list []string) approvers {
@@ -225,11 +244,20 @@ func (s approvers) with(list []string) approvers {
 // people; one of its groups left as written (no directory knew it, so
 // nobody can approve as it); or, when s names a group, anyone else but a
 // group name, as a member the directory gave (which is not checked here).
+//
+// With the live directory (members set), a name stands for a group only
+// when the directory lists it among the group's members.
 func (s approvers) admits(a string) bool {
 	if slices.Contains(s.people, a) || slices.Contains(s.groups, a) {
 		return true
 	}
-	return len(s.groups) > 0 && !strings.HasPrefix(a, groupPrefix)
+	if strings.HasPrefix(a, groupPrefix) {
+		return false
+	}
+	if s.members == nil {
+		return len(s.groups) > 0
+	}
+	return slices.ContainsFunc(s.groups, func(g string) bool { return slices.Contains(s.members(g), a) })
 }
 
 // checkDecisions requires the allowed decisions to be among the rule's.

@@ -26,10 +26,10 @@ type claimBody struct {
 	ClaimID string `json:"claim_id"`
 }
 
-// mayManage reports whether the caller may cancel or extend rec: an admin,
-// or an approver the record lists (any approver when its list is open).
-func mayManage(p *Principal, rec *contracts.Record) bool {
-	return p.Has(RoleAdmin) || approval.IsApprover(rec, p.Subject)
+// commandRefusal is why the caller may not give command on rec (the one
+// rule the arbiter applies too, approval.CommandRefusal), or "".
+func commandRefusal(p *Principal, rec *contracts.Record, command string) string {
+	return approval.CommandRefusal(nil, rec, command, issuer(p))
 }
 
 // sendCommand publishes cmd (Nats-Msg-Id = command id) and waits for the
@@ -100,7 +100,7 @@ func (s *Server) postCancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := principalFrom(r.Context())
-	if !s.manageable(w, p, rec) {
+	if !s.manageable(w, p, rec, contracts.CommandCancel) {
 		return
 	}
 	cmd := s.newCommand(id, contracts.CommandCancel, p)
@@ -154,11 +154,19 @@ func (s *Server) postExtend(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := principalFrom(r.Context())
-	if !s.manageable(w, p, rec) {
+	if !s.manageable(w, p, rec, contracts.CommandExtend) {
 		return
 	}
 	if until.Equal(rec.ExpiresAt) {
 		writeJSON(w, http.StatusOK, recordAnswer{Record: rec, Revision: rev})
+		return
+	}
+	if !until.After(rec.ExpiresAt) {
+		e := refusal(contracts.ReasonDeadlineNotLater)
+		e.Field = "until"
+		e.Message = fmt.Sprintf("an extension moves the deadline later, and %s is before the deadline %s",
+			until.Format(time.RFC3339), rec.ExpiresAt.UTC().Format(time.RFC3339))
+		writeError(w, e)
 		return
 	}
 	before := rec.ExpiresAt
@@ -204,7 +212,18 @@ func (s *Server) postClaim(w http.ResponseWriter, r *http.Request) {
 		writeError(w, refusal(contracts.ReasonNotApproved))
 		return
 	}
-	cmd := s.newCommand(id, contracts.CommandClaim, principalFrom(r.Context()))
+	p := principalFrom(r.Context())
+	if reason := commandRefusal(p, rec, contracts.CommandClaim); reason != "" {
+		e := refusal(reason)
+		e.Message = "only the agent token that submitted this request (or an admin) may claim it"
+		writeError(w, e)
+		return
+	}
+	if rec.LapsedAt != nil {
+		writeError(w, lapsedRefusal(rec))
+		return
+	}
+	cmd := s.newCommand(id, contracts.CommandClaim, p)
 	cmd.CommandID, cmd.ClaimID = claimID, claimID
 	s.sendCommand(w, r, cmd, func(rec *contracts.Record) (bool, *Error) {
 		switch {
@@ -214,9 +233,20 @@ func (s *Server) postClaim(w http.ResponseWriter, r *http.Request) {
 			return true, claimedRefusal(rec.Claim)
 		case rec.Status != contracts.StatusApproved:
 			return true, refusal(contracts.ReasonNotApproved)
+		case rec.LapsedAt != nil:
+			return true, lapsedRefusal(rec)
 		}
 		return false, nil
 	})
+}
+
+// lapsedRefusal refuses a claim of an approval that lapsed, saying when
+// it was decided and how long it could be claimed.
+func lapsedRefusal(rec *contracts.Record) *Error {
+	e := refusal(contracts.ReasonApprovalLapsed)
+	e.Message = fmt.Sprintf("this approval was decided at %s and could be claimed for %s; it lapsed, the call was not run, and it needs a new decision (propose it again under a new tool call id)",
+		rec.Outcome.DecidedAt.UTC().Format(time.RFC3339), approval.ClaimWithin(&rec.Request))
+	return e
 }
 
 // claimedRefusal refuses a claim of an approval claimed before, saying
@@ -232,9 +262,9 @@ func claimedRefusal(c *contracts.Claim) *Error {
 
 // manageable answers the refusal and returns false unless p may cancel or
 // extend rec and rec is still pending.
-func (s *Server) manageable(w http.ResponseWriter, p *Principal, rec *contracts.Record) bool {
-	if !mayManage(p, rec) {
-		writeError(w, refusal(contracts.ReasonNotAnApprover))
+func (s *Server) manageable(w http.ResponseWriter, p *Principal, rec *contracts.Record, command string) bool {
+	if reason := commandRefusal(p, rec, command); reason != "" {
+		writeError(w, refusal(reason))
 		return false
 	}
 	if rec.Terminal() {

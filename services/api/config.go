@@ -50,6 +50,11 @@ type Token struct {
 	// matching these patterns ("billing-*"), and an agent token to
 	// submitting as them (empty: every agent).
 	Agents []string `json:"agents,omitempty" yaml:"agents"`
+	// Development marks the token serve generates when none are
+	// configured: one person playing agent, approver and admin on one
+	// machine, who may approve what they submitted. Never read from a
+	// configuration file.
+	Development bool `json:"-" yaml:"-"`
 }
 
 // Config wires a Server.

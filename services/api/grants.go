@@ -88,7 +88,7 @@ func (s *Server) RevokeGrant(ctx context.Context, p *Principal, id string) (Gran
 	if aerr != nil {
 		return v, aerr
 	}
-	if !p.Has(RoleAdmin) && !(p.Has(RoleApprover) && mayManage(p, rec)) {
+	if !p.Has(RoleAdmin) && !(p.Has(RoleApprover) && commandRefusal(p, rec, contracts.CommandExtend) == "") {
 		return v, errorf(http.StatusForbidden, CodeForbidden, "only an admin or an approver of the approval that issued a grant may revoke it")
 	}
 	if v.Revoked != nil {

@@ -40,6 +40,10 @@ type Server struct {
 	// noSigner is logged once: a review allowed a call with a receipt
 	// while this API holds no signing key.
 	noSigner sync.Once
+	// The directory this server last published (see directory.go).
+	dirMu      sync.Mutex
+	dirVersion string
+	dirPoke    chan struct{}
 }
 
 //go:embed openapi.json
@@ -61,8 +65,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		cfg:    cfg,
 		log:    cfg.Logger,
 		kv:     kv,
-		tokens: newTokenEntries(cfg.Tokens),
-		done:   make(chan struct{}),
+		tokens:  newTokenEntries(cfg.Tokens),
+		done:    make(chan struct{}),
+		dirPoke: make(chan struct{}, 1),
 	}
 	s.feed = newFeed(s)
 	s.index = newIndex(kv, cfg.JS, cfg.IndexRecent, cfg.Logger)
@@ -76,9 +81,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := cfg.Registerer.Register(newRecordsCollector(s)); err != nil {
 		return nil, fmt.Errorf("api: register the oversight metrics: %w", err)
 	}
+	// Every role judges votes and commands by the directory published
+	// here: without it the arbiter would know nobody's tenants or roles.
+	if _, err := s.PublishDirectory(ctx); err != nil {
+		return nil, err
+	}
 	if err := s.index.start(ctx); err != nil {
 		return nil, err
 	}
+	go s.watchDirectory()
 	s.routes()
 	return s, nil
 }
@@ -107,7 +118,7 @@ func (s *Server) routes() {
 	mux.HandleFunc("GET /v1/approvals/{event_id}", s.authed(s.getApproval))
 	mux.HandleFunc("POST /v1/approvals/{event_id}/votes", s.authed(s.postVote, RoleApprover))
 	mux.HandleFunc("POST /v1/votes", s.authed(s.postVotes, RoleApprover))
-	mux.HandleFunc("POST /v1/approvals/{event_id}/cancel", s.authed(s.postCancel, RoleApprover))
+	mux.HandleFunc("POST /v1/approvals/{event_id}/cancel", s.authed(s.postCancel, RoleApprover, RoleAgent))
 	mux.HandleFunc("POST /v1/approvals/{event_id}/extend", s.authed(s.postExtend, RoleApprover))
 	mux.HandleFunc("POST /v1/approvals/{event_id}/claim", s.authed(s.postClaim, RoleAgent))
 	mux.HandleFunc("GET /v1/approvals/{event_id}/events", s.authed(s.getTimeline))

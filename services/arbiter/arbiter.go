@@ -362,10 +362,15 @@ func (a *Arbiter) handleResolution(ctx context.Context, msg jetstream.Msg) error
 			a.m.refused.WithLabelValues(contracts.ReasonMalformed).Inc()
 			return events.Poison(err)
 		}
+		// Who the voter is may do what the live directory says, read now.
+		roster, err := a.policies.directory(ctx)
+		if err != nil {
+			return err
+		}
 		return a.apply(ctx, msg, op{
 			eventID: v.EventID,
 			apply: func(rec contracts.Record) approval.Result {
-				res := approval.ApplyVoteWithin(rec, v, a.cfg.Now(), a.lim)
+				res := approval.ApplyVoteAs(rec, v, a.cfg.Now(), a.lim, roster)
 				if res.Changed && res.Refusal == "" {
 					if why := grantConditionProblem(&v); why != "" {
 						return approval.Refuse(rec, v, contracts.ReasonGrantNotAllowed, why, a.cfg.Now())
@@ -410,6 +415,12 @@ func (a *Arbiter) handleCommand(ctx context.Context, msg jetstream.Msg, subjectI
 			c.Until = a.cfg.Now().Add(a.cfg.Retention)
 		}
 	}
+	// The issuer is checked against the live directory, read now,
+	// whatever credential published the command.
+	roster, err := a.policies.directory(ctx)
+	if err != nil {
+		return err
+	}
 	o := op{
 		eventID: c.EventID,
 		apply: func(rec contracts.Record) approval.Result {
@@ -417,9 +428,9 @@ func (a *Arbiter) handleCommand(ctx context.Context, msg jetstream.Msg, subjectI
 				c.Until = rec.Request.CreatedAt.Add(a.cfg.Retention)
 			}
 			if c.Command == contracts.CommandClaim {
-				return a.withReceipt(approval.ApplyCommand(rec, c, a.cfg.Now()))
+				return a.withReceipt(approval.ApplyCommandAs(rec, c, a.cfg.Now(), roster))
 			}
-			return approval.ApplyCommand(rec, c, a.cfg.Now())
+			return approval.ApplyCommandAs(rec, c, a.cfg.Now(), roster)
 		},
 		counted: func() *contracts.Changed {
 			switch c.Command {

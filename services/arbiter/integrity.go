@@ -82,6 +82,9 @@ type policyBook struct {
 	mu     sync.Mutex
 	kv     jetstream.KeyValue // opened at the first read
 	stored map[string]*policy.Policy
+	// roster is the directory last read, at rosterRev of its key.
+	roster    *approval.Roster
+	rosterRev uint64
 }
 
 func newPolicyBook(js jetstream.JetStream, trusted PolicySet) *policyBook {
@@ -147,20 +150,110 @@ func (b *policyBook) find(ctx context.Context, version string) (*policy.Policy, 
 	return p, nil, nil
 }
 
+// live returns the live policy version applied to hitl_policy, or "" when
+// none was ever applied.
+func (b *policyBook) live(ctx context.Context) (string, error) {
+	kv, err := b.bucket(ctx)
+	if err != nil {
+		return "", err
+	}
+	e, err := kv.Get(ctx, orchestrator.PolicyKey)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("read the live policy: %w", err)
+	}
+	var doc struct {
+		Version string `json:"version"`
+	}
+	if err := json.Unmarshal(e.Value(), &doc); err != nil || doc.Version == "" {
+		return "", fmt.Errorf("the live policy's document is unreadable: %v", err)
+	}
+	return doc.Version, nil
+}
+
+// directory returns the live directory (contracts.DirectoryKey), read now:
+// nil when none was ever published. A document that cannot be read fails
+// the operation (it is retried), never lets everyone through.
+func (b *policyBook) directory(ctx context.Context) (*approval.Roster, error) {
+	kv, err := b.bucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	e, err := kv.Get(ctx, contracts.DirectoryKey)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("read the directory: %w", err)
+	}
+	b.mu.Lock()
+	if b.roster != nil && b.rosterRev == e.Revision() {
+		r := b.roster
+		b.mu.Unlock()
+		return r, nil
+	}
+	b.mu.Unlock()
+	var doc contracts.Directory
+	if err := json.Unmarshal(e.Value(), &doc); err != nil || doc.Spec != contracts.SpecDirectory {
+		return nil, fmt.Errorf("the directory in %s is unreadable (spec %q): %v", contracts.BucketPolicy, doc.Spec, err)
+	}
+	r := approval.NewRoster(doc)
+	b.mu.Lock()
+	if e.Revision() > b.rosterRev {
+		b.roster, b.rosterRev = r, e.Revision()
+	}
+	b.mu.Unlock()
+	return r, nil
+}
+
 // verify checks req, stored by the bus at stored, against the policy
-// version it names; nil accepts it.
+// version it names and, when another version is live, against the live one
+// too: a request is held to the stricter of the two, so naming an older
+// or the built-in version (which counts only while no policy was ever
+// applied) buys no weaker gate. The approvers a rule names by group are
+// checked against the live directory's members. nil accepts it.
 func (a *Arbiter) verify(ctx context.Context, req *contracts.ApprovalRequested, stored time.Time) (*refusal, error) {
 	p, ref, err := a.policies.find(ctx, req.Policy.Version)
 	if err != nil || ref != nil {
 		return ref, err
 	}
-	d := p.EvaluateContext(ctx, policy.RequestInput(req))
-	err = policy.VerifyRequest(req, d, policy.VerifyOptions{Stored: stored, Retention: a.cfg.Retention, ClockSkew: a.cfg.ClockSkew})
-	var re *policy.RequestError
-	if errors.As(err, &re) {
-		return &refusal{reason: re.Reason, detail: requestRefusalDetail(req.Policy.Version, re.Problems)}, nil
+	roster, err := a.policies.directory(ctx)
+	if err != nil {
+		return nil, err
 	}
-	return nil, err
+	opts := policy.VerifyOptions{Stored: stored, Retention: a.cfg.Retention, ClockSkew: a.cfg.ClockSkew}
+	if roster != nil {
+		opts.Members = roster.Members
+	}
+	in := policy.RequestInput(req)
+	if ref := verifyAgainst(req, p.EvaluateContext(ctx, in), opts); ref != nil {
+		return ref, nil
+	}
+	liveVersion, err := a.policies.live(ctx)
+	if err != nil || liveVersion == "" || liveVersion == req.Policy.Version {
+		return nil, err
+	}
+	live, ref, err := a.policies.find(ctx, liveVersion)
+	if err != nil || ref != nil {
+		return ref, err
+	}
+	opts.Stricter = true
+	return verifyAgainst(req, live.EvaluateContext(ctx, in), opts), nil
+}
+
+// verifyAgainst is VerifyRequest's refusal, if any.
+func verifyAgainst(req *contracts.ApprovalRequested, d policy.Decision, opts policy.VerifyOptions) *refusal {
+	err := policy.VerifyRequest(req, d, opts)
+	if err == nil {
+		return nil
+	}
+	var re *policy.RequestError
+	if !errors.As(err, &re) {
+		return &refusal{reason: contracts.RefusalWeakerThanPolicy, detail: err.Error()}
+	}
+	return &refusal{reason: re.Reason, detail: requestRefusalDetail(d.Version, re.Problems)}
 }
 
 // requestRefusalDetail says in words, within maxRefusalDetail bytes, what a refused

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -45,6 +46,8 @@ type node struct {
 	onDeadLetter func(stream, reason string)
 	dirWatch     *directory.Watcher
 	dir          directory.Source // stays a nil interface without a directory
+	// dirChanged, once the API runs, publishes a reloaded directory at once.
+	dirChanged atomic.Pointer[func()]
 	who          people
 	ln           net.Listener // the HTTP listener of the API
 	url          string       // http:// address of ln
@@ -91,6 +94,11 @@ func (n *node) prepare(ctx context.Context) error {
 	if cfg.Directory != "" && (cfg.has(roleAPI) || cfg.has(roleNotifier)) {
 		w, err := directory.Watch(n.runCtx, directory.WatchConfig{
 			Path: cfg.Directory, Signals: []os.Signal{syscall.SIGHUP}, Logger: n.log.With("role", "directory"),
+			OnReload: func(_ *directory.Directory, err error) {
+				if f := n.dirChanged.Load(); err == nil && f != nil {
+					(*f)()
+				}
+			},
 		})
 		if err != nil {
 			return fmt.Errorf("serve: %w", err)
@@ -238,6 +246,8 @@ func (n *node) startAPI(ctx context.Context, out *os.File) error {
 		return err
 	}
 	n.closers = append(n.closers, func() { srv.Close() })
+	changed := srv.DirectoryChanged
+	n.dirChanged.Store(&changed)
 	if _, err := inbox.New(ctx, inbox.Config{API: srv, JS: js, Logger: n.log.With("role", "inbox"), Registerer: n.reg}); err != nil {
 		return err
 	}

@@ -621,7 +621,7 @@ func apiTokens(cfg serveConfig, log *slog.Logger) (tokens []api.Token, devToken 
 	}
 	return []api.Token{{
 		Name: "development", Subject: devSubject(), SHA256: api.HashToken(token),
-		Roles: []string{api.RoleAgent, api.RoleApprover, api.RoleAdmin},
+		Roles: []string{api.RoleAgent, api.RoleApprover, api.RoleAdmin}, Development: true,
 	}}, devToken, nil
 }
 
