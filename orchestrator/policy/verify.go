@@ -55,8 +55,9 @@ type VerifyOptions struct {
 	Members func(group string) []string
 	// Stricter checks only that the snapshot is at least as strict as d,
 	// from a policy version other than the one the request names (the
-	// live one): the version and rule may differ, and a call d allows is
-	// no weaker than the request.
+	// live one): the version and rule may differ, a call d allows is no
+	// weaker than the request, and the approvers may be other people (but
+	// not anyone where d names people).
 	Stricter bool
 }
 
@@ -134,7 +135,15 @@ func VerifyRequest(req *contracts.ApprovalRequested, d Decision, opts VerifyOpti
 	if d.Order == contracts.OrderSequence && q.Order != contracts.OrderSequence {
 		add("quorum.order %q where the rule says sequence", q.Order)
 	}
-	ps = append(ps, checkApprovers(req, d, opts.Members)...)
+	if opts.Stricter {
+		// Another version may name other people, which is no weakening;
+		// leaving anyone to approve where it names people is.
+		if len(d.Approvers) > 0 && len(q.Approvers) == 0 {
+			add("quorum.approvers is empty (anyone) where the live rule names approvers")
+		}
+	} else {
+		ps = append(ps, checkApprovers(req, d, opts.Members)...)
+	}
 	ps = append(ps, checkDecisions(req, d)...)
 	if req.OnTimeout == contracts.OnTimeoutApprove {
 		switch {

@@ -61,10 +61,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("api: open bucket %s: %w", contracts.BucketApprovals, err)
 	}
 	s := &Server{
-		events: &events.StreamHandle{JS: cfg.JS, Name: contracts.StreamEvents},
-		cfg:    cfg,
-		log:    cfg.Logger,
-		kv:     kv,
+		events:  &events.StreamHandle{JS: cfg.JS, Name: contracts.StreamEvents},
+		cfg:     cfg,
+		log:     cfg.Logger,
+		kv:      kv,
 		tokens:  newTokenEntries(cfg.Tokens),
 		done:    make(chan struct{}),
 		dirPoke: make(chan struct{}, 1),

@@ -165,7 +165,6 @@ func TestClaimOnce(t *testing.T) {
 func TestCancelThenVote(t *testing.T) {
 	e := setup(t)
 	id := e.pendingApproval(t, "run-cancel", "deploy")
-	e.call(t, "POST", "/v1/approvals/"+id+"/cancel", "agent", nil).wantError(t, http.StatusForbidden, "forbidden", "")
 	r := e.call(t, "POST", "/v1/approvals/"+id+"/cancel", "bob", map[string]string{"reason": "not needed"})
 	if r.status != http.StatusOK {
 		t.Fatalf("cancel: %d %s", r.status, r.body)
@@ -177,9 +176,15 @@ func TestCancelThenVote(t *testing.T) {
 	}
 	e.vote(t, "bob", id, map[string]any{"decision": "approve"}).wantError(t, http.StatusConflict, "closed", "")
 	e.call(t, "POST", "/v1/approvals/"+id+"/cancel", "bob", nil).wantError(t, http.StatusConflict, "closed", "")
-	// Only listed approvers may cancel a request with an approver list.
+	// Only listed approvers (and the requester, the agent that submitted
+	// it, admins) may cancel a request with an approver list.
 	pay := e.pendingApproval(t, "run-cancel-pay", "payments.send")
-	e.call(t, "POST", "/v1/approvals/"+pay+"/cancel", "bob", nil).wantError(t, http.StatusForbidden, "not_an_approver", "")
+	e.call(t, "POST", "/v1/approvals/"+pay+"/cancel", "bob", nil).wantError(t, http.StatusForbidden, contracts.ReasonNotPermitted, "")
+	// The agent that submitted a request may cancel it (a client that
+	// abandons the call).
+	if r := e.call(t, "POST", "/v1/approvals/"+pay+"/cancel", "agent", nil); r.status != http.StatusOK {
+		t.Fatalf("cancel by the submitting agent: %d %s", r.status, r.body)
+	}
 }
 
 func TestExtend(t *testing.T) {
@@ -197,7 +202,12 @@ func TestExtend(t *testing.T) {
 	if got := after.Record.ExpiresAt.Sub(rec.Record.ExpiresAt); got != 2*time.Hour {
 		t.Fatalf("deadline moved by %s, want 2h", got)
 	}
-	until := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	// Attack: an extend that brings the deadline forward (on_timeout
+	// would decide sooner than the rule says) is refused.
+	sooner := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	e.call(t, "POST", "/v1/approvals/"+id+"/extend", "admin", map[string]string{"until": sooner.Format(time.RFC3339)}).
+		wantError(t, http.StatusUnprocessableEntity, contracts.ReasonDeadlineNotLater, "until")
+	until := after.Record.ExpiresAt.Add(3 * time.Hour).UTC().Truncate(time.Second)
 	r = e.call(t, "POST", "/v1/approvals/"+id+"/extend", "admin", map[string]string{"until": until.Format(time.RFC3339)})
 	if r.status != http.StatusOK {
 		t.Fatalf("extend until: %d %s", r.status, r.body)

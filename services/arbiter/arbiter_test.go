@@ -710,23 +710,40 @@ func TestArbiterRefusedCommandsNameTheirKind(t *testing.T) {
 		refused bool
 	}{
 		{
-			name: "claim before approval", cmd: command("c1", contracts.CommandClaim, "runner-1", claimID("claim-1")),
+			name: "claim before approval", cmd: command("c1", contracts.CommandClaim, "billing", claimID("claim-1")),
 			change: contracts.ChangeClaimRefused, reason: contracts.ReasonNotApproved, refused: true,
 		},
 		{
-			name: "extend into the past", cmd: command("c2", contracts.CommandExtend, "ops-1", until(busNow().Add(-time.Minute))),
+			name: "extend into the past", cmd: command("c2", contracts.CommandExtend, "alice", until(busNow().Add(-time.Minute))),
 			change: contracts.ChangeExtendRefused, reason: contracts.ReasonMalformed, refused: true,
 		},
 		{
-			name: "extend", cmd: command("c3", contracts.CommandExtend, "ops-2", until(busNow().Add(48*time.Hour))),
+			// Attack: the deadline brought forward, so that on_timeout
+			// decides sooner than the rule says.
+			name: "extend to an earlier deadline", cmd: command("c2b", contracts.CommandExtend, "alice", until(busNow().Add(time.Minute))),
+			change: contracts.ChangeExtendRefused, reason: contracts.ReasonDeadlineNotLater, refused: true,
+		},
+		{
+			// Attack: a command published with a role's credential naming
+			// someone who is no approver or admin of the request.
+			name: "extend by nobody", cmd: command("c2c", contracts.CommandExtend, "nobody", until(busNow().Add(48*time.Hour))),
+			change: contracts.ChangeExtendRefused, reason: contracts.ReasonNotPermitted, refused: true,
+		},
+		{
+			name: "extend", cmd: command("c3", contracts.CommandExtend, "alice", until(busNow().Add(48*time.Hour))),
 			change: contracts.ChangeExtended,
 		},
 		{
-			name: "claim after approval",
+			// Attack: another principal claims the approved call first.
+			name: "claim by another agent", cmd: command("c4a", contracts.CommandClaim, "other-agent", claimID("claim-x")),
 			before: func(t *testing.T) {
 				b.acks.wait(t, b.vote(vote("v-alice", "alice", contracts.DecisionApprove)), "+ACK")
 			},
-			cmd:    command("c4", contracts.CommandClaim, "runner-1", claimID("claim-1")),
+			change: contracts.ChangeClaimRefused, reason: contracts.ReasonNotPermitted, refused: true,
+		},
+		{
+			name:   "claim after approval",
+			cmd:    command("c4", contracts.CommandClaim, "billing", claimID("claim-1")),
 			change: contracts.ChangeClaimed,
 		},
 		{
@@ -738,7 +755,7 @@ func TestArbiterRefusedCommandsNameTheirKind(t *testing.T) {
 			change: contracts.ChangeCancelRefused, reason: contracts.ReasonClosed, refused: true,
 		},
 		{
-			name: "extend a decided approval", cmd: command("c7", contracts.CommandExtend, "ops-4", until(busNow().Add(72*time.Hour))),
+			name: "extend a decided approval", cmd: command("c7", contracts.CommandExtend, "alice", until(busNow().Add(72*time.Hour))),
 			change: contracts.ChangeExtendRefused, reason: contracts.ReasonClosed, refused: true,
 		},
 	}
@@ -864,7 +881,7 @@ func TestArbiterReannouncesOnlyMissingDecisions(t *testing.T) {
 		b.create(request(t))
 		v := vote("v-alice", "alice", contracts.DecisionApprove)
 		b.acks.wait(t, b.vote(v), "+ACK")
-		claim := command("c1", contracts.CommandClaim, "runner-1", func(c *contracts.Command) { c.ClaimID = "claim-1" })
+		claim := command("c1", contracts.CommandClaim, "billing", func(c *contracts.Command) { c.ClaimID = "claim-1" })
 		b.acks.wait(t, b.command(claim), "+ACK")
 		if got := b.decidedEvents(eventID); len(got) != 1 {
 			t.Fatalf("%d decided events after the decision, want 1", len(got))

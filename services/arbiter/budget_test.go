@@ -96,6 +96,8 @@ func (b *budget) maxRequest(t *testing.T, opts ...func(*contracts.ApprovalReques
 		r.AllowedDecisions = nil
 		r.CreatedAt = now
 		r.ExpiresAt = now.Add(time.Hour)
+		// The submitting agent claims, under the longest name there is.
+		r.Submitter = hardText(contracts.MaxApproverIDBytes)
 	})
 	for _, o := range opts {
 		o(&req)
@@ -227,15 +229,11 @@ func TestSizeBudgetEveryTerminalPath(t *testing.T) {
 				r.Policy.Version = "v1-approve-on-timeout-1h"
 			}},
 			decide: func(t *testing.T, id string) {
-				// Brought forward: the request expires a minute from now, and
-				// a minute passes.
-				until := b.clock.Now().Add(time.Minute)
-				b.command(contracts.Command{
-					Spec: contracts.SpecCommand, EventID: id, Command: contracts.CommandExtend,
-					CommandID: uuid.NewString(), By: "ops", Until: until,
-				})
-				b.scheduled(id, contracts.TimerExpire, until)
-				b.advance(time.Minute)
+				// The deadline comes (an extend can no longer bring it
+				// forward).
+				rec, _ := b.record(id)
+				b.scheduled(id, contracts.TimerExpire, rec.ExpiresAt)
+				b.advance(rec.ExpiresAt.Sub(b.clock.Now()))
 			}},
 		{name: "cancel", before: aliceEdits, status: contracts.StatusCancelled,
 			decide: func(t *testing.T, id string) {

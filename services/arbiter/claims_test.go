@@ -71,8 +71,8 @@ func TestClaimRequestsApplyTheCommandWithoutStoringIt(t *testing.T) {
 	}{
 		"not JSON":         {contracts.ClaimSubject(eventID), []byte("{")},
 		"a cancel":         {contracts.ClaimSubject(eventID), encode(command("x1", contracts.CommandCancel, "ops"))},
-		"another approval": {contracts.ClaimSubject("not-" + eventID), encode(claim("x2", "runner-1", "claim-x"))},
-		"no claim id":      {contracts.ClaimSubject(eventID), encode(claim("x4", "runner-1", ""))},
+		"another approval": {contracts.ClaimSubject("not-" + eventID), encode(claim("x2", "billing", "claim-x"))},
+		"no claim id":      {contracts.ClaimSubject(eventID), encode(claim("x4", "billing", ""))},
 	} {
 		if code := ask(t, req.subject, req.data); code != arbiter.ClaimErrorMalformed {
 			t.Errorf("%s: answered %q, want %s", name, code, arbiter.ClaimErrorMalformed)
@@ -83,7 +83,7 @@ func TestClaimRequestsApplyTheCommandWithoutStoringIt(t *testing.T) {
 	}
 
 	// The claim: accepted, announced once, no command stored.
-	if code := ask(t, contracts.ClaimSubject(eventID), encode(claim("c-1", "runner-1", "claim-1"))); code != "" {
+	if code := ask(t, contracts.ClaimSubject(eventID), encode(claim("c-1", "billing", "claim-1"))); code != "" {
 		t.Fatalf("claim answered %s", code)
 	}
 	rec, rev := b.record(eventID)
@@ -93,10 +93,10 @@ func TestClaimRequestsApplyTheCommandWithoutStoringIt(t *testing.T) {
 	// Asked again (a lost reply), then published on the command subject
 	// (the runner's way when a reply does not come): still one claim, one
 	// announcement.
-	if code := ask(t, contracts.ClaimSubject(eventID), encode(claim("c-1", "runner-1", "claim-1"))); code != "" {
+	if code := ask(t, contracts.ClaimSubject(eventID), encode(claim("c-1", "billing", "claim-1"))); code != "" {
 		t.Fatalf("the same claim again answered %s", code)
 	}
-	b.acks.wait(t, b.command(claim("c-1", "runner-1", "claim-1")), "+ACK")
+	b.acks.wait(t, b.command(claim("c-1", "billing", "claim-1")), "+ACK")
 	// Another claim: refused (already claimed), announced as such.
 	if code := ask(t, contracts.ClaimSubject(eventID), encode(claim("c-2", "runner-2", "claim-2"))); code != "" {
 		t.Fatalf("second claim answered %s", code)
@@ -106,7 +106,7 @@ func TestClaimRequestsApplyTheCommandWithoutStoringIt(t *testing.T) {
 		switch ch.Change {
 		case contracts.ChangeClaimed:
 			claimed++
-			if ch.By != "runner-1" {
+			if ch.By != "billing" {
 				t.Errorf("claimed by %q", ch.By)
 			}
 		case contracts.ChangeClaimRefused:
@@ -137,7 +137,7 @@ func TestClaimRequestForAnUnknownRecordAsksToRetry(t *testing.T) {
 	b.create(request(t)) // the arbiter is at work
 	const other = "0193b3c4-0000-7000-8000-000000000001"
 	nc := b.srv.JetStreamAs(embedded.RoleOrchestrator).Conn()
-	data, err := contracts.Marshal(command("c-1", contracts.CommandClaim, "runner-1", func(c *contracts.Command) {
+	data, err := contracts.Marshal(command("c-1", contracts.CommandClaim, "billing", func(c *contracts.Command) {
 		c.ClaimID, c.EventID = "claim-1", other
 	}))
 	if err != nil {

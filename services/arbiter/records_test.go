@@ -48,7 +48,7 @@ func TestArbiterAppliesToTheRecordItWrote(t *testing.T) {
 	timerAcks.wait(t, md.Sequence.Stream, "-NAK")
 	reads := countRecordReads(t, b)
 	b.acks.wait(t, b.vote(vote("v-alice", "alice", contracts.DecisionApprove)), "+ACK")
-	claim := command("c1", contracts.CommandClaim, "runner-1", func(c *contracts.Command) { c.ClaimID = "claim-1" })
+	claim := command("c1", contracts.CommandClaim, "billing", func(c *contracts.Command) { c.ClaimID = "claim-1" })
 	b.acks.wait(t, b.command(claim), "+ACK")
 	rec := b.waitRecord(eventID, func(r *contracts.Record) bool { return r.Claim != nil })
 	if rec.Status != contracts.StatusApproved || rec.Claim.ClaimID != "claim-1" {
@@ -99,7 +99,7 @@ func TestArbiterStaleRecordRefusesNothing(t *testing.T) {
 	b.startArbiter(arbiter.Config{})
 	b.create(request(t))
 	writeAsOtherReplica(t, b, vote("v-alice", "alice", contracts.DecisionApprove))
-	claim := command("c1", contracts.CommandClaim, "runner-1", func(c *contracts.Command) { c.ClaimID = "claim-1" })
+	claim := command("c1", contracts.CommandClaim, "billing", func(c *contracts.Command) { c.ClaimID = "claim-1" })
 	b.acks.wait(t, b.command(claim), "+ACK")
 	rec := b.waitRecord(eventID, func(r *contracts.Record) bool { return r.Claim != nil })
 	if rec.Status != contracts.StatusApproved || rec.Claim.ClaimID != "claim-1" {

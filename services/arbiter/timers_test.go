@@ -211,7 +211,7 @@ func TestTimerExtendMovesExpiry(t *testing.T) {
 	until := req.ExpiresAt.Add(2 * time.Hour)
 	b.command(contracts.Command{
 		Spec: contracts.SpecCommand, CommandID: uuid.NewString(), EventID: req.EventID,
-		Command: contracts.CommandExtend, By: "frank", Until: until,
+		Command: contracts.CommandExtend, By: "alice", Until: until,
 	})
 	extended := b.waitRecord(req.EventID, func(r *contracts.Record) bool { return !r.ExpiresAt.Equal(req.ExpiresAt) })
 	if extended.Status != contracts.StatusPending || !extended.ExpiresAt.Equal(until) {

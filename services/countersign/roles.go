@@ -48,12 +48,12 @@ type node struct {
 	dir          directory.Source // stays a nil interface without a directory
 	// dirChanged, once the API runs, publishes a reloaded directory at once.
 	dirChanged atomic.Pointer[func()]
-	who          people
-	ln           net.Listener // the HTTP listener of the API
-	url          string       // http:// address of ln
-	publicURL    string       // where links in notifications point
-	parts        *notifierParts
-	receipts     *receiptKeys
+	who        people
+	ln         net.Listener // the HTTP listener of the API
+	url        string       // http:// address of ln
+	publicURL  string       // where links in notifications point
+	parts      *notifierParts
+	receipts   *receiptKeys
 
 	runCtx  context.Context
 	wg      sync.WaitGroup

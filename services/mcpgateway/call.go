@@ -20,6 +20,9 @@ import (
 	"github.com/countersign/countersign/contracts/client"
 )
 
+// errLapsed matches a claim refused because the approval lapsed.
+var errLapsed = &client.Error{Code: contracts.ReasonApprovalLapsed}
+
 // maxGenerations bounds how many used-up approvals of one call a tools/call
 // steps over before it gives up (see callBook).
 const maxGenerations = 1000
@@ -133,10 +136,18 @@ func (g *Gateway) decide(ctx context.Context, req *mcp.CallToolRequest, run cont
 		call.ID = fmt.Sprintf("mcp-%s-%d", key, gen)
 		res, err := g.review(ctx, run, &call)
 		if err == nil && res.Verdict == client.Pending {
+			id := res.EventID
+			g.waiting.add(id)
 			res, err = g.wait(ctx, req, run, call, res)
+			g.waiting.done(id)
 		}
 		if err != nil {
 			if ctx.Err() != nil {
+				if cancelledByClient(ctx) {
+					// An explicit cancellation cancels the approval the
+					// call opened; a wait that merely ends does not.
+					g.withdraw(ctx, log, run, call, key, gen, res.EventID)
+				}
 				return decision{}, ctx.Err()
 			}
 			log.Warn("review failed; the call was not made", slog.Any("err", err))
@@ -159,6 +170,20 @@ func (g *Gateway) decide(ctx context.Context, req *mcp.CallToolRequest, run cont
 				if errors.Is(err, client.ErrAlreadyClaimed) {
 					g.book.usedUp(key, gen)
 					continue // claimed by another call: this one is a new request
+				}
+				if ctx.Err() != nil {
+					if cancelledByClient(ctx) {
+						// Decided already, so not cancellable: the call is
+						// not run, and this gateway does not come back to
+						// the approval (it lapses unclaimed).
+						g.book.usedUp(key, gen)
+					}
+					return decision{}, ctx.Err()
+				}
+				if errors.Is(err, errLapsed) {
+					g.book.usedUp(key, gen) // the same call needs a new decision
+					return refuse(fmt.Sprintf("This call was approved (approval %s), but the approval lapsed before the call could run; "+
+						"the call was not run. Call the tool again for a new decision.", res.EventID), res)
 				}
 				log.Warn("claim failed; the call was not made", slog.String("event_id", res.EventID), slog.Any("err", err))
 				return refuse(fmt.Sprintf("Countersign could not confirm the approval %s (%v). The call was not made.", res.EventID, err), res)

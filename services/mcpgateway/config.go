@@ -69,6 +69,15 @@ type Config struct {
 	// signing key) is refused, not forwarded. Either way the gateway
 	// forwards no receipt a client put there.
 	Receipts bool
+	// Cancel cancels an approval the gateway opened, as the agent that
+	// submitted it, when the client cancels the call that waits on it (an
+	// MCP notifications/cancelled; DESIGN §5): POST
+	// /v1/approvals/{event_id}/cancel with the gateway's agent token, as
+	// CancelOverHTTP does. A client that disconnects, or a wait that merely
+	// ends, cancels nothing. Without Cancel the approval of a cancelled
+	// call stays pending (the gateway only stops re-attaching to it) and a
+	// warning is logged.
+	Cancel func(ctx context.Context, eventID, reason string) error
 	// Logger (default: slog.Default()).
 	Logger *slog.Logger
 }

@@ -18,6 +18,8 @@ type Gateway struct {
 	cfg    Config
 	server *mcp.Server
 	book   callBook
+	// waiting counts the calls waiting on each approval.
+	waiting waiters
 
 	mu    sync.Mutex
 	links map[*mcp.ServerSession]*link

@@ -204,9 +204,18 @@ func startServe(t testing.TB) *serve {
 // startServeWith is startServe with another policy file.
 func startServeWith(t testing.TB, policy string) *serve {
 	t.Helper()
+	return startServeArgs(t, "", "--policy", policy)
+}
+
+// startServeArgs runs `countersign serve` on a fresh data directory with
+// more arguments; token is the API token of the tests' requests (empty:
+// the development token serve makes).
+func startServeArgs(t testing.TB, token string, extra ...string) *serve {
+	t.Helper()
 	data := t.TempDir()
-	cmd := exec.Command(binary, "serve", "--data", data, "--addr", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0",
-		"--log-level", "warn", "--policy", policy)
+	args := append([]string{"serve", "--data", data, "--addr", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0",
+		"--log-level", "warn"}, extra...)
+	cmd := exec.Command(binary, args...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -247,6 +256,10 @@ func startServeWith(t testing.TB, policy string) *serve {
 			t.Fatal("serve did not become ready")
 		}
 	}
+	if token != "" {
+		s.token = token
+		return s
+	}
 	tok, err := os.ReadFile(filepath.Join(data, "dev-token"))
 	if err != nil {
 		t.Fatal(err)
@@ -268,7 +281,12 @@ func (s *serve) cli(t testing.TB, args ...string) string {
 }
 
 func (s *serve) client(t testing.TB) *client.Client {
-	c, err := client.New(client.Config{URL: s.url, Token: s.token, RetryFor: 5 * time.Second, MinBackoff: 5 * time.Millisecond, MaxBackoff: 100 * time.Millisecond})
+	return s.clientAs(t, s.token)
+}
+
+// clientAs is a client of s with another token.
+func (s *serve) clientAs(t testing.TB, token string) *client.Client {
+	c, err := client.New(client.Config{URL: s.url, Token: token, RetryFor: 5 * time.Second, MinBackoff: 5 * time.Millisecond, MaxBackoff: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
