@@ -23,7 +23,10 @@ type rule struct {
 	cond                   *condition
 	// decision is what the rule decides when it matches.
 	decision Decision
-	// failClosed is what it decides when its condition errors.
+	// failClosed is what it decides when its condition errors, as if the
+	// condition held (see Evaluate): a gate never allows, so an allow
+	// rule gates, with default_rule's settings at least high risk; a rule
+	// that gates or denies decides as it does when the condition holds.
 	failClosed Decision
 }
 
@@ -94,8 +97,8 @@ func compileDefault(p *Policy, fs *fileSpec, ps *problems) string {
 	return dRisk
 }
 
-// fallbackSettings are what a rule that does not gate decides when its
-// condition errors: default_rule's settings, at least high risk.
+// fallbackSettings are what an allow rule decides when its condition
+// errors: default_rule's settings, at least high risk.
 func fallbackSettings(fs *fileSpec, dRisk string) settings {
 	fRisk := dRisk
 	if riskRank(fRisk) < riskRank(contracts.RiskHigh) {
@@ -140,6 +143,9 @@ func compileRule(rs *ruleSpec, fs *fileSpec, fallback settings, version string, 
 		checkTimers(s, &rs.gateSpec, rs.where, ps)
 		noteRepeat(s)
 		r.failClosed = r.decision
+	} else if rs.action == ActionDeny {
+		ignoredSettings(rs, ps)
+		r.failClosed = r.decision
 	} else {
 		ignoredSettings(rs, ps)
 		r.failClosed = fallback.decision(ActionRequireApproval, rs.name, version, rs.line)
@@ -150,8 +156,8 @@ func compileRule(rs *ruleSpec, fs *fileSpec, fallback settings, version string, 
 			checkQuorum(fallback, rs.where+" (gated when its condition errors, with default_rule's settings)",
 				posOf(rs.node, nil), SeverityWarning, ps)
 		}
+		r.failClosed.Reason = ""
 	}
-	r.failClosed.Reason = ""
 	return r
 }
 
@@ -466,7 +472,7 @@ func ignoredSettings(rs *ruleSpec, ps *problems) {
 		if f.name() == "reason" && rs.action == ActionDeny {
 			continue
 		}
-		if (f.name() == "sensitive" || f.name() == "sensitive_fields") && rs.when != "" {
+		if (f.name() == "sensitive" || f.name() == "sensitive_fields") && rs.when != "" && rs.action == ActionAllow {
 			continue // the call gates, masked, when the condition errors
 		}
 		ps.add(f.key.Line, f.key.Column, SeverityWarning, "%s: %s has no effect on a rule whose action is %s", rs.where, f.name(), rs.action)

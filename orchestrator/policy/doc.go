@@ -21,8 +21,11 @@
 //     decodes its arguments at most once, and only the conditions of rules
 //     whose globs match run.
 //   - A condition that fails while it runs (a missing argument, a wrong
-//     type, the cost limit) never allows and is never skipped: the call
-//     gates, and Decision.Error says why.
+//     type, deep nesting, the cost limit) never allows and is never
+//     skipped: it is taken both ways, and the call gets the strictest of
+//     the rules it could fall under (strictest.go), so no choice of
+//     arguments gets a weaker gate than a well-typed call. Decision.Error
+//     says why.
 //   - A Policy is immutable and safe for concurrent use; decisions share no
 //     memory with it.
 //

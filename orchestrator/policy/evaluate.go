@@ -20,8 +20,16 @@ type Step struct {
 
 // Evaluate decides one call: the first rule whose tools, agents, tenants
 // and labels match and whose condition holds decides; calls no rule matches
-// get the default. A condition that errors decides too: the call gates and
-// Decision.Error says why. The decision's slices are the caller's to keep.
+// get the default.
+//
+// A condition that errors (a missing argument, a wrong type, arguments
+// nested too deeply, the cost limit) is taken both ways: as if it held, the
+// rule decides (an allow rule gates instead, see rule.failClosed); as if it
+// did not, the rules below go on (and may error too). The call gets the
+// stricter of the two (see strictest), so no choice of arguments gets a
+// weaker gate than a well-typed call could get. Decision.Error is the first
+// error, and such a call never runs without approval. The decision's slices
+// are the caller's to keep.
 func (p *Policy) Evaluate(in Input) Decision {
 	return p.evaluate(context.Background(), &in)
 }
@@ -37,11 +45,15 @@ func (p *Policy) EvaluateContext(ctx context.Context, in Input) Decision {
 
 // Explain decides like Evaluate and also says, for every rule it
 // considered, in order, whether it matched and why; the last step is the
-// deciding one (rule "default" when no rule matched).
+// deciding one (rule "default" when no rule matched). Where a condition
+// errored, its step says so, the later steps are the branch where it did
+// not hold, and a last step names the rule whose settings won and what the
+// others added.
 func (p *Policy) Explain(in Input) (Decision, []Step) {
 	var steps []Step
 	var act *activation // built at the first condition
 	var why strings.Builder
+	var e errored
 	for i := range p.rules {
 		r := &p.rules[i]
 		why.Reset()
@@ -59,11 +71,15 @@ func (p *Policy) Explain(in Input) (Decision, []Step) {
 			sep(&why)
 			switch {
 			case err != nil:
-				d := r.failClosed.clone()
-				d.Error = err.Error()
-				why.WriteString("condition error: " + d.Error + "; the call gates (fail closed)")
-				step.Matched, step.Why = true, withTimers(why.String(), d)
-				return d, append(steps, step)
+				t := r.onError(err)
+				why.WriteString("condition error: " + err.Error() + "; both ways count: if it held, " + verdictWhy(t) +
+					"; if not, the rules below decide; the call gets the stricter")
+				step.Matched, step.Why = true, withTimers(why.String(), t)
+				steps = append(steps, step)
+				if e.add(t) {
+					return e.d, append(steps, e.step("no rule below can be stricter"))
+				}
+				continue
 			case !ok:
 				why.WriteString("condition " + r.cond.src + " is false")
 				step.Why = why.String()
@@ -73,16 +89,26 @@ func (p *Policy) Explain(in Input) (Decision, []Step) {
 			why.WriteString("condition " + r.cond.src + " is true")
 		}
 		step.Matched, step.Why = true, withTimers(why.String(), r.decision)
-		return r.decision.clone(), append(steps, step)
+		steps = append(steps, step)
+		if !e.any() {
+			return r.decision.clone(), steps
+		}
+		e.add(r.decision)
+		return e.d, append(steps, e.step(""))
 	}
 	steps = append(steps, Step{Rule: defaultRuleName, Matched: true, Why: withTimers("no rule matched; the default is "+p.dflt.Action, p.dflt)})
-	return p.dflt.clone(), steps
+	if !e.any() {
+		return p.dflt.clone(), steps
+	}
+	e.add(p.dflt)
+	return e.d, append(steps, e.step(""))
 }
 
 // evaluate decides without explaining: only the rules whose tool globs
 // match are looked at (see candidates), and only their conditions run.
 func (p *Policy) evaluate(ctx context.Context, in *Input) Decision {
 	var act *activation // built at the first condition
+	var e errored
 	for _, i := range p.candidates(in.Tool) {
 		r := &p.rules[i]
 		if !r.matchesRun(in) {
@@ -94,17 +120,95 @@ func (p *Policy) evaluate(ctx context.Context, in *Input) Decision {
 			}
 			ok, err := r.cond.run(ctx, act)
 			if err != nil {
-				d := r.failClosed.clone()
-				d.Error = err.Error()
-				return d
+				if e.add(r.onError(err)) {
+					return e.d
+				}
+				continue
 			}
 			if !ok {
 				continue
 			}
 		}
-		return r.decision.clone()
+		if !e.any() {
+			return r.decision.clone()
+		}
+		e.add(r.decision)
+		return e.d
 	}
-	return p.dflt.clone()
+	if !e.any() {
+		return p.dflt.clone()
+	}
+	e.add(p.dflt)
+	return e.d
+}
+
+// onError is what the rule decides when its condition errors with err, as
+// if the condition held: its failClosed decision, with the error, and, for
+// a deny, the error in the reason so that the model can fix its call.
+func (r *rule) onError(err error) Decision {
+	d := r.failClosed.clone()
+	d.Error = err.Error()
+	if d.Action == ActionDeny {
+		d.Reason += " (The policy could not check this call: " + d.Error + ".)"
+	}
+	return d
+}
+
+// errored gathers, once a condition has errored, the decisions the call
+// could get: the erroring rules' own, and the one that decides when none
+// of their conditions holds.
+type errored struct {
+	d     Decision   // strictest of those so far
+	rules []Decision // each, for Explain
+}
+
+func (e *errored) any() bool { return len(e.rules) > 0 }
+
+// add counts one more decision the call could get and reports whether the
+// result is a deny, which nothing below can make stricter.
+func (e *errored) add(d Decision) bool {
+	if len(e.rules) == 0 {
+		e.d = d.clone()
+	} else {
+		e.d = strictest(e.d, d)
+	}
+	e.rules = append(e.rules, d)
+	return e.d.Action == ActionDeny
+}
+
+// step is Explain's last step: the rule whose settings won, and why.
+func (e *errored) step(note string) Step {
+	var b strings.Builder
+	b.WriteString("condition error: " + e.d.Error + " (rule " + e.rules[0].Rule + "); the call gets the strictest of ")
+	for i, d := range e.rules {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(d.Rule + " (" + verdictWhy(d) + ")")
+	}
+	b.WriteString(": " + e.d.Rule + " decides")
+	if e.d.Action == ActionRequireApproval {
+		b.WriteString(", " + verdictWhy(e.d))
+	}
+	if note != "" {
+		b.WriteString("; " + note)
+	}
+	return Step{Rule: e.d.Rule, Line: e.d.Line, Matched: true, Why: b.String()}
+}
+
+// verdictWhy says in a few words what a decision asks for: "deny",
+// "allow", or the gate: "require_approval: risk high, 1 of alice, bob,
+// on_timeout reject after 4h".
+func verdictWhy(d Decision) string {
+	if d.Action != ActionRequireApproval {
+		return d.Action
+	}
+	who := "anyone"
+	if len(d.Approvers) > 0 {
+		who = strings.Join(d.Approvers, ", ")
+	}
+	return fmt.Sprintf("require_approval: risk %s, %d of %s, on_timeout %s after %s",
+		d.Risk, max(1, d.Quorum), who, d.OnTimeout, shortDuration(d.Timeout))
 }
 
 // matchesRun checks what a rule says about the run: agents, tenants and

@@ -52,8 +52,9 @@ type Decision struct {
 	// Reason is the message for the model when denied.
 	Reason string
 	// Error is set when a condition failed while it ran (a missing argument,
-	// a wrong type, the cost limit). The call then gates: Action is
-	// require_approval, never allow.
+	// a wrong type, the cost limit); the first, when several did. The call
+	// then gets the strictest of the rules it could fall under: Action is
+	// require_approval or deny, never allow.
 	Error string
 	// Gate settings, meaningful when Action is require_approval. Approvers
 	// holds user ids; groups the policy defines are resolved to their

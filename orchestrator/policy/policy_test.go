@@ -463,11 +463,11 @@ func TestConditions(t *testing.T) {
 		// CEL's && and || are commutative: an error on one side is absorbed
 		// when the other side alone decides (false && error is false).
 		{"missing amount, other tenant", callArgs("staging", "payments.send", `{}`), "small-payments", policy.ActionAllow, ""},
-		// A deny rule whose condition errors gates too (never allows, never
-		// skipped), with default settings at least high risk.
+		// A deny rule whose condition errors denies: as if the condition
+		// held, the stricter way (never allows, never skipped).
 		{"refund to self", policy.Input{Run: contracts.Run{Agent: "a", RequestedBy: "u1"}, Tool: "payments.refund", Arguments: json.RawMessage(`{"amount": 5, "recipient": "u1"}`)}, "refunds-to-self", policy.ActionDeny, ""},
 		{"refund to other", policy.Input{Run: contracts.Run{Agent: "a", RequestedBy: "u1"}, Tool: "payments.refund", Arguments: json.RawMessage(`{"amount": 5, "recipient": "u2"}`)}, "small-payments", policy.ActionAllow, ""},
-		{"refund without recipient", policy.Input{Run: contracts.Run{Agent: "a", RequestedBy: "u1"}, Tool: "payments.refund", Arguments: json.RawMessage(`{"amount": 5}`)}, "refunds-to-self", policy.ActionRequireApproval, "no such key: recipient"},
+		{"refund without recipient", policy.Input{Run: contracts.Run{Agent: "a", RequestedBy: "u1"}, Tool: "payments.refund", Arguments: json.RawMessage(`{"amount": 5}`)}, "refunds-to-self", policy.ActionDeny, "no such key: recipient"},
 		// tool, agent, tenant and labels variables.
 		{"vip delete", policy.Input{Run: contracts.Run{Agent: "crm-bot", Tenant: "t", Labels: map[string]string{"tier": "vip"}}, Tool: "crm.delete"}, "vip-labels", policy.ActionRequireApproval, ""},
 		{"vip read", policy.Input{Run: contracts.Run{Agent: "crm-bot", Tenant: "t", Labels: map[string]string{"tier": "vip"}}, Tool: "crm.read"}, "default", policy.ActionRequireApproval, ""},
@@ -517,12 +517,13 @@ func TestFailClosedSettings(t *testing.T) {
 	}
 	assertDecision(t, d, want)
 
-	// A deny rule's condition errors: default_rule settings, risk raised
-	// to high, no deny reason.
+	// A deny rule's condition errors: it denies (the stricter way), and
+	// the reason says what could not be checked.
 	d = p.Evaluate(policy.Input{Run: contracts.Run{Agent: "a"}, Tool: "payments.refund", Arguments: json.RawMessage(`{}`)})
 	want = policy.Decision{
-		Action: policy.ActionRequireApproval, Rule: "refunds-to-self", Version: "c1", Line: 14, Error: `args has no field "recipient" (CEL: no such key: recipient)`,
-		Risk: contracts.RiskHigh, Quorum: 1, Veto: true, Order: contracts.OrderAny, Timeout: policy.DefaultTimeout,
+		Action: policy.ActionDeny, Rule: "refunds-to-self", Version: "c1", Line: 14, Error: `args has no field "recipient" (CEL: no such key: recipient)`,
+		Reason: `Refunds to yourself are not allowed. (The policy could not check this call: args has no field "recipient" (CEL: no such key: recipient).)`,
+		Risk:   contracts.RiskMedium, Quorum: 1, Veto: true, Order: contracts.OrderAny, Timeout: policy.DefaultTimeout,
 		OnTimeout: contracts.OnTimeoutReject, AllowedDecisions: []string{contracts.DecisionApprove, contracts.DecisionReject},
 	}
 	assertDecision(t, d, want)
