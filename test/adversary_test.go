@@ -1,0 +1,411 @@
+package test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/events/embedded"
+)
+
+// The attacker's tests: a real `countersign serve` with two tenants and a
+// directory of approvers, agents and an admin, attacked with every
+// credential it issues — agent and approver tokens over HTTP, and the
+// orchestrator's and resolver's NATS users on the bus. Each attack must be
+// refused with a code and must not get a call approved that the rule's
+// humans did not approve (docs/security.md lists them).
+
+const adversaryPolicy = `version: "adv-1"
+default: require_approval
+rules:
+  - name: config-set
+    tools: ["config.set"]
+    action: require_approval
+    risk: high
+    approvers: [alice, bob]
+    quorum: 2
+    timeout: 4h
+    on_timeout: approve
+  - name: payments
+    tools: ["payments.send"]
+    action: require_approval
+    risk: high
+    approvers: ["group:finance"]
+    timeout: 1h
+`
+
+type adversary struct {
+	t      *testing.T
+	p      *serveProc
+	dir    string // the directory file
+	tokens map[string]string
+	users  map[string]embedded.User // the role users serve made
+}
+
+// adversaryPeople are the directory's people: alice, bob and gina
+// approve for finance (gina in tenant globex), hank approves outside
+// finance, bot and bot2 are agents, root is an admin. alice's token is
+// also an agent's.
+var adversaryPeople = []struct{ id, tenants, groups, roles string }{
+	{"alice", "[acme]", "[finance]", "[approver, agent]"},
+	{"bob", "[acme]", "[finance]", "[approver]"},
+	{"gina", "[globex]", "[finance]", "[approver]"},
+	{"hank", "[acme]", "[]", "[approver]"},
+	{"bot", "[acme, globex]", "[]", "[agent]"},
+	{"bot2", "[acme]", "[]", "[agent]"},
+	{"root", "[]", "[]", "[admin]"},
+}
+
+func (a *adversary) writeDirectory(without string) {
+	var b strings.Builder
+	b.WriteString("users:\n")
+	for _, u := range adversaryPeople {
+		if u.id == without {
+			continue
+		}
+		sum := sha256.Sum256([]byte(a.tokens[u.id]))
+		fmt.Fprintf(&b, "  - id: %s\n    email: %s@example.com\n    tenants: %s\n    groups: %s\n    tokens: [{sha256: %s, roles: %s}]\n",
+			u.id, u.id, u.tenants, u.groups, hex.EncodeToString(sum[:]), u.roles)
+	}
+	tmp := a.dir + ".tmp"
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o600); err != nil {
+		a.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, a.dir); err != nil {
+		a.t.Fatal(err)
+	}
+}
+
+func startAdversary(t *testing.T) *adversary {
+	dir := t.TempDir()
+	a := &adversary{t: t, dir: filepath.Join(dir, "directory.yaml"), tokens: map[string]string{}}
+	for _, u := range adversaryPeople {
+		a.tokens[u.id] = newPerson(u.id, "").token
+	}
+	a.writeDirectory("")
+	pol := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(pol, []byte(adversaryPolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data := t.TempDir()
+	a.p = startServe(t, data, "--policy", pol, "--directory", a.dir)
+	raw, err := os.ReadFile(filepath.Join(data, "nats-users.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var users []embedded.User
+	if err := json.Unmarshal(raw, &users); err != nil {
+		t.Fatal(err)
+	}
+	a.users = map[string]embedded.User{}
+	for _, u := range users {
+		a.users[string(u.Role)] = u
+	}
+	return a
+}
+
+// js connects as a role's NATS user, with exactly the grants serve gives it.
+func (a *adversary) js(role embedded.Role) jetstream.JetStream {
+	a.t.Helper()
+	var info struct {
+		NATSURL string `json:"nats_url"`
+	}
+	raw, err := os.ReadFile(filepath.Join(a.p.data, "resolver.json"))
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	var res struct {
+		URL string `json:"url"`
+	}
+	_ = json.Unmarshal(raw, &res)
+	info.NATSURL = res.URL
+	u := a.users[string(role)]
+	nc, err := nats.Connect(info.NATSURL, nats.UserInfo(u.Name, u.Password))
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	a.t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	return js
+}
+
+// review submits one call as who and returns its result.
+func (a *adversary) review(who string, run map[string]any, tool string, args map[string]any) (verdict, eventID string) {
+	a.t.Helper()
+	var ans reviewAnswer
+	body := map[string]any{"run": run, "tool_calls": []map[string]any{{"id": uuid.NewString(), "name": tool, "arguments": args}}}
+	if code := a.p.callAs(a.tokens[who], "POST", "/v1/reviews", body, &ans); code != 200 || len(ans.Results) != 1 {
+		a.t.Fatalf("review as %s: %d %+v", who, code, ans)
+	}
+	return ans.Results[0].Verdict, ans.Results[0].EventID
+}
+
+// record reads a record as root (a zero record while it does not exist).
+func (a *adversary) record(id string) contracts.Record {
+	a.t.Helper()
+	var got struct {
+		Record contracts.Record `json:"record"`
+	}
+	if code := a.p.callAs(a.tokens["root"], "GET", "/v1/approvals/"+id, nil, &got); code != 200 && code != 404 {
+		a.t.Fatalf("read %s: %d", id, code)
+	}
+	return got.Record
+}
+
+// waitRecord polls the record (long-polling its changes) until ok holds.
+func (a *adversary) waitRecord(id string, ok func(*contracts.Record) bool) contracts.Record {
+	a.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		rec := a.record(id)
+		if ok(&rec) {
+			return rec
+		}
+		if time.Now().After(deadline) {
+			a.t.Fatalf("record %s never reached the state; last: status %s refused %+v", id, rec.Status, rec.RefusedVotes)
+		}
+		var got json.RawMessage
+		a.p.callAs(a.tokens["root"], "GET", fmt.Sprintf("/v1/approvals/%s/events", id), nil, &got)
+	}
+}
+
+// wantCode sends an HTTP request as who and wants the error code.
+func (a *adversary) wantCode(who, method, path string, body any, status int, code string) {
+	a.t.Helper()
+	var got struct {
+		Error struct {
+			Code, Message string
+		} `json:"error"`
+	}
+	if s := a.p.callAs(a.tokens[who], method, path, body, &got); s != status || got.Error.Code != code {
+		a.t.Fatalf("%s %s as %s: %d %s (%s), want %d %s", method, path, who, s, got.Error.Code, got.Error.Message, status, code)
+	}
+}
+
+// busVote publishes a vote with the resolver's NATS user, naming approver.
+func (a *adversary) busVote(js jetstream.JetStream, id, approver string) string {
+	a.t.Helper()
+	v := contracts.Vote{Spec: contracts.SpecVote, VoteID: uuid.NewString(), EventID: id, Decision: contracts.DecisionApprove,
+		Approver: contracts.Approver{ID: approver, Via: contracts.ViaNATS}, DecidedAt: time.Now().UTC()}
+	data, _ := json.Marshal(v)
+	if _, err := js.Publish(context.Background(), contracts.SubjectResolvedPrefix+id, data, jetstream.WithMsgID(v.VoteID)); err != nil {
+		a.t.Fatal(err)
+	}
+	return v.VoteID
+}
+
+// refusedWith waits until the record refused vote voteID and returns why.
+func (a *adversary) refusedWith(id, voteID string) string {
+	a.t.Helper()
+	rec := a.waitRecord(id, func(r *contracts.Record) bool {
+		for _, rv := range r.RefusedVotes {
+			if rv.VoteID == voteID {
+				return true
+			}
+		}
+		return r.Terminal()
+	})
+	for _, rv := range rec.RefusedVotes {
+		if rv.VoteID == voteID {
+			return rv.Reason
+		}
+	}
+	return "counted: " + rec.Status
+}
+
+// on is a with the subtest t failing instead of the parent.
+func (a *adversary) on(t *testing.T) *adversary {
+	b, p := *a, *a.p
+	p.t, b.t, b.p = t, t, &p
+	return &b
+}
+
+func TestAdversaryEveryCredential(t *testing.T) {
+	parent := startAdversary(t)
+	acme := map[string]any{"id": "run-" + uuid.NewString(), "agent": "ops-bot", "tenant": "acme"}
+	globex := map[string]any{"id": "run-" + uuid.NewString(), "agent": "pay-bot", "tenant": "globex"}
+	pay := map[string]any{"amount": 250000, "currency": "EUR", "iban": "DE00123"}
+
+	t.Run("extend never shortens a deadline, and only approvers or admins extend", func(t *testing.T) {
+		a := parent.on(t)
+		_, id := a.review("bot", acme, "config.set", map[string]any{"key": "k", "value": "v"})
+		before := a.record(id).ExpiresAt
+		soon := time.Now().Add(3 * time.Second).UTC().Format(time.RFC3339)
+		a.wantCode("alice", "POST", "/v1/approvals/"+id+"/extend", map[string]string{"until": soon}, 422, contracts.ReasonDeadlineNotLater)
+		// hank may not even know it exists.
+		a.wantCode("hank", "POST", "/v1/approvals/"+id+"/extend", map[string]string{"by": "1h"}, 404, contracts.ReasonUnknownEvent)
+		// The orchestrator's credential publishes extends naming nobody
+		// and naming alice, both bringing the deadline forward.
+		js := a.js(embedded.RoleOrchestrator)
+		for _, by := range []string{"nobody", "alice"} {
+			c := contracts.Command{Spec: contracts.SpecCommand, CommandID: uuid.NewString(), EventID: id, Command: contracts.CommandExtend,
+				By: by, Until: time.Now().Add(5 * time.Second).UTC()}
+			data, _ := json.Marshal(c)
+			if _, err := js.Publish(context.Background(), contracts.CommandSubject(id), data, jetstream.WithMsgID(c.CommandID)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// A later extend by an approver: once it shows, the attacks before
+		// it on the same stream were applied (and refused).
+		a.p.callAs(a.tokens["bob"], "POST", "/v1/approvals/"+id+"/extend", map[string]string{"by": "1h"}, nil)
+		rec := a.waitRecord(id, func(r *contracts.Record) bool { return r.ExpiresAt.After(before) })
+		if rec.Status != contracts.StatusPending || !rec.ExpiresAt.Equal(before.Add(time.Hour)) {
+			t.Fatalf("status %s expires %s, want pending and one hour later than %s", rec.Status, rec.ExpiresAt, before)
+		}
+	})
+
+	t.Run("a forged request naming the built-in policy is refused", func(t *testing.T) {
+		a := parent.on(t)
+		js := a.js(embedded.RoleOrchestrator)
+		for _, forged := range []struct {
+			name      string
+			version   string
+			approvers []string
+			quorum    int
+		}{
+			{"builtin, anyone, one approval", "builtin", []string{}, 1},
+			{"the live version, hank (not in finance) as approver", "adv-1", []string{"hank"}, 1},
+		} {
+			id := a.forgeRequest(js, forged.version, forged.approvers, forged.quorum)
+			rec := a.waitRecord(id, func(r *contracts.Record) bool { return r.Status != "" })
+			if rec.Status != contracts.StatusRejected || !strings.HasPrefix(rec.Outcome.Reason, contracts.ReasonRequestRefused) {
+				t.Fatalf("%s: status %s outcome %+v, want rejected request_refused", forged.name, rec.Status, rec.Outcome)
+			}
+		}
+	})
+
+	t.Run("a bus vote cannot cross tenants, and a removed person's votes stop counting", func(t *testing.T) {
+		a := parent.on(t)
+		_, id := a.review("bot", globex, "payments.send", pay)
+		js := a.js(embedded.RoleResolver)
+		if why := a.refusedWith(id, a.busVote(js, id, "alice")); why != contracts.ReasonWrongTenant {
+			t.Fatalf("alice (acme) voting on a globex request over the bus: %s, want wrong_tenant", why)
+		}
+		// gina is removed from the directory.
+		a.writeDirectory("gina")
+		if err := a.p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		a.waitPublished(func(d contracts.Directory) bool {
+			for _, p := range d.People {
+				if p.ID == "gina" {
+					return false
+				}
+			}
+			return true
+		})
+		if why := a.refusedWith(id, a.busVote(js, id, "gina")); why != contracts.ReasonUnknownApprover {
+			t.Fatalf("gina, removed, voting over the bus: %s, want unknown_approver", why)
+		}
+		a.wantCode("gina", "POST", "/v1/approvals/"+id+"/votes", map[string]any{"decision": "approve"}, 401, "unauthenticated")
+	})
+
+	t.Run("self-approval is judged on the person, in any spelling", func(t *testing.T) {
+		a := parent.on(t)
+		_, own := a.review("alice", acme, "payments.send", pay)
+		a.wantCode("alice", "POST", "/v1/approvals/"+own+"/votes", map[string]any{"decision": "approve"}, 403, contracts.ReasonSelfApproval)
+		for _, name := range []string{"Alice", "alice ", "ａｌｉｃｅ", "alice@example.com"} {
+			run := map[string]any{"id": "run-" + uuid.NewString(), "agent": "ops-bot", "tenant": "acme", "requested_by": name}
+			_, id := a.review("bot", run, "payments.send", pay)
+			a.wantCode("alice", "POST", "/v1/approvals/"+id+"/votes", map[string]any{"decision": "approve"}, 403, contracts.ReasonSelfApproval)
+			if js := a.js(embedded.RoleResolver); a.refusedWith(id, a.busVote(js, id, "ALICE")) != contracts.ReasonSelfApproval {
+				t.Fatalf("requested_by %q: alice over the bus as ALICE was not refused self_approval", name)
+			}
+		}
+	})
+
+	t.Run("only the submitting agent claims", func(t *testing.T) {
+		a := parent.on(t)
+		// bot2 is named the requester, so it may read the request.
+		run := map[string]any{"id": "run-" + uuid.NewString(), "agent": "ops-bot", "tenant": "acme", "requested_by": "bot2"}
+		_, id := a.review("bot", run, "payments.send", pay)
+		if code := a.p.callAs(a.tokens["bob"], "POST", "/v1/approvals/"+id+"/votes", map[string]any{"decision": "approve"}, nil); code != 200 {
+			t.Fatalf("bob's approval: %d", code)
+		}
+		a.waitRecord(id, func(r *contracts.Record) bool { return r.Status == contracts.StatusApproved })
+		a.wantCode("bot2", "POST", "/v1/approvals/"+id+"/claim", map[string]any{}, 403, contracts.ReasonNotPermitted)
+		if code := a.p.callAs(a.tokens["bot"], "POST", "/v1/approvals/"+id+"/claim", map[string]any{}, nil); code != 200 {
+			t.Fatalf("the submitting agent's claim: %d", code)
+		}
+	})
+}
+
+// forgeRequest publishes, with js (the orchestrator's user), a request for
+// a 250,000 EUR payment in tenant acme naming the policy version,
+// approvers and quorum it likes, and returns its event id.
+func (a *adversary) forgeRequest(js jetstream.JetStream, version string, approvers []string, quorum int) string {
+	a.t.Helper()
+	args := json.RawMessage(`{"amount":250000,"currency":"EUR","iban":"DE00123"}`)
+	sha, err := contracts.ArgumentsSHA256(args)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	req := contracts.ApprovalRequested{
+		Spec: contracts.SpecApprovalRequested, EventID: uuid.NewString(), Kind: contracts.KindToolApproval,
+		Run:      contracts.Run{ID: "forged-" + uuid.NewString(), Agent: "pay-bot", Tenant: "acme"},
+		ToolCall: &contracts.ToolCall{ID: "c1", Name: "payments.send", Arguments: args, ArgumentsSHA256: sha},
+		Risk:     contracts.RiskLow, Summary: "forged",
+		Policy:   contracts.PolicyRef{Rule: "default", Version: version},
+		Quorum:   contracts.Quorum{Required: quorum, Approvers: approvers, Veto: true, Order: contracts.OrderAny},
+		Escalation: []contracts.EscalationTier{}, Reminders: []string{}, AllowedDecisions: []string{},
+		Channels: []string{}, ExpiresAt: now.Add(time.Hour), OnTimeout: contracts.OnTimeoutReject, CreatedAt: now,
+	}
+	if version == "adv-1" {
+		req.Policy.Rule = "payments"
+		req.Risk = contracts.RiskHigh
+	}
+	data, _ := json.Marshal(req)
+	if _, err := js.Publish(context.Background(), contracts.SubjectToolRequestedPrefix+"pay-bot", data, jetstream.WithMsgID(req.EventID)); err != nil {
+		a.t.Fatal(err)
+	}
+	return req.EventID
+}
+
+// waitPublished waits until the directory every role judges by (in
+// hitl_policy, read with the orchestrator's user) satisfies ok.
+func (a *adversary) waitPublished(ok func(contracts.Directory) bool) {
+	a.t.Helper()
+	js := a.js(embedded.RoleOrchestrator)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, contracts.BucketPolicy)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	w, err := kv.Watch(ctx, contracts.DirectoryKey)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case e := <-w.Updates():
+			if e == nil {
+				continue
+			}
+			var d contracts.Directory
+			if json.Unmarshal(e.Value(), &d) == nil && ok(d) {
+				return
+			}
+		case <-ctx.Done():
+			a.t.Fatal("the directory was not published")
+		}
+	}
+}
