@@ -362,8 +362,8 @@ func (a *adversary) forgeRequest(js jetstream.JetStream, version string, approve
 		Run:      contracts.Run{ID: "forged-" + uuid.NewString(), Agent: "pay-bot", Tenant: "acme"},
 		ToolCall: &contracts.ToolCall{ID: "c1", Name: "payments.send", Arguments: args, ArgumentsSHA256: sha},
 		Risk:     contracts.RiskLow, Summary: "forged",
-		Policy:   contracts.PolicyRef{Rule: "default", Version: version},
-		Quorum:   contracts.Quorum{Required: quorum, Approvers: approvers, Veto: true, Order: contracts.OrderAny},
+		Policy:     contracts.PolicyRef{Rule: "default", Version: version},
+		Quorum:     contracts.Quorum{Required: quorum, Approvers: approvers, Veto: true, Order: contracts.OrderAny},
 		Escalation: []contracts.EscalationTier{}, Reminders: []string{}, AllowedDecisions: []string{},
 		Channels: []string{}, ExpiresAt: now.Add(time.Hour), OnTimeout: contracts.OnTimeoutReject, CreatedAt: now,
 	}

@@ -247,13 +247,22 @@ func TestDisconnectLeavesApprovalPending(t *testing.T) {
 	r := newRigOn(t, s, func(c *mcpgateway.Config) { c.Cancel = mcpgateway.CancelOverHTTP(s.url, s.token, nil) })
 	served := watchCalls(r.gateway)
 	progress := make(chan *mcp.ProgressNotificationParams, 100)
-	leaving := r.connect(t, &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
-		offer(progress, req.Params)
-	}}, nil)
+	ct, st := mcp.NewInMemoryTransports()
+	if _, err := r.gateway.Server().Connect(t.Context(), st, nil); err != nil {
+		t.Fatal(err)
+	}
+	k := &killable{Transport: ct, conn: make(chan mcp.Connection, 1)}
+	leaving, err := mcp.NewClient(&mcp.Implementation{Name: "leaving"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) { offer(progress, req.Params) },
+	}).Connect(t.Context(), k, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := <-k.conn
 	errc := startCall(t.Context(), leaving, `{"id":"f"}`)
 	id := s.pending(t, r.runID, "notes.delete_note")
 	receive(t, progress) // the gateway waits for the decision
-	leaving.Close()
+	conn.Close()         // the connection drops (a client process that exits)
 	if err := receive(t, errc); err == nil {
 		t.Fatal("a call of a closed session returned a result")
 	}
