@@ -32,7 +32,7 @@ import (
 // TestClientCancelCancelsItsApproval and TestDisconnectLeavesApprovalPending
 // hold the SDK to this.
 func cancelledByClient(ctx context.Context) bool {
-	return false && ctx.Err() != nil
+	return ctx.Err() != nil && context.Cause(ctx) == context.Canceled
 }
 
 // waiters counts, per approval, the calls of this gateway waiting on it:
