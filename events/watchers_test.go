@@ -1,8 +1,10 @@
 package events_test
 
 import (
+	"errors"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
@@ -48,7 +50,10 @@ func TestFleetsOfMoreThanAThousandProcessesCanWatchPolicyAndGrants(t *testing.T)
 			watchers = append(watchers, w)
 		}
 		for _, w := range watchers {
-			if err := w.Stop(); err != nil {
+			// A watcher whose ordered consumer the client already reset or
+			// closed (a slow machine: 1,100 of them at once) has nothing
+			// left to stop.
+			if err := w.Stop(); err != nil && !errors.Is(err, nats.ErrBadSubscription) {
 				t.Fatal(err)
 			}
 		}

@@ -545,6 +545,7 @@ func (g *Gate) request(run contracts.Run, c ToolCall, args json.RawMessage, sha 
 		Channels:         nonNil(d.Channels),
 		ExpiresAt:        now.Add(timeout),
 		OnTimeout:        d.OnTimeout,
+		ClaimWithin:      claimWithin(d.ClaimWithin),
 		CreatedAt:        now,
 		Sensitive:        sensitive,
 		Grants:           d.Grants,
@@ -952,4 +953,13 @@ func (p *Permit) Claim(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// claimWithin is how a request carries a rule's claim_within: empty for
+// the default, so requests under rules that do not set it read as before.
+func claimWithin(d time.Duration) string {
+	if d <= 0 || d == contracts.DefaultClaimWithin {
+		return ""
+	}
+	return d.String()
 }

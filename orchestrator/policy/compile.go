@@ -163,22 +163,23 @@ func compileRule(rs *ruleSpec, fs *fileSpec, fallback settings, version string, 
 
 // settings are the gate settings of a decision after precedence.
 type settings struct {
-	risk       string
-	approvers  []string
-	unresolved bool
-	quorum     int
-	quorumFrom string
-	veto, self bool
-	order      string
-	channels   []string
-	timeout    time.Duration
-	onTimeout  string
-	allowed    []string
-	summary    string
-	reason     string
-	sensitive  []string
-	fields     []*fieldMatcher
-	grants     *grantsSpec
+	risk        string
+	approvers   []string
+	unresolved  bool
+	quorum      int
+	quorumFrom  string
+	veto, self  bool
+	order       string
+	channels    []string
+	timeout     time.Duration
+	claimWithin time.Duration
+	onTimeout   string
+	allowed     []string
+	summary     string
+	reason      string
+	sensitive   []string
+	fields      []*fieldMatcher
+	grants      *grantsSpec
 	// Timers, with the layer each comes from (nil: not set).
 	reminders     []time.Duration
 	remindersFrom *gateSpec
@@ -193,10 +194,10 @@ type settings struct {
 func settingsFor(risk string, layers ...*gateSpec) settings {
 	s := settings{
 		risk: cmp.Or(risk, contracts.RiskMedium), quorum: 1, veto: true, order: contracts.OrderAny,
-		timeout: DefaultTimeout, onTimeout: contracts.OnTimeoutReject,
+		timeout: DefaultTimeout, onTimeout: contracts.OnTimeoutReject, claimWithin: contracts.DefaultClaimWithin,
 		allowed: []string{contracts.DecisionApprove, contracts.DecisionReject},
 	}
-	var approvers, quorum, veto, self, order, channels, timeout, onTimeout, allowed, summary bool
+	var approvers, quorum, veto, self, order, channels, timeout, onTimeout, allowed, summary, claim bool
 	var reminders, escalation, repeat bool
 	for _, g := range layers {
 		if g == nil {
@@ -224,6 +225,9 @@ func settingsFor(risk string, layers ...*gateSpec) settings {
 		}
 		if !timeout && g.timeout > 0 {
 			timeout, s.timeout = true, g.timeout
+		}
+		if !claim && g.claimWithin > 0 {
+			claim, s.claimWithin = true, g.claimWithin
 		}
 		if !onTimeout && g.onTimeout != "" {
 			onTimeout, s.onTimeout = true, g.onTimeout
@@ -259,7 +263,7 @@ func (s settings) decision(action, rule, version string, line int) Decision {
 	d := Decision{
 		Action: action, Rule: rule, Version: version, Line: line, Reason: s.reason,
 		Risk: s.risk, Approvers: slices.Clone(s.approvers), Quorum: s.quorum, Veto: s.veto,
-		AllowSelfApproval: s.self, Order: s.order, Timeout: s.timeout, OnTimeout: s.onTimeout,
+		AllowSelfApproval: s.self, Order: s.order, Timeout: s.timeout, OnTimeout: s.onTimeout, ClaimWithin: s.claimWithin,
 		AllowedDecisions: slices.Clone(s.allowed), Channels: slices.Clone(s.channels), Summary: s.summary,
 		Reminders: slices.Clone(s.reminders), Sensitive: slices.Clone(s.sensitive), sensitiveFields: s.fields,
 		Grants: limitsOf(s.grants),

@@ -25,6 +25,10 @@ const (
 // risk tier or default_rule names a timeout.
 const DefaultTimeout = 24 * time.Hour
 
+// MaxClaimWithin bounds claim_within: an approval is a right to run one
+// call soon, not a standing grant (grants are for that).
+const MaxClaimWithin = 24 * time.Hour
+
 // defaultRuleName is the rule name decisions report for calls no rule
 // matches.
 const defaultRuleName = "default"
@@ -67,8 +71,11 @@ type Decision struct {
 	Order             string
 	Timeout           time.Duration
 	OnTimeout         string
-	AllowedDecisions  []string
-	Channels          []string
+	// ClaimWithin is how long after its decision an approval may be
+	// claimed before it lapses (claim_within; default 15 minutes).
+	ClaimWithin      time.Duration
+	AllowedDecisions []string
+	Channels         []string
 	// Summary is the rule's summary template ({{args.NAME}}, {{tool}},
 	// {{agent}}), not yet rendered.
 	Summary string

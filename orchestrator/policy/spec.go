@@ -18,10 +18,10 @@ import (
 var (
 	topKeys  = []string{"version", "default", "default_rule", "groups", "risk_defaults", "rules"}
 	gateKeys = []string{"risk", "approvers", "quorum", "veto", "allow_self_approval", "order",
-		"channels", "timeout", "on_timeout", "allowed_decisions", "summary", "reason",
+		"channels", "timeout", "on_timeout", "claim_within", "allowed_decisions", "summary", "reason",
 		"reminders", "escalation", "escalation_repeat", "sensitive", "sensitive_fields", "grants"}
 	riskDefaultKeys = []string{"approvers", "quorum", "veto", "allow_self_approval", "order",
-		"channels", "timeout", "on_timeout", "allowed_decisions",
+		"channels", "timeout", "on_timeout", "claim_within", "allowed_decisions",
 		"reminders", "escalation", "escalation_repeat"}
 	tierKeys  = []string{"after", "approvers", "channels"}
 	matchKeys = []string{"name", "agents", "tools", "tenants", "labels", "when", "action"}
@@ -52,6 +52,8 @@ type fileSpec struct {
 // gateSpec holds the gate settings of a rule, of default_rule or of a risk
 // tier; zero values mean "not set".
 type gateSpec struct {
+	// claimWithin is how long an approval may be claimed (0: not set).
+	claimWithin   time.Duration
 	where         string // "rule \"x\"", "default_rule", "risk_defaults.high"
 	node          *yaml.Node
 	risk          string
@@ -373,7 +375,16 @@ var gateFieldReaders = map[string]func(g *gateSpec, f field, what string, ps *pr
 	"timeout": func(g *gateSpec, f field, what string, ps *problems) {
 		g.timeout, _ = ps.duration(f.val, what)
 	},
-	"on_timeout":        readOnTimeoutField,
+	"on_timeout": readOnTimeoutField,
+	"claim_within": func(g *gateSpec, f field, what string, ps *problems) {
+		if d, ok := ps.duration(f.val, what); ok {
+			if d < time.Second || d > MaxClaimWithin {
+				ps.add(f.val.Line, f.val.Column, SeverityError, "%s: claim_within %s must be between 1s and %s", g.where, d, MaxClaimWithin)
+				return
+			}
+			g.claimWithin = d
+		}
+	},
 	"allowed_decisions": readAllowedDecisionsField,
 	"summary": func(g *gateSpec, f field, what string, ps *problems) {
 		g.summary = ps.str(f.val, what)

@@ -85,6 +85,10 @@ func strictest(a, b Decision) Decision {
 		d.OnTimeout = o.OnTimeout
 	}
 	d.Timeout = max(p.Timeout, o.Timeout)
+	// An approval that lapses sooner is the stricter.
+	if o.ClaimWithin > 0 && (d.ClaimWithin == 0 || o.ClaimWithin < d.ClaimWithin) {
+		d.ClaimWithin = o.ClaimWithin
+	}
 	d.AllowedDecisions = bothAllow(d.AllowedDecisions, o.AllowedDecisions)
 	d.Channels = union(d.Channels, o.Channels)
 	d.Sensitive = union(d.Sensitive, o.Sensitive)

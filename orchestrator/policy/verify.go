@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/approval"
 )
 
 // This file checks a request's snapshot against what the policy version it
@@ -145,6 +146,9 @@ func VerifyRequest(req *contracts.ApprovalRequested, d Decision, opts VerifyOpti
 		ps = append(ps, checkApprovers(req, d, opts.Members)...)
 	}
 	ps = append(ps, checkDecisions(req, d)...)
+	if d.ClaimWithin > 0 && approval.ClaimWithin(req) > d.ClaimWithin {
+		add("claim_within %s is longer than the rule's %s", approval.ClaimWithin(req), d.ClaimWithin)
+	}
 	if req.OnTimeout == contracts.OnTimeoutApprove {
 		switch {
 		case human:
