@@ -28,6 +28,13 @@
 //     survives restarts, so calling again with the same arguments — after
 //     the gateway answered that the call awaits approval, or after a restart
 //     — finds the same approval instead of creating a second one.
+//   - Cancelling cancels. A client that cancels a call waiting for a human
+//     (notifications/cancelled) cancels the approval it opened (through
+//     Config.Cancel, as the submitting agent), unless another identical
+//     call waits on it; the gateway never re-attaches to it, and a call
+//     never runs on a cancelled, expired or lapsed approval. A client that
+//     merely goes away leaves the approval pending for the call to
+//     re-attach to.
 //   - Questions reach a person. An upstream's elicitation goes to the
 //     client when it supports elicitation — on protocol 2026-07-28 as an
 //     input request in the answer to its tools/call, the upstream call held
