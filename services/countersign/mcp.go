@@ -91,6 +91,9 @@ func cmdMCP(args []string, stdout, stderr io.Writer) error {
 	}
 	base := mcpgateway.Config{Countersign: cs, Agent: *agent, RequestedBy: *requestedBy, Tenant: *tenant, Labels: lbl,
 		MaxWait: *maxWait, InputWait: *inputWait, ProgressEvery: *progress, MaxArguments: *maxArgs, Logger: log}
+	// A client that cancels a call (notifications/cancelled) cancels the
+	// approval it opened, as the agent that submitted it.
+	base.Cancel = mcpgateway.CancelOverHTTP(c.url, c.token, nil)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
