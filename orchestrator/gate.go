@@ -124,7 +124,11 @@ func (s StaticPolicy) Current() *policy.Policy { return s.P }
 // Config wires a Gate.
 type Config struct {
 	JS jetstream.JetStream
-	// Policy in force (default: every call requires approval).
+	// Policy in force (default: the fleet's live policy, applied to
+	// hitl_policy with 'countersign policy apply', followed as it changes;
+	// until one is applied, or where the bucket does not exist, every call
+	// requires approval). The arbiter holds every request to the live
+	// policy, so a gate on another one has its requests refused.
 	Policy PolicySource
 	// Waiter shared by every Gate of the process; one is created if nil.
 	Waiter *Waiter
@@ -153,6 +157,9 @@ type Gate struct {
 	ownGrants bool
 	gm        grantMetrics
 	claims    claimPath
+	// store is the live policy the gate follows when Config.Policy was
+	// not set.
+	store *PolicyStore
 }
 
 func (c *Config) setDefaults() {
@@ -186,17 +193,36 @@ func (c *Config) validate() error {
 
 // NewGate returns a Gate. The streams and bucket must exist (events.Provision).
 func NewGate(ctx context.Context, cfg Config) (*Gate, error) {
+	var store *PolicyStore
+	if cfg.Policy == nil && cfg.JS != nil {
+		s, err := OpenPolicyStore(ctx, PolicyStoreConfig{JS: cfg.JS, Logger: cfg.Logger})
+		switch {
+		case err == nil:
+			store, cfg.Policy = s, s
+		case errors.Is(err, jetstream.ErrBucketNotFound):
+			// Nothing can be applied: the built-in default.
+		default:
+			return nil, err
+		}
+	}
+	closeStore := func() {
+		if store != nil {
+			_ = store.Close()
+		}
+	}
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	kv, err := cfg.JS.KeyValue(ctx, contracts.BucketApprovals)
 	if err != nil {
+		closeStore()
 		return nil, fmt.Errorf("orchestrator: open bucket %s: %w", contracts.BucketApprovals, err)
 	}
-	g := &Gate{cfg: cfg, kv: kv, waiter: cfg.Waiter, grants: cfg.Grants, gm: newGrantMetrics(cfg.Registerer)}
+	g := &Gate{cfg: cfg, kv: kv, waiter: cfg.Waiter, grants: cfg.Grants, gm: newGrantMetrics(cfg.Registerer), store: store}
 	if g.grants == nil {
 		if g.grants, err = NewGrantBook(ctx, cfg.JS, cfg.Logger); err != nil {
+			closeStore()
 			return nil, err
 		}
 		g.ownGrants = true
@@ -206,6 +232,7 @@ func NewGate(ctx context.Context, cfg Config) (*Gate, error) {
 			if g.ownGrants {
 				_ = g.grants.Close()
 			}
+			closeStore()
 			return nil, err
 		}
 		g.ownWait = true
@@ -232,6 +259,9 @@ func (g *Gate) Close() error {
 	}
 	if g.ownWait {
 		errs = append(errs, g.waiter.Close())
+	}
+	if g.store != nil {
+		errs = append(errs, g.store.Close())
 	}
 	return errors.Join(errs...)
 }
