@@ -232,6 +232,12 @@ func (h *Harness) writeConfig(hookKey []byte) (string, error) {
 	for _, a := range apiApprovers {
 		addToken(a, "approver")
 	}
+	// carol and dave vote through NATS, not the API: they hold tokens only
+	// so that the directory every role judges by lists them (a resolver's
+	// vote from someone it does not list is refused unknown_approver).
+	for _, a := range natsApprovers {
+		addToken(a, "approver")
+	}
 	// The outsider also reads every request (viewer), so that its votes
 	// reach the arbiter and are refused there as not_an_approver; without
 	// a read scope they would be answered 404, as for a request that does
