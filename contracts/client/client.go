@@ -282,6 +282,20 @@ func (c *Client) Claim(ctx context.Context, eventID, claimID string) (*contracts
 	return &out.Record, nil
 }
 
+// Cancel cancels the pending approval eventID, as the agent that submitted
+// it (or an approver or admin of it), with reason for the log. Transient
+// failures are retried until ctx ends; a cancellation the arbiter has not
+// confirmed within the API's wait (202) is durable and counts as done. An
+// approval decided already fails with ErrClosed.
+func (c *Client) Cancel(ctx context.Context, eventID, reason string) error {
+	var body map[string]string
+	if reason != "" {
+		body = map[string]string{"reason": reason}
+	}
+	_, err := c.do(ctx, http.MethodPost, "/v1/approvals/"+url.PathEscape(eventID)+"/cancel", body, nil, retryTransient)
+	return err
+}
+
 // Run gates one call: it reviews it, waits for the decision, claims an
 // approval and then calls fn with the arguments to run (the approved ones,
 // possibly edited by a human). A call the policy allows outright runs with

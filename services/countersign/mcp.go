@@ -93,7 +93,7 @@ func cmdMCP(args []string, stdout, stderr io.Writer) error {
 		MaxWait: *maxWait, InputWait: *inputWait, ProgressEvery: *progress, MaxArguments: *maxArgs, Logger: log}
 	// A client that cancels a call (notifications/cancelled) cancels the
 	// approval it opened, as the agent that submitted it.
-	base.Cancel = mcpgateway.CancelOverHTTP(c.url, c.token, nil)
+	base.Cancel = cs.Cancel
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 

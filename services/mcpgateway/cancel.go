@@ -1,16 +1,10 @@
 package mcpgateway
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
-	"strings"
 	"sync"
 	"time"
 
@@ -119,75 +113,15 @@ func (g *Gateway) withdraw(ctx context.Context, log *slog.Logger, run contracts.
 	}
 }
 
-// CancelOverHTTP returns a Config.Cancel that cancels an approval with POST
-// /v1/approvals/{event_id}/cancel on the API at baseURL, with token (the
-// gateway's agent token, the one its reviews are submitted with: the API
-// lets the agent that submitted a request cancel it). hc sends the
-// requests (nil: http.DefaultClient). Network failures and 502, 503 and
-// 504 are tried again until ctx ends; a refusal is an *client.Error with
-// the API's code (client.ErrClosed: the approval was decided already). A
-// cancellation the arbiter has not applied within the API's wait (202) is
-// durable and counts as done.
+// CancelOverHTTP returns a Config.Cancel that cancels an approval through
+// the API at baseURL with token (the gateway's agent token, the one its
+// reviews are submitted with: the API lets the agent that submitted a
+// request cancel it); hc sends the requests (nil: http.DefaultClient). See
+// client.Client.Cancel for what is retried.
 func CancelOverHTTP(baseURL, token string, hc *http.Client) func(ctx context.Context, eventID, reason string) error {
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	base := strings.TrimRight(baseURL, "/")
-	return func(ctx context.Context, eventID, reason string) error {
-		body, err := json.Marshal(map[string]string{"reason": reason})
-		if err != nil {
-			return err
-		}
-		backoff := 100 * time.Millisecond
-		for {
-			err := cancelOnce(ctx, hc, base+"/v1/approvals/"+url.PathEscape(eventID)+"/cancel", token, body)
-			var apiErr *client.Error
-			transient := err != nil && (!errors.As(err, &apiErr) ||
-				apiErr.Status == http.StatusBadGateway || apiErr.Status == http.StatusServiceUnavailable || apiErr.Status == http.StatusGatewayTimeout)
-			if !transient || ctx.Err() != nil {
-				return err
-			}
-			t := time.NewTimer(backoff)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
-			case <-t.C:
-			}
-			backoff = min(2*backoff, 2*time.Second)
-		}
-	}
-}
-
-func cancelOnce(ctx context.Context, hc *http.Client, endpoint, token string, body []byte) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(body))
+	c, err := client.New(client.Config{URL: baseURL, Token: token, HTTPClient: hc})
 	if err != nil {
-		return err
+		return func(context.Context, string, string) error { return err }
 	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
-	resp, err := hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("cancel approval: %w", err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		return nil
-	}
-	apiErr := &client.Error{Status: resp.StatusCode}
-	var env struct {
-		Error struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-			Field   string `json:"field"`
-		} `json:"error"`
-	}
-	if json.Unmarshal(data, &env) == nil && env.Error.Code != "" {
-		apiErr.Code, apiErr.Message, apiErr.Field = env.Error.Code, env.Error.Message, env.Error.Field
-	} else {
-		apiErr.Code, apiErr.Message = fmt.Sprintf("http_%d", resp.StatusCode), strings.TrimSpace(string(data))
-	}
-	return apiErr
+	return c.Cancel
 }
