@@ -6,8 +6,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -45,6 +50,11 @@ rules:
     risk: high
     approvers: ["group:finance"]
     timeout: 1h
+  - name: deploys
+    tools: ["deploy"]
+    action: require_approval
+    approvers: [bob]
+    claim_within: 1s
 `
 
 type adversary struct {
@@ -330,6 +340,34 @@ func TestAdversaryEveryCredential(t *testing.T) {
 		}
 	})
 
+	t.Run("an approval not claimed within claim_within lapses", func(t *testing.T) {
+		a := parent.on(t)
+		args := map[string]any{"service": "billing", "version": "1.2.3"}
+		run := map[string]any{"id": "run-" + uuid.NewString(), "agent": "ops-bot", "tenant": "acme"}
+		var ans reviewAnswer
+		call := map[string]any{"id": "deploy-1", "name": "deploy", "arguments": args}
+		if code := a.p.callAs(a.tokens["bot"], "POST", "/v1/reviews", map[string]any{"run": run, "tool_calls": []any{call}}, &ans); code != 200 {
+			t.Fatalf("review: %d", code)
+		}
+		id := ans.Results[0].EventID
+		if code := a.p.callAs(a.tokens["bob"], "POST", "/v1/approvals/"+id+"/votes", map[string]any{"decision": "approve"}, nil); code != 200 {
+			t.Fatalf("bob's approval: %d", code)
+		}
+		rec := a.waitRecord(id, func(r *contracts.Record) bool { return r.Status == contracts.StatusApproved })
+		// The rule's claim_within is one second: the real clock has to pass
+		// it (an injected clock cannot reach into the binary).
+		time.Sleep(time.Until(rec.Outcome.DecidedAt.Add(1100 * time.Millisecond)))
+		a.wantCode("bot", "POST", "/v1/approvals/"+id+"/claim", map[string]any{}, 409, contracts.ReasonApprovalLapsed)
+		if rec := a.record(id); rec.LapsedAt == nil || rec.Claim != nil || rec.Status != contracts.StatusApproved {
+			t.Fatalf("record after the lapsed claim: status %s lapsed_at %v claim %+v", rec.Status, rec.LapsedAt, rec.Claim)
+		}
+		// The same call reviewed again is not allowed: it needs a new decision.
+		var again reviewAnswer
+		if code := a.p.callAs(a.tokens["bot"], "POST", "/v1/reviews", map[string]any{"run": run, "tool_calls": []any{call}}, &again); code != 200 || again.Results[0].Verdict != "expired" {
+			t.Fatalf("the lapsed call reviewed again: %d %+v, want expired", code, again)
+		}
+	})
+
 	t.Run("only the submitting agent claims", func(t *testing.T) {
 		a := parent.on(t)
 		// bot2 is named the requester, so it may read the request.
@@ -407,5 +445,105 @@ func (a *adversary) waitPublished(ok func(contracts.Directory) bool) {
 		case <-ctx.Done():
 			a.t.Fatal("the directory was not published")
 		}
+	}
+}
+
+// waitDirectory waits until the directory every role judges by (in
+// hitl_policy, read with the orchestrator's NATS user of p) satisfies ok.
+func waitDirectory(t *testing.T, p *serveProc, ok func(contracts.Directory) bool) {
+	t.Helper()
+	a := &adversary{t: t, p: p, users: map[string]embedded.User{}}
+	raw, err := os.ReadFile(filepath.Join(p.data, "nats-users.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var users []embedded.User
+	if err := json.Unmarshal(raw, &users); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range users {
+		a.users[string(u.Role)] = u
+	}
+	a.waitPublished(ok)
+}
+
+// A removed approver's email link stops counting: the link is signed and
+// still opens, but the arbiter finds its recipient gone from the directory.
+func TestRemovedApproversEmailLinkStopsCounting(t *testing.T) {
+	r := newNotifyRig(t, 0)
+	done := r.waitingPayment("run-removed")
+	mail := r.mailTo("alice@example.com", "Approval needed")
+	link := regexp.MustCompile(`https?://[^\s"<>]+/e/[A-Za-z0-9._-]+`).FindString(mail.Text)
+	id := mail.Header.Get("X-Countersign-Event-Id")
+	if link == "" || id == "" {
+		t.Fatalf("no link or event id in the email:\n%s", mail.Text)
+	}
+	// alice leaves: her entry goes from the directory file, and serve
+	// reloads it on SIGHUP.
+	dirFile := ""
+	for i, a := range r.p.cmd.Args {
+		if a == "--directory" {
+			dirFile = r.p.cmd.Args[i+1]
+		}
+	}
+	raw, err := os.ReadFile(dirFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	skip := false
+	for _, line := range strings.Split(string(raw), "\n") {
+		if strings.HasPrefix(line, "  - id: ") {
+			skip = line == "  - id: alice"
+		}
+		if !skip {
+			kept = append(kept, line)
+		}
+	}
+	if err := os.WriteFile(dirFile, []byte(strings.Join(kept, "\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitDirectory(t, r.p, func(d contracts.Directory) bool {
+		return !slices.ContainsFunc(d.People, func(p contracts.DirectoryPerson) bool { return p.ID == "alice" })
+	})
+	resp, err := http.Get(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	h := regexp.MustCompile(`name="h" value="([0-9a-f]{64})"`).FindStringSubmatch(string(page))
+	if h != nil {
+		resp, err := http.PostForm(link, url.Values{"decision": {"approve"}, "h": {h[1]}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var rec quorumRecord
+		if code := r.must(r.tokens["bob"], "GET", "/v1/approvals/"+id+"?wait=1s", nil, &rec); code != 200 {
+			t.Fatalf("GET %s: %d", id, code)
+		}
+		if rec.Record.Status != contracts.StatusPending || len(rec.Record.Votes) > 0 {
+			t.Fatalf("alice's link, after she was removed, changed the record: %s, votes %+v", rec.Record.Status, rec.Record.Votes)
+		}
+		if h == nil || slices.ContainsFunc(rec.Record.RefusedVotes, func(v contracts.RefusedVote) bool {
+			return v.Approver.ID == "alice" && v.Reason == contracts.ReasonUnknownApprover
+		}) {
+			break // the page itself refused, or the arbiter did
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("alice's vote was neither refused unknown_approver nor counted: %+v", rec.Record.RefusedVotes)
+		}
+	}
+	// bob, still an approver, rejects: the waiting run is told.
+	r.must(r.tokens["bob"], "POST", "/v1/approvals/"+id+"/votes", map[string]any{"decision": "reject", "comment": "no"}, nil)
+	if v, reason := r.verdict(done); v != "denied" {
+		t.Fatalf("verdict %s (%s), want denied", v, reason)
 	}
 }
