@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/approval"
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/notifier"
 )
@@ -197,6 +198,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	go run(events.ConsumerConfig{
 		Stream: contracts.StreamRequests, Durable: DurableRequests,
 		FilterSubjects: []string{contracts.SubjectToolRequestedPrefix + ">", contracts.SubjectInputRequestedPrefix + ">"},
+		// A request waits with Retry for the arbiter's record (recordWait);
+		// give it room for an arbiter that is restarting.
+		MaxDeliver: 1000,
 	}, d.handleRequest)
 	go run(events.ConsumerConfig{
 		Stream: contracts.StreamEvents, Durable: DurableDecided,
@@ -259,6 +263,10 @@ func (d *Dispatcher) keepAlive(msg jetstream.Msg) (stop func()) {
 	return func() { close(done) }
 }
 
+// recordWait is how long a request waits before it looks again for the
+// record the arbiter makes of it.
+const recordWait = 100 * time.Millisecond
+
 func (d *Dispatcher) record(ctx context.Context, id string) (*contracts.Record, error) {
 	e, err := d.kv.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -283,14 +291,27 @@ func (d *Dispatcher) handleRequest(ctx context.Context, msg jetstream.Msg) error
 	if !contracts.ValidEventID(req.EventID) {
 		return events.Poison(fmt.Errorf("request has an invalid event_id %q", req.EventID))
 	}
+	if err := approval.ValidateRequest(&req); err != nil {
+		// The arbiter dead-letters it: no record, nothing to decide.
+		d.log.Warn("invalid request; nobody is notified", "event_id", req.EventID, "err", err)
+		return nil
+	}
 	rec, err := d.record(ctx, req.EventID)
 	if err != nil {
 		return err
 	}
-	decided := rec != nil && rec.Terminal()
-	if rec != nil {
-		req = rec.Request // the arbiter's snapshot is the authority
+	if rec == nil {
+		// The arbiter makes the snapshot and checks the request against
+		// the policy: until it has, nobody is told, so a forged request
+		// it refuses reaches no one.
+		return events.Retry(recordWait, errors.New("the arbiter has not created the approval's record yet"))
 	}
+	if refusal, ok := contracts.RequestRefusal(rec.Outcome); ok {
+		d.log.Warn("request refused by the arbiter; nobody is notified", "event_id", req.EventID, "refusal", refusal)
+		return nil
+	}
+	decided := rec.Terminal()
+	req = rec.Request // the arbiter's snapshot is the authority
 	targets, problems := Targets(&req, req.Channels, d.cfg.People, d.cfg.Endpoints)
 	if decided {
 		// Decided before anyone was told: people need not be asked any

@@ -843,3 +843,50 @@ func TestRemindersAndEscalationReachTheRightPeopleOnceWithTwoReplicas(t *testing
 		}
 	}
 }
+
+// Attack: a request published with the orchestrator's credential that the
+// arbiter refuses (here, naming a policy version never applied) reaches no
+// one: the notifier waits for the arbiter's record and tells nobody about
+// a refused request, not even webhooks.
+func TestForgedRequestNotifiesNobody(t *testing.T) {
+	e := newEnv(t)
+	forged := request("email:alice", "webhook:audit")
+	forged.Policy.Version = "v0-never-applied"
+	e.publish(forged)
+	e.waitRecord(forged.EventID, func(r contracts.Record) bool { return r.Terminal() })
+	honest := request("email:alice")
+	e.publish(honest)
+	email, hook := newChannel("email", nil), newChannel("webhook", nil)
+	e.start(dispatch.Config{Channels: []notifier.Channel{email, hook}})
+	e.receiptsFor(honest.EventID, 1)
+	// Every request handled: the notifier's consumer has nothing pending.
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	for {
+		c, err := e.js.Consumer(ctx, contracts.StreamRequests, dispatch.DurableRequests)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NumPending == 0 && info.NumAckPending == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the notifier did not handle both requests: %+v", info)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if n := email.count("alice@example.com", false); n != 1 {
+		t.Errorf("alice was asked %d times, want once (the honest request only)", n)
+	}
+	if n := hook.count("audit", false); n != 0 {
+		t.Errorf("the webhook got the forged request %d times", n)
+	}
+	if got := e.receiptsFor(forged.EventID, 0); len(got) != 0 {
+		t.Errorf("receipts for the forged request: %v", got)
+	}
+}
