@@ -24,6 +24,7 @@ import (
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events/embedded"
+	"github.com/countersign/countersign/notifier/slack/slacktest"
 )
 
 // The attacker's tests: a real `countersign serve` with two tenants and a
@@ -467,9 +468,9 @@ func waitDirectory(t *testing.T, p *serveProc, ok func(contracts.Directory) bool
 	a.waitPublished(ok)
 }
 
-// A removed approver's email link stops counting: the link is signed and
-// still opens, but the arbiter finds its recipient gone from the directory.
-func TestRemovedApproversEmailLinkStopsCounting(t *testing.T) {
+// A removed approver's email link and Slack button stop counting: the link
+// is signed and the click verified, but the directory no longer lists her.
+func TestRemovedApproversLinkAndSlackButtonStopCounting(t *testing.T) {
 	r := newNotifyRig(t, 0)
 	done := r.waitingPayment("run-removed")
 	mail := r.mailTo("alice@example.com", "Approval needed")
@@ -540,6 +541,31 @@ func TestRemovedApproversEmailLinkStopsCounting(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("alice's vote was neither refused unknown_approver nor counted: %+v", rec.Record.RefusedVotes)
 		}
+	}
+	// Her Slack button: the signature is good, but she is nobody now.
+	msg := r.slackMessage(id, func(m slacktest.Message) bool { return m.HasActions() })
+	click := r.slack.Click(slackSigning, msg, "countersign_approve", aliceSlack, time.Now())
+	target, _ := url.Parse(r.p.url + "/slack/interactions")
+	click.URL, click.Host, click.RequestURI = target, target.Host, ""
+	resp, err = http.DefaultClient.Do(click)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	// The click is answered in Slack: she is not in the directory.
+	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer scancel()
+	if err := r.slack.WaitFor(sctx, func(s *slacktest.Server) bool {
+		return slices.ContainsFunc(s.ResponsePosts(), func(p slacktest.ResponsePost) bool {
+			return strings.Contains(p.Text, "not in the Countersign directory")
+		})
+	}); err != nil {
+		t.Fatalf("no answer in Slack to the removed approver's click: %v (posts %+v)", err, r.slack.ResponsePosts())
+	}
+	var after quorumRecord
+	if code := r.must(r.tokens["bob"], "GET", "/v1/approvals/"+id, nil, &after); code != 200 ||
+		after.Record.Status != contracts.StatusPending || len(after.Record.Votes) != 0 {
+		t.Fatalf("alice's Slack click, after she was removed: %d %s votes %+v", code, after.Record.Status, after.Record.Votes)
 	}
 	// bob, still an approver, rejects: the waiting run is told.
 	r.must(r.tokens["bob"], "POST", "/v1/approvals/"+id+"/votes", map[string]any{"decision": "reject", "comment": "no"}, nil)
