@@ -308,6 +308,10 @@ func TestAdversaryEveryCredential(t *testing.T) {
 		if why := a.refusedWith(id, a.busVote(js, id, "alice")); why != contracts.ReasonWrongTenant {
 			t.Fatalf("alice (acme) voting on a globex request over the bus: %s, want wrong_tenant", why)
 		}
+		session := a.p.signIn(t, a.tokens["gina"])
+		if !a.p.signedIn(t, session) {
+			t.Fatal("gina's inbox session does not work before her removal")
+		}
 		// gina is removed from the directory.
 		a.writeDirectory("gina")
 		if err := a.p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
@@ -325,6 +329,9 @@ func TestAdversaryEveryCredential(t *testing.T) {
 			t.Fatalf("gina, removed, voting over the bus: %s, want unknown_approver", why)
 		}
 		a.wantCode("gina", "POST", "/v1/approvals/"+id+"/votes", map[string]any{"decision": "approve"}, 401, "unauthenticated")
+		if a.p.signedIn(t, session) {
+			t.Fatal("gina's inbox session still works after her removal")
+		}
 	})
 
 	t.Run("self-approval is judged on the person, in any spelling", func(t *testing.T) {
