@@ -448,6 +448,7 @@ func (a *adversary) waitPublished(ok func(contracts.Directory) bool) {
 			}
 			var d contracts.Directory
 			if json.Unmarshal(e.Value(), &d) == nil && ok(d) {
+				a.p.waitArbiterDirectory(e.Revision())
 				return
 			}
 		case <-ctx.Done():
@@ -578,5 +579,30 @@ func TestRemovedApproversLinkAndSlackButtonStopCounting(t *testing.T) {
 	r.must(r.tokens["bob"], "POST", "/v1/approvals/"+id+"/votes", map[string]any{"decision": "reject", "comment": "no"}, nil)
 	if v, reason := r.verdict(done); v != "denied" {
 		t.Fatalf("verdict %s (%s), want denied", v, reason)
+	}
+}
+
+// waitArbiterDirectory waits until the arbiter judges by the directory at
+// revision rev or later (its countersign_arbiter_directory_revision gauge).
+func (p *serveProc) waitArbiterDirectory(rev uint64) {
+	p.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(p.url + "/metrics")
+		if err != nil {
+			p.t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, line := range strings.Split(string(body), "\n") {
+			var got float64
+			if _, err := fmt.Sscanf(line, "countersign_arbiter_directory_revision %g", &got); err == nil && uint64(got) >= rev {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("the arbiter did not take directory revision %d", rev)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

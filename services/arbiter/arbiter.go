@@ -191,8 +191,10 @@ func New(ctx context.Context, cfg Config) (*Arbiter, error) {
 		return nil, fmt.Errorf("arbiter: open bucket %s: %w", contracts.BucketApprovals, err)
 	}
 	// hitl_policy is opened when a request first needs a stored version.
+	policies := newPolicyBook(cfg.JS, cfg.Policies)
+	policies.keys = newLiveKeys(cfg.Registerer)
 	return &Arbiter{
-		cfg: cfg, kv: kv, writer: events.NewRecordWriter(cfg.JS), policies: newPolicyBook(cfg.JS, cfg.Policies), m: newMetrics(cfg.Registerer),
+		cfg: cfg, kv: kv, writer: events.NewRecordWriter(cfg.JS), policies: policies, m: newMetrics(cfg.Registerer),
 		lim:     contracts.LimitsFor(cfg.JS.Conn().MaxPayload()),
 		waiting: newUnknownWaits(),
 		commits: newCommits(),
@@ -210,6 +212,8 @@ func (a *Arbiter) Run(ctx context.Context) error {
 	defer cancel()
 	const loops = 4
 	errc := make(chan error, loops)
+	// The directory and live policy version, followed as they change.
+	go a.policies.keys.watch(ctx, a.policies)
 	go func() { errc <- a.serveClaims(ctx) }()
 	go func() {
 		errc <- events.Consume(ctx, a.cfg.JS, events.ConsumerConfig{

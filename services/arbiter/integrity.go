@@ -85,6 +85,8 @@ type policyBook struct {
 	// roster is the directory last read, at rosterRev of its key.
 	roster    *approval.Roster
 	rosterRev uint64
+	// keys, when set, is the watched directory and live version.
+	keys *liveKeys
 }
 
 func newPolicyBook(js jetstream.JetStream, trusted PolicySet) *policyBook {
@@ -177,7 +179,15 @@ func (b *policyBook) live(ctx context.Context) (string, error) {
 // nil when none was ever published. A document that cannot be read fails
 // the operation (it is retried), never lets everyone through.
 func (b *policyBook) directory(ctx context.Context) (*approval.Roster, error) {
+	if b.keys != nil {
+		if r, ok := b.keys.directory(); ok {
+			return r, nil
+		}
+	}
 	kv, err := b.bucket(ctx)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil // no bucket, no directory: the records alone say
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -230,6 +240,11 @@ func (a *Arbiter) verify(ctx context.Context, req *contracts.ApprovalRequested, 
 	in := policy.RequestInput(req)
 	if ref := verifyAgainst(req, p.EvaluateContext(ctx, in), opts); ref != nil {
 		return ref, nil
+	}
+	// The watched live version spares a read when the request names it;
+	// any other is checked against the bucket as it is now.
+	if v, ok := a.policies.keys.liveVersion(); ok && v == req.Policy.Version {
+		return nil, nil
 	}
 	liveVersion, err := a.policies.live(ctx)
 	if err != nil || liveVersion == "" || liveVersion == req.Policy.Version {

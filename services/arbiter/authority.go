@@ -1,0 +1,147 @@
+package arbiter
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/approval"
+	"github.com/countersign/countersign/orchestrator"
+)
+
+// This file keeps what the arbiter judges by in memory, as it changes: the
+// live directory (contracts.DirectoryKey) and the live policy version
+// (orchestrator.PolicyKey), both in hitl_policy. One watch of the two keys
+// replaces a read of the bucket for every vote, command and request; until
+// the watch has delivered what the bucket holds (and whenever it stops),
+// the arbiter reads the keys instead.
+
+// liveKeys is the watched state.
+type liveKeys struct {
+	mu    sync.Mutex
+	ready bool // the watch delivered the bucket's state and runs
+	// roster is the directory at rosterRev (nil: none published).
+	roster    *approval.Roster
+	rosterRev uint64
+	// live is the live policy version at liveRev ("": none applied).
+	live    string
+	liveRev uint64
+
+	revision prometheus.Gauge
+}
+
+func newLiveKeys(reg prometheus.Registerer) *liveKeys {
+	k := &liveKeys{revision: prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "countersign_arbiter_directory_revision",
+		Help: "Revision, in the hitl_policy bucket, of the directory the arbiter judges votes and commands by (0: none published yet).",
+	})}
+	if reg != nil {
+		reg.MustRegister(k.revision)
+	}
+	return k
+}
+
+// watch follows the two keys until ctx ends, watching again a second after
+// a watch fails.
+func (k *liveKeys) watch(ctx context.Context, b *policyBook) {
+	for {
+		k.watchOnce(ctx, b)
+		t := time.NewTimer(time.Second)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (k *liveKeys) watchOnce(ctx context.Context, b *policyBook) {
+	kv, err := b.bucket(ctx)
+	if err != nil {
+		return
+	}
+	w, err := kv.WatchFiltered(ctx, []string{contracts.DirectoryKey, orchestrator.PolicyKey})
+	if err != nil {
+		return
+	}
+	defer func() {
+		_ = w.Stop()
+		k.mu.Lock()
+		k.ready = false
+		k.mu.Unlock()
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			if e == nil {
+				k.mu.Lock()
+				k.ready = true
+				k.mu.Unlock()
+				continue
+			}
+			k.install(e)
+		}
+	}
+}
+
+// install takes one change of a watched key.
+func (k *liveKeys) install(e jetstream.KeyValueEntry) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	switch e.Key() {
+	case contracts.DirectoryKey:
+		if e.Revision() <= k.rosterRev {
+			return
+		}
+		if e.Operation() != jetstream.KeyValuePut {
+			k.roster, k.rosterRev = nil, e.Revision()
+			break
+		}
+		var doc contracts.Directory
+		if err := json.Unmarshal(e.Value(), &doc); err != nil || doc.Spec != contracts.SpecDirectory {
+			// Unreadable: judge by reads of the key, which fail the
+			// operation, rather than by an older directory.
+			k.ready = false
+			return
+		}
+		k.roster, k.rosterRev = approval.NewRoster(doc), e.Revision()
+		k.revision.Set(float64(e.Revision()))
+	case orchestrator.PolicyKey:
+		if e.Revision() <= k.liveRev {
+			return
+		}
+		k.liveRev, k.live = e.Revision(), ""
+		var doc struct {
+			Version string `json:"version"`
+		}
+		if e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &doc) == nil {
+			k.live = doc.Version
+		}
+	}
+}
+
+// directory is the watched directory, or ok false when the watch cannot
+// vouch for it (not started yet, stopped, or an unreadable document).
+func (k *liveKeys) directory() (r *approval.Roster, ok bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.roster, k.ready
+}
+
+// liveVersion is the watched live policy version, or ok false as above.
+func (k *liveKeys) liveVersion() (string, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.live, k.ready
+}
