@@ -93,7 +93,16 @@ rules:
     allowed_decisions: [approve, reject, edit, respond]
     timeout: 1h
     channels: [%(channels)s]
+  - name: deploys
+    tools: ["deploy_*"]
+    action: require_approval
+    approvers: [alice]
+    claim_within: 1s
+    channels: [%(channels)s]
 """
+
+AGENT_SUBJECT = "agent-svc"
+"""The subject of the development token: serve names it after $USER, which the tests set."""
 
 
 class Server:
@@ -106,7 +115,7 @@ class Server:
         with open(self.policy, "w") as f:
             f.write(POLICY % {"channels": "webhook" if webhooks else "inbox"})
         self.config: Optional[str] = None
-        self._env: Dict[str, str] = dict(os.environ, USER="agent-svc")
+        self._env: Dict[str, str] = dict(os.environ, USER=AGENT_SUBJECT)
         if webhooks:
             self.config = self.data + "-config.yaml"
             lines = ["notify:\n  webhooks:\n"]
@@ -201,6 +210,13 @@ def client_for(server: Server, who: Optional[str] = None, **kw: float) -> "count
 def async_client_for(server: Server, who: Optional[str] = None, **kw: float) -> "countersign.AsyncClient":
     token = server.token if who is None else approver_tokens()[who]
     return countersign.AsyncClient(server.url, token, **kw)
+
+
+def decided(server: Server, event_id: str) -> countersign.Record:
+    """The approval's record once it is decided (long polls, no sleeping)."""
+    rec, _ = client_for(server).approval(event_id, wait=60)
+    assert rec["status"] != "pending", rec
+    return rec
 
 
 def visible(server: Server, run: countersign.Run, tc: countersign.ToolCall) -> str:

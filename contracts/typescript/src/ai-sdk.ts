@@ -37,7 +37,12 @@ interface ApprovalRequestPart {
 
 /** The Countersign gate of one run. */
 export interface Gate {
-  /** Wraps every tool's execute: review → wait → claim → run with the approved arguments. */
+  /**
+   * Wraps every tool's execute: review → wait → claim → run with the
+   * approved arguments. When the SDK aborts the call (generateText's
+   * `abortSignal`, passed to execute) while it waits, its approval is
+   * cancelled.
+   */
   tools<T extends ToolSet>(tools: T): T;
   /**
    * The AI SDK's toolApproval hook: calls the policy allows run; calls it
@@ -48,7 +53,8 @@ export interface Gate {
   /**
    * Waits for Countersign's decision on every tool-approval-request in
    * `parts` (result.content, or response messages) and returns the tool
-   * message of approval responses to append to the conversation.
+   * message of approval responses to append to the conversation. Aborting
+   * `signal` cancels the approvals still pending and rejects with its reason.
    */
   approvalResponses(parts: unknown[], options?: { signal?: AbortSignal }): Promise<ModelMessage | undefined>;
 }

@@ -28,6 +28,25 @@ export interface CountersignOptions {
   fetch?: typeof fetch;
   /** How transient failures are retried. */
   retry?: RetryOptions;
+  /**
+   * What an aborted wait does to the approvals it was waiting on (see
+   * ReviewOptions.signal). Default: cancel them, spending at most 5 000 ms
+   * after the abort. false: leave them pending (as a wait that merely ends
+   * does), e.g. when another worker will resume the run.
+   */
+  cancelOnAbort?: false | CancelOnAbortOptions;
+}
+
+/** How an aborted wait cancels the approvals it was waiting on. */
+export interface CancelOnAbortOptions {
+  /**
+   * How long after the abort the client may spend on it: learning which
+   * approvals a request in flight opened, and cancelling them (default
+   * 5 000 ms). The abort rejects once that is done or this has passed.
+   */
+  withinMs?: number;
+  /** Told of each approval that could not be cancelled (default: ignored; the abort goes on). */
+  onError?: (err: unknown, eventId: string) => void;
 }
 
 /**
@@ -49,9 +68,17 @@ export interface ReviewOptions {
   /**
    * false (default): answer at once; gated calls not decided yet are
    * `pending`. true: wait until no call is pending (or `signal` aborts). A
-   * number: wait at most that many milliseconds.
+   * number: wait at most that many milliseconds; calls still pending then
+   * come back `pending` and their approvals stay open for a later wait.
    */
   wait?: boolean | number;
+  /**
+   * Aborting it is an explicit cancel of the calls: a review that waits
+   * cancels the approvals it is waiting on (see
+   * CountersignOptions.cancelOnAbort), then rejects with the signal's
+   * reason. Only an abort cancels: a wait that ends (its time is up, the
+   * process exits) leaves them pending, so the run can resume elsewhere.
+   */
   signal?: AbortSignal;
   /**
    * Called once per call as soon as its result is final: allowed and denied
@@ -147,6 +174,7 @@ export class Countersign {
   readonly #token: string;
   readonly #fetch: typeof fetch;
   readonly #retry: Required<RetryOptions>;
+  readonly #cancelOnAbort: { withinMs: number; onError: (err: unknown, eventId: string) => void } | undefined;
 
   constructor(options: CountersignOptions = {}) {
     const url = options.url ?? env('COUNTERSIGN_URL');
@@ -171,6 +199,14 @@ export class Countersign {
     if (this.#retry.forMs < 0 || this.#retry.minBackoffMs < 0 || this.#retry.maxBackoffMs < this.#retry.minBackoffMs) {
       throw new CountersignError(0, Codes.invalidConfig, 'retry bounds must be positive, minBackoffMs ≤ maxBackoffMs', 'retry');
     }
+    if (options.cancelOnAbort !== false) {
+      const c = options.cancelOnAbort ?? {};
+      const withinMs = c.withinMs ?? 5_000;
+      if (!(withinMs >= 0 && Number.isFinite(withinMs))) {
+        throw new CountersignError(0, Codes.invalidConfig, 'cancelOnAbort.withinMs must be a finite number ≥ 0', 'cancelOnAbort');
+      }
+      this.#cancelOnAbort = { withinMs, onError: c.onError ?? (() => {}) };
+    }
   }
 
   /** The run with the client's agent filled in. */
@@ -187,11 +223,13 @@ export class Countersign {
    * on transient failures (one without ids is not, since it would ask twice).
    * A review that waits gives a run and calls without ids ids of its own for
    * the whole wait, so its polls re-attach rather than open new approvals.
+   * Aborting `signal` while it waits cancels the approvals it waits on.
    */
   async review(run: RunInfo, calls: Array<AnyToolCall | Call>, options: ReviewOptions = {}): Promise<Result[]> {
     const body = { run: this.runOf(run), tool_calls: calls.map((c) => toCall(c)) };
     if (body.tool_calls.length === 0) throw new CountersignError(0, Codes.invalidField, 'calls must list at least one call', 'tool_calls');
     const { wait = false, signal, onResult } = options;
+    signal?.throwIfAborted();
     if (wait !== false) {
       // Each poll is a new request: without ids each would open approvals
       // of its own. Ids of the client's, for this review, re-attach instead.
@@ -201,35 +239,47 @@ export class Countersign {
     const idempotent = !!body.run.id && body.tool_calls.every((c) => c.id);
     const deadline = wait === true ? Infinity : wait === false ? 0 : Date.now() + wait;
     const reported = new Set<number>();
+    const opened = wait !== false ? this.#opened(signal) : undefined;
     // With onResult the first request does not wait: what is final already
-    // (allowed, denied, decided) is handed over before anything waits.
-    let first = !!onResult;
-    for (;;) {
-      const left = deadline - Date.now();
-      const path = left > 0 && !first ? `/v1/reviews?wait=${waitParam(left)}` : '/v1/reviews';
-      first = false;
-      const out = await this.#request<{ results: Result[] }>('POST', path, body, { transient: idempotent, signal });
-      if (!out.data || out.data.results.length !== body.tool_calls.length) {
-        throw new CountersignError(out.status, 'unexpected_answer', 'the API answered a different number of results than calls');
-      }
-      const results = out.data.results;
-      results.forEach((r, i) => {
-        if (onResult && r.verdict !== 'pending' && !reported.has(i)) {
-          reported.add(i);
-          onResult(r, i);
+    // (allowed, denied, decided) is handed over before anything waits. Nor
+    // does it when an abort may come: the answer names the approvals to
+    // cancel before the long wait begins.
+    let first = !!onResult || !!opened;
+    return this.#cancellingOnAbort(opened, async () => {
+      for (;;) {
+        const left = deadline - Date.now();
+        const path = left > 0 && !first ? `/v1/reviews?wait=${waitParam(left)}` : '/v1/reviews';
+        const out = await this.#request<{ results: Result[] }>('POST', path, body, {
+          transient: idempotent,
+          signal: first && opened ? opened.late : signal,
+        });
+        first = false;
+        if (!out.data || out.data.results.length !== body.tool_calls.length) {
+          throw new CountersignError(out.status, 'unexpected_answer', 'the API answered a different number of results than calls');
         }
-      });
-      if (!results.some((r) => r.verdict === 'pending') || Date.now() >= deadline) return results;
-      signal?.throwIfAborted();
-    }
+        const results = out.data.results;
+        opened?.track(results.filter((r) => r.verdict === 'pending' && r.event_id).map((r) => r.event_id!));
+        signal?.throwIfAborted();
+        results.forEach((r, i) => {
+          if (onResult && r.verdict !== 'pending' && !reported.has(i)) {
+            reported.add(i);
+            onResult(r, i);
+          }
+        });
+        if (!results.some((r) => r.verdict === 'pending') || Date.now() >= deadline) return results;
+      }
+    });
   }
 
   /**
    * claim marks the approval eventId as used, right before the tool runs. It
    * succeeds once per approval: again with the same claimId (after a lost
    * answer or a restart), never with another (code "already_claimed"). An
-   * approval not approved fails with "not_approved". A claim the arbiter has
-   * not confirmed yet (202), 502/503/504 and network failures are retried.
+   * approval not approved fails with "not_approved", one that was not
+   * claimed within its rule's claim_within of the decision with
+   * "approval_lapsed" (the call needs a new decision, under a new call id).
+   * A claim the arbiter has not confirmed yet (202), 502/503/504 and network
+   * failures are retried; refusals never are.
    */
   async claim(eventId: string, options: { claimId: string; signal?: AbortSignal }): Promise<ApprovalRecord> {
     if (!options?.claimId) throw new CountersignError(0, Codes.invalidField, 'claim needs a claimId (see newClaimId)', 'claim_id');
@@ -268,7 +318,8 @@ export class Countersign {
   /**
    * ask asks a human (request_human_input) and waits for the answer, or for
    * why there is none (expired, cancelled, denied). Give the question an id
-   * (the tool call's) to re-attach after a restart.
+   * (the tool call's) to re-attach after a restart. Aborting `signal` while
+   * it waits cancels the question, as in review.
    */
   async ask(question: string | QuestionInput, options: { run?: RunInfo; wait?: boolean | number; signal?: AbortSignal } = {}): Promise<HumanAnswer> {
     const q = typeof question === 'string' ? { text: question } : question;
@@ -276,24 +327,31 @@ export class Countersign {
     const body: Record<string, unknown> = { run, question: { text: q.text, ...(q.schema ? { schema: q.schema } : {}) } };
     if (q.id) body.id = q.id;
     const { wait = true, signal } = options;
+    signal?.throwIfAborted();
     const deadline = wait === true ? Infinity : wait === false ? 0 : Date.now() + wait;
     const idempotent = !!run.id && !!q.id;
+    const opened = wait !== false ? this.#opened(signal) : undefined;
+    let first = !!opened; // as in review: learn the approval before the long wait
     let eventId: string | undefined;
-    for (;;) {
-      const left = deadline - Date.now();
-      let a: HumanAnswer;
-      if (eventId && !idempotent) {
-        // Without ids the question cannot be asked again: wait on its approval.
-        const { record } = await this.approval(eventId, { waitMs: Math.min(left, maxWaitMs), signal });
-        a = answerOf(record);
-      } else {
-        const path = left > 0 ? `/v1/questions?wait=${waitParam(left)}` : '/v1/questions';
-        a = (await this.#request<HumanAnswer>('POST', path, body, { transient: idempotent, signal })).data!;
+    return this.#cancellingOnAbort(opened, async () => {
+      for (;;) {
+        const left = deadline - Date.now();
+        let a: HumanAnswer;
+        if (eventId && !idempotent) {
+          // Without ids the question cannot be asked again: wait on its approval.
+          const { record } = await this.approval(eventId, { waitMs: Math.min(left, maxWaitMs), signal });
+          a = answerOf(record);
+        } else {
+          const path = left > 0 && !first ? `/v1/questions?wait=${waitParam(left)}` : '/v1/questions';
+          a = (await this.#request<HumanAnswer>('POST', path, body, { transient: idempotent, signal: first && opened ? opened.late : signal })).data!;
+        }
+        first = false;
+        eventId ??= a.event_id;
+        opened?.track(a.status === 'pending' && eventId ? [eventId] : []);
+        signal?.throwIfAborted();
+        if (a.status !== 'pending' || Date.now() >= deadline) return a;
       }
-      eventId ??= a.event_id;
-      if (a.status !== 'pending' || Date.now() >= deadline) return a;
-      signal?.throwIfAborted();
-    }
+    });
   }
 
   /**
@@ -312,15 +370,52 @@ export class Countersign {
     return out.data!.record;
   }
 
-  /** cancel cancels a pending approval. */
-  async cancel(eventId: string, options: { reason?: string; signal?: AbortSignal } = {}): Promise<ApprovalRecord> {
-    const out = await this.#request<{ record: ApprovalRecord }>(
+  /**
+   * cancel cancels the pending approval eventId, as the agent that
+   * submitted it (or an approver or admin of it); `reason` goes to the
+   * server's log. It returns the cancelled record, or undefined when the
+   * arbiter had not confirmed it within the API's wait (202): the
+   * cancellation is durable and counts as done. An approval decided
+   * already fails with "closed"; a token that may not cancel it with
+   * "not_permitted". Network failures and 502/503/504 are retried.
+   */
+  async cancel(eventId: string, options: { reason?: string; signal?: AbortSignal } = {}): Promise<ApprovalRecord | undefined> {
+    const out = await this.#request<{ record?: ApprovalRecord }>(
       'POST',
       `/v1/approvals/${encodeURIComponent(eventId)}/cancel`,
       options.reason ? { reason: options.reason } : {},
-      { transient: true, accepted: true, signal: options.signal },
+      { transient: true, signal: options.signal },
     );
-    return out.data!.record;
+    return out.status === 202 ? undefined : out.data?.record;
+  }
+
+  /**
+   * waitDecided waits until every approval of eventIds is decided and
+   * returns their states, in order (long polls of GET /v1/approvals/{id}).
+   * Aborting `signal` cancels those still pending, as an aborted review
+   * does, and rejects with the signal's reason.
+   */
+  async waitDecided(eventIds: string[], options: { signal?: AbortSignal } = {}): Promise<ApprovalState[]> {
+    const { signal } = options;
+    signal?.throwIfAborted();
+    const undecided = new Set(eventIds);
+    const opened = this.#opened(signal);
+    opened?.track([...undecided]);
+    return this.#cancellingOnAbort(opened, () =>
+      Promise.all(
+        eventIds.map(async (id) => {
+          for (;;) {
+            const st = await this.approval(id, { waitMs: maxWaitMs, signal });
+            if (terminalStatuses.has(st.record.status)) {
+              undecided.delete(id);
+              opened?.track([...undecided]);
+              return st;
+            }
+            signal?.throwIfAborted();
+          }
+        }),
+      ),
+    );
   }
 
   /**
@@ -330,7 +425,9 @@ export class Countersign {
    * passed to fn; its result's reason says why. fn runs at most once per
    * approval across every worker: a call whose approval was already claimed
    * (say by a worker that crashed after claiming) comes back
-   * `already_executed`.
+   * `already_executed`; one approved too long ago to claim (its rule's
+   * claim_within) comes back `expired` with code "approval_lapsed". Aborting
+   * `signal` while it waits for the decision cancels the approval.
    */
   async run<T>(
     run: RunInfo,
@@ -350,6 +447,18 @@ export class Countersign {
               ...result!,
               verdict: 'already_executed',
               reason: 'This approved call was already claimed; it may have run once and will not run again.',
+            },
+            ran: false,
+          };
+        }
+        if (err instanceof CountersignError && err.code === Codes.approvalLapsed) {
+          const { arguments: _approved, ...rest } = result!;
+          return {
+            result: {
+              ...rest,
+              verdict: 'expired',
+              code: Codes.approvalLapsed,
+              reason: 'This call was approved, but not run in time: the approval lapsed and the call was not run. Propose it again for a new decision.',
             },
             ran: false,
           };
@@ -478,6 +587,47 @@ export class Countersign {
     }
   }
 
+  /** What a wait with signal opens, when an abort cancels it. */
+  #opened(signal: AbortSignal | undefined): Opened | undefined {
+    return signal && this.#cancelOnAbort ? new Opened(signal, this.#cancelOnAbort.withinMs) : undefined;
+  }
+
+  /**
+   * #cancellingOnAbort runs a wait. When its signal aborts, it cancels the
+   * approvals the wait was waiting on (best effort, within the bound) and
+   * rejects with the signal's reason; any other end of the wait cancels
+   * nothing.
+   */
+  async #cancellingOnAbort<T>(opened: Opened | undefined, wait: () => Promise<T>): Promise<T> {
+    if (!opened) return wait();
+    try {
+      return await wait();
+    } catch (err) {
+      if (!opened.signal.aborted) throw err;
+      const ids = opened.ids;
+      if (ids.length > 0) {
+        const budget = AbortSignal.timeout(Math.max(1, opened.msLeft()));
+        const reason = 'the client aborted the call' + abortText(opened.signal.reason);
+        await Promise.all(
+          ids.map((id) =>
+            this.cancel(id, { reason, signal: budget }).catch((e: unknown) => {
+              // Decided meanwhile: nothing is left to cancel.
+              if (e instanceof CountersignError && e.code === Codes.closed) return;
+              try {
+                this.#cancelOnAbort!.onError(e, id);
+              } catch {
+                /* a logger's failure does not change the abort */
+              }
+            }),
+          ),
+        );
+      }
+      throw opened.signal.reason;
+    } finally {
+      opened.dispose();
+    }
+  }
+
   /** The last Last-Event-ID is kept by the generator; this pauses without throwing on abort. */
   async #pause(ms: number, signal: AbortSignal): Promise<void> {
     try {
@@ -540,6 +690,54 @@ export class Countersign {
       backoff = Math.min(backoff * 2, this.#retry.maxBackoffMs);
     }
   }
+}
+
+/**
+ * The approvals one wait is waiting on, and the time its abort may take.
+ * `late` aborts withinMs after the caller's signal: a request whose answer
+ * says what the wait opened uses it, so that an abort during that request
+ * still learns which approvals to cancel.
+ */
+class Opened {
+  ids: string[] = [];
+  #abortedAt: number | undefined;
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  readonly #late = new AbortController();
+
+  constructor(
+    readonly signal: AbortSignal,
+    readonly withinMs: number,
+  ) {
+    signal.addEventListener('abort', this.#onAbort, { once: true });
+  }
+
+  #onAbort = () => {
+    this.#abortedAt = Date.now();
+    this.#timer = setTimeout(() => this.#late.abort(this.signal.reason), this.withinMs);
+  };
+
+  get late(): AbortSignal {
+    return this.#late.signal;
+  }
+
+  track(ids: string[]): void {
+    this.ids = ids;
+  }
+
+  /** What is left of the time the abort may take. */
+  msLeft(): number {
+    return Math.max(0, (this.#abortedAt ?? Date.now()) + this.withinMs - Date.now());
+  }
+
+  dispose(): void {
+    this.signal.removeEventListener('abort', this.#onAbort);
+    clearTimeout(this.#timer);
+  }
+}
+
+function abortText(reason: unknown): string {
+  const text = reason instanceof Error ? reason.message : typeof reason === 'string' ? reason : '';
+  return text ? ': ' + text.slice(0, 200) : '';
 }
 
 /** Between half and all of ms, so that retrying clients spread out. */

@@ -31,6 +31,14 @@ export class CountersignError extends Error {
 export const Codes = {
   alreadyClaimed: 'already_claimed',
   notApproved: 'not_approved',
+  /** An approval not claimed within its rule's claim_within of the decision: the call needs a new decision. */
+  approvalLapsed: 'approval_lapsed',
+  /** A claim or command from a token that may not give it (a claim by another agent than the submitter). */
+  notPermitted: 'not_permitted',
+  /** A vote or command from someone the live directory no longer lists. */
+  unknownApprover: 'unknown_approver',
+  /** An extend that would not move the deadline later. */
+  deadlineNotLater: 'deadline_not_later',
   notAnApprover: 'not_an_approver',
   selfApproval: 'self_approval',
   duplicateVote: 'duplicate_vote',

@@ -24,7 +24,6 @@ import type { RunnableConfig } from '@langchain/core/runnables';
 import { blockedMessage, type Countersign } from './client.js';
 import type { ApprovalRecord } from './schema.gen.js';
 import type { Result, RunInfo } from './types.js';
-import { terminalStatuses } from './types.js';
 
 /** Options of gate. */
 export interface GateOptions {
@@ -65,7 +64,11 @@ export interface Gate {
   node(options: NodeOptions): (state: MessagesState, config?: RunnableConfig) => Promise<Command>;
   /** Wraps a tool function: review → wait → claim → run with the approved arguments. */
   guard<F extends (input: any, config?: any) => any>(name: string, fn: F): F;
-  /** Waits for the decisions the graph's interrupts wait on; returns the Command to resume with. */
+  /**
+   * Waits for the decisions the graph's interrupts wait on; returns the
+   * Command to resume with. Aborting `signal` cancels the approvals still
+   * pending and rejects with its reason.
+   */
   resume(
     graph: { getState(config: RunnableConfig): Promise<{ tasks: ReadonlyArray<{ interrupts?: ReadonlyArray<{ value?: unknown }> }> }> },
     config: RunnableConfig,
@@ -101,8 +104,9 @@ export function gate(cs: Countersign, options: GateOptions = {}): Gate {
             })),
           };
           interrupt(value);
-          // Resumed: Countersign, not the resume value, decides.
-          results = await cs.review(run, calls, { wait: true });
+          // Resumed: Countersign, not the resume value, decides. Aborting
+          // the graph's run (config.signal) cancels what is still pending.
+          results = await cs.review(run, calls, { wait: true, signal: config?.signal });
         }
         const blocked = results.filter((r) => r.verdict !== 'allowed');
         if (blocked.length === results.length) {
@@ -127,15 +131,10 @@ export function gate(cs: Countersign, options: GateOptions = {}): Gate {
     async resume(graph, config, opts = {}) {
       const st = await graph.getState(config);
       const waits = st.tasks.flatMap((t) => t.interrupts ?? []).flatMap((i) => (i.value as CountersignInterrupt | undefined)?.countersign ?? []);
-      const decisions: ResumeDecision[] = [];
-      for (const w of waits) {
-        let rec: ApprovalRecord;
-        do {
-          rec = (await cs.approval(w.event_id, { waitMs: 60_000, signal: opts.signal })).record;
-          opts.signal?.throwIfAborted();
-        } while (!terminalStatuses.has(rec.status));
-        decisions.push(decisionOf(w, rec));
-      }
+      // Aborting opts.signal cancels the approvals still pending (an explicit
+      // cancel of the calls); a resume that merely stops leaves them pending.
+      const states = await cs.waitDecided(waits.map((w) => w.event_id), { signal: opts.signal });
+      const decisions: ResumeDecision[] = waits.map((w, i) => decisionOf(w, states[i]!.record));
       return new Command({ resume: { decisions } });
     },
   };

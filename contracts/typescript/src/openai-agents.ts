@@ -45,11 +45,17 @@ export interface Gate {
   tool<T extends ToolOptions>(options: T): ReturnType<typeof sdkTool>;
   /** A needsApproval for a tool you build yourself: true unless the policy allows the call outright. */
   needsApproval(name: string): (ctx: RunContext<any>, input: unknown, callId?: string) => Promise<boolean>;
-  /** Waits for Countersign's decision on every interruption of state and approves or rejects each. */
+  /**
+   * Waits for Countersign's decision on every interruption of state and
+   * approves or rejects each. Aborting `signal` cancels the approvals still
+   * pending (an explicit cancel of the calls) and rejects with its reason.
+   */
   settle(state: RunState<any, any>, options?: { signal?: AbortSignal }): Promise<Settled>;
   /**
    * Settles and resumes until the run finishes: state is the RunState or its
    * serialized string (RunState.toString()), so any worker can resume.
+   * Aborting `signal` while it waits for decisions cancels the approvals
+   * still pending; a worker that merely stops leaves them for another.
    */
   resume<A extends Agent<any, any>>(
     agent: A,

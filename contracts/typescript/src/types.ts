@@ -26,6 +26,13 @@ export interface Result {
   reason?: string;
   /** The policy rule that decided. */
   rule?: string;
+  /**
+   * A stable code for a verdict worth branching on: "approval_lapsed" (an
+   * expired verdict: approved, but not claimed within its rule's
+   * claim_within), "request_refused" (a denied one: Countersign refused the
+   * approval request).
+   */
+  code?: string;
   /** The arguments to run with: the requested ones, or a human's edit. */
   arguments?: Record<string, unknown>;
   /** The standing grant that allowed the call without a new request. */

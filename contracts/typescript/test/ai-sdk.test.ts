@@ -1,9 +1,11 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { generateText, jsonSchema, stepCountIs, tool, type ModelMessage } from 'ai';
+import type { Countersign } from '@countersign/client';
 import { gate } from '@countersign/client/ai-sdk';
-import { Server, runId } from './harness.js';
+import { Server, agentSubject, runId } from './harness.js';
 import { scriptedAiModel, type ScriptedCall } from './models.js';
+import { Spy, inLongPoll } from './spy.js';
 
 let server: Server;
 before(async () => {
@@ -16,10 +18,10 @@ after(async () => {
 const pay: ScriptedCall = { id: 'call_pay', name: 'payments_send', arguments: { amount: 1250, recipient: 'Globex GmbH' } };
 const lookup: ScriptedCall = { id: 'call_lookup', name: 'lookup_invoice', arguments: { n: 42 } };
 
-function setup(calls: ScriptedCall[]) {
+function setup(calls: ScriptedCall[], cs: Countersign = server.agentClient('ts-ai-agent')) {
   const id = runId('ai');
   const ran: Array<{ tool: string; args: unknown }> = [];
-  const g = gate(server.agentClient('ts-ai-agent'), { run: { id, requested_by: 'carol' } });
+  const g = gate(cs, { run: { id, requested_by: 'carol' } });
   const tools = g.tools({
     payments_send: tool({
       description: 'Send a payment',
@@ -66,6 +68,35 @@ describe('Vercel AI SDK, blocking tools', () => {
     const result = await generating;
     assert.deepEqual(ran, []);
     assert.match(result.text, /call_pay: "A human reviewer rejected this tool call\. Reason: wrong account"/);
+  });
+});
+
+describe('Vercel AI SDK, abort', () => {
+  test('aborting generateText while a gated call waits cancels its approval; the tool never runs', async () => {
+    const { id, ran, tools, model } = setup([pay]);
+    const stop = new AbortController();
+    const generating = generateText({ model, tools, prompt: 'Pay invoice 42', stopWhen: stepCountIs(3), abortSignal: stop.signal });
+    const req = await server.requestFor(id, 'call_pay');
+    const reason = new Error('the user closed the chat');
+    stop.abort(reason);
+    await assert.rejects(generating);
+    const rec = await server.decided(req.event_id);
+    assert.equal(rec.status, 'cancelled');
+    assert.deepEqual(rec.outcome?.decided_by, [agentSubject]);
+    assert.deepEqual(ran, []);
+  });
+
+  test('aborting approvalResponses cancels the approvals it waits on', async () => {
+    const spy = new Spy();
+    const { id, g, tools, model } = setup([pay], spy.client(server, { agent: 'ts-ai-agent' }));
+    const first = await generateText({ model, tools, prompt: 'Pay invoice 42', toolApproval: g.toolApproval, stopWhen: stepCountIs(3) });
+    const req = await server.requestFor(id, 'call_pay');
+    const stop = new AbortController();
+    const waiting = g.approvalResponses(first.content, { signal: stop.signal });
+    await spy.until(inLongPoll);
+    stop.abort(new Error('stop'));
+    await assert.rejects(waiting, /stop/);
+    assert.equal((await server.decided(req.event_id)).status, 'cancelled');
   });
 });
 

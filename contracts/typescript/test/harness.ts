@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { Countersign, parseEvents, type ToolApprovalRequest, type HumanInputRequest } from '@countersign/client';
+import { Countersign, parseEvents, type ApprovalRecord, type ToolApprovalRequest, type HumanInputRequest } from '@countersign/client';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 /** contracts/typescript, from build-test/test. */
@@ -31,7 +31,14 @@ rules:
     risk: high
     summary: "Pay {{args.amount}} to {{args.recipient}}"
     allowed_decisions: [approve, reject, edit, respond]
+  - name: deploys
+    tools: ["deploy_*"]
+    action: require_approval
+    claim_within: 1s
 `;
+
+/** The subject of the development token: serve names it after $USER, which the harness sets. */
+export const agentSubject = 'ts-test-developer';
 
 let built: Promise<string> | undefined;
 
@@ -93,7 +100,7 @@ export class Server {
       bin,
       ['serve', '--config', config, '--data', this.dataDir, '--addr', '127.0.0.1:0', '--nats-listen', 'off',
         '--policy', policy, '--directory', directory, '--log-level', 'warn', '--sync', 'lazy'],
-      { env: { ...process.env, USER: 'ts-test-developer', ...this.options.env }, stdio: ['ignore', 'pipe', 'pipe'] },
+      { env: { ...process.env, USER: agentSubject, ...this.options.env }, stdio: ['ignore', 'pipe', 'pipe'] },
     );
     this.#proc = proc;
     proc.stderr!.setEncoding('utf8').on('data', (d: string) => {
@@ -149,6 +156,14 @@ export class Server {
   /** The request of a tool call, by run id and tool call id. */
   requestFor(runId: string, callId: string): Promise<ToolApprovalRequest | HumanInputRequest> {
     return this.requested((r) => r.run.id === runId && r.tool_call?.id === callId);
+  }
+
+  /** The approval's record once it is decided (long polls, no sleeping). */
+  async decided(eventId: string): Promise<ApprovalRecord> {
+    for (;;) {
+      const { record } = await this.agentClient().approval(eventId, { waitMs: 30_000 });
+      if (record.status !== 'pending') return record;
+    }
   }
 
   /** A client with the development token (the agent). */

@@ -5,8 +5,10 @@ import { ToolNode } from '@langchain/langgraph/prebuilt';
 import { AIMessage, HumanMessage, ToolMessage } from '@langchain/core/messages';
 import { tool } from '@langchain/core/tools';
 import { z } from 'zod';
+import type { Countersign } from '@countersign/client';
 import { gate } from '@countersign/client/langgraph';
-import { Server, runId } from './harness.js';
+import { Server, agentSubject, runId } from './harness.js';
+import { Spy } from './spy.js';
 
 let server: Server;
 before(async () => {
@@ -19,9 +21,9 @@ after(async () => {
 const payArgs = { amount: 1250, recipient: 'Globex GmbH' };
 
 /** A graph with no model: the agent node is scripted, the approval node is Countersign's. */
-function build(checkpointer = new MemorySaver()) {
+function build(checkpointer = new MemorySaver(), cs: Countersign = server.agentClient('ts-langgraph-agent')) {
   const ran: unknown[] = [];
-  const g = gate(server.agentClient('ts-langgraph-agent'), { run: { requested_by: 'carol' } });
+  const g = gate(cs, { run: { requested_by: 'carol' } });
   const send = tool(
     g.guard('payments_send', async (args: { amount: number; recipient: string }) => {
       ran.push(args);
@@ -95,6 +97,25 @@ describe('LangGraph JS', () => {
     assert.deepEqual(a.ran, []);
     assert.deepEqual(b.ran, []);
     assert.match(String(out.messages.at(-1)!.content), /already claimed.*will not run again/);
+  });
+
+  test('aborting resume while it waits cancels the approval; the graph then routes the call as cancelled', async () => {
+    const spy = new Spy();
+    const { app, g, ran } = build(new MemorySaver(), spy.client(server, { agent: 'ts-langgraph-agent' }));
+    const config = { configurable: { thread_id: runId('lg') } };
+    const wait = await suspended(app, config);
+    const stop = new AbortController();
+    const resuming = g.resume(app, config, { signal: stop.signal });
+    await spy.until((s) => s.path.startsWith(`/v1/approvals/${wait.event_id}?wait=`));
+    const reason = new Error('the user closed the chat');
+    stop.abort(reason);
+    await assert.rejects(resuming, (err: unknown) => err === reason);
+    const rec = await server.decided(wait.event_id);
+    assert.equal(rec.status, 'cancelled');
+    assert.deepEqual(rec.outcome?.decided_by, [agentSubject]);
+    const out = await app.invoke(await g.resume(app, config), config);
+    assert.deepEqual(ran, []);
+    assert.match(String(out.messages.at(-1)!.content), /call_pay: .*cancelled/);
   });
 
   test('a resume value that claims an approval Countersign does not have is not believed', async () => {

@@ -8,8 +8,9 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { run, RunState } from '@openai/agents';
 import { newClaimId } from '@countersign/client';
-import { Server, runId } from './harness.js';
+import { Server, agentSubject, runId } from './harness.js';
 import { makeAgent } from './openai-agent.js';
+import { Spy, inLongPoll } from './spy.js';
 import type { ScriptedCall } from './models.js';
 
 let server: Server;
@@ -116,6 +117,28 @@ describe('OpenAI Agents SDK', () => {
     assert.deepEqual(runs.map((l) => JSON.parse(l)), [{ tool: 'payments_send', args: pay.arguments }]);
     const record = (await server.agentClient().approval(req.event_id)).record;
     assert.ok(record.claim?.claim_id, 'the approval was claimed');
+  });
+
+  test('aborting resume while it waits for a decision cancels the approval; the tool never runs', async () => {
+    const spy = new Spy();
+    const id = runId('oa');
+    const log: string[] = [];
+    const { agent, g } = makeAgent(spy.client(server, { agent: 'ts-openai-agent' }), id, [pay], (e) => log.push(e));
+    const result = await run(agent, 'Pay invoice 42');
+    const req = await server.requestFor(id, 'call_pay');
+    const stop = new AbortController();
+    const resuming = g.resume(agent, result.state.toString(), { signal: stop.signal });
+    await spy.until(inLongPoll); // settle waits for the decision
+    const reason = new Error('the user closed the chat');
+    stop.abort(reason);
+    await assert.rejects(resuming, (err: unknown) => err === reason);
+    const rec = await server.decided(req.event_id);
+    assert.equal(rec.status, 'cancelled');
+    assert.deepEqual(rec.outcome?.decided_by, [agentSubject]);
+    // Resuming the state again (no abort) settles it as cancelled: the tool does not run.
+    const final = await g.resume(agent, result.state.toString());
+    assert.deepEqual(log, []);
+    assert.match(String(final.finalOutput), /call_pay: .*cancelled/);
   });
 
   test('a serialized state restores into a RunState with the same interruption', async () => {

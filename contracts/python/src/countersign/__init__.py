@@ -16,10 +16,11 @@ follow outcomes, :func:`verify_webhook` to receive them as webhooks.
 """
 
 from .aio import AsyncClient, AsyncDecisionStream, AsyncEventStream
-from .client import Client, DecisionStream, EventStream
-from .errors import (AlreadyClaimed, ArgumentsChanged, Closed, CountersignError, DecisionNotAllowed, DuplicateVote,
-                     Forbidden, InFlight, InvalidRequest, InvalidToolCall, NetworkError, NotAnApprover, NotApproved,
-                     NotFound, OutOfOrder, Refused, SelfApproval, StaleArguments, Unauthenticated, Unavailable,
+from .client import Abort, Client, DecisionStream, EventStream
+from .errors import (Aborted, AlreadyClaimed, ApprovalLapsed, ArgumentsChanged, Closed, CountersignError,
+                     DeadlineNotLater, DecisionNotAllowed, DuplicateVote, Forbidden, InFlight, InvalidRequest,
+                     InvalidToolCall, NetworkError, NotAnApprover, NotApproved, NotFound, NotPermitted, OutOfOrder,
+                     Refused, SelfApproval, StaleArguments, Unauthenticated, Unavailable, UnknownApprover,
                      WebhookVerificationError, codes)
 from .gated import AsyncGatedTool, CallDenied, Denied, GatedTool, gated
 from .ids import event_id_for, new_claim_id, new_vote_id
@@ -32,6 +33,7 @@ from .webhooks import Webhook, WebhookReceiver, parse_secret, sign, verify_webho
 __version__ = "0.1.0"
 
 __all__ = [
+    "Abort", "Aborted", "ApprovalLapsed", "DeadlineNotLater", "NotPermitted", "UnknownApprover",
     "AlreadyClaimed", "Answer", "ArgumentsChanged", "AsyncClient", "AsyncDecisionStream", "AsyncEventStream",
     "AsyncGatedTool", "CallDenied", "Client", "Closed", "CountersignError", "Decision", "DecisionNotAllowed",
     "DecisionStream", "Denied", "DuplicateVote", "Event", "EventStream", "Forbidden", "GatedTool", "InFlight",

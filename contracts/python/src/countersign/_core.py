@@ -182,9 +182,11 @@ class Backoff:
     """The waits between retries: doubling from min_backoff to max_backoff
     (with jitter), for at most retry_for seconds in all."""
 
-    def __init__(self, s: Settings) -> None:
+    def __init__(self, s: Settings, until: Optional[float] = None) -> None:
         self._s = s
         self._deadline = time.monotonic() + s.retry_for
+        if until is not None:  # a bound of the caller's (time.monotonic())
+            self._deadline = min(self._deadline, until)
         self._delay = s.min_backoff
 
     def next(self) -> Optional[float]:
@@ -199,6 +201,29 @@ class Backoff:
     def reset(self) -> None:
         self._deadline = time.monotonic() + self._s.retry_for
         self._delay = self._s.min_backoff
+
+
+def request_timeout(s: Settings, waits: float, until: Optional[float]) -> float:
+    """How long one request may take: the client's timeout beyond the wait it asks the server for,
+    and no later than until (time.monotonic()) when given."""
+    t = s.timeout + max(waits, 0)
+    if until is not None:
+        t = min(t, max(0.001, until - time.monotonic()))
+    return t
+
+
+def cancel_body(reason: Optional[str]) -> bytes:
+    return encode({"reason": reason} if reason else {})
+
+
+def aborted_reason(reason: str) -> str:
+    """What a cancel after an abort tells the server's log."""
+    return "the client aborted the call" + (": " + reason[:200] if reason else "")
+
+
+def pending_ids(event_ids_and_verdicts: Sequence[Tuple[str, str]]) -> List[str]:
+    """The event ids of the pending ones."""
+    return [e for e, v in event_ids_and_verdicts if v == "pending" and e]
 
 
 def accepted_error(err: Optional[BaseException]) -> BaseException:

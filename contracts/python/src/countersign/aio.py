@@ -15,13 +15,15 @@ from __future__ import annotations
 import asyncio
 import collections
 import ssl
+import time
 
 from types import TracebackType
 from typing import Any, AsyncIterator, Callable, Collection, Deque, Dict, List, Mapping, Optional, Tuple, Type
 
 from . import _core
-from .client import _check_claim_id, _deadline, _first, _left, _record_of, _report
-from .errors import CountersignError, InFlight, NetworkError, NotFound, codes
+from .client import (_check_cancel_on_abort, _check_claim_id, _deadline, _first, _left, _log, _pending_ids,
+                     _record_of, _report)
+from .errors import Closed, CountersignError, InFlight, NetworkError, NotFound, codes
 from .ids import new_vote_id
 from .toolcalls import ToolCallLike
 from .types import Answer, Decision, Event, Question, Record, Result, Run, results_from
@@ -30,31 +32,55 @@ _LINE_LIMIT = 4 << 20  # the longest header or event line read
 
 
 class AsyncClient:
-    """The asyncio form of :class:`countersign.Client`: the same methods, awaited."""
+    """The asyncio form of :class:`countersign.Client`: the same methods, awaited.
+
+    Cancelling the task that awaits a waiting :meth:`review` or :meth:`ask`
+    is an explicit cancel of the calls: the approvals it was waiting on are
+    cancelled (best effort, shielded, within ``cancel_on_abort`` seconds)
+    and the :class:`asyncio.CancelledError` goes on. A wait that merely ends
+    (``wait=`` runs out, the process exits) cancels nothing.
+    """
 
     def __init__(self, url: Optional[str] = None, token: Optional[str] = None, *, retry_for: float = 30.0,
                  min_backoff: float = 0.1, max_backoff: float = 2.0, timeout: float = 30.0,
-                 ssl_context: Optional[ssl.SSLContext] = None) -> None:
+                 ssl_context: Optional[ssl.SSLContext] = None, cancel_on_abort: Optional[float] = 5.0) -> None:
         self._s = _core.settings(url, token, retry_for, min_backoff, max_backoff, timeout)
         self._ssl = ssl_context
+        self._cancel_on_abort = _check_cancel_on_abort(cancel_on_abort)
 
     async def review(self, run: Run, calls: "List[ToolCallLike] | Tuple[ToolCallLike, ...]", *,
                      wait: Optional[float] = 0,
                      on_result: Optional[Callable[[int, Result], None]] = None) -> List[Result]:
-        """See :meth:`countersign.Client.review`."""
+        """See :meth:`countersign.Client.review`. Cancelling the awaiting task
+        while it waits cancels the approvals it is waiting on, then re-raises."""
         payload, tcs = _core.review_body(run, calls, with_ids=wait != 0)
         deadline = _deadline(wait)
         reported: "set[int]" = set()
-        first = on_result is not None
-        while True:
-            left = _left(deadline)
-            path = "/v1/reviews" + (f"?{_core.wait_param(left)}" if left > 0 and not first else "")
-            _, answer = await self._do("POST", path, payload, waits=0 if first else min(left, _core.MAX_WAIT))
-            first = False
-            results = results_from(answer, len(tcs))
-            _report(results, reported, on_result)
-            if all(r.terminal for r in results) or _left(deadline) <= 0:
-                return results
+        watch = wait != 0 and self._cancel_on_abort is not None
+        first = on_result is not None or watch  # as in Client.review
+        opened: List[str] = []
+        learning: "Optional[asyncio.Future[Tuple[int, Any]]]" = None
+        try:
+            while True:
+                left = _left(deadline)
+                path = "/v1/reviews" + (f"?{_core.wait_param(left)}" if left > 0 and not first else "")
+                if first and watch:
+                    # Runs on if the task is cancelled meanwhile: its answer names what to cancel.
+                    learning = asyncio.ensure_future(self._do("POST", path, payload))
+                    _, answer = await asyncio.shield(learning)
+                    learning = None
+                else:
+                    _, answer = await self._do("POST", path, payload, waits=min(left, _core.MAX_WAIT))
+                first = False
+                results = results_from(answer, len(tcs))
+                opened = _pending_ids(results)
+                _report(results, reported, on_result)
+                if all(r.terminal for r in results) or _left(deadline) <= 0:
+                    return results
+        except asyncio.CancelledError:
+            if watch:
+                await self._abandon(opened, learning, lambda a: _pending_ids(results_from(a, len(tcs))))
+            raise
 
     async def claim(self, event_id: str, claim_id: str) -> Record:
         """See :meth:`countersign.Client.claim`."""
@@ -65,19 +91,70 @@ class AsyncClient:
 
     async def ask(self, run: Run, question: "str | Question", *, id: Optional[str] = None,
                   wait: Optional[float] = None) -> Answer:
-        """See :meth:`countersign.Client.ask`."""
+        """See :meth:`countersign.Client.ask`; a cancelled task cancels the question, as in :meth:`review`."""
         payload = _core.question_body(run, question, id)
         deadline = _deadline(wait)
-        while True:
-            left = _left(deadline)
-            path = "/v1/questions" + (f"?{_core.wait_param(left)}" if left > 0 else "")
-            _, answer = await self._do("POST", path, payload, waits=min(left, _core.MAX_WAIT))
-            a = Answer.from_json(answer if isinstance(answer, dict) else {})
-            if a.status != "pending" or _left(deadline) <= 0:
-                return a
-            if not id and a.event_id:
-                rec, _ = await self.approval(a.event_id, wait=None if deadline is None else _left(deadline))
-                return Answer.from_record(rec) if rec.get("status") != "pending" else a
+        watch = wait != 0 and self._cancel_on_abort is not None
+        first = watch
+        opened: List[str] = []
+        learning: "Optional[asyncio.Future[Tuple[int, Any]]]" = None
+        try:
+            while True:
+                left = _left(deadline)
+                path = "/v1/questions" + (f"?{_core.wait_param(left)}" if left > 0 and not first else "")
+                if first:
+                    learning = asyncio.ensure_future(self._do("POST", path, payload))
+                    _, answer = await asyncio.shield(learning)
+                    learning = None
+                else:
+                    _, answer = await self._do("POST", path, payload, waits=min(left, _core.MAX_WAIT))
+                first = False
+                a = Answer.from_json(answer if isinstance(answer, dict) else {})
+                opened = _pending_question(answer)
+                if a.status != "pending" or _left(deadline) <= 0:
+                    return a
+                if not id and a.event_id:
+                    rec, _ = await self.approval(a.event_id, wait=None if deadline is None else _left(deadline))
+                    return Answer.from_record(rec) if rec.get("status") != "pending" else a
+        except asyncio.CancelledError:
+            if watch:
+                await self._abandon(opened, learning, _pending_question)
+            raise
+
+    async def _abandon(self, opened: List[str], learning: "Optional[asyncio.Future[Tuple[int, Any]]]",
+                       ids_of: Callable[[Any], List[str]]) -> None:
+        """Cancels the approvals a cancelled wait was waiting on: those of ``opened``, or those the answer
+        of ``learning`` (a request still on its way) names. Shielded from a second cancellation and bounded
+        by cancel_on_abort; what fails is logged."""
+        within = self._cancel_on_abort or 0
+        until = time.monotonic() + within
+
+        async def work() -> None:
+            ids = opened
+            if learning is not None:
+                _, answer = await learning
+                ids = ids_of(answer)
+            for event_id in ids:
+                try:
+                    await self._cancel(event_id, _core.aborted_reason("its task was cancelled"), until)
+                except Closed:
+                    pass  # decided meanwhile: nothing to cancel
+                except CountersignError as e:
+                    _log.warning("countersign: could not cancel approval %s after an abort: %s", event_id, e)
+
+        async def bounded() -> None:
+            try:
+                await asyncio.wait_for(work(), within)
+            except asyncio.TimeoutError:
+                _log.warning("countersign: gave up cancelling the approvals of a cancelled wait after %s s", within)
+            except Exception as e:  # the first answer never came, or was not one
+                _log.warning("countersign: could not learn which approvals a cancelled wait opened: %s", e)
+
+        job = asyncio.ensure_future(bounded())
+        try:
+            await asyncio.shield(job)
+        except asyncio.CancelledError:
+            pass  # cancelled again: the job goes on, bounded; the first cancellation is re-raised
 
     async def approval(self, event_id: str, *, wait: Optional[float] = 0) -> Tuple[Record, int]:
         """See :meth:`countersign.Client.approval`."""
@@ -109,6 +186,15 @@ class AsyncClient:
 
     async def edit(self, event_id: str, arguments: Mapping[str, Any], comment: Optional[str] = None) -> Record:
         return await self.vote(event_id, "edit", arguments=arguments, comment=comment)
+
+    async def cancel(self, event_id: str, reason: Optional[str] = None) -> Optional[Record]:
+        """See :meth:`countersign.Client.cancel`."""
+        return await self._cancel(event_id, reason, None)
+
+    async def _cancel(self, event_id: str, reason: Optional[str], until: Optional[float]) -> Optional[Record]:
+        status, ans = await self._do("POST", _core.approval_path(event_id, "/cancel"), _core.cancel_body(reason),
+                                     until=until)
+        return None if status == 202 else _record_of(ans)
 
     def events(self, *, last_event_id: Optional[str] = None) -> AsyncEventStream:
         """See :class:`countersign.EventStream`; iterate with ``async for``."""
@@ -182,12 +268,12 @@ class AsyncClient:
             raise NetworkError(f"{method} {path}: {type(e).__name__}: {e}") from e
 
     async def _do(self, method: str, path: str, payload: Optional[bytes], *, waits: float = 0,
-                  accepted_is_transient: bool = False) -> Tuple[int, Any]:
-        backoff = _core.Backoff(self._s)
+                  accepted_is_transient: bool = False, until: Optional[float] = None) -> Tuple[int, Any]:
+        backoff = _core.Backoff(self._s, until)
         while True:
             err: Optional[CountersignError] = None
             try:
-                status, data = await self._once(method, path, payload, self._s.timeout + max(waits, 0))
+                status, data = await self._once(method, path, payload, _core.request_timeout(self._s, waits, until))
                 if status == 202 and accepted_is_transient:
                     err = InFlight()
                 else:
@@ -200,6 +286,12 @@ class AsyncClient:
             if delay is None:
                 raise err
             await asyncio.sleep(delay)
+
+
+def _pending_question(answer: Any) -> List[str]:
+    """The question's event id while it is pending."""
+    a = Answer.from_json(answer if isinstance(answer, dict) else {})
+    return [a.event_id] if a.status == "pending" and a.event_id else []
 
 
 async def _body(reader: asyncio.StreamReader, hdrs: Dict[str, str]) -> AsyncIterator[bytes]:

@@ -5,16 +5,75 @@ from __future__ import annotations
 
 import collections
 import http.client
+import logging
+import socket
 import ssl
+import threading
 import time
 from types import TracebackType
 from typing import Any, Callable, Collection, Deque, Iterator, List, Mapping, Optional, Tuple, Type
 
 from . import _core
-from .errors import CountersignError, InFlight, NetworkError, NotFound, codes
+from .errors import Aborted, Closed, CountersignError, InFlight, NetworkError, NotFound, codes
 from .ids import new_vote_id
 from .toolcalls import ToolCallLike
 from .types import Answer, Decision, Event, Question, Record, Result, Run, results_from
+
+
+_log = logging.getLogger("countersign")
+
+
+class Abort(threading.Event):
+    """An explicit cancel of a waiting call, for the blocking client.
+
+    Pass one as ``abort=`` to :meth:`Client.review` or :meth:`Client.ask`
+    (or :meth:`GatedTool.invoke`) and call :meth:`abort` (or ``set()``) from
+    any thread: the wait stops at once, the approvals it was waiting on are
+    cancelled (best effort, within the client's ``cancel_on_abort`` seconds)
+    and the call raises :class:`Aborted`. It is a :class:`threading.Event`,
+    so it can also be waited on. An abort cannot be undone; use a new one
+    per call.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._hooks_lock = threading.Lock()
+        self._hooks: List[Callable[[], None]] = []
+        self.reason = ""
+        """Why, as given to :meth:`abort`."""
+        self.at: Optional[float] = None
+        """When it was set (``time.monotonic()``)."""
+
+    def abort(self, reason: str = "") -> None:
+        """Aborts the calls that wait with this object; ``reason`` goes to the server's log."""
+        with self._hooks_lock:
+            if self.is_set():
+                return
+            self.reason, self.at = reason, time.monotonic()
+            super().set()
+            hooks, self._hooks = self._hooks, []
+        for hook in hooks:
+            hook()
+
+    def set(self) -> None:
+        self.abort()
+
+    def clear(self) -> None:
+        raise RuntimeError("countersign: an Abort cannot be undone; use a new one")
+
+    def _on_abort(self, hook: Callable[[], None]) -> Callable[[], None]:
+        """Runs hook when the abort comes (at once if it came); returns its removal."""
+        with self._hooks_lock:
+            if not self.is_set():
+                self._hooks.append(hook)
+
+                def remove() -> None:
+                    with self._hooks_lock:
+                        if hook in self._hooks:
+                            self._hooks.remove(hook)
+                return remove
+        hook()
+        return lambda: None
 
 
 class Client:
@@ -25,13 +84,19 @@ class Client:
     claim the arbiter has not confirmed yet) are retried with backoff for
     ``retry_for`` seconds per request; a refusal never is. ``timeout`` bounds
     each request beyond the wait it asks the server for.
+
+    ``cancel_on_abort`` is how many seconds an aborted wait (an
+    :class:`Abort`, a cancelled asyncio task) may spend cancelling the
+    approvals it was waiting on; ``None``: leave them pending. A wait that
+    merely ends (``wait=`` runs out, the process exits) cancels nothing.
     """
 
     def __init__(self, url: Optional[str] = None, token: Optional[str] = None, *, retry_for: float = 30.0,
                  min_backoff: float = 0.1, max_backoff: float = 2.0, timeout: float = 30.0,
-                 ssl_context: Optional[ssl.SSLContext] = None) -> None:
+                 ssl_context: Optional[ssl.SSLContext] = None, cancel_on_abort: Optional[float] = 5.0) -> None:
         self._s = _core.settings(url, token, retry_for, min_backoff, max_backoff, timeout)
         self._ssl = ssl_context
+        self._cancel_on_abort = _check_cancel_on_abort(cancel_on_abort)
 
     @property
     def url(self) -> str:
@@ -42,7 +107,8 @@ class Client:
 
     def review(self, run: Run, calls: "List[ToolCallLike] | Tuple[ToolCallLike, ...]", *,
                wait: Optional[float] = 0,
-               on_result: Optional[Callable[[int, Result], None]] = None) -> List[Result]:
+               on_result: Optional[Callable[[int, Result], None]] = None,
+               abort: Optional[Abort] = None) -> List[Result]:
         """Submits tool calls and returns one :class:`Result` per call.
 
         ``wait=0`` returns at once (gated calls not decided yet are
@@ -55,20 +121,38 @@ class Client:
         result is final: allowed and denied calls at once, before anything
         waits, gated ones as humans decide. Run allowed calls from it instead
         of holding them until the batch's last pending call is decided.
+
+        ``abort`` (an :class:`Abort`) set from another thread while the
+        review waits cancels the approvals it is waiting on and raises
+        :class:`Aborted`. A wait that runs out cancels nothing.
         """
+        _check_abort(abort)
         payload, tcs = _core.review_body(run, calls, with_ids=wait != 0)
         deadline = _deadline(wait)
         reported: "set[int]" = set()
-        first = on_result is not None
-        while True:
-            left = _left(deadline)
-            path = "/v1/reviews" + (f"?{_core.wait_param(left)}" if left > 0 and not first else "")
-            _, answer = self._do("POST", path, payload, waits=0 if first else min(left, _core.MAX_WAIT))
-            first = False
-            results = results_from(answer, len(tcs))
-            _report(results, reported, on_result)
-            if all(r.terminal for r in results) or _left(deadline) <= 0:
-                return results
+        watch = abort is not None and wait != 0 and self._cancel_on_abort is not None
+        # With on_result the first request does not wait: what is final is
+        # handed over at once. Nor does it when an abort may come: its
+        # answer names the approvals to cancel before the long wait.
+        first = on_result is not None or watch
+        opened: List[str] = []
+        try:
+            while True:
+                left = _left(deadline)
+                path = "/v1/reviews" + (f"?{_core.wait_param(left)}" if left > 0 and not first else "")
+                _, answer = self._do("POST", path, payload, waits=0 if first else min(left, _core.MAX_WAIT),
+                                     abort=abort, finish=first and watch)
+                first = False
+                results = results_from(answer, len(tcs))
+                opened = _pending_ids(results)
+                _check_abort(abort)
+                _report(results, reported, on_result)
+                if all(r.terminal for r in results) or _left(deadline) <= 0:
+                    return results
+        except Aborted:
+            if watch and abort is not None:
+                self._abandon(opened, abort)
+            raise
 
     def claim(self, event_id: str, claim_id: str) -> Record:
         """Marks the approval as used, right before the tool runs.
@@ -84,33 +168,49 @@ class Client:
         return _record_of(answer)
 
     def ask(self, run: Run, question: "str | Question", *, id: Optional[str] = None,
-            wait: Optional[float] = None) -> Answer:
+            wait: Optional[float] = None, abort: Optional[Abort] = None) -> Answer:
         """Asks a human (``request_human_input``) and waits for the answer
-        (``wait`` as in :meth:`review`). ``id`` (the tool call's id) makes the
-        question idempotent within the run."""
+        (``wait`` and ``abort`` as in :meth:`review`). ``id`` (the tool call's
+        id) makes the question idempotent within the run."""
+        _check_abort(abort)
         payload = _core.question_body(run, question, id)
         deadline = _deadline(wait)
-        while True:
-            left = _left(deadline)
-            path = "/v1/questions" + (f"?{_core.wait_param(left)}" if left > 0 else "")
-            _, answer = self._do("POST", path, payload, waits=min(left, _core.MAX_WAIT))
-            a = Answer.from_json(answer if isinstance(answer, dict) else {})
-            if a.status != "pending" or _left(deadline) <= 0:
-                return a
-            if not id and a.event_id:
-                # Without an id the question cannot be found again: wait on its approval.
-                rec, _ = self.approval(a.event_id, wait=None if deadline is None else _left(deadline))
-                return Answer.from_record(rec) if rec.get("status") != "pending" else a
+        watch = abort is not None and wait != 0 and self._cancel_on_abort is not None
+        first = watch
+        opened: List[str] = []
+        try:
+            while True:
+                left = _left(deadline)
+                path = "/v1/questions" + (f"?{_core.wait_param(left)}" if left > 0 and not first else "")
+                _, answer = self._do("POST", path, payload, waits=0 if first else min(left, _core.MAX_WAIT),
+                                     abort=abort, finish=first and watch)
+                first = False
+                a = Answer.from_json(answer if isinstance(answer, dict) else {})
+                opened = [a.event_id] if a.status == "pending" and a.event_id else []
+                _check_abort(abort)
+                if a.status != "pending" or _left(deadline) <= 0:
+                    return a
+                if not id and a.event_id:
+                    # Without an id the question cannot be found again: wait on its approval.
+                    rec, _ = self._approval(a.event_id, None if deadline is None else _left(deadline), abort)
+                    return Answer.from_record(rec) if rec.get("status") != "pending" else a
+        except Aborted:
+            if watch and abort is not None:
+                self._abandon(opened, abort)
+            raise
 
     # --- approvals ------------------------------------------------------
 
     def approval(self, event_id: str, *, wait: Optional[float] = 0) -> Tuple[Record, int]:
         """Reads an approval's record and revision (``wait`` as in :meth:`review`)."""
+        return self._approval(event_id, wait, None)
+
+    def _approval(self, event_id: str, wait: Optional[float], abort: Optional[Abort]) -> Tuple[Record, int]:
         deadline = _deadline(wait)
         while True:
             left = _left(deadline)
             path = _core.approval_path(event_id) + (f"?{_core.wait_param(left)}" if left > 0 else "")
-            _, answer = self._do("GET", path, None, waits=min(left, _core.MAX_WAIT))
+            _, answer = self._do("GET", path, None, waits=min(left, _core.MAX_WAIT), abort=abort)
             rec = _record_of(answer)
             rev = answer.get("revision", 0) if isinstance(answer, dict) else 0
             if rec.get("status") != "pending" or _left(deadline) <= 0:
@@ -138,12 +238,35 @@ class Client:
     def edit(self, event_id: str, arguments: Mapping[str, Any], comment: Optional[str] = None) -> Record:
         return self.vote(event_id, "edit", arguments=arguments, comment=comment)
 
-    def cancel(self, event_id: str, reason: Optional[str] = None) -> Record:
-        body = {"reason": reason} if reason else {}
-        status, ans = self._do("POST", _core.approval_path(event_id, "/cancel"), _core.encode(body))
-        if status == 202:
-            raise InFlight()
-        return _record_of(ans)
+    def cancel(self, event_id: str, reason: Optional[str] = None) -> Optional[Record]:
+        """Cancels the pending approval ``event_id``, as the agent that submitted
+        it (or an approver or admin of it); ``reason`` goes to the server's log.
+
+        Returns the cancelled record, or ``None`` when the arbiter had not
+        confirmed it within the API's wait (202): the cancellation is durable
+        and counts as done. An approval decided already raises
+        :class:`Closed`; a token that may not cancel it :class:`NotPermitted`.
+        """
+        return self._cancel(event_id, reason, None)
+
+    def _cancel(self, event_id: str, reason: Optional[str], until: Optional[float]) -> Optional[Record]:
+        status, ans = self._do("POST", _core.approval_path(event_id, "/cancel"), _core.cancel_body(reason),
+                               until=until)
+        return None if status == 202 else _record_of(ans)
+
+    def _abandon(self, event_ids: List[str], abort: Abort) -> None:
+        """Cancels the approvals an aborted wait was waiting on, until cancel_on_abort has passed since
+        the abort; what fails is logged."""
+        until = (abort.at or time.monotonic()) + (self._cancel_on_abort or 0)
+        for event_id in event_ids:
+            try:
+                if time.monotonic() >= until:
+                    raise NetworkError(f"gave up after {self._cancel_on_abort} s")
+                self._cancel(event_id, _core.aborted_reason(abort.reason), until)
+            except Closed:
+                pass  # decided meanwhile: nothing to cancel
+            except CountersignError as e:
+                _log.warning("countersign: could not cancel approval %s after an abort: %s", event_id, e)
 
     # --- streams --------------------------------------------------------
 
@@ -165,9 +288,29 @@ class Client:
                                                context=self._ssl or ssl.create_default_context())
         return http.client.HTTPConnection(ep.host, ep.port, timeout=timeout)
 
-    def _once(self, method: str, path: str, payload: Optional[bytes], timeout: float) -> Tuple[int, bytes]:
+    def _once(self, method: str, path: str, payload: Optional[bytes], timeout: float,
+              abort: Optional[Abort] = None, finish: bool = False) -> Tuple[int, bytes]:
+        """One request. An abort cuts its connection at once, or with finish
+        (a request whose answer names what to cancel) when the time the abort
+        may take has passed."""
         conn = self._conn(timeout)
+        unhook: Callable[[], None] = lambda: None
+        timers: List[threading.Timer] = []
         try:
+            conn.connect()
+            if abort is not None:
+                ab = abort
+
+                def cut() -> None:
+                    if not finish:
+                        _shut(conn)
+                        return
+                    left = (ab.at or time.monotonic()) + (self._cancel_on_abort or 0) - time.monotonic()
+                    t = threading.Timer(max(left, 0), _shut, (conn,))
+                    t.daemon = True
+                    timers.append(t)
+                    t.start()
+                unhook = abort._on_abort(cut)
             conn.request(method, self._s.endpoint.base_path + path, body=payload,
                          headers=_core.headers(self._s, payload is not None))
             resp = conn.getresponse()
@@ -175,30 +318,40 @@ class Client:
         except (OSError, http.client.HTTPException) as e:
             raise NetworkError(f"{method} {path}: {type(e).__name__}: {e}") from e
         finally:
+            unhook()
+            for t in timers:
+                t.cancel()
             conn.close()
         if len(data) > _core.MAX_ANSWER:
             raise CountersignError(codes.BAD_ANSWER, f"{method} {path}: the answer is larger than 64 MiB")
         return resp.status, data
 
     def _do(self, method: str, path: str, payload: Optional[bytes], *, waits: float = 0,
-            accepted_is_transient: bool = False) -> Tuple[int, Any]:
-        backoff = _core.Backoff(self._s)
+            accepted_is_transient: bool = False, abort: Optional[Abort] = None, finish: bool = False,
+            until: Optional[float] = None) -> Tuple[int, Any]:
+        backoff = _core.Backoff(self._s, until)
         while True:
             err: Optional[CountersignError] = None
             try:
-                status, data = self._once(method, path, payload, self._s.timeout + max(waits, 0))
+                status, data = self._once(method, path, payload, _core.request_timeout(self._s, waits, until),
+                                          abort, finish)
                 if status == 202 and accepted_is_transient:
                     err = InFlight()
                 else:
                     return status, _core.decode_answer(status, data)
             except CountersignError as e:
+                if abort is not None and abort.is_set():
+                    raise Aborted(abort.reason) from e
                 if not _core.transient(e):
                     raise
                 err = e
             delay = backoff.next()
             if delay is None:
                 raise err
-            time.sleep(delay)
+            if abort is None:
+                time.sleep(delay)
+            elif abort.wait(delay):
+                raise Aborted(abort.reason)
 
 
 class EventStream(Iterator[Event]):
@@ -402,6 +555,32 @@ def _left(deadline: Optional[float]) -> float:
     if deadline is None:
         return _core.MAX_WAIT
     return max(0.0, deadline - time.monotonic())
+
+
+def _check_abort(abort: Optional[Abort]) -> None:
+    if abort is not None and abort.is_set():
+        raise Aborted(abort.reason)
+
+
+def _check_cancel_on_abort(v: Optional[float]) -> Optional[float]:
+    if v is not None and not (v >= 0 and v != float("inf")):
+        raise ValueError(f"countersign: cancel_on_abort must be a finite number ≥ 0 or None, got {v!r}")
+    return v
+
+
+def _pending_ids(results: List[Result]) -> List[str]:
+    """The event ids of the results still pending: what an aborted wait cancels."""
+    return _core.pending_ids([(r.event_id, r.verdict) for r in results])
+
+
+def _shut(conn: http.client.HTTPConnection) -> None:
+    """Cuts a connection another thread may be blocked on (close() alone does not wake a blocked read)."""
+    sock = conn.sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 def _check_claim_id(claim_id: str) -> None:

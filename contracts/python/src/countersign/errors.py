@@ -26,6 +26,14 @@ class codes:
     OUT_OF_ORDER = "out_of_order"
     ALREADY_CLAIMED = "already_claimed"
     NOT_APPROVED = "not_approved"
+    APPROVAL_LAPSED = "approval_lapsed"
+    """A claim more than the rule's ``claim_within`` after the decision: the call needs a new decision."""
+    NOT_PERMITTED = "not_permitted"
+    """A claim or command from a token that may not give it."""
+    UNKNOWN_APPROVER = "unknown_approver"
+    """A vote or command from someone the live directory does not list."""
+    DEADLINE_NOT_LATER = "deadline_not_later"
+    """An extend that would not move the deadline later."""
     # Errors of the HTTP API.
     ARGUMENTS_CHANGED = "arguments_changed"
     UNAUTHENTICATED = "unauthenticated"
@@ -44,6 +52,7 @@ class codes:
     # Codes of this client (no API answer behind them).
     UNREACHABLE = "unreachable"
     IN_FLIGHT = "in_flight"
+    ABORTED = "aborted"
     INVALID_TOOL_CALL = "invalid_tool_call"
     BAD_ANSWER = "bad_answer"
     # Webhook verification.
@@ -94,6 +103,24 @@ class AlreadyClaimed(Refused):
 
 class NotApproved(Refused):
     """A claim on an approval that is not approved (pending, rejected, expired...)."""
+
+
+class ApprovalLapsed(Refused):
+    """The approval was not claimed within its rule's ``claim_within`` of the decision (409): it lapsed,
+    the call was not run, and it needs a new decision (propose it again under a new tool call id)."""
+
+
+class NotPermitted(Refused):
+    """This token may not give the command: only the agent that submitted a request (or an admin)
+    claims it; its agent, approvers and admins may cancel it (403)."""
+
+
+class UnknownApprover(Refused):
+    """The voter or issuer is not (or no longer) in the live directory."""
+
+
+class DeadlineNotLater(Refused):
+    """An extend would not move the deadline later."""
 
 
 class NotAnApprover(Refused):
@@ -165,6 +192,15 @@ class InFlight(CountersignError):
         super().__init__(codes.IN_FLIGHT, message, status=202)
 
 
+class Aborted(CountersignError):
+    """A wait of the blocking client stopped because its :class:`countersign.Abort` was set. The
+    approvals it was waiting on were cancelled (best effort, see ``Client(cancel_on_abort=...)``)."""
+
+    def __init__(self, reason: str = "") -> None:
+        super().__init__(codes.ABORTED, reason or "the wait was aborted")
+        self.reason = reason
+
+
 class InvalidToolCall(CountersignError):
     """A tool call that this client cannot read (no name, arguments not a JSON object)."""
 
@@ -179,6 +215,10 @@ class WebhookVerificationError(CountersignError):
 _BY_CODE: Dict[str, Type[CountersignError]] = {
     codes.ALREADY_CLAIMED: AlreadyClaimed,
     codes.NOT_APPROVED: NotApproved,
+    codes.APPROVAL_LAPSED: ApprovalLapsed,
+    codes.NOT_PERMITTED: NotPermitted,
+    codes.UNKNOWN_APPROVER: UnknownApprover,
+    codes.DEADLINE_NOT_LATER: DeadlineNotLater,
     codes.NOT_AN_APPROVER: NotAnApprover,
     codes.SELF_APPROVAL: SelfApproval,
     codes.DUPLICATE_VOTE: DuplicateVote,

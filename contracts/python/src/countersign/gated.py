@@ -19,8 +19,8 @@ from typing import (Any, Awaitable, Callable, Coroutine, Dict, Generic, Mapping,
                     cast, overload)
 
 from .aio import AsyncClient
-from .client import Client
-from .errors import AlreadyClaimed, InvalidToolCall, NotApproved
+from .client import Abort, Client
+from .errors import AlreadyClaimed, ApprovalLapsed, InvalidToolCall, NotApproved
 from .ids import new_claim_id
 from .toolcalls import ToolCallLike, to_tool_call
 from .types import JSONObject, Result, Run, ToolCall
@@ -34,7 +34,7 @@ RunSource = Union[Run, Callable[[], Run]]
 _MESSAGES = {
     "denied": "A human or the policy denied this call. It did not run.",
     "responded": "A human answered instead of approving. The call did not run.",
-    "expired": "No one approved this call in time. It did not run.",
+    "expired": "No one approved this call in time, or it was approved but not run in time. It did not run.",
     "cancelled": "This call was cancelled. It did not run.",
     "already_executed": ("This approved call was already claimed; Countersign does not know whether the tool "
                          "then ran. It will not run again."),
@@ -53,6 +53,8 @@ class Denied:
     tool_call_id: str = ""
     event_id: str = ""
     rule: str = ""
+    code: str = ""
+    """As :attr:`Result.code`: ``approval_lapsed`` for an approval that lapsed before its claim."""
 
     def __str__(self) -> str:
         return self.reason or _MESSAGES.get(self.verdict, f"The call did not run ({self.verdict}).")
@@ -72,7 +74,14 @@ class CallDenied(Exception):
 
 def _denied(res: Result, name: str) -> Denied:
     return Denied(verdict=res.verdict, reason=res.reason, tool_name=name, tool_call_id=res.tool_call_id,
-                  event_id=res.event_id, rule=res.rule)
+                  event_id=res.event_id, rule=res.rule, code=res.code)
+
+
+def _lapsed(res: Result) -> Result:
+    """The result of an allowed call whose claim found the approval lapsed."""
+    return Result(res.tool_call_id, "expired", res.event_id,
+                  "This call was approved, but not run in time: the approval lapsed and the call was not run. "
+                  "Propose it again for a new decision.", res.rule, code="approval_lapsed")
 
 
 def _call_id(name: str, args: JSONObject) -> str:
@@ -156,12 +165,15 @@ class GatedTool(_Base[P, R]):
         gives the event id: ``event_id_for(run, tool_call["id"])``)."""
         return self._direct(args, kwargs)
 
-    def invoke(self, tool_call: ToolCallLike) -> Union[R, Denied]:
-        """Runs the model's tool call (OpenAI, Anthropic or Countersign shape)."""
-        return self._gate(self._from_model(tool_call))
+    def invoke(self, tool_call: ToolCallLike, *, abort: Optional[Abort] = None) -> Union[R, Denied]:
+        """Runs the model's tool call (OpenAI, Anthropic or Countersign shape).
 
-    def _gate(self, tc: ToolCall) -> Union[R, Denied]:
-        (res,) = self._client.review(self._current_run(), [tc], wait=self._wait)
+        ``abort`` set from another thread while the call waits for a human
+        cancels its approval and raises :class:`Aborted`."""
+        return self._gate(self._from_model(tool_call), abort)
+
+    def _gate(self, tc: ToolCall, abort: Optional[Abort] = None) -> Union[R, Denied]:
+        (res,) = self._client.review(self._current_run(), [tc], wait=self._wait, abort=abort)
         if not res.allowed:
             return self._deny(res)
         args = res.arguments if res.arguments is not None else tc.get("arguments", {})
@@ -173,6 +185,8 @@ class GatedTool(_Base[P, R]):
                 return self._deny(Result(res.tool_call_id, "already_executed", res.event_id, "", res.rule))
             except NotApproved as e:
                 return self._deny(Result(res.tool_call_id, "denied", res.event_id, e.message, res.rule))
+            except ApprovalLapsed:
+                return self._deny(_lapsed(res))
         return cast(R, self._fn(**args))
 
 
@@ -199,8 +213,21 @@ class AsyncGatedTool(_Base[P, R]):
         c = self._client
         if isinstance(c, AsyncClient):
             (res,) = await c.review(self._current_run(), [tc], wait=self._wait)
-        else:
-            (res,) = await asyncio.to_thread(c.review, self._current_run(), [tc], wait=self._wait)
+            return res
+        # The blocking client waits in a thread: a cancelled task aborts it,
+        # and the thread cancels the approval before it ends.
+        abort = Abort()
+        waiting = asyncio.ensure_future(asyncio.to_thread(c.review, self._current_run(), [tc], wait=self._wait,
+                                                          abort=abort))
+        try:
+            (res,) = await asyncio.shield(waiting)
+        except asyncio.CancelledError:
+            abort.abort("its task was cancelled")
+            try:
+                await asyncio.shield(waiting)  # the thread cancels the approval, within cancel_on_abort
+            except Exception:  # Aborted, or whatever ended the review meanwhile: the task is cancelled
+                pass
+            raise
         return res
 
     async def _claim(self, event_id: str) -> None:
@@ -223,6 +250,8 @@ class AsyncGatedTool(_Base[P, R]):
                 return self._deny(Result(res.tool_call_id, "already_executed", res.event_id, "", res.rule))
             except NotApproved as e:
                 return self._deny(Result(res.tool_call_id, "denied", res.event_id, e.message, res.rule))
+            except ApprovalLapsed:
+                return self._deny(_lapsed(res))
         return cast(R, await self._fn(**args))
 
 

@@ -103,6 +103,10 @@ class Result:
     """The receipt Countersign signed for a call allowed without an approval (under a standing grant,
     or by a policy rule with ``receipt: true``): pass it to the tool in the Countersign-Receipt header.
     An approved call's receipt comes with its claim (``record["claim"]["receipt"]``)."""
+    code: str = ""
+    """A stable code for a verdict worth branching on: ``approval_lapsed`` (expired: approved, but not
+    claimed within its rule's ``claim_within``), ``request_refused`` (denied: Countersign refused the
+    approval request)."""
 
     @property
     def terminal(self) -> bool:
@@ -128,6 +132,7 @@ class Result:
             arguments=_obj(m, "arguments"),
             grant_id=_str(m, "grant_id"),
             receipt=_str(m, "receipt"),
+            code=_str(m, "code"),
         )
 
 
