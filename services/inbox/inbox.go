@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"unicode"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -361,9 +362,22 @@ func overTLS(r *http.Request) bool {
 	return r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
 }
 
-// localPath returns next when it is a path on this server, else "/".
+// localPath returns next when it is a path on this server, else "/". A
+// browser drops tabs and line breaks from a URL and reads a backslash as a
+// slash, so "/\t/evil.example" or "/\\evil.example" would leave the site:
+// control characters and backslashes anywhere refuse it, as does anything
+// that parses with a scheme or a host.
 func localPath(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") {
+		return "/"
+	}
+	for _, c := range next {
+		if c < 0x20 || c == 0x7f || c == '\\' || unicode.IsSpace(c) {
+			return "/"
+		}
+	}
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || strings.HasPrefix(u.Path, "//") {
 		return "/"
 	}
 	return next

@@ -204,6 +204,22 @@ func TestInboxLoginSetsSessionCookieFlags(t *testing.T) {
 	if r.header.Get("Location") != "/" {
 		t.Fatalf("open redirect: %q", r.header.Get("Location"))
 	}
+	// Attack: paths a browser reads as another site (it drops tabs and line
+	// breaks, and reads a backslash as a slash), signed in (GET) and at
+	// sign-in (POST).
+	for _, next := range []string{"/\t/evil.example/phish", "/\n/evil.example", "/\r\n/evil.example", "/\\evil.example",
+		"/\\/evil.example", "/%2F/evil.example", "https://evil.example/", "/ /evil.example", "/\u3000/evil.example"} {
+		if r := anon.get("/login?next=" + url.QueryEscape(next)); r.status != http.StatusSeeOther || r.header.Get("Location") != "/" {
+			t.Errorf("GET /login?next=%q signed in: %d Location %q, want /", next, r.status, r.header.Get("Location"))
+		}
+		if r := anon.post("/login", url.Values{"token": {e.tokens["alice"]}, "next": {next}}); r.header.Get("Location") != "/" {
+			t.Errorf("POST /login next=%q: Location %q, want /", next, r.header.Get("Location"))
+		}
+	}
+	// A path on this server is kept.
+	if r := anon.get("/login?next=" + url.QueryEscape("/approvals/abc?tab=votes")); r.header.Get("Location") != "/approvals/abc?tab=votes" {
+		t.Errorf("a local next: Location %q", r.header.Get("Location"))
+	}
 }
 
 func TestInboxPostWithoutCSRFIsForbiddenAndCastsNoVote(t *testing.T) {
