@@ -83,7 +83,45 @@ const mapKeysAfter = 64
 // over data and allocates only for escaped keys and for objects with many
 // keys.
 func CheckDuplicateKeys(data []byte) error {
+	return checkJSON(data, false)
+}
+
+// ErrUnsafeInteger is matched by every *UnsafeIntegerError.
+var ErrUnsafeInteger = errors.New("contracts: integer beyond ±(2^53−1)")
+
+// UnsafeIntegerError reports an integer that I-JSON (RFC 7493) cannot carry
+// exactly: beyond ±(2^53−1), a double rounds it, so what an approver sees,
+// what is hashed and what runs could differ. A tool that needs one takes it
+// as a string.
+type UnsafeIntegerError struct {
+	// Path is the JSON path of the number, as DuplicateKeyError's.
+	Path string
+	// Text is the number as written.
+	Text string
+}
+
+func (e *UnsafeIntegerError) Error() string {
+	return fmt.Sprintf("integer %s at %q is beyond ±(2^53−1) and cannot be represented exactly; send it as a string", e.Text, e.Path)
+}
+
+// Is makes an UnsafeIntegerError match ErrUnsafeInteger and ErrInvalidJSON.
+func (e *UnsafeIntegerError) Is(target error) bool {
+	return target == ErrUnsafeInteger || target == ErrInvalidJSON
+}
+
+// CheckIJSON is CheckDuplicateKeys that also refuses, with an
+// *UnsafeIntegerError, an integer beyond ±(2^53−1) anywhere in data: what
+// every surface that takes arguments checks at its door (DESIGN §4).
+func CheckIJSON(data []byte) error {
+	return checkJSON(data, true)
+}
+
+// maxSafeInteger is 2^53−1 as decimal digits.
+const maxSafeInteger = "9007199254740991"
+
+func checkJSON(data []byte, ijson bool) error {
 	s := dupScannerPool.Get().(*dupScanner)
+	s.ijson = ijson
 	err := s.scan(data)
 	s.reset()
 	dupScannerPool.Put(s)
@@ -94,6 +132,7 @@ var dupScannerPool = sync.Pool{New: func() any { return new(dupScanner) }}
 
 type dupScanner struct {
 	data   []byte
+	ijson  bool // refuse integers beyond ±(2^53−1)
 	pos    int
 	frames []dupFrame
 	keys   [][]byte // the keys of open objects not in map mode, innermost last
@@ -109,7 +148,7 @@ type dupFrame struct {
 }
 
 func (s *dupScanner) reset() {
-	s.data = nil
+	s.data, s.ijson = nil, false
 	for i := range s.frames {
 		s.frames[i] = dupFrame{}
 	}
@@ -312,6 +351,11 @@ func (s *dupScanner) member() error {
 
 // duplicate builds the error for the innermost object's current key.
 func (s *dupScanner) duplicate() error {
+	return &DuplicateKeyError{Path: s.path(), Offset: s.frames[len(s.frames)-1].keyAt}
+}
+
+// path is the JSON path of the value at hand.
+func (s *dupScanner) path() string {
 	var b []byte
 	for i, f := range s.frames {
 		if f.object {
@@ -325,7 +369,7 @@ func (s *dupScanner) duplicate() error {
 			b = append(b, ']')
 		}
 	}
-	return &DuplicateKeyError{Path: string(b), Offset: s.frames[len(s.frames)-1].keyAt}
+	return string(b)
 }
 
 // strClass marks the bytes a string cannot hold as they are: 1 for '"',
@@ -412,13 +456,20 @@ func (s *dupScanner) digits() int {
 
 // number reads -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
 func (s *dupScanner) number() error {
+	start := s.pos
 	if s.data[s.pos] == '-' {
 		s.pos++
 	}
+	intFrom := s.pos
 	if s.pos < len(s.data) && s.data[s.pos] == '0' {
 		s.pos++
 	} else if s.digits() == 0 {
 		return s.unexpected()
+	}
+	if s.ijson && (s.pos >= len(s.data) || s.data[s.pos] != '.' && s.data[s.pos] != 'e' && s.data[s.pos] != 'E') {
+		if d := s.data[intFrom:s.pos]; len(d) > len(maxSafeInteger) || len(d) == len(maxSafeInteger) && string(d) > maxSafeInteger {
+			return &UnsafeIntegerError{Path: s.path(), Text: string(s.data[start:s.pos])}
+		}
 	}
 	if s.pos < len(s.data) && s.data[s.pos] == '.' {
 		s.pos++

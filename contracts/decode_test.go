@@ -291,3 +291,28 @@ func FuzzCheckDuplicateKeys(f *testing.F) {
 		}
 	})
 }
+
+// I-JSON (RFC 7493): integers beyond ±(2^53−1) are refused with their
+// path; the largest safe ones, and numbers written with a fraction or an
+// exponent, pass.
+func TestCheckIJSONRefusesUnsafeIntegers(t *testing.T) {
+	for _, ok := range []string{`9007199254740991`, `-9007199254740991`, `{"a":[1e300,0.5,-0]}`, `{"n":900719925474099}`} {
+		if err := contracts.CheckIJSON([]byte(ok)); err != nil {
+			t.Errorf("CheckIJSON(%s): %v", ok, err)
+		}
+	}
+	for doc, path := range map[string]string{
+		`9007199254740992`:                   "",
+		`{"to_account":12345678901234567}`:   "to_account",
+		`{"a":[0,{"b":-90071992547409910}]}`: "a[1].b",
+	} {
+		var big *contracts.UnsafeIntegerError
+		err := contracts.CheckIJSON([]byte(doc))
+		if !errors.As(err, &big) || big.Path != path || !errors.Is(err, contracts.ErrInvalidJSON) {
+			t.Errorf("CheckIJSON(%s): %v, want an unsafe integer at %q", doc, err, path)
+		}
+		if err := contracts.CheckDuplicateKeys([]byte(doc)); err != nil {
+			t.Errorf("CheckDuplicateKeys(%s) refuses it too: %v (stored records must stay readable)", doc, err)
+		}
+	}
+}

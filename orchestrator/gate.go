@@ -486,6 +486,9 @@ func canonicalArgs(raw json.RawMessage) (json.RawMessage, string, *Error) {
 	} else if trimmed[0] != '{' {
 		return nil, "", ErrInvalidArguments
 	}
+	if big, ok := errors.AsType[*contracts.UnsafeIntegerError](contracts.CheckIJSON(raw)); ok {
+		return nil, "", fieldErr(ErrInvalidArguments, big.Path, big, "%v", big)
+	}
 	canon, err := contracts.Canonicalize(raw)
 	if err != nil {
 		return nil, "", fieldErr(ErrInvalidArguments, "", err, "tool call arguments must be a JSON object: %v", err)

@@ -46,7 +46,17 @@ func decodeBody(w http.ResponseWriter, r *http.Request, dst any, allowEmpty bool
 // that repeats a key anywhere, nested ones included, is refused with the
 // key's path: readers would disagree on which value counts.
 func decodeStrict(data []byte, dst any) *Error {
-	checked := contracts.CheckDuplicateKeys(data)
+	checked := contracts.CheckIJSON(data)
+	if big, ok := errors.AsType[*contracts.UnsafeIntegerError](checked); ok {
+		// I-JSON: what an approver sees, what is hashed and what runs must
+		// be the same number.
+		code := CodeInvalidField
+		if f := rawField(reflect.TypeOf(dst), big.Path); f == "arguments" || f == "content" {
+			code = CodeInvalidArguments
+		}
+		return fieldError(http.StatusBadRequest, code, big.Path,
+			"integer %s is beyond ±(2^53−1): JSON numbers beyond it are rounded, so it cannot be approved exactly; send it as a string", big.Text)
+	}
 	if dup, ok := errors.AsType[*contracts.DuplicateKeyError](checked); ok {
 		// Within free-form JSON the code is the one that value's other
 		// faults get.

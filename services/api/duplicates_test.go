@@ -45,6 +45,15 @@ func TestDuplicateKeysAreRefused(t *testing.T) {
 			`{"until":"2h","until":"1s"}`, "invalid_json", "until"},
 		{"question with a repeated schema key", "/v1/questions",
 			`{"run":{"agent":"a"},"question":{"text":"?","schema":{"type":"object","type":"string"}}}`, "invalid_schema", "question.schema.type"},
+		// I-JSON: an integer a double would round is refused, naming it.
+		{"review with an integer beyond 2^53", "/v1/reviews",
+			`{"run":{"agent":"a"},"tool_calls":[{"name":"payments.send","arguments":{"amount":1,"to_account":12345678901234567}}]}`,
+			"invalid_arguments", "tool_calls[0].arguments.to_account"},
+		{"review with 2^53 deep in the arguments", "/v1/reviews",
+			`{"run":{"agent":"a"},"tool_calls":[{"name":"x","arguments":{"p":[1,{"q":-9007199254740992}]}}]}`,
+			"invalid_arguments", "tool_calls[0].arguments.p[1].q"},
+		{"edit with an integer beyond 2^53", "/v1/approvals/" + pay + "/votes",
+			`{"decision":"edit","arguments":{"amount":99999999999999999999}}`, "invalid_arguments", "arguments.amount"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -15,8 +15,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"unicode"
 	"time"
+	"unicode"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
