@@ -408,11 +408,15 @@ func (s *Server) replay(ctx context.Context, from, to feedPos) ([]streamMsg, err
 		if start >= end {
 			continue
 		}
-		cons, err := s.cfg.JS.OrderedConsumer(ctx, src.stream, jetstream.OrderedConsumerConfig{
+		// A plain ephemeral pull consumer, not an ordered one: an ordered
+		// consumer deletes and recreates itself between fetches, which the
+		// API may not do on the shared streams (each try was a permission
+		// violation). This one is gone by itself a few seconds after its
+		// last read.
+		cons, err := s.cfg.JS.CreateConsumer(ctx, src.stream, jetstream.ConsumerConfig{
 			FilterSubjects: src.filters, DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
-			// The API may not delete consumers of the shared streams: a replay's
-			// consumer is gone by itself a few seconds after its last read.
 			OptStartSeq: start + 1, InactiveThreshold: replayInactive,
+			AckPolicy: jetstream.AckNonePolicy, MemoryStorage: true,
 		})
 		if err != nil {
 			return nil, err
