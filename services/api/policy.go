@@ -137,6 +137,13 @@ func (s *Server) getPolicy(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr)
 		return
 	}
+	// The source holds every tenant's rules, approvers and conditions: it
+	// is for admins and for viewers and auditors of every tenant.
+	if p := principalFrom(r.Context()); withSource && !mayReadPolicySource(p) {
+		writeError(w, errorf(http.StatusForbidden, CodeForbidden,
+			"the policy's source names every tenant's rules: only an admin, or a viewer or auditor of every tenant, reads it"))
+		return
+	}
 	groups := s.directoryGroups()
 	if s.cfg.Policies == nil {
 		writeJSON(w, http.StatusOK, policyAnswer{Version: s.cfg.Gate.Policy().Version(), DirectoryGroups: groups})
@@ -268,4 +275,12 @@ func problemSummary(ps []policy.Problem) string {
 		return "the policy has 1 problem: " + ps[0].String()
 	}
 	return "the policy has " + strconv.Itoa(len(ps)) + " problems; the first: " + ps[0].String()
+}
+
+// mayReadPolicySource reports whether p may read the whole policy's source.
+func mayReadPolicySource(p *Principal) bool {
+	if len(p.Tenants) > 0 {
+		return false
+	}
+	return slices.Contains(p.Roles, RoleAdmin) || slices.Contains(p.Roles, RoleViewer) || slices.Contains(p.Roles, RoleAuditor)
 }

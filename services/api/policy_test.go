@@ -76,6 +76,17 @@ func TestPolicyShowAndApply(t *testing.T) {
 	e.call(t, "POST", "/v1/policy", "admin", strings.Replace(appliedPolicy, "critical", "high", 1)).
 		wantError(t, http.StatusConflict, "version_exists", "")
 
+	// Attack: the source names every tenant's rules; an agent or an
+	// approver reads the version, not the source.
+	for _, who := range []string{"agent", "alice"} {
+		e.call(t, "GET", "/v1/policy?source=1", who, nil).wantError(t, http.StatusForbidden, "forbidden", "")
+		var plain policyAnswer
+		if r := e.call(t, "GET", "/v1/policy", who, nil); r.status != http.StatusOK {
+			t.Fatalf("GET /v1/policy as %s: %d", who, r.status)
+		} else if r.decode(t, &plain); plain.Source != "" || plain.Version != "fleet-2" {
+			t.Fatalf("GET /v1/policy as %s: %s", who, r.body)
+		}
+	}
 	r = e.call(t, "GET", "/v1/policy?source=1", "bob", nil)
 	var shown policyAnswer
 	r.decode(t, &shown)
