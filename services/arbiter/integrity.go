@@ -82,9 +82,6 @@ type policyBook struct {
 	mu     sync.Mutex
 	kv     jetstream.KeyValue // opened at the first read
 	stored map[string]*policy.Policy
-	// roster is the directory last read, at rosterRev of its key.
-	roster    *approval.Roster
-	rosterRev uint64
 	// keys, when set, is the watched directory and live version.
 	keys *liveKeys
 }
@@ -175,7 +172,8 @@ func (b *policyBook) live(ctx context.Context) (string, error) {
 	return doc.Version, nil
 }
 
-// directory returns the live directory (contracts.DirectoryKey), read now:
+// directory returns the live directory (contracts.DirectoryKey): the
+// watched one (liveKeys) once its watch is ready, else read now —
 // nil when none was ever published. A document that cannot be read fails
 // the operation (it is retried), never lets everyone through.
 func (b *policyBook) directory(ctx context.Context) (*approval.Roster, error) {
@@ -198,24 +196,11 @@ func (b *policyBook) directory(ctx context.Context) (*approval.Roster, error) {
 	case err != nil:
 		return nil, fmt.Errorf("read the directory: %w", err)
 	}
-	b.mu.Lock()
-	if b.roster != nil && b.rosterRev == e.Revision() {
-		r := b.roster
-		b.mu.Unlock()
-		return r, nil
-	}
-	b.mu.Unlock()
 	var doc contracts.Directory
 	if err := json.Unmarshal(e.Value(), &doc); err != nil || doc.Spec != contracts.SpecDirectory {
 		return nil, fmt.Errorf("the directory in %s is unreadable (spec %q): %v", contracts.BucketPolicy, doc.Spec, err)
 	}
-	r := approval.NewRoster(doc)
-	b.mu.Lock()
-	if e.Revision() > b.rosterRev {
-		b.roster, b.rosterRev = r, e.Revision()
-	}
-	b.mu.Unlock()
-	return r, nil
+	return approval.NewRoster(doc), nil
 }
 
 // verify checks req, stored by the bus at stored, against the policy
