@@ -293,9 +293,12 @@ func (st *stack) startServers() error {
 		go ns.Start()
 		st.servers = append(st.servers, ns)
 	}
+	// A bound on start-up, not a measurement: a loaded machine (a test
+	// suite on two cores) can take long to start three servers.
+	const ready = 60 * time.Second
 	for _, ns := range st.servers {
-		if !ns.ReadyForConnections(10 * time.Second) {
-			return errors.New("embedded server not ready after 10 s")
+		if !ns.ReadyForConnections(ready) {
+			return fmt.Errorf("embedded server not ready after %s", ready)
 		}
 		urls = append(urls, ns.ClientURL())
 	}
