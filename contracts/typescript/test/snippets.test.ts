@@ -1,6 +1,6 @@
 // The README's snippets are files under examples/snippets: this test runs
 // each against a real server (a human approves through the API while the
-// snippet waits) and checks that both READMEs embed them verbatim.
+// snippet waits) and checks that the package README and docs/using.md embed them verbatim.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
@@ -70,7 +70,7 @@ describe('README snippets', () => {
     });
   }
 
-  for (const readme of ['README.md', '../../README.md']) {
+  for (const readme of ['README.md', '../../docs/using.md']) {
     test(`${readme} embeds exactly the snippet files`, async () => {
       const text = await readFile(path.join(pkgDir, readme), 'utf8');
       const blocks = [...text.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]);
