@@ -136,9 +136,14 @@ type Outcome struct {
 type Claim struct {
 	ClaimID string    `json:"claim_id"`
 	At      time.Time `json:"at"`
-	// Receipt is the signed receipt the arbiter issued with the claim (a
-	// compact JWS; see contracts/receipt), written in the same record write
-	// as the claim. Empty when the arbiter signs no receipts.
+	// ReceiptID is the id (jti) of the receipt the arbiter issues for this
+	// claim, written in the same record write as the claim; the receipt
+	// itself is a bearer token and is stored apart, in the hitl_receipts
+	// bucket (IssuedReceipt). Empty when the arbiter signs no receipts.
+	ReceiptID string `json:"receipt_id,omitempty"`
+	// Receipt is the signed receipt (a compact JWS; see contracts/receipt).
+	// The stored record never holds it: the API fills it in for the
+	// claimant alone, in the claim's answer and its reads of the record.
 	Receipt string `json:"receipt,omitempty"`
 }
 
@@ -154,7 +159,15 @@ type Record struct {
 	RefusedVotes        []RefusedVote     `json:"refused_votes"`
 	RefusedVotesOmitted int               `json:"refused_votes_omitted,omitempty"`
 	Outcome             *Outcome          `json:"outcome,omitempty"`
-	Claim               *Claim            `json:"claim,omitempty"`
+	// Sensitive lists, as RFC 6901 JSON pointers, the argument values
+	// shown masked to those who may not see them, over every arguments
+	// value the record carries: the request's (Request.Sensitive), the
+	// edits' and the outcome's. The arbiter adds the pointers of each edit
+	// it counts, computed with the request's policy decision; the pointer
+	// "" masks every arguments value whole (an edit whose pointers could
+	// not be computed). Absent while only the request's are known.
+	Sensitive []string `json:"sensitive,omitempty"`
+	Claim     *Claim   `json:"claim,omitempty"`
 	// LapsedAt is when a claim found the approval lapsed (see
 	// ReasonApprovalLapsed); the approval can no longer be claimed.
 	LapsedAt  *time.Time `json:"lapsed_at,omitempty"`

@@ -174,6 +174,14 @@ func GrantsBucketConfig(cfg ProvisionConfig) jetstream.KeyValueConfig {
 	return bucketConfig(cfg, contracts.BucketGrants, "Countersign standing grants; written by the arbiter only", 1, cfg.Retention)
 }
 
+// ReceiptsBucketConfig returns the configuration of the hitl_receipts
+// bucket: the receipt of each accepted claim, written by the arbiter only
+// and read by the roles that claim, kept as long as records.
+func ReceiptsBucketConfig(cfg ProvisionConfig) jetstream.KeyValueConfig {
+	cfg.setDefaults()
+	return bucketConfig(cfg, contracts.BucketReceipts, "Countersign claim receipts; written by the arbiter only", 1, cfg.Retention)
+}
+
 // Provision creates or updates every stream and bucket of the contract. It is
 // idempotent and safe to run from several processes at once.
 func Provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig) error {
@@ -217,6 +225,8 @@ func provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig)
 		{PolicyBucketConfig(cfg), false, true},
 		{SessionsBucketConfig(cfg), replicated, false},
 		{GrantsBucketConfig(cfg), replicated, true},
+		// A claimant reads its receipt right after the claim is written.
+		{ReceiptsBucketConfig(cfg), replicated, false},
 	} {
 		if _, err := js.CreateOrUpdateKeyValue(ctx, b.cfg); err != nil {
 			return fmt.Errorf("events: provision bucket %s: %w", b.cfg.Bucket, err)

@@ -98,7 +98,7 @@ func Reminder(req contracts.ApprovalRequested, t Target, n int) Notification {
 // Decided returns the update that tells t the outcome of rec. ref is the Ref
 // of the receipt with which the request was delivered to t, or empty.
 func Decided(rec contracts.Record, t Target, ref string) Notification {
-	return Notification{Kind: KindDecided, Target: t, Request: rec.Request, Record: &rec, Ref: ref}
+	return Notification{Kind: KindDecided, Target: t, Request: ForRecord(&rec), Record: &rec, Ref: ref}
 }
 
 // EventID is the approval the notification is about.

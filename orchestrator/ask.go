@@ -150,7 +150,7 @@ func (g *Gate) SubmitQuestion(ctx context.Context, run contracts.Run, q Question
 		if err := json.Unmarshal(entry.Value(), &rec); err != nil {
 			return a, fmt.Errorf("orchestrator: record %s is unreadable: %w", eventID, err)
 		}
-		if rec.Request.Kind != contracts.KindHumanInput || rec.Request.Question == nil || rec.Request.Question.Text != q.Text {
+		if rec.Request.Kind != contracts.KindHumanInput || rec.Request.Question == nil || rec.Request.Question.Text != q.Text || !sameSubmitter(ctx, &rec) {
 			return a, fieldErr(ErrArgumentsChanged, "id", nil, "the run and question id were already used for another question")
 		}
 		if rec.Terminal() {

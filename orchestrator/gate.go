@@ -521,7 +521,10 @@ func (g *Gate) gate(ctx context.Context, run contracts.Run, c ToolCall, args jso
 		if err := json.Unmarshal(entry.Value(), &rec); err != nil {
 			return v, fmt.Errorf("record %s is unreadable: %w", eventID, err)
 		}
-		if rec.Request.ToolCall == nil || rec.Request.ToolCall.ArgumentsSHA256 != sha {
+		// Only the request's submitter learns whether the arguments are
+		// the same: anyone else is answered alike either way, so a guess
+		// of the arguments is never confirmed.
+		if rec.Request.ToolCall == nil || rec.Request.ToolCall.ArgumentsSHA256 != sha || !sameSubmitter(ctx, &rec) {
 			return v, ErrArgumentsChanged
 		}
 		v.Rule = rec.Request.Policy.Rule
@@ -886,7 +889,7 @@ func (p *Permit) Receipt() string {
 }
 
 // claimed tells from rec whether the claim claimID is settled (done) and
-// how: nil for accepted (the receipt is kept), ErrAlreadyExecuted for
+// how: nil for accepted, ErrAlreadyExecuted for
 // another claim, ErrNotApproved for a record that is not approved for
 // these arguments.
 func (p *Permit) claimed(rec *contracts.Record, claimID string) (done bool, err error) {
@@ -898,8 +901,6 @@ func (p *Permit) claimed(rec *contracts.Record, claimID string) (done bool, err 
 	case rec.Claim == nil:
 		return false, nil
 	case rec.Claim.ClaimID == claimID:
-		r := rec.Claim.Receipt
-		p.receipt.Store(&r)
 		return true, nil
 	}
 	return true, ErrAlreadyExecuted
@@ -952,7 +953,10 @@ func (p *Permit) Claim(ctx context.Context) error {
 			return fmt.Errorf("orchestrator: record %s is unreadable: %w", p.eventID, err)
 		}
 		if done, err := p.claimed(rec, claimID); done {
-			return err
+			if err != nil {
+				return err
+			}
+			return p.keepReceipt(ctx, rec.Claim)
 		}
 		// Approved and not claimed: a claim the arbiter could not apply at
 		// once. It goes through the command subject, as below.
@@ -960,9 +964,13 @@ func (p *Permit) Claim(ctx context.Context) error {
 	result := make(chan error, 1)
 	// The record is approved (terminal) already: the arbiter tells of the
 	// claim it records, or refuses, on the changed announcement alone.
+	var accepted *contracts.Claim // set before result is sent
 	cancel, err := p.g.waiter.watch(ctx, p.eventID, onChanged, func(rec *contracts.Record, _ uint64) bool {
 		done, err := p.claimed(rec, claimID)
 		if done {
+			if err == nil {
+				accepted = rec.Claim
+			}
 			result <- err
 		}
 		return done
@@ -974,7 +982,10 @@ func (p *Permit) Claim(ctx context.Context) error {
 	select {
 	case err := <-result:
 		// The record already carried a claim before ours was sent.
-		return err
+		if err != nil {
+			return err
+		}
+		return p.keepReceipt(ctx, accepted)
 	default:
 	}
 	if err := p.g.publishClaim(ctx, cmd, data); err != nil {
@@ -982,10 +993,25 @@ func (p *Permit) Claim(ctx context.Context) error {
 	}
 	select {
 	case err := <-result:
-		return err
+		if err != nil {
+			return err
+		}
+		return p.keepReceipt(ctx, accepted)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// keepReceipt reads the receipt of this permit's accepted claim (see
+// ReadReceipt) and keeps it for Receipt. The claim stands whether or not
+// it is found: a tool that requires receipts refuses a call without one.
+func (p *Permit) keepReceipt(ctx context.Context, claim *contracts.Claim) error {
+	r, err := ReadReceipt(ctx, p.g.cfg.JS, p.eventID, claim)
+	if err != nil {
+		p.g.cfg.Logger.Warn("the receipt of an accepted claim could not be read", "event_id", p.eventID, "err", err)
+	}
+	p.receipt.Store(&r.Receipt)
+	return nil
 }
 
 // claimWithin is how a request carries a rule's claim_within: empty for

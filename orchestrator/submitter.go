@@ -1,6 +1,10 @@
 package orchestrator
 
-import "context"
+import (
+	"context"
+
+	"github.com/countersign/countersign/contracts"
+)
 
 type submitterKey struct{}
 
@@ -14,4 +18,13 @@ func WithSubmitter(ctx context.Context, who string) context.Context {
 func submitterFrom(ctx context.Context) string {
 	s, _ := ctx.Value(submitterKey{}).(string)
 	return s
+}
+
+// sameSubmitter reports whether the requests reviewed with ctx come from
+// the submitter of rec. A review without a submitter (a runner with the
+// orchestrator's credential, which reads every record) is taken as the
+// same; one with a submitter must name rec's own.
+func sameSubmitter(ctx context.Context, rec *contracts.Record) bool {
+	who := submitterFrom(ctx)
+	return who == "" || who == rec.Request.Submitter
 }

@@ -14,9 +14,12 @@ import (
 
 // This file hides sensitive argument values. A request names them in
 // contracts.ApprovalRequested.Sensitive as RFC 6901 JSON pointers into its
-// arguments; every surface that shows arguments outside Countersign shows
+// arguments, and its record adds those of the edits (contracts.Record
+// Sensitive; RecordSensitive is the union); every surface that shows arguments outside Countersign shows
 // Mask in their place. The arguments hash, the diff's paths and the audit
-// keep referring to the real values: nothing here recomputes a hash.
+// keep referring to the real values: nothing here recomputes a hash, and a
+// redacted value carries no hash at all (a hash of arguments with masked
+// values would confirm a guess of them).
 
 // Mask stands in for a sensitive value wherever arguments leave Countersign.
 const Mask = "••••"
@@ -355,31 +358,73 @@ func RedactDiff(diff json.RawMessage, pointers []string) json.RawMessage {
 	return out
 }
 
+// RecordSensitive is what rec shows masked: the union of the request's
+// pointers and those the arbiter added for the edits (Record.Sensitive),
+// sorted and without repeats; nil when there are none.
+func RecordSensitive(rec *contracts.Record) []string {
+	if len(rec.Sensitive) == 0 {
+		return rec.Request.Sensitive
+	}
+	out := append(slices.Clone(rec.Request.Sensitive), rec.Sensitive...)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// AddSensitive returns rec with pointers added to Record.Sensitive: the
+// values an edit carries that are shown masked. Pointers the record already
+// masks are not repeated; rec is returned as it is when nothing is new.
+func AddSensitive(rec contracts.Record, pointers []string) contracts.Record {
+	known := RecordSensitive(&rec)
+	var add []string
+	for _, p := range pointers {
+		if !slices.Contains(known, p) {
+			add = append(add, p)
+		}
+	}
+	if len(add) == 0 {
+		return rec
+	}
+	out := append(slices.Clone(rec.Sensitive), add...)
+	slices.Sort(out)
+	rec.Sensitive = slices.Compact(out)
+	return rec
+}
+
 // RedactRequest returns a copy of req whose tool call arguments are
-// redacted by req.Sensitive; the hash stays that of the real arguments.
+// redacted by req.Sensitive. The arguments hash is left out: a reader who
+// may not see the masked values must not get a hash that confirms a guess
+// of them.
 func RedactRequest(req contracts.ApprovalRequested) contracts.ApprovalRequested {
-	if len(req.Sensitive) == 0 || req.ToolCall == nil {
+	return redactRequest(req, req.Sensitive)
+}
+
+func redactRequest(req contracts.ApprovalRequested, pointers []string) contracts.ApprovalRequested {
+	if len(pointers) == 0 || req.ToolCall == nil {
 		return req
 	}
 	tc := *req.ToolCall
-	tc.Arguments = Redact(tc.Arguments, req.Sensitive)
+	tc.Arguments = Redact(tc.Arguments, pointers)
+	tc.ArgumentsSHA256 = ""
 	req.ToolCall = &tc
 	return req
 }
 
 // RedactRecord returns a copy of rec with every argument value that
-// rec.Request.Sensitive names masked: the request's arguments, the
-// arguments of edit votes and of the outcome, and the outcome's diff.
-// Hashes are left as they are: they refer to the real values.
+// RecordSensitive names masked: the request's arguments, the arguments of
+// edit votes and of the outcome, and the outcome's diff. Every arguments
+// hash of the record (the request's, the votes', the outcome's) is left
+// out, since it would confirm a guess of a masked value; rec.Request's own
+// Sensitive list is kept as it was requested.
 func RedactRecord(rec contracts.Record) contracts.Record {
-	ps := rec.Request.Sensitive
-	if len(ps) == 0 {
+	ps := RecordSensitive(&rec)
+	if len(ps) == 0 || rec.Request.Kind == contracts.KindHumanInput {
 		return rec
 	}
-	rec.Request = RedactRequest(rec.Request)
+	rec.Request = redactRequest(rec.Request, ps)
 	if len(rec.Votes) > 0 {
 		votes := slices.Clone(rec.Votes)
 		for i := range votes {
+			votes[i].ArgumentsSHA256 = ""
 			if len(votes[i].Arguments) > 0 && votes[i].Decision != contracts.DecisionAnswer {
 				votes[i].Arguments = Redact(votes[i].Arguments, ps)
 			}
@@ -391,13 +436,15 @@ func RedactRecord(rec contracts.Record) contracts.Record {
 }
 
 // RedactOutcome returns a copy of o with the arguments and diff of a tool
-// call's outcome redacted by pointers; nil stays nil, and the answer of a
-// human_input request is not tool arguments and is left alone.
+// call's outcome redacted by pointers, and without the arguments hash; nil
+// stays nil, and the answer of a human_input request is not tool arguments
+// and is left alone.
 func RedactOutcome(kind string, o *contracts.Outcome, pointers []string) *contracts.Outcome {
 	if o == nil || len(pointers) == 0 || kind == contracts.KindHumanInput {
 		return o
 	}
 	c := *o
+	c.ArgumentsSHA256 = ""
 	if len(c.Arguments) > 0 {
 		c.Arguments = Redact(c.Arguments, pointers)
 	}

@@ -209,15 +209,15 @@ func TestRedactProperties(t *testing.T) {
 				checkRedaction(t, args, present)
 			}
 			checkRedaction(t, args, append(present, "/absent"))
-			checkHashKept(t, args, present)
+			checkHashes(t, args, present)
 		})
 	}
 }
 
-// checkHashKept checks that a redacted request and record keep the hash of
-// the real arguments, which still matches them, and leave the originals
-// alone.
-func checkHashKept(t testing.TB, args json.RawMessage, pointers []string) {
+// checkHashes checks that a redacted request and record carry no
+// arguments hash when some value is masked (it would confirm a guess of
+// it), keep the real one when nothing is, and leave the originals alone.
+func checkHashes(t testing.TB, args json.RawMessage, pointers []string) {
 	t.Helper()
 	sha, err := contracts.ArgumentsSHA256(args)
 	if err != nil {
@@ -227,13 +227,18 @@ func checkHashKept(t testing.TB, args json.RawMessage, pointers []string) {
 		Kind: contracts.KindToolApproval, Sensitive: pointers,
 		ToolCall: &contracts.ToolCall{Name: "t", Arguments: args, ArgumentsSHA256: sha},
 	}
-	rec := contracts.Record{Request: req, Votes: []contracts.Vote{{Decision: contracts.DecisionEdit, Arguments: args}},
+	rec := contracts.Record{Request: req, Votes: []contracts.Vote{{Decision: contracts.DecisionEdit, Arguments: args, ArgumentsSHA256: sha}},
 		Outcome: &contracts.Outcome{Decision: contracts.DecisionEdit, Arguments: args, ArgumentsSHA256: sha,
 			Diff: approval.Diff(json.RawMessage(`{}`), args)}}
 	red := approval.RedactRecord(rec)
-	for what, s := range map[string]string{"request": red.Request.ToolCall.ArgumentsSHA256, "outcome": red.Outcome.ArgumentsSHA256} {
-		if s != sha {
-			t.Fatalf("%s hash %s, want the real arguments' %s", what, s, sha)
+	want := sha
+	if len(pointers) > 0 {
+		want = ""
+	}
+	for what, s := range map[string]string{"request": red.Request.ToolCall.ArgumentsSHA256, "outcome": red.Outcome.ArgumentsSHA256,
+		"vote": red.Votes[0].ArgumentsSHA256, "redacted request": approval.RedactRequest(req).ToolCall.ArgumentsSHA256} {
+		if s != want {
+			t.Fatalf("%s hash %q, want %q", what, s, want)
 		}
 	}
 	if again, _ := contracts.ArgumentsSHA256(rec.Request.ToolCall.Arguments); again != sha ||

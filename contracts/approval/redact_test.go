@@ -145,3 +145,51 @@ func TestRedactRecordHumanInputAnswerUntouched(t *testing.T) {
 		t.Errorf("an answer is not tool arguments: %s", got.Outcome.Arguments)
 	}
 }
+
+// An edit that adds a sensitive value the request never had (an IBAN) is
+// masked by the pointers the arbiter adds to the record, in the edit vote,
+// the outcome and the diff, and no arguments hash is left to confirm a
+// guess of it.
+func TestRedactRecordMasksWhatAnEditAdded(t *testing.T) {
+	const secret = "DE-EDITED-SECRET-IBAN"
+	reqArgs := json.RawMessage(`{"amount":10,"ssn":"123-45-6789"}`)
+	edited := json.RawMessage(`{"amount":10,"iban":"` + secret + `","ssn":"123-45-6789"}`)
+	reqSHA, _ := contracts.ArgumentsSHA256(reqArgs)
+	editSHA, _ := contracts.ArgumentsSHA256(edited)
+	rec := contracts.Record{
+		Request: contracts.ApprovalRequested{Kind: contracts.KindToolApproval, Sensitive: []string{"/ssn"},
+			ToolCall: &contracts.ToolCall{Name: "pay", Arguments: reqArgs, ArgumentsSHA256: reqSHA}},
+		Votes: []contracts.Vote{{Decision: contracts.DecisionEdit, Arguments: edited, ArgumentsSHA256: reqSHA}},
+		Outcome: &contracts.Outcome{Decision: contracts.DecisionEdit, Arguments: edited, ArgumentsSHA256: editSHA,
+			Diff: approval.Diff(reqArgs, edited)},
+	}
+	rec = approval.AddSensitive(rec, []string{"/iban", "/ssn"})
+	if !slices.Equal(rec.Sensitive, []string{"/iban"}) {
+		t.Fatalf("Sensitive %q, want only what the request does not list", rec.Sensitive)
+	}
+	if got := approval.RecordSensitive(&rec); !slices.Equal(got, []string{"/iban", "/ssn"}) {
+		t.Fatalf("RecordSensitive %q", got)
+	}
+	red := approval.RedactRecord(rec)
+	all, err := json.Marshal(red)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, leak := range []string{secret, "123-45-6789", reqSHA, editSHA} {
+		if strings.Contains(string(all), leak) {
+			t.Fatalf("the redacted record shows %q: %s", leak, all)
+		}
+	}
+	if !strings.Contains(string(red.Outcome.Diff), `"/iban"`) {
+		t.Fatalf("the diff no longer says which field changed: %s", red.Outcome.Diff)
+	}
+	if !slices.Equal(red.Request.Sensitive, []string{"/ssn"}) {
+		t.Fatalf("the request's own list changed: %q", red.Request.Sensitive)
+	}
+	// The pointer "" (an edit whose pointers could not be computed) masks
+	// every arguments value whole.
+	whole := approval.RedactRecord(approval.AddSensitive(rec, []string{""}))
+	if string(whole.Outcome.Arguments) != `"`+approval.Mask+`"` || string(whole.Votes[0].Arguments) != `"`+approval.Mask+`"` {
+		t.Fatalf("not masked whole: %s, %s", whole.Outcome.Arguments, whole.Votes[0].Arguments)
+	}
+}

@@ -35,7 +35,8 @@ const (
 	// only role that reads or writes the inbox sessions in hitl_sessions.
 	RoleAPI Role = "api"
 	// RoleNotifier consumes requests and events, publishes delivery receipts
-	// and reads them back with message gets.
+	// and reads them back with message gets. It reads and watches the live
+	// directory's key in hitl_policy, and nothing else of that bucket.
 	RoleNotifier Role = "notifier"
 )
 
@@ -63,6 +64,7 @@ const (
 	streamPolicy    = "KV_" + contracts.BucketPolicy
 	streamSessions  = "KV_" + contracts.BucketSessions
 	streamGrants    = "KV_" + contracts.BucketGrants
+	streamReceipts  = "KV_" + contracts.BucketReceipts
 )
 
 // Permissions returns the NATS permissions of role: a fresh value each call.
@@ -71,8 +73,8 @@ const (
 // Every role but admin is denied stream management (create, update, delete,
 // purge, message delete, snapshot, restore) and deleting consumers of the
 // Countersign streams; every role but admin and arbiter is denied writing
-// approval records, and every role but admin and api writing the policy or
-// the inbox sessions.
+// approval records, standing grants and receipts, and every role but admin
+// and api writing the policy or the inbox sessions.
 func Permissions(r Role) *server.Permissions {
 	var g grant
 	switch r {
@@ -88,6 +90,9 @@ func Permissions(r Role) *server.Permissions {
 		g.pub(kvWrite(contracts.BucketGrants))
 		g.pub(kvRead(streamGrants)...)
 		g.pub(contracts.SubjectGrantIssuedPrefix+">", contracts.SubjectGrantRevokedPrefix+">")
+		// Receipts of accepted claims: written by the arbiter alone.
+		g.pub(kvWrite(contracts.BucketReceipts))
+		g.pub(kvRead(streamReceipts)...)
 		g.pub(kvRead(streamApprovals)...)
 		g.pub(kvWatch(streamApprovals)...)
 		g.pub(kvRead(streamPolicy)...)
@@ -129,6 +134,9 @@ func Permissions(r Role) *server.Permissions {
 		// Receipts are read back with message gets from the stream leader.
 		g.pub("$JS.API.STREAM.MSG.GET." + contracts.StreamEvents)
 		g.pub(contracts.SubjectNotifyPrefix+">", contracts.SubjectDeadLetterPrefix+">")
+		// Who may be told of a request is judged by the live directory:
+		// read and watch its one key in hitl_policy, nothing else there.
+		g.pub(keyRead(streamPolicy, contracts.BucketPolicy, contracts.DirectoryKey)...)
 	default:
 		return &server.Permissions{
 			Publish:   &server.SubjectPermission{Deny: []string{">"}},
@@ -142,7 +150,7 @@ func Permissions(r Role) *server.Permissions {
 	g.denyPub(managementDeny...)
 	g.protectDurables(r)
 	if r != RoleArbiter {
-		g.denyPub(kvWrite(contracts.BucketApprovals), kvWrite(contracts.BucketGrants))
+		g.denyPub(kvWrite(contracts.BucketApprovals), kvWrite(contracts.BucketGrants), kvWrite(contracts.BucketReceipts))
 	}
 	if r != RoleAPI {
 		g.denyPub(kvWrite(contracts.BucketPolicy), kvWrite(contracts.BucketSessions))
@@ -203,6 +211,10 @@ func (g *grant) orchestrator() {
 	g.pub(kvRead(streamGrants)...)
 	g.pub(kvWatch(streamGrants)...)
 	g.pub(contracts.SubjectGrantUsedPrefix + ">")
+	// Receipts: a claimant reads the one its claim got (bearer tokens, so
+	// neither the resolver nor the notifier reads them).
+	g.pub(kvRead(streamReceipts)...)
+	g.pub(kvWatch(streamReceipts)...)
 	// Decision pools (orchestrator.DecisionPool): durable consumers of the
 	// decided events, shared by a pool of workers, acknowledged by them.
 	g.pub(durableConsumer(contracts.StreamEvents)...)
@@ -286,6 +298,22 @@ func kvRead(stream string) []string {
 		"$JS.API.DIRECT.GET." + stream,
 		"$JS.API.DIRECT.GET." + stream + ".>",
 		"$JS.API.STREAM.MSG.GET." + stream,
+	}
+}
+
+// keyRead binds a bucket (stream info), reads one key with direct gets and
+// watches that key alone: an ordered consumer filtered on the key (created
+// with the filter in the subject, as the client does), its flow control,
+// and deleting it when the watch stops.
+func keyRead(stream, bucket, key string) []string {
+	subject := "$KV." + bucket + "." + key
+	return []string{
+		"$JS.API.STREAM.INFO." + stream,
+		"$JS.API.DIRECT.GET." + stream + "." + subject,
+		"$JS.API.CONSUMER.CREATE." + stream + ".*." + subject,
+		"$JS.API.CONSUMER.DELETE." + stream + ".>",
+		"$JS.FC." + stream + ".>",
+		"$JS.FC.*.*." + stream + ".>",
 	}
 }
 

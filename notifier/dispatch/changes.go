@@ -37,7 +37,7 @@ func (d *Dispatcher) handleChange(ctx context.Context, msg jetstream.Msg) error 
 	if err != nil {
 		return err
 	}
-	req := rec.Request
+	req := notifier.ForRecord(rec) // values the edits added are masked too
 	var (
 		notes    []notifier.Notification
 		problems []Problem

@@ -390,9 +390,10 @@ func (h *Interactions) openModal(r *http.Request, log *slog.Logger, p *payload, 
 	case ActionEdit:
 		args, sha, _ := currentArguments(&rec.Request, rec)
 		formatted := notifier.FormatJSON(args, 0)
-		if len(formatted) > maxInputValue || len(rec.Request.Sensitive) > 0 {
+		masked := len(notifier.ForRecord(rec).Sensitive) > 0
+		if len(formatted) > maxInputValue || masked {
 			text := "The arguments are too large to edit in Slack."
-			if len(rec.Request.Sensitive) > 0 {
+			if masked {
 				// Editing in Slack would show Slack the sensitive values.
 				text = "Some arguments are sensitive and are not shown in Slack."
 			}

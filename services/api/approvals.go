@@ -52,7 +52,7 @@ func (s *Server) getApproval(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.auditRead(r, p, rec, contracts.ReadRecord)
-	writeJSON(w, http.StatusOK, recordAnswer{Record: s.shown(rec, p), Revision: rev})
+	writeJSON(w, http.StatusOK, recordAnswer{Record: s.withReceipt(r.Context(), s.shown(rec, p), p, receiptReadWait), Revision: rev})
 }
 
 type listAnswer struct {

@@ -11,6 +11,7 @@ import (
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/approval"
 	"github.com/countersign/countersign/events"
+	"github.com/countersign/countersign/orchestrator"
 )
 
 type cancelBody struct {
@@ -60,8 +61,11 @@ func (s *Server) sendCommand(w http.ResponseWriter, r *http.Request, cmd contrac
 		writeJSON(w, http.StatusAccepted, inFlightAnswer{Status: "in_flight", CommandID: cmd.CommandID})
 	case refused != nil:
 		writeError(w, refused)
+	case cmd.Command == contracts.CommandClaim:
+		// The claimant's answer carries the receipt its claim got.
+		writeJSON(w, http.StatusOK, recordAnswer{Record: s.withReceipt(r.Context(), s.shown(rec, p), p, orchestrator.ReceiptWait), Revision: rev})
 	default:
-		writeJSON(w, http.StatusOK, recordAnswer{Record: rec, Revision: rev})
+		writeJSON(w, http.StatusOK, recordAnswer{Record: s.shown(rec, p), Revision: rev})
 	}
 }
 
@@ -201,8 +205,11 @@ func (s *Server) postClaim(w http.ResponseWriter, r *http.Request) {
 		claimID = uuid.Must(uuid.NewV7()).String()
 	}
 	if c := rec.Claim; c != nil {
-		if c.ClaimID == claimID {
-			writeJSON(w, http.StatusOK, recordAnswer{Record: rec, Revision: rev})
+		// The same claim again (a retry) is answered as it was, with its
+		// receipt, to its claimant alone; anyone else learns it is taken.
+		p := principalFrom(r.Context())
+		if c.ClaimID == claimID && s.claimant(r.Context(), rec, p) {
+			writeJSON(w, http.StatusOK, recordAnswer{Record: s.withReceipt(r.Context(), s.shown(rec, p), p, orchestrator.ReceiptWait), Revision: rev})
 		} else {
 			writeError(w, claimedRefusal(c))
 		}

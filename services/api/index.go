@@ -40,6 +40,8 @@ type summary struct {
 type summaryJSON struct {
 	Status          string `json:"status"`
 	EscalationLevel int    `json:"escalation_level"`
+	// Sensitive is what the record's edits add to the request's.
+	Sensitive []string `json:"sensitive"`
 	overseenJSON
 	Request struct {
 		Run        contracts.Run              `json:"run"`
@@ -77,6 +79,7 @@ func summarize(id string, rev uint64, stored time.Time, value []byte) (*summary,
 		Run: sj.Request.Run, Quorum: sj.Request.Quorum, Escalation: sj.Request.Escalation, Submitter: sj.Request.Submitter,
 		Kind: sj.Request.Kind, Sensitive: sj.Request.Sensitive, EventID: id,
 	}}
+	sum.who.Sensitive = sj.Sensitive
 	sum.who.Request.Run.Labels = nil
 	if sum.createdAt.IsZero() {
 		sum.createdAt = stored

@@ -12,6 +12,7 @@ import (
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/approval"
 	"github.com/countersign/countersign/events"
+	"github.com/countersign/countersign/orchestrator"
 )
 
 // Who may read what is decided by approval.CanRead, for every read of this
@@ -100,18 +101,63 @@ func (s *Server) auditRead(r *http.Request, p *Principal, rec *contracts.Record,
 	s.recordRead(r.Context(), surfaceOf(r), p, rec, what)
 }
 
-// sensitive reports whether rec's arguments have values that are shown
-// only to those who may decide it.
-func sensitive(rec *contracts.Record) bool { return len(rec.Request.Sensitive) > 0 }
+// sensitive reports whether rec's arguments (the request's, its edits' or
+// its outcome's) have values that are shown only to those who may decide it.
+func sensitive(rec *contracts.Record) bool { return len(approval.RecordSensitive(rec)) > 0 }
 
-// shown is rec as p may see it: its sensitive argument values masked unless
-// p may decide it (or submitted it, or is an admin).
+// shown is rec as p may see it: its sensitive argument values masked, and
+// every arguments hash left out, unless p may decide it (or submitted it,
+// or is an admin); never with a receipt (see withReceipt).
 func (s *Server) shown(rec *contracts.Record, p *Principal) *contracts.Record {
+	if rec.Claim != nil && rec.Claim.Receipt != "" {
+		// A record stored before receipts moved out of it.
+		c, claim := *rec, *rec.Claim
+		claim.Receipt = ""
+		c.Claim = &claim
+		rec = &c
+	}
 	if !sensitive(rec) || approval.SeesSensitive(rec, p.Reader()) {
 		return rec
 	}
 	out := approval.RedactRecord(*rec)
 	return &out
+}
+
+// receiptReadWait bounds how long a read of a record waits for the
+// receipt its claim names (see orchestrator.ReadReceipt).
+const receiptReadWait = time.Second
+
+// withReceipt is rec (as shown to p) with its claim's receipt filled in
+// when p is the claimant, the issuer of the accepted claim: a receipt is a
+// single-use bearer token, so no other reader (a viewer, another approver,
+// an admin) gets it.
+func (s *Server) withReceipt(ctx context.Context, rec *contracts.Record, p *Principal, wait time.Duration) *contracts.Record {
+	if rec.Claim == nil || rec.Claim.ReceiptID == "" {
+		return rec
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	r, err := orchestrator.ReadReceipt(ctx, s.cfg.JS, rec.Request.EventID, rec.Claim)
+	if err != nil {
+		s.log.Warn("the receipt of a claim could not be read", "event_id", rec.Request.EventID, "err", err)
+	}
+	if r.Receipt == "" || r.By != p.Subject {
+		return rec
+	}
+	c, claim := *rec, *rec.Claim
+	claim.Receipt = r.Receipt
+	c.Claim = &claim
+	return &c
+}
+
+// claimant reports whether p issued rec's accepted claim.
+func (s *Server) claimant(ctx context.Context, rec *contracts.Record, p *Principal) bool {
+	if rec.Claim == nil || rec.Claim.ReceiptID == "" {
+		// No receipt to tell by: the claim's issuer is not recorded, and
+		// nothing secret is handed out.
+		return true
+	}
+	return s.withReceipt(ctx, rec, p, receiptReadWait).Claim.Receipt != ""
 }
 
 // feedRecordWait is how long the live feed holds a change for a record
@@ -160,13 +206,14 @@ func (s *Server) forReader(ctx context.Context, p *Principal, m streamMsg) ([]by
 	return m.data, true
 }
 
-// redactDecided masks the sensitive values in a decided event's outcome.
+// redactDecided masks the sensitive values in a decided event's outcome
+// and leaves out its arguments hash.
 func redactDecided(data []byte, who *contracts.Record) ([]byte, bool) {
 	var d contracts.Decided
 	if json.Unmarshal(data, &d) != nil {
 		return nil, false
 	}
-	d.Outcome = approval.RedactOutcome(who.Request.Kind, d.Outcome, who.Request.Sensitive)
+	d.Outcome = approval.RedactOutcome(who.Request.Kind, d.Outcome, approval.RecordSensitive(who))
 	out, err := json.Marshal(d)
 	return out, err == nil
 }

@@ -119,6 +119,9 @@ type Arbiter struct {
 	grantsMu sync.Mutex
 	grants   jetstream.KeyValue
 	gm       grantMetrics
+	// receipts is hitl_receipts, opened when first needed.
+	receiptsMu sync.Mutex
+	receipts   jetstream.KeyValue
 }
 
 type metrics struct {
@@ -380,7 +383,7 @@ func (a *Arbiter) handleResolution(ctx context.Context, msg jetstream.Msg) error
 						return approval.Refuse(rec, v, contracts.ReasonGrantNotAllowed, why, a.cfg.Now())
 					}
 				}
-				return res
+				return a.withEditSensitive(ctx, res, &v)
 			},
 			tooLarge: func(rec contracts.Record) approval.Result {
 				return approval.Refuse(rec, v, contracts.ReasonTooLarge, "the approval record has no room for this vote", a.cfg.Now())
@@ -463,6 +466,14 @@ func (a *Arbiter) handleCommand(ctx context.Context, msg jetstream.Msg, subjectI
 		// whose announcement was lost to a crash is announced when it
 		// comes back.
 		o.changedID = "claim:" + c.CommandID
+		// The receipt is stored before the claim is announced or
+		// answered: whoever learns of the claim finds it.
+		o.settle = func(ctx context.Context, rec contracts.Record) error {
+			if rec.Claim == nil || rec.Claim.ClaimID != c.ClaimID {
+				return nil
+			}
+			return a.issueReceipt(ctx, rec, c.By)
+		}
 		o.again = func(ctx context.Context, rec contracts.Record, rev uint64) error {
 			if rec.Claim == nil || rec.Claim.ClaimID != c.ClaimID {
 				return nil
@@ -538,6 +549,10 @@ type op struct {
 	// apart from others of the same kind, instead of its message's stream
 	// sequence.
 	changedID string
+	// settle, when set, runs once the record the operation changed is
+	// written, before anything is announced, and again when the operation
+	// comes back as a duplicate, so a step lost to a crash is redone.
+	settle func(ctx context.Context, rec contracts.Record) error
 	// missing, when set, handles a record that does not exist instead of
 	// retrying the message as an unknown event.
 	missing func() error
@@ -738,6 +753,15 @@ func (a *Arbiter) finish(ctx context.Context, p *queuedOp, rev uint64) error {
 	if h := p.msg.Headers(); h != nil {
 		if tp := h.Get(events.HeaderTraceparent); tp != "" {
 			ctx = contracts.WithTraceparent(ctx, tp)
+		}
+	}
+	if o.settle != nil && (res.Duplicate || res.Changed && res.Refusal == "") {
+		rec := res.Record
+		if res.Duplicate {
+			rec = p.before
+		}
+		if err := o.settle(ctx, rec); err != nil {
+			return err
 		}
 	}
 	if res.Duplicate {

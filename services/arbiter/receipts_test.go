@@ -17,11 +17,13 @@ import (
 	"github.com/countersign/countersign/services/arbiter"
 )
 
-// TestClaimIssuesReceiptInTheSameWrite: the record that accepts a claim
-// carries the receipt, signed by the arbiter, for the approved (edited)
-// arguments; the same claim sent again leaves it as it is; another claim
-// is refused and gets none.
-func TestClaimIssuesReceiptInTheSameWrite(t *testing.T) {
+// TestClaimIssuesReceiptOutsideTheRecord: the record that accepts a claim
+// names its receipt's id, and the receipt, signed by the arbiter for the
+// approved (edited) arguments, is stored for the claimant in hitl_receipts,
+// never in the record that the notifier and every reader read; the same
+// claim sent again leaves both as they are; another claim is refused and
+// gets none.
+func TestClaimIssuesReceiptOutsideTheRecord(t *testing.T) {
 	t.Parallel()
 	b := newClockBus(t)
 	key, err := receipt.GenerateKey()
@@ -52,10 +54,15 @@ func TestClaimIssuesReceiptInTheSameWrite(t *testing.T) {
 	}
 	claim("claim-1")
 	rec := b.waitRecord(req.EventID, func(r *contracts.Record) bool { return r.Claim != nil })
-	if rec.Claim.Receipt == "" {
-		t.Fatal("the claim was accepted without a receipt")
+	if rec.Claim.Receipt != "" || rec.Claim.ReceiptID == "" {
+		t.Fatalf("the record's claim holds receipt %q, receipt id %q; want only the id", rec.Claim.Receipt, rec.Claim.ReceiptID)
 	}
 	_, rev := b.record(req.EventID)
+	issued := b.issuedReceipt(req.EventID)
+	if issued.ClaimID != "claim-1" || issued.By != "billing" || issued.Receipt == "" {
+		t.Fatalf("stored receipt %+v", issued)
+	}
+	rec.Claim.Receipt = issued.Receipt
 
 	opts := receipt.Options{Keys: receipt.NewKeySet(key), Replay: receipt.NewMemoryReplayStore(), Now: b.clock.Now}
 	ctx := context.Background()
@@ -67,7 +74,7 @@ func TestClaimIssuesReceiptInTheSameWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := receipt.Claims{
-		Issuer: receipt.DefaultIssuer, ID: c.ID, IssuedAt: b.clock.Now().Unix(), ExpiresAt: b.clock.Now().Add(2 * time.Minute).Unix(),
+		Issuer: receipt.DefaultIssuer, ID: rec.Claim.ReceiptID, IssuedAt: b.clock.Now().Unix(), ExpiresAt: b.clock.Now().Add(2 * time.Minute).Unix(),
 		EventID: req.EventID, ClaimID: "claim-1", Tenant: req.Run.Tenant, Agent: req.Run.Agent, RunID: req.Run.ID,
 		ToolCallID: req.ToolCall.ID, Tool: req.ToolCall.Name, ArgsSHA256: approved.Outcome.ArgumentsSHA256,
 		Basis: receipt.BasisApproval, DecidedBy: []string{"alice"}, Quorum: &receipt.Quorum{Required: 1, Approvals: 1},
@@ -82,9 +89,32 @@ func TestClaimIssuesReceiptInTheSameWrite(t *testing.T) {
 	claim("claim-2")
 	b.waitChanged(req.EventID, contracts.ChangeClaimRefused)
 	again, rev2 := b.record(req.EventID)
-	if rev2 != rev || again.Claim.Receipt != rec.Claim.Receipt {
+	if rev2 != rev || again.Claim.ReceiptID != rec.Claim.ReceiptID {
 		t.Fatalf("a retried or refused claim changed the record (revision %d → %d)", rev, rev2)
 	}
+	if after := b.issuedReceipt(req.EventID); after != issued {
+		t.Fatalf("a retried or refused claim changed the receipt: %+v, was %+v", after, issued)
+	}
+}
+
+// issuedReceipt reads the receipt stored for approval id.
+func (b *bus) issuedReceipt(id string) contracts.IssuedReceipt {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), busWait)
+	defer cancel()
+	kv, err := b.js.KeyValue(ctx, contracts.BucketReceipts)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	e, err := kv.Get(ctx, id)
+	if err != nil {
+		b.t.Fatalf("receipt of %s: %v", id, err)
+	}
+	var r contracts.IssuedReceipt
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		b.t.Fatal(err)
+	}
+	return r
 }
 
 // A record that cannot run a tool gets no receipt: without a signer there
@@ -101,7 +131,7 @@ func TestClaimWithoutSignerHasNoReceipt(t *testing.T) {
 	b.waitRecord(req.EventID, terminal)
 	b.command(contracts.Command{Spec: contracts.SpecCommand, CommandID: "c", EventID: req.EventID, Command: contracts.CommandClaim, By: "billing", ClaimID: "c"})
 	rec := b.waitRecord(req.EventID, func(r *contracts.Record) bool { return r.Claim != nil })
-	if rec.Claim.Receipt != "" {
+	if rec.Claim.Receipt != "" || rec.Claim.ReceiptID != "" {
 		t.Fatal("a receipt without a signer")
 	}
 }
