@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -253,7 +254,19 @@ func (p *serveProc) signIn(t *testing.T, token string) *http.Cookie {
 	t.Helper()
 	jar, _ := cookiejar.New(nil)
 	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := c.PostForm(p.url+"/login", url.Values{"token": {token}})
+	// The sign-in form's CSRF token, matched to its cookie (a release
+	// before it had none, and takes the post without).
+	resp, err := c.Get(p.url + "/login")
+	if err != nil {
+		t.Fatal(err)
+	}
+	form, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	csrf := ""
+	if m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindSubmatch(form); m != nil {
+		csrf = string(m[1])
+	}
+	resp, err = c.PostForm(p.url+"/login", url.Values{"token": {token}, "csrf": {csrf}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -221,7 +221,7 @@ func TestOperations(t *testing.T) {
 		t.Fatalf("readyz: %d %s", r.status, r.body)
 	}
 	e.pendingApproval(t, "run-metrics", "deploy")
-	r := e.call(t, "GET", "/metrics", "", nil)
+	r := e.call(t, "GET", "/metrics", "admin", nil)
 	for _, want := range []string{
 		`countersign_http_requests_total{code="200",route="POST /v1/reviews"} 1`,
 		"countersign_http_request_duration_seconds",

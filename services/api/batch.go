@@ -91,6 +91,9 @@ type BatchAnswer struct {
 
 // postVotes answers POST /v1/votes.
 func (s *Server) postVotes(w http.ResponseWriter, r *http.Request) {
+	if !s.allow(w, s.voteRate, principalFrom(r.Context()), 1, "votes") {
+		return
+	}
 	var body batchBody
 	if aerr := decodeBody(w, r, &body, false); aerr != nil {
 		writeError(w, aerr)
@@ -125,6 +128,11 @@ func (s *Server) postVotes(w http.ResponseWriter, r *http.Request) {
 		return
 	default:
 		writeError(w, fieldError(http.StatusBadRequest, CodeInvalidField, "votes", "give votes (each with its event_id), or run_id with vote"))
+		return
+	}
+	// Each vote of the batch counts against the vote rate (the first was
+	// taken on arrival).
+	if len(items) > 1 && !s.allow(w, s.voteRate, p, len(items)-1, "votes") {
 		return
 	}
 	ans := s.castBatch(ctx, p, items)

@@ -96,6 +96,12 @@ type Config struct {
 	// Registerer that is also a Gatherer (a *prometheus.Registry) serves both.
 	Registerer prometheus.Registerer
 	Gatherer   prometheus.Gatherer
+	// Metrics says who may read GET /metrics: MetricsToken (the default:
+	// an admin's token or one of MetricsTokens), MetricsOpen or MetricsOff.
+	Metrics string
+	// MetricsTokens are the SHA-256 hashes (lowercase hex) of scrape
+	// tokens: they read /metrics and nothing else.
+	MetricsTokens []string
 	// Ready is checked by /readyz besides the NATS connection (optional).
 	Ready func(ctx context.Context) error
 	// Now is the clock (default time.Now).
@@ -103,6 +109,14 @@ type Config struct {
 	// ReceiptKeys are the public keys served at /.well-known/jwks.json,
 	// which verify the receipts the arbiter signs (see contracts/receipt).
 	ReceiptKeys *receipt.KeySet
+	// Budgets bound what one principal may take of the API: its request
+	// rates, live event streams and pending approvals (zero fields take
+	// the defaults; see Budgets).
+	Budgets Budgets
+	// BudgetRefusals counts what is refused over a budget (optional: the
+	// API registers its own with Registerer when nil). A process that also
+	// limits connections shares one (NewBudgetRefusals) and registers it.
+	BudgetRefusals *prometheus.CounterVec
 	// Receipts signs the receipts of calls a review allows without an
 	// approval: under a standing grant, or by a policy rule with receipt:
 	// true. Its public key is served with ReceiptKeys. Without it those
@@ -126,6 +140,10 @@ func (c *Config) setDefaults() {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	c.Budgets.setDefaults()
+	if c.Metrics == "" {
+		c.Metrics = MetricsToken
+	}
 	if c.Receipts != nil {
 		// What the API signs verifies with the keys it publishes.
 		c.ReceiptKeys = c.ReceiptKeys.Merge(c.Receipts.Keys())
@@ -142,6 +160,19 @@ func (c *Config) validate() error {
 	}
 	if c.Gate == nil {
 		errs = append(errs, errors.New("api: Config.Gate is required"))
+	}
+	switch c.Metrics {
+	case MetricsToken, MetricsOpen, MetricsOff:
+	default:
+		errs = append(errs, fmt.Errorf("api: Config.Metrics must be %s, %s or %s, got %q", MetricsToken, MetricsOpen, MetricsOff, c.Metrics))
+	}
+	for i, h := range c.MetricsTokens {
+		if b, err := hex.DecodeString(h); err != nil || len(b) != sha256.Size {
+			errs = append(errs, fmt.Errorf("api: Config.MetricsTokens[%d] must be 64 hex characters (the SHA-256 of the token)", i))
+		}
+	}
+	if err := c.Budgets.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("api: Config.Budgets: %w", err))
 	}
 	if c.Registerer == nil {
 		errs = append(errs, errors.New("api: Config.Registerer is required when Config.Gatherer is set"))

@@ -26,6 +26,7 @@ var errorCodes = map[string]bool{
 	api.CodeInvalidEventID: true, api.CodeApproverNotAllowed: true, api.CodeArgumentsChanged: true,
 	api.CodeUnknownEvent: true, api.CodeUnavailable: true, api.CodeNotReady: true, api.CodeInternal: true,
 	api.CodeInvalidPolicy: true, api.CodeVersionExists: true, api.CodePolicyConflict: true, api.CodeNoLivePolicy: true,
+	api.CodeRateLimited: true, api.CodeTooManyStreams: true, api.CodePendingQuota: true, api.CodeTooManyConnections: true,
 }
 
 func init() {

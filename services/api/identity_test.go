@@ -125,7 +125,7 @@ func setupDirectory(t *testing.T) (*env, func(users ...string)) {
 // metric returns the value of one sample on /metrics ("" when absent).
 func (e *env) metric(t *testing.T, sample string) string {
 	t.Helper()
-	r := e.call(t, "GET", "/metrics", "", nil)
+	r := e.call(t, "GET", "/metrics", "admin", nil)
 	for line := range strings.Lines(string(r.body)) {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), sample+" "); ok {
 			return v

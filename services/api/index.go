@@ -110,8 +110,11 @@ type index struct {
 	byID    map[string]*summary
 	order   []*summary // newest first by created_at, then event id descending
 	pending int
-	seq     uint64        // highest bucket revision applied
-	changed chan struct{} // closed and replaced whenever seq moves
+	// pendingBy counts the pending records by submitter and by tenant,
+	// for the pending quotas (budget.go).
+	pendingBySubmitter, pendingByTenant map[string]int
+	seq                                 uint64        // highest bucket revision applied
+	changed                             chan struct{} // closed and replaced whenever seq moves
 
 	// decided counts the decided summaries held; evict lists them by the
 	// revision they were applied at, oldest first (entries whose summary
@@ -146,7 +149,7 @@ func newIndex(kv jetstream.KeyValue, js jetstream.JetStream, recent int, log *sl
 		recent = DefaultIndexRecent
 	}
 	return &index{kv: kv, js: js, recent: recent, log: log, byID: map[string]*summary{}, changed: make(chan struct{}),
-		watches: map[string][]*recordWatch{}}
+		watches: map[string][]*recordWatch{}, pendingBySubmitter: map[string]int{}, pendingByTenant: map[string]int{}}
 }
 
 // start loads the index (load.go) and follows the bucket from there.
@@ -285,6 +288,7 @@ func (ix *index) insertLocked(s *summary) {
 	ix.byID[s.eventID] = s
 	if s.status == contracts.StatusPending {
 		ix.pending++
+		ix.countPendingLocked(s, 1)
 	} else {
 		ix.decided++
 	}
@@ -301,6 +305,7 @@ func (ix *index) removeLocked(id string) {
 	}
 	if old.status == contracts.StatusPending {
 		ix.pending--
+		ix.countPendingLocked(old, -1)
 	} else {
 		ix.decided--
 	}
@@ -312,6 +317,38 @@ func (ix *index) forget(id string) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	ix.removeLocked(id)
+}
+
+// countPendingLocked adds d to the pending counts of s's submitter and
+// tenant; a count that reaches zero is dropped.
+func (ix *index) countPendingLocked(s *summary, d int) {
+	if s.who == nil {
+		return
+	}
+	add := func(m map[string]int, k string) {
+		if m[k] += d; m[k] <= 0 {
+			delete(m, k)
+		}
+	}
+	if sub := s.who.Request.Submitter; sub != "" {
+		add(ix.pendingBySubmitter, sub)
+	}
+	add(ix.pendingByTenant, s.who.Request.Run.Tenant)
+}
+
+// pendingOf is how many pending records submitter submitted, and how many
+// tenant has.
+func (ix *index) pendingOf(submitter, tenant string) (bySubmitter, byTenant int) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return ix.pendingBySubmitter[submitter], ix.pendingByTenant[tenant]
+}
+
+// has reports whether the index holds record id.
+func (ix *index) has(id string) bool {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return ix.byID[id] != nil
 }
 
 func (ix *index) pendingCount() float64 {

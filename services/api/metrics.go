@@ -1,7 +1,15 @@
 package api
 
 import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"net/http"
+	"slices"
+	"strings"
+
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 type metrics struct {
@@ -34,4 +42,72 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// Who may read GET /metrics (Config.Metrics). The metrics count every
+// tenant's requests, so they are not for every token.
+const (
+	// MetricsToken: a bearer token is required, an admin's or one of the
+	// scrape tokens (Config.MetricsTokens). The default.
+	MetricsToken = "token"
+	// MetricsOpen: anyone who reaches the server reads them.
+	MetricsOpen = "open"
+	// MetricsOff: not served here (another listener serves them).
+	MetricsOff = "off"
+)
+
+// MetricsHandler serves g's metrics as access says; allowed reports
+// whether the SHA-256 of a bearer token may read them (MetricsToken).
+func MetricsHandler(g prometheus.Gatherer, access string, allowed func(sum [sha256.Size]byte) bool) http.Handler {
+	metrics := promhttp.HandlerFor(g, promhttp.HandlerOpts{})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch access {
+		case MetricsOpen:
+			metrics.ServeHTTP(w, r)
+			return
+		case MetricsOff:
+			writeError(w, errorf(http.StatusNotFound, CodeNotFound, "no such route: %s %s", r.Method, r.URL.Path))
+			return
+		}
+		scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+		token = strings.TrimSpace(token)
+		if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="countersign"`)
+			writeError(w, errorf(http.StatusUnauthorized, CodeUnauthenticated, "a bearer token is required for /metrics (an admin's or a scrape token, metrics.tokens)"))
+			return
+		}
+		if !allowed(sha256.Sum256([]byte(token))) {
+			writeError(w, errorf(http.StatusForbidden, CodeForbidden, "this token may not read /metrics (an admin's or a scrape token, metrics.tokens, may)"))
+			return
+		}
+		metrics.ServeHTTP(w, r)
+	})
+}
+
+// ScrapeTokens returns a check of a token's SHA-256 against hashes (lowercase
+// hex), in constant time over the whole list.
+func ScrapeTokens(hashes []string) func(sum [sha256.Size]byte) bool {
+	raw := make([][]byte, 0, len(hashes))
+	for _, h := range hashes {
+		if b, err := hex.DecodeString(h); err == nil && len(b) == sha256.Size {
+			raw = append(raw, b)
+		}
+	}
+	return func(sum [sha256.Size]byte) bool {
+		found := 0
+		for _, b := range raw {
+			found |= subtle.ConstantTimeCompare(sum[:], b)
+		}
+		return found == 1
+	}
+}
+
+// mayScrape reports whether the token with SHA-256 sum may read /metrics
+// on the API: a scrape token, or an admin's.
+func (s *Server) mayScrape(sum [sha256.Size]byte) bool {
+	if s.scrape(sum) {
+		return true
+	}
+	p := s.authenticateSum(sum)
+	return p != nil && slices.Contains(p.Roles, RoleAdmin)
 }

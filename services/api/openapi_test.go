@@ -33,6 +33,8 @@ var apiCodes = map[string]string{
 	"CodeInvalidPolicy": api.CodeInvalidPolicy, "CodeVersionExists": api.CodeVersionExists,
 	"CodePolicyConflict": api.CodePolicyConflict, "CodeNoLivePolicy": api.CodeNoLivePolicy,
 	"CodeUnknownGrant": api.CodeUnknownGrant,
+	"CodeRateLimited":  api.CodeRateLimited, "CodeTooManyStreams": api.CodeTooManyStreams,
+	"CodePendingQuota": api.CodePendingQuota, "CodeTooManyConnections": api.CodeTooManyConnections,
 }
 
 // readOpenAPI reads openapi.json, the document the server embeds and

@@ -57,6 +57,9 @@ func newQuestionAnswer(a orchestrator.Answer) questionAnswer {
 // postQuestions answers POST /v1/questions[?wait=30s]: an agent asks a
 // human (hitl.human.input.requested.<agent>).
 func (s *Server) postQuestions(w http.ResponseWriter, r *http.Request) {
+	if !s.allow(w, s.reviewRate, principalFrom(r.Context()), 1, "reviews and questions") {
+		return
+	}
 	wait, aerr := parseWait(r)
 	if aerr != nil {
 		writeError(w, aerr)
@@ -85,6 +88,15 @@ func (s *Server) postQuestions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr)
 		return
 	}
+	n := 1
+	if run.ID != "" && q.ID != "" && s.index.has(orchestrator.EventID(run, q.ID)) {
+		n = 0 // asked again: re-attaches
+	}
+	release, ok := s.reservePending(w, p.Subject, run.Tenant, n)
+	if !ok {
+		return
+	}
+	defer release()
 	sctx, cancel := context.WithTimeout(orchestrator.WithSubmitter(context.WithoutCancel(r.Context()), p.Subject), 30*time.Second)
 	a, err := s.cfg.Gate.SubmitQuestion(sctx, run, q)
 	cancel()

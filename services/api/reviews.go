@@ -92,6 +92,10 @@ type reviewAnswer struct {
 
 // postReviews answers POST /v1/reviews[?wait=30s].
 func (s *Server) postReviews(w http.ResponseWriter, r *http.Request) {
+	p := principalFrom(r.Context())
+	if !s.allow(w, s.reviewRate, p, 1, "reviews and questions") {
+		return
+	}
 	wait, aerr := parseWait(r)
 	if aerr != nil {
 		writeError(w, aerr)
@@ -113,7 +117,6 @@ func (s *Server) postReviews(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	run := req.Run.contractRun()
-	p := principalFrom(r.Context())
 	if aerr := scopeRun(p, &run); aerr != nil {
 		writeError(w, aerr)
 		return
@@ -125,6 +128,13 @@ func (s *Server) postReviews(w http.ResponseWriter, r *http.Request) {
 	for i, c := range req.ToolCalls {
 		calls[i] = orchestrator.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments, Schema: c.ToolSchema}
 	}
+	// The approvals this review creates are reserved until their records
+	// exist, so concurrent reviews cannot pass the quota together.
+	release, ok := s.reservePending(w, p.Subject, run.Tenant, s.newApprovals(run, calls))
+	if !ok {
+		return
+	}
+	defer release()
 	// Publishing is the durable step: it is finished even if the client goes away.
 	sctx, cancel := context.WithTimeout(orchestrator.WithSubmitter(context.WithoutCancel(r.Context()), p.Subject), 30*time.Second)
 	verdicts, err := s.cfg.Gate.Submit(sctx, run, calls)

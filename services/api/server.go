@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events"
@@ -30,6 +30,14 @@ type Server struct {
 	tokens []tokenEntry
 	index  *index
 	m      *metrics
+
+	// Budgets per principal (budget.go).
+	budgetRefusals       *prometheus.CounterVec
+	reviewRate, voteRate *rateLimiter
+	streams              *streamSlots
+	pending              *pendingQuota
+	// scrape checks the scrape tokens of /metrics.
+	scrape func(sum [32]byte) bool
 
 	handler http.Handler
 	mux     *http.ServeMux
@@ -77,6 +85,18 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if s.m, err = newMetrics(cfg.Registerer); err != nil {
 		return nil, fmt.Errorf("api: register metrics: %w", err)
+	}
+	s.scrape = ScrapeTokens(cfg.MetricsTokens)
+	b := cfg.Budgets
+	s.reviewRate = newRateLimiter(BudgetReviewRate, b.ReviewRate, b.ReviewBurst, cfg.Now)
+	s.voteRate = newRateLimiter(BudgetVoteRate, b.VoteRate, b.VoteBurst, cfg.Now)
+	s.streams = &streamSlots{max: b.StreamsPerPrincipal, open: map[string]int{}}
+	s.pending = &pendingQuota{perAgent: b.PendingPerAgent, perTenant: b.PendingPerTenant, agents: map[string]int{}, tenants: map[string]int{}}
+	if s.budgetRefusals = cfg.BudgetRefusals; s.budgetRefusals == nil {
+		s.budgetRefusals = NewBudgetRefusals()
+		if err := cfg.Registerer.Register(s.budgetRefusals); err != nil {
+			return nil, fmt.Errorf("api: register the budget metric: %w", err)
+		}
 	}
 	if err := cfg.Registerer.Register(newRecordsCollector(s)); err != nil {
 		return nil, fmt.Errorf("api: register the oversight metrics: %w", err)
@@ -132,7 +152,7 @@ func (s *Server) routes() {
 	mux.HandleFunc("GET /v1/oversight", s.authed(s.getOversight, OversightRoles...))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", MetricsHandler(s.cfg.Gatherer, s.cfg.Metrics, s.mayScrape))
 	mux.HandleFunc("GET /openapi.json", s.openAPI)
 	mux.HandleFunc("GET /.well-known/jwks.json", s.getJWKS)
 	s.mux = mux

@@ -108,6 +108,11 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 // followed; preamble starts the stream.
 func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, p *Principal, preamble string,
 	render func(context.Context, streamMsg) ([]byte, bool), fail func(*Error)) {
+	release, ok := s.openStream(w, p, fail)
+	if !ok {
+		return
+	}
+	defer release()
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	rc := http.NewResponseController(w)

@@ -47,8 +47,10 @@ func (s *Server) mayRead(ctx context.Context, p *Principal, id string) bool {
 
 // readableRecordSoon is getRecordSoon for p.
 func (s *Server) readableRecordSoon(ctx context.Context, p *Principal, id string, d time.Duration) (*contracts.Record, uint64, *Error) {
+	start := time.Now()
 	rec, rev, aerr := s.getRecordSoon(ctx, id, d)
 	if aerr == nil && !p.CanRead(rec) {
+		holdRefusal(ctx, start.Add(d)) // as long as a missing record is waited for
 		return nil, 0, unreadable(id)
 	}
 	return rec, rev, aerr

@@ -103,6 +103,9 @@ func (s *Server) voteBodyProblem(body *voteBody) *Error {
 
 // postVote answers POST /v1/approvals/{event_id}/votes.
 func (s *Server) postVote(w http.ResponseWriter, r *http.Request) {
+	if !s.allow(w, s.voteRate, principalFrom(r.Context()), 1, "votes") {
+		return
+	}
 	id, aerr := eventIDParam(r)
 	if aerr != nil {
 		writeError(w, aerr)

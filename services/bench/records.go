@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"regexp"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -472,6 +473,9 @@ func listPages(ctx context.Context, client *http.Client, base, token, query stri
 	return n, nil
 }
 
+// loginCSRF finds the sign-in form's CSRF token.
+var loginCSRF = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
 // timeInbox signs in to the inbox and times its pending and history pages.
 func timeInbox(ctx context.Context, hs *httptest.Server, token string, n int, lat [][2][]float64, items []int) error {
 	jar, err := cookiejar.New(nil)
@@ -479,7 +483,18 @@ func timeInbox(ctx context.Context, hs *httptest.Server, token string, n int, la
 		return err
 	}
 	client := &http.Client{Jar: jar, Transport: hs.Client().Transport}
-	res, err := client.PostForm(hs.URL+"/login", url.Values{"token": {token}})
+	// The sign-in form carries a CSRF token, matched to its cookie.
+	res, err := client.Get(hs.URL + "/login")
+	if err != nil {
+		return err
+	}
+	form, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	csrf := ""
+	if m := loginCSRF.FindSubmatch(form); m != nil {
+		csrf = string(m[1])
+	}
+	res, err = client.PostForm(hs.URL+"/login", url.Values{"token": {token}, "csrf": {csrf}})
 	if err != nil {
 		return err
 	}

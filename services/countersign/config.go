@@ -49,6 +49,11 @@ type fileConfig struct {
 	Notify notifyConfig `yaml:"notify"`
 	// Receipts configures the keys that sign receipts (receipts.go).
 	Receipts receiptsConfig `yaml:"receipts"`
+	// Budgets bound the HTTP connections, their timeouts, and what one
+	// principal may take of the API (budgets.go).
+	Budgets budgetsConfig `yaml:"budgets"`
+	// Metrics says where /metrics is served and who reads it (metrics.go).
+	Metrics metricsConfig `yaml:"metrics"`
 }
 
 type natsConfig struct {
@@ -150,6 +155,10 @@ func (c *serveConfig) validate() error {
 	if c.PublicURL != "" && !strings.HasPrefix(c.PublicURL, "http://") && !strings.HasPrefix(c.PublicURL, "https://") {
 		errs = append(errs, fmt.Errorf("config: public_url must be an http or https URL, got %q", c.PublicURL))
 	}
+	if err := c.Budgets.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	errs = append(errs, c.Metrics.validate()...)
 	for i, t := range c.Tokens {
 		if len(t.SHA256) != 64 || t.Subject == "" || len(t.Roles) == 0 {
 			errs = append(errs, fmt.Errorf("config: tokens[%d]: sha256 (64 hex), subject and roles are required", i))

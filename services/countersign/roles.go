@@ -55,6 +55,10 @@ type node struct {
 	parts      *notifierParts
 	receipts   *receiptKeys
 
+	// budgetRefusals counts what the budgets refused, the listener's
+	// connections and the API's requests alike.
+	budgetRefusals *prometheus.CounterVec
+
 	runCtx  context.Context
 	wg      sync.WaitGroup
 	errc    chan error
@@ -87,7 +91,8 @@ func (n *node) prepare(ctx context.Context) error {
 	deadLetters := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "countersign_dead_letters_total", Help: "Messages copied to a dead-letter subject, by stream and reason.",
 	}, []string{"stream", "reason"})
-	n.reg.MustRegister(deadLetters, n.cs.denied.denied)
+	n.budgetRefusals = api.NewBudgetRefusals()
+	n.reg.MustRegister(deadLetters, n.cs.denied.denied, n.budgetRefusals)
 	n.onDeadLetter = func(stream, reason string) { deadLetters.WithLabelValues(stream, reason).Inc() }
 
 	cfg := n.cfg
@@ -113,7 +118,10 @@ func (n *node) prepare(ctx context.Context) error {
 			return fmt.Errorf("serve: listen %s: %w", cfg.Addr, err)
 		}
 		n.closers = append(n.closers, func() { ln.Close() })
-		n.ln, n.url = ln, "http://"+ln.Addr().String()
+		n.ln, n.url = n.limit(ln), "http://"+ln.Addr().String()
+	}
+	if err := n.serveMetrics(); err != nil {
+		return err
 	}
 	n.publicURL = cfg.PublicURL
 	if n.publicURL == "" {
@@ -234,7 +242,8 @@ func (n *node) startAPI(ctx context.Context, out *os.File) error {
 	srv, err := api.New(ctx, api.Config{
 		JS: js, Gate: gate, Waiter: waiter, Policies: policies, Tokens: tokens, Directory: n.dir, Logger: n.log.With("role", "api"),
 		Registerer: n.reg, Gatherer: n.reg, ReceiptKeys: n.receipts.public, Receipts: n.receipts.apiSigner,
-		IndexRecent: n.cfg.IndexRecent,
+		IndexRecent: n.cfg.IndexRecent, Budgets: cfg.Budgets.Budgets, BudgetRefusals: n.budgetRefusals,
+		Metrics: cfg.Metrics.access(cfg.Addr), MetricsTokens: cfg.Metrics.hashes(),
 		Ready: func(context.Context) error {
 			if !nc.IsConnected() {
 				return errors.New("NATS is not connected")
@@ -255,7 +264,7 @@ func (n *node) startAPI(ctx context.Context, out *os.File) error {
 	if err != nil {
 		return err
 	}
-	serveHTTP(n.runCtx, &n.wg, n.errc, n.ln, channelRoutes(srv.Handler(), slackH, emailH))
+	serveHTTP(n.runCtx, &n.wg, n.errc, n.ln, cfg.Budgets.httpServer(channelRoutes(srv.Handler(), slackH, emailH)))
 	info := serveInfo{URL: n.url, NATSURL: n.cs.natsURL, PID: os.Getpid()}
 	if err := writeJSON(filepath.Join(cfg.Data, fileServe), info, 0o600); err != nil {
 		return err
@@ -327,8 +336,33 @@ func (n *node) startHealth(out *os.File) error {
 	if err != nil {
 		return fmt.Errorf("serve: listen %s: %w", n.cfg.Addr, err)
 	}
-	serveHTTP(n.runCtx, &n.wg, n.errc, ln, healthHandler(n.cs, n.reg))
+	serveHTTP(n.runCtx, &n.wg, n.errc, n.limit(ln), n.cfg.Budgets.httpServer(healthHandler(n.cs, healthMetrics(n.cfg, n.reg))))
 	fmt.Fprintf(out, "Countersign is running roles %s.\n", strings.Join(n.cfg.Roles, ","))
 	fmt.Fprintf(out, "  Health:         http://%s/healthz, /readyz, /metrics\n", ln.Addr())
+	return nil
+}
+
+// limit puts the connection budgets on an HTTP listener.
+func (n *node) limit(ln net.Listener) net.Listener {
+	b := &n.cfg.Budgets
+	return newBudgetListener(ln, b.connectionLimit(n.log), b.MaxConnectionsPerAddress, b.write, n.budgetRefusals)
+}
+
+// serveMetrics serves /metrics alone on metrics.listen, when it is set, to
+// whoever reaches that address.
+func (n *node) serveMetrics() error {
+	addr := n.cfg.Metrics.Listen
+	if addr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("serve: metrics.listen %s: %w", addr, err)
+	}
+	n.closers = append(n.closers, func() { ln.Close() })
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", api.MetricsHandler(n.reg, api.MetricsOpen, nil))
+	serveHTTP(n.runCtx, &n.wg, n.errc, n.limit(ln), n.cfg.Budgets.httpServer(mux))
+	n.log.Info("serving /metrics", "addr", ln.Addr().String())
 	return nil
 }

@@ -24,7 +24,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events"
@@ -357,10 +356,9 @@ func provisionIfAsked(ctx context.Context, cfg serveConfig, cs *conns, log *slog
 	return nil
 }
 
-// serveHTTP serves h on ln until ctx ends, then shuts the server down
+// serveHTTP serves hs on ln until ctx ends, then shuts the server down
 // gracefully; a failure to serve goes to errc.
-func serveHTTP(ctx context.Context, wg *sync.WaitGroup, errc chan<- error, ln net.Listener, h http.Handler) {
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+func serveHTTP(ctx context.Context, wg *sync.WaitGroup, errc chan<- error, ln net.Listener, hs *http.Server) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -378,7 +376,7 @@ func serveHTTP(ctx context.Context, wg *sync.WaitGroup, errc chan<- error, ln ne
 
 // healthHandler serves /healthz (the process runs), /readyz (every NATS
 // connection is up) and /metrics for roles that run without the API.
-func healthHandler(cs *conns, reg *prometheus.Registry) http.Handler {
+func healthHandler(cs *conns, metrics http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -395,7 +393,7 @@ func healthHandler(cs *conns, reg *prometheus.Registry) http.Handler {
 		}
 		_, _ = w.Write([]byte(`{"status":"ready"}`))
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", metrics)
 	return mux
 }
 

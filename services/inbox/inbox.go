@@ -240,7 +240,7 @@ func New(ctx context.Context, cfg Config) (*Inbox, error) {
 	in.sessions = &sessionStore{kv: kv, now: cfg.Now, resolve: cfg.API.AuthenticateSum}
 	in.logins = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "countersign_inbox_logins_total",
-		Help: "Sign-ins to the web inbox by result (ok, invalid_token).",
+		Help: "Sign-ins to the web inbox by result (ok, invalid_token, invalid_csrf: the form was not the sign-in page's).",
 	}, []string{"result"})
 	if err := cfg.Registerer.Register(in.logins); err != nil {
 		return nil, fmt.Errorf("inbox: register metrics: %w", err)
@@ -388,7 +388,47 @@ func (in *Inbox) getLogin(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, localPath(r.URL.Query().Get("next")), http.StatusSeeOther)
 		return
 	}
-	in.render(w, http.StatusOK, "login", loginPage{Page: Page{Title: "Sign in"}, Next: localPath(r.URL.Query().Get("next"))})
+	in.renderLogin(w, r, http.StatusOK, localPath(r.URL.Query().Get("next")), "")
+}
+
+// The sign-in form carries a CSRF token too (login CSRF: another site must
+// not sign a visitor in as the attacker, whose inbox would then collect
+// what the visitor does). Before there is a session the token is a
+// double-submit one: GET /login sets it in a cookie only this site can
+// set (HttpOnly, SameSite=Strict, Path=/login) and in the form, and POST
+// /login signs in only when the two agree.
+const (
+	loginCookie = "countersign_login"
+	loginTTL    = time.Hour
+)
+
+// renderLogin renders the sign-in form with the login CSRF token, the
+// cookie's when the request has a well-formed one, else a new one.
+func (in *Inbox) renderLogin(w http.ResponseWriter, r *http.Request, status int, next, errMsg string) {
+	token := ""
+	if c, err := r.Cookie(loginCookie); err == nil && len(c.Value) == sessionIDLen {
+		token = c.Value
+	} else {
+		var err error
+		if token, err = randomID(); err != nil {
+			in.log.Error("inbox sign-in: no random token", "err", err)
+			http.Error(w, "internal error", http.StatusInternalServerError)
+			return
+		}
+	}
+	http.SetCookie(w, &http.Cookie{
+		Name: loginCookie, Value: token, Path: "/login", HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		Secure: overTLS(r), MaxAge: int(loginTTL / time.Second),
+	})
+	in.render(w, status, "login", loginPage{Page: Page{Title: "Sign in", CSRF: token}, Next: next, Error: errMsg})
+}
+
+// validLoginCSRF reports whether a sign-in post carries the token its
+// login cookie holds (compared in constant time).
+func validLoginCSRF(r *http.Request) bool {
+	c, err := r.Cookie(loginCookie)
+	got := r.PostForm.Get(csrfField)
+	return err == nil && len(c.Value) == sessionIDLen && subtle.ConstantTimeCompare([]byte(got), []byte(c.Value)) == 1
 }
 
 // postLogin exchanges a bearer token for a session. The token is checked
@@ -401,6 +441,12 @@ func (in *Inbox) postLogin(w http.ResponseWriter, r *http.Request) {
 	}
 	token := strings.TrimSpace(r.PostForm.Get("token"))
 	next := localPath(r.PostForm.Get("next"))
+	if !validLoginCSRF(r) {
+		in.logins.WithLabelValues("invalid_csrf").Inc()
+		in.log.Warn("inbox sign-in refused: the form was not sent by the sign-in page", "remote", r.RemoteAddr)
+		in.renderLogin(w, r, http.StatusForbidden, next, "The sign-in form was out of date or not sent by this site. Sign in again.")
+		return
+	}
 	sum := sha256.Sum256([]byte(token))
 	p, ok := api.Principal{}, false
 	if token != "" {
@@ -409,7 +455,7 @@ func (in *Inbox) postLogin(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		in.logins.WithLabelValues("invalid_token").Inc()
 		in.log.Warn("inbox sign-in refused: the token is not valid", "remote", r.RemoteAddr)
-		in.render(w, http.StatusUnauthorized, "login", loginPage{Page: Page{Title: "Sign in"}, Next: next, Error: "That token is not valid."})
+		in.renderLogin(w, r, http.StatusUnauthorized, next, "That token is not valid.")
 		return
 	}
 	sess, err := in.sessions.create(r.Context(), sum, p)
@@ -424,6 +470,8 @@ func (in *Inbox) postLogin(w http.ResponseWriter, r *http.Request) {
 		Name: sessionCookie, Value: sess.id, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
 		Secure: overTLS(r), Expires: sess.expires, MaxAge: int(sessionTTL / time.Second),
 	})
+	// The login token has served: the next sign-in gets a new one.
+	http.SetCookie(w, &http.Cookie{Name: loginCookie, Value: "", Path: "/login", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: overTLS(r), MaxAge: -1})
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 

@@ -80,7 +80,7 @@ var csrfInput = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 func (e *env) signIn(t *testing.T, name string) *webClient {
 	t.Helper()
 	w := newWebClient(t, e.url)
-	r := w.post("/login", url.Values{"token": {e.tokens[name]}})
+	r := w.login(url.Values{"token": {e.tokens[name]}})
 	if r.status != http.StatusSeeOther {
 		t.Fatalf("sign in as %s: %d %s", name, r.status, r.body)
 	}
@@ -121,6 +121,30 @@ func (w *webClient) post(path string, form url.Values) response {
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	return w.do(req)
+}
+
+// login signs in as a browser does: it opens the sign-in form, then posts
+// form with the form's CSRF token.
+func (w *webClient) login(form url.Values) response {
+	w.t.Helper()
+	page := w.get("/login")
+	if page.status == http.StatusSeeOther {
+		// Signed in already: GET /login redirects. The form is opened
+		// without the session, and its login cookie kept.
+		fresh := newWebClient(w.t, w.base)
+		page = fresh.get("/login")
+		loginURL := mustURL(w.t, w.base+"/login")
+		for _, c := range fresh.c.Jar.Cookies(loginURL) {
+			c.Path = "/login"
+			w.c.Jar.SetCookies(loginURL, []*http.Cookie{c})
+		}
+	}
+	m := csrfInput.FindSubmatch(page.body)
+	if page.status != http.StatusOK || m == nil {
+		w.t.Fatalf("sign-in form: %d %s", page.status, page.body)
+	}
+	form.Set("csrf", string(m[1]))
+	return w.post("/login", form)
 }
 
 func (w *webClient) decide(id string, form url.Values) response {
@@ -175,13 +199,13 @@ func TestInboxLoginSetsSessionCookieFlags(t *testing.T) {
 	}
 
 	// A wrong token: no session.
-	r = anon.post("/login", url.Values{"token": {"cs_not-a-token"}})
+	r = anon.login(url.Values{"token": {"cs_not-a-token"}})
 	if r.status != http.StatusUnauthorized || sessionCookieOf(t, r) != nil || !strings.Contains(string(r.body), "not valid") {
 		t.Fatalf("bad token: %d %v %s", r.status, r.header, r.body)
 	}
 
 	// A good token over plain HTTP: HttpOnly, SameSite=Strict, Path=/, not Secure.
-	r = anon.post("/login", url.Values{"token": {e.tokens["alice"]}, "next": {"/history"}})
+	r = anon.login(url.Values{"token": {e.tokens["alice"]}, "next": {"/history"}})
 	c := sessionCookieOf(t, r)
 	if r.status != http.StatusSeeOther || r.header.Get("Location") != "/history" || c == nil {
 		t.Fatalf("login: %d %v", r.status, r.header)
@@ -190,17 +214,19 @@ func TestInboxLoginSetsSessionCookieFlags(t *testing.T) {
 		t.Fatalf("cookie flags: %+v", c)
 	}
 	// Behind a TLS-terminating proxy the cookie is Secure.
-	req, _ := http.NewRequest("POST", e.url+"/login", strings.NewReader(url.Values{"token": {e.tokens["alice"]}}.Encode()))
+	behind := newWebClient(t, e.url)
+	form := csrfInput.FindSubmatch(behind.get("/login").body)
+	req, _ := http.NewRequest("POST", e.url+"/login", strings.NewReader(url.Values{"token": {e.tokens["alice"]}, "csrf": {string(form[1])}}.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("X-Forwarded-Proto", "https")
-	if c := sessionCookieOf(t, newWebClient(t, e.url).do(req)); c == nil || !c.Secure {
+	if c := sessionCookieOf(t, behind.do(req)); c == nil || !c.Secure {
 		t.Fatalf("cookie behind TLS: %+v", c)
 	}
 	// The session opens the pages; a redirect to another site is not followed.
 	if r := anon.get("/history"); r.status != http.StatusOK || !strings.Contains(string(r.body), "alice") {
 		t.Fatalf("history with the session: %d", r.status)
 	}
-	r = anon.post("/login", url.Values{"token": {e.tokens["alice"]}, "next": {"//evil.example/"}})
+	r = anon.login(url.Values{"token": {e.tokens["alice"]}, "next": {"//evil.example/"}})
 	if r.header.Get("Location") != "/" {
 		t.Fatalf("open redirect: %q", r.header.Get("Location"))
 	}
@@ -212,13 +238,52 @@ func TestInboxLoginSetsSessionCookieFlags(t *testing.T) {
 		if r := anon.get("/login?next=" + url.QueryEscape(next)); r.status != http.StatusSeeOther || r.header.Get("Location") != "/" {
 			t.Errorf("GET /login?next=%q signed in: %d Location %q, want /", next, r.status, r.header.Get("Location"))
 		}
-		if r := anon.post("/login", url.Values{"token": {e.tokens["alice"]}, "next": {next}}); r.header.Get("Location") != "/" {
+		if r := anon.login(url.Values{"token": {e.tokens["alice"]}, "next": {next}}); r.header.Get("Location") != "/" {
 			t.Errorf("POST /login next=%q: Location %q, want /", next, r.header.Get("Location"))
 		}
 	}
 	// A path on this server is kept.
 	if r := anon.get("/login?next=" + url.QueryEscape("/approvals/abc?tab=votes")); r.header.Get("Location") != "/approvals/abc?tab=votes" {
 		t.Errorf("a local next: Location %q", r.header.Get("Location"))
+	}
+}
+
+// Login CSRF: another site's form cannot sign a visitor in (as the
+// attacker, whose inbox would then collect what the visitor does). The
+// sign-in form carries a token that must match the cookie the sign-in page
+// set; a post without it, with another browser's, or with a forged cookie
+// pair the attacker cannot plant, opens no session.
+func TestInboxLoginNeedsTheSignInFormsCSRFToken(t *testing.T) {
+	e := setup(t)
+	victim := newWebClient(t, e.url)
+	// A cross-site form post: no token, no login cookie.
+	r := victim.post("/login", url.Values{"token": {e.tokens["alice"]}})
+	if r.status != http.StatusForbidden || sessionCookieOf(t, r) != nil {
+		t.Fatalf("sign-in without the form's token: %d %v", r.status, r.header)
+	}
+	// The attacker's own form token, posted from the victim's browser
+	// (which holds its own login cookie): refused.
+	attacker := newWebClient(t, e.url)
+	theirs := csrfInput.FindSubmatch(attacker.get("/login").body)
+	mine := csrfInput.FindSubmatch(victim.get("/login").body)
+	if theirs == nil || mine == nil || string(theirs[1]) == string(mine[1]) {
+		t.Fatalf("each sign-in form has a token of its own: %q %q", theirs, mine)
+	}
+	r = victim.post("/login", url.Values{"token": {e.tokens["alice"]}, "csrf": {string(theirs[1])}})
+	if r.status != http.StatusForbidden || sessionCookieOf(t, r) != nil {
+		t.Fatalf("sign-in with another form's token: %d %v", r.status, r.header)
+	}
+	// The refusal shows the form again, with a token that works.
+	again := csrfInput.FindSubmatch(r.body)
+	if again == nil || !strings.Contains(string(r.body), "Sign in again") {
+		t.Fatalf("the refusal does not show the form: %s", r.body)
+	}
+	r = victim.post("/login", url.Values{"token": {e.tokens["alice"]}, "csrf": {string(again[1])}})
+	if r.status != http.StatusSeeOther || sessionCookieOf(t, r) == nil {
+		t.Fatalf("sign-in with the form's own token: %d %v", r.status, r.header)
+	}
+	if r := victim.get("/history"); r.status != http.StatusOK {
+		t.Fatalf("the session does not open the inbox: %d", r.status)
 	}
 }
 
