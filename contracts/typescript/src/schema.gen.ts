@@ -435,6 +435,10 @@ export interface ApprovalRecord {
    */
   refused_votes_omitted?: number;
   outcome?: Outcome;
+  /**
+   * The argument values shown masked to those who may not see them, over every arguments value the record carries, as RFC 6901 JSON pointers: what the arbiter adds to request.sensitive for each edit it counts (computed with the request's policy version; the pointer "" masks every arguments value whole). Absent while only the request's are known. See docs/confidentiality.md.
+   */
+  sensitive?: string[];
   claim?: Claim;
   /**
    * When a claim found the approval lapsed (not claimed within the request's claim_within of its decision); it can no longer be claimed.
@@ -492,7 +496,11 @@ export interface Claim {
   claim_id: string;
   at: string;
   /**
-   * The receipt the arbiter signed with the claim: a compact JWS (EdDSA, typ countersign-receipt+jwt) a tool verifies against /.well-known/jwks.json. See docs/receipts.md.
+   * The id (jti) of the receipt the arbiter issued for this claim. The receipt itself is a single-use bearer token, stored apart from the record (bucket hitl_receipts) and given to the claimant alone. See docs/receipts.md.
+   */
+  receipt_id?: string;
+  /**
+   * The receipt the arbiter signed for the claim: a compact JWS (EdDSA, typ countersign-receipt+jwt) a tool verifies against /.well-known/jwks.json. Only in the claim's answer and the claimant's own reads; the stored record never holds it. See docs/receipts.md.
    */
   receipt?: string;
   [k: string]: unknown;
