@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"time"
 
 	"github.com/countersign/countersign/contracts"
 )
@@ -19,6 +20,12 @@ const (
 	KindRequested = "requested"
 	// KindDecided updates what a target was shown with the outcome.
 	KindDecided = "decided"
+	// KindHeld is the one message a target gets, in a window of the
+	// fan-out cap, once the cap is reached: more requests wait in the
+	// inbox, and no more are sent until HeldUntil. It shows nothing of
+	// any request; its Request only names the approval that reached the
+	// cap, for its receipt.
+	KindHeld = "held"
 )
 
 // KindEscalation is the kind of the notification that tells the approvers
@@ -42,9 +49,10 @@ var ErrPermanent = errors.New("notifier: permanent delivery failure")
 type Channel interface {
 	// Name is the channel's name, a single subject token such as "slack".
 	Name() string
-	// Notify shows a pending request (KindRequested or a KindReminder) to
-	// n.Target. The Receipt's Ref identifies what was delivered so that
-	// Update can find it later.
+	// Notify shows a pending request (KindRequested, a KindReminder or a
+	// KindEscalation) to n.Target, or, on a channel that reaches people,
+	// tells it that more wait in the inbox (KindHeld). The Receipt's Ref
+	// identifies what was delivered so that Update can find it later.
 	Notify(ctx context.Context, n Notification) (Receipt, error)
 	// Update tells n.Target the request is decided (KindDecided; n.Record
 	// holds the terminal record). n.Ref is the Ref of the receipt of the
@@ -83,6 +91,9 @@ type Notification struct {
 	// Event is, for KindDecided, the outcome as announced on the bus (with
 	// the record's revision), when the notifier has it.
 	Event *contracts.Decided
+	// HeldUntil is, for KindHeld, when the target's window of the fan-out
+	// cap ends and requests are sent to it again.
+	HeldUntil time.Time
 }
 
 // Requested returns the notification that shows req to t.
@@ -99,6 +110,12 @@ func Reminder(req contracts.ApprovalRequested, t Target, n int) Notification {
 // of the receipt with which the request was delivered to t, or empty.
 func Decided(rec contracts.Record, t Target, ref string) Notification {
 	return Notification{Kind: KindDecided, Target: t, Request: ForRecord(&rec), Record: &rec, Ref: ref}
+}
+
+// Held returns the message that tells t more requests wait in the inbox
+// and none are sent until until; req is the request that reached the cap.
+func Held(req contracts.ApprovalRequested, t Target, until time.Time) Notification {
+	return Notification{Kind: KindHeld, Target: t, Request: req, HeldUntil: until}
 }
 
 // EventID is the approval the notification is about.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/countersign/countersign/contracts"
@@ -194,4 +195,20 @@ func ApprovalURL(base, eventID string) string {
 		return ""
 	}
 	return strings.TrimRight(base, "/") + "/approvals/" + url.PathEscape(eventID)
+}
+
+// InboxURL is the web inbox under base ("" without one).
+func InboxURL(base string) string {
+	if base == "" {
+		return ""
+	}
+	return strings.TrimRight(base, "/") + "/"
+}
+
+// HeldLine is what a KindHeld message says: that more requests wait in the
+// inbox than are sent at once, and from when new ones are sent again. It
+// names no request.
+func HeldLine(until time.Time) string {
+	return "More approval requests are waiting for you than Countersign sends at once. They are listed in the inbox; " +
+		"new ones are sent to you again from " + until.UTC().Format("15:04 UTC on 2 January") + "."
 }

@@ -37,6 +37,10 @@ func (d *Dispatcher) handleChange(ctx context.Context, msg jetstream.Msg) error 
 	if err != nil {
 		return err
 	}
+	who, err := d.readers(ctx, rec)
+	if err != nil {
+		return err
+	}
 	req := notifier.ForRecord(rec) // values the edits added are masked too
 	var (
 		notes    []notifier.Notification
@@ -48,7 +52,7 @@ func (d *Dispatcher) handleChange(ctx context.Context, msg jetstream.Msg) error 
 		for _, v := range rec.Votes {
 			voted[v.Approver.ID] = true
 		}
-		targets, _ := d.everyone(rec)
+		targets, _ := d.everyone(who)
 		for _, t := range targets {
 			if t.Approver != "" && voted[t.Approver] {
 				continue // reminders go to those who have not voted
@@ -66,7 +70,7 @@ func (d *Dispatcher) handleChange(ctx context.Context, msg jetstream.Msg) error 
 		}
 		tier := req.Escalation[ch.Step-1]
 		var targets []notifier.Target
-		targets, problems = TargetsFor(tier.Approvers, tierRoutes(req, tier), d.cfg.People, d.cfg.Endpoints)
+		targets, problems = d.routing(who, tier.Approvers, tierRoutes(req, tier))
 		for _, t := range targets {
 			notes = append(notes, notifier.Notification{Kind: notifier.KindEscalation(ch.Step), Target: t, Request: req})
 		}
@@ -85,13 +89,15 @@ func tierRoutes(req contracts.ApprovalRequested, tier contracts.EscalationTier) 
 	return req.Channels
 }
 
-// everyone returns the targets of a pending record: the request's own and
-// those of every escalation tier reached, without duplicates.
-func (d *Dispatcher) everyone(rec *contracts.Record) ([]notifier.Target, []Problem) {
+// everyone returns the targets of a record that who's read rule lets be
+// told: the request's own and those of every escalation tier reached,
+// without duplicates.
+func (d *Dispatcher) everyone(who *readers) ([]notifier.Target, []Problem) {
+	rec := who.rec
 	req := &rec.Request
-	targets, problems := Targets(req, req.Channels, d.cfg.People, d.cfg.Endpoints)
+	targets, problems := d.routing(who, req.Quorum.Approvers, req.Channels)
 	for i := 0; i < rec.EscalationLevel && i < len(req.Escalation); i++ {
-		more, p := TargetsFor(req.Escalation[i].Approvers, tierRoutes(*req, req.Escalation[i]), d.cfg.People, d.cfg.Endpoints)
+		more, p := d.routing(who, req.Escalation[i].Approvers, tierRoutes(*req, req.Escalation[i]))
 		problems = append(problems, p...)
 		for _, t := range more {
 			if !slices.ContainsFunc(targets, func(x notifier.Target) bool { return x.Channel == t.Channel && x.Address == t.Address }) {

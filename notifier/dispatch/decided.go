@@ -48,11 +48,21 @@ func (d *Dispatcher) handleDecided(ctx context.Context, msg jetstream.Msg) error
 	if err != nil {
 		return err
 	}
+	who, err := d.readers(ctx, rec)
+	if err != nil {
+		return err
+	}
 	var notes []notifier.Notification
 	shownAt := map[string]bool{}
 	for _, r := range have.shown() {
 		t := notifier.Target{Channel: r.Channel, Address: r.Target, Approver: r.Approver}
 		shownAt[t.Channel+"\x00"+t.Address] = true
+		if !who.target(t) {
+			// Shown once, but they may not read it now (moved to another
+			// tenant, removed): the outcome is not theirs to see.
+			d.m.notifications.WithLabelValues(t.Channel, notifier.KindDecided, "unreadable").Inc()
+			continue
+		}
 		n := notifier.Decided(*rec, t, r.Ref)
 		n.Event = &ev
 		notes = append(notes, n)
@@ -60,7 +70,7 @@ func (d *Dispatcher) handleDecided(ctx context.Context, msg jetstream.Msg) error
 	// Targets not shown the request: wait while their deliveries may be
 	// in flight, then send the outcome alone (a permanently failed
 	// delivery is not retried with the outcome).
-	targets, _ := d.everyone(rec)
+	targets, _ := d.everyone(who)
 	var unshown []notifier.Target
 	for _, t := range targets {
 		if shownAt[t.Channel+"\x00"+t.Address] {
@@ -94,11 +104,12 @@ func (d *Dispatcher) handleDecided(ctx context.Context, msg jetstream.Msg) error
 	})
 }
 
-// failedForGood reports whether showing req to t failed permanently.
+// failedForGood reports whether showing req to t failed permanently (or
+// was held by the fan-out cap): as a request, a reminder or an escalation.
 func failedForGood(have receiptSet, req contracts.ApprovalRequested, t notifier.Target) bool {
-	k := notifier.Requested(req, t).IdempotencyKey()
 	for _, r := range have {
-		if r.IdempotencyKey == k && r.Status == notifier.ReceiptFailed {
+		if r.Status == notifier.ReceiptFailed && r.Channel == t.Channel && r.Target == t.Address &&
+			r.Kind != notifier.KindDecided && r.Kind != notifier.KindHeld {
 			return true
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/countersign/countersign/contracts/approval"
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/notifier"
+	"github.com/countersign/countersign/notifier/audience"
 )
 
 // Durable consumer names of the notifier role.
@@ -82,6 +83,12 @@ type Config struct {
 	// People resolves approvers, groups and addresses; nil is an empty
 	// directory.
 	People People
+	// Directory is the live directory the read rule judges people by (a
+	// person is told of a request only when approval.CanRead lets them
+	// read it). nil: the dispatcher follows it itself through JS.
+	Directory *audience.Directory
+	// Fanout bounds what one destination is sent under a flood.
+	Fanout FanoutPolicy
 	// Endpoints are the configured webhook endpoint names, for the bare
 	// "webhook" route.
 	Endpoints []string
@@ -121,6 +128,10 @@ type Dispatcher struct {
 	events *events.StreamHandle
 	// channelNames are the channels whose receipts are read, sorted.
 	channelNames []string
+	// dir is the live directory; ownDir: the dispatcher follows it.
+	dir    *audience.Directory
+	ownDir bool
+	fan    *fanout
 }
 
 // New validates cfg and opens the approvals bucket.
@@ -151,7 +162,11 @@ func New(ctx context.Context, cfg Config) (*Dispatcher, error) {
 		cfg.People = noPeople{}
 	}
 	d := &Dispatcher{cfg: cfg, log: cfg.Logger, channels: map[string]notifier.Channel{},
-		events: &events.StreamHandle{JS: cfg.JS, Name: contracts.StreamEvents}}
+		events: &events.StreamHandle{JS: cfg.JS, Name: contracts.StreamEvents},
+		dir:    cfg.Directory, fan: newFanout(cfg.Fanout)}
+	if d.dir == nil {
+		d.dir, d.ownDir = audience.New(cfg.JS, cfg.Logger.With("part", "directory")), true
+	}
 	for _, ch := range cfg.Channels {
 		name := ch.Name()
 		if !contracts.ValidChannelName(name) {
@@ -193,6 +208,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		if err := events.Consume(ctx, d.cfg.JS, cc, h); err != nil {
 			errc <- err
 		}
+	}
+	if d.ownDir {
+		dctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go d.dir.Run(dctx)
 	}
 	wg.Add(3)
 	go run(events.ConsumerConfig{
@@ -312,7 +332,12 @@ func (d *Dispatcher) handleRequest(ctx context.Context, msg jetstream.Msg) error
 	}
 	decided := rec.Terminal()
 	req = rec.Request // the arbiter's snapshot is the authority
-	targets, problems := Targets(&req, req.Channels, d.cfg.People, d.cfg.Endpoints)
+	// Only those who may read the request are told of it.
+	who, err := d.readers(ctx, rec)
+	if err != nil {
+		return err
+	}
+	targets, problems := d.routing(who, req.Quorum.Approvers, req.Channels)
 	if decided {
 		// Decided before anyone was told: people need not be asked any
 		// more (they get the outcome), but webhooks, which feed automation
@@ -338,22 +363,27 @@ func (d *Dispatcher) handleRequest(ctx context.Context, msg jetstream.Msg) error
 }
 
 // deliverAll delivers every notification not yet settled by a receipt, each
-// on its own goroutine, and records the problems once. It returns an error
-// when a delivery must be tried again by redelivering the bus message.
+// on its own goroutine, within the fan-out cap, and records the problems
+// once. It returns an error when a delivery must be tried again by
+// redelivering the bus message.
 func (d *Dispatcher) deliverAll(ctx context.Context, notes []notifier.Notification, problems []Problem, req contracts.ApprovalRequested, have receiptSet) error {
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
 		errs []error
 	)
-	for _, p := range problems {
+	for _, p := range mergeProblems(problems) {
 		n := notifier.Notification{Kind: notifier.KindRequested, Request: req,
 			Target: notifier.Target{Channel: p.Channel, Address: p.Route}}
 		if have.settled(n.IdempotencyKey()) {
 			continue
 		}
-		d.log.Warn("notification route reaches nobody", "event_id", req.EventID, "route", p.Route, "reason", p.Reason)
-		d.m.notifications.WithLabelValues(p.Channel, kindLabel(n.Kind), "unroutable").Inc()
+		result := "unroutable"
+		if p.Unreadable {
+			result = "unreadable"
+		}
+		d.log.Warn("notification route reaches nobody who may be told", "event_id", req.EventID, "route", p.Route, "reason", p.Reason)
+		d.m.notifications.WithLabelValues(p.Channel, kindLabel(n.Kind), result).Inc()
 		if err := d.publishReceipt(ctx, notifier.NewReceipt(n, "", fmt.Errorf("%w: %s", notifier.ErrPermanent, p.Reason), d.cfg.Now())); err != nil {
 			errs = append(errs, err)
 		}
@@ -372,6 +402,21 @@ func (d *Dispatcher) deliverAll(ctx context.Context, notes []notifier.Notificati
 			}
 			continue
 		}
+		if capped(n.Target.Channel, n.Kind) {
+			v, until := d.fan.admit(n.Target, d.cfg.Now())
+			if v != send {
+				if err := d.held(ctx, n, until); err != nil {
+					errs = append(errs, err)
+				}
+				if v != summary {
+					continue
+				}
+				n = notifier.Held(n.Request, n.Target, until)
+				if have.settled(n.IdempotencyKey()) {
+					continue
+				}
+			}
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -384,6 +429,36 @@ func (d *Dispatcher) deliverAll(ctx context.Context, notes []notifier.Notificati
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// held records that the fan-out cap kept n from its target: a failed
+// receipt that says so (which also keeps the outcome from being sent there
+// on its own), and the count.
+func (d *Dispatcher) held(ctx context.Context, n notifier.Notification, until time.Time) error {
+	d.m.held.WithLabelValues(n.Target.Channel).Inc()
+	d.m.notifications.WithLabelValues(n.Target.Channel, kindLabel(n.Kind), "held").Inc()
+	err := fmt.Errorf("%w: held by the fan-out cap (%d messages per destination every %s) until %s; the request waits in the inbox",
+		notifier.ErrPermanent, d.fan.p.Max, d.fan.p.Window, until.UTC().Format(time.RFC3339))
+	return d.publishReceipt(ctx, notifier.NewReceipt(n, "", err, d.cfg.Now()))
+}
+
+// mergeProblems joins the problems of one route into one, whose reason
+// lists each: a route has one receipt.
+func mergeProblems(problems []Problem) []Problem {
+	var out []Problem
+	at := map[string]int{}
+	for _, p := range problems {
+		k := p.Channel + "\x00" + p.Route
+		i, ok := at[k]
+		if !ok {
+			at[k] = len(out)
+			out = append(out, p)
+			continue
+		}
+		out[i].Reason += "; " + p.Reason
+		out[i].Unreadable = out[i].Unreadable && p.Unreadable
+	}
+	return out
 }
 
 // deliver tries n on ch until it is delivered, fails for good, or is no

@@ -10,13 +10,14 @@ type metrics struct {
 	notifications *prometheus.CounterVec
 	attempts      *prometheus.CounterVec
 	seconds       *prometheus.HistogramVec
+	held          *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		notifications: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "countersign_notifications_total",
-			Help: "Notifications by channel, kind (requested, reminder, decided) and result (delivered, failed, already_delivered, obsolete, unconfigured, unroutable).",
+			Help: "Notifications by channel, kind (requested, reminder, escalation, decided, held) and result (delivered, failed, already_delivered, obsolete, unconfigured, unroutable, unreadable, held).",
 		}, []string{"channel", "kind", "result"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "countersign_notification_attempts_total",
@@ -26,6 +27,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name:    "countersign_notification_attempt_seconds",
 			Help:    "Duration of one delivery attempt by channel.",
 			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"channel"}),
+		held: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "countersign_notifications_held_total",
+			Help: "Requests, reminders and escalations not sent because their destination reached the fan-out cap (they wait in the inbox), by channel.",
 		}, []string{"channel"}),
 	}
 	if reg == nil {
@@ -39,6 +44,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.seconds, err = register(reg, m.seconds); err != nil {
+		return nil, err
+	}
+	if m.held, err = register(reg, m.held); err != nil {
 		return nil, err
 	}
 	return m, nil

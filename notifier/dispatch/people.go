@@ -13,6 +13,10 @@ type Person struct {
 	ID          string
 	Email       string
 	SlackUserID string
+	// Tenants and Roles are the address book's, which the read rule uses
+	// only where no live directory is published (see Audience).
+	Tenants []string
+	Roles   []string
 }
 
 // People looks up the approver directory. Implementations must be safe for
@@ -34,16 +38,59 @@ func (noPeople) ByEmail(string) (Person, bool)   { return Person{}, false }
 func (noPeople) Members(string) ([]string, bool) { return nil, false }
 
 // Problem is a route that reaches nobody (an unknown group, a user without
-// an email address, an unconfigured channel). It is reported as a failed
+// an email address, an unconfigured channel), or someone it may not tell
+// (Unreadable: the read rule refused them). It is reported as a failed
 // receipt, once, so that the timeline shows why someone was not told.
 type Problem struct {
 	Channel string
 	Route   string
 	Reason  string
+	// Unreadable: the read rule kept the request from the person (or the
+	// destination) the route reaches.
+	Unreadable bool
+}
+
+// Audience decides who of those a route reaches may be told of a request:
+// the read rule. Routing without one tells everyone it reaches.
+type Audience interface {
+	// Person reports whether p may be told, and why not.
+	Person(p Person) (ok bool, why string)
+	// Shared reports whether a destination that is nobody's in particular
+	// (a Slack conversation, an address of nobody in the directory, a
+	// webhook endpoint) takes the request, and why not.
+	Shared(channel, address string) (ok bool, why string)
+}
+
+// Routing is what one request's routes are resolved with.
+type Routing struct {
+	// Approvers are whom the bare "slack" and "email" routes reach.
+	Approvers []string
+	Routes    []string
+	People    People
+	// Endpoints are the configured webhook endpoint names, for the bare
+	// "webhook" route.
+	Endpoints []string
+	// Audience, when set, keeps out everyone the request may not be shown to.
+	Audience Audience
+}
+
+// Resolve turns the routes into targets, without duplicates, in route
+// order, and the problems.
+func (r Routing) Resolve() ([]notifier.Target, []Problem) {
+	people := r.People
+	if people == nil {
+		people = noPeople{}
+	}
+	rt := &router{approvers: r.Approvers, people: people, endpoints: r.Endpoints, audience: r.Audience, seen: map[string]bool{}}
+	for _, raw := range r.Routes {
+		rt.route(raw)
+	}
+	return rt.out, rt.problems
 }
 
 // Targets resolves the channels of req (one entry per route) into targets,
-// without duplicates, in route order. endpoints are the configured webhook
+// without duplicates, in route order, telling everyone they reach (no read
+// rule; the Dispatcher applies one). endpoints are the configured webhook
 // endpoint names, for the bare "webhook" route.
 func Targets(req *contracts.ApprovalRequested, routes []string, people People, endpoints []string) ([]notifier.Target, []Problem) {
 	return TargetsFor(req.Quorum.Approvers, routes, people, endpoints)
@@ -52,26 +99,51 @@ func Targets(req *contracts.ApprovalRequested, routes []string, people People, e
 // TargetsFor is Targets for the approvers given, which the bare "slack" and
 // "email" routes reach (an escalation tier's approvers, say).
 func TargetsFor(approvers []string, routes []string, people People, endpoints []string) ([]notifier.Target, []Problem) {
-	if people == nil {
-		people = noPeople{}
-	}
-	rt := &router{approvers: approvers, people: people, endpoints: endpoints, seen: map[string]bool{}}
-	for _, raw := range routes {
-		rt.route(raw)
-	}
-	return rt.out, rt.problems
+	return Routing{Approvers: approvers, Routes: routes, People: people, Endpoints: endpoints}.Resolve()
 }
 
-// router resolves the routes of one call of TargetsFor: it collects the
-// targets, each once, in route order, and the problems.
+// router resolves the routes of one Routing: it collects the targets, each
+// once, in route order, and the problems.
 type router struct {
 	approvers []string
 	people    People
 	endpoints []string
+	audience  Audience
 
 	out      []notifier.Target
 	problems []Problem
 	seen     map[string]bool // channel and address of every target in out
+}
+
+// shared adds t, a destination of nobody in particular, when the audience
+// lets it take the request, and reports whether it did.
+func (rt *router) shared(r contracts.Route, raw string, t notifier.Target, quiet bool) bool {
+	if rt.audience != nil {
+		if ok, why := rt.audience.Shared(t.Channel, t.Address); !ok {
+			if !quiet {
+				rt.refuse(r, raw, why)
+			}
+			return false
+		}
+	}
+	rt.add(t)
+	return true
+}
+
+// personal adds t, a target of person p, when the audience lets p be told.
+func (rt *router) personal(r contracts.Route, raw string, p Person, t notifier.Target) {
+	if rt.audience != nil {
+		if ok, why := rt.audience.Person(p); !ok {
+			rt.refuse(r, raw, why)
+			return
+		}
+	}
+	rt.add(t)
+}
+
+// refuse records that the read rule keeps route raw from someone.
+func (rt *router) refuse(r contracts.Route, raw, why string) {
+	rt.problems = append(rt.problems, Problem{Channel: r.Channel, Route: raw, Reason: why, Unreadable: true})
 }
 
 // add adds t unless a target with its channel and address is there.
@@ -111,19 +183,28 @@ func (rt *router) route(raw string) {
 	case contracts.RouteUser:
 		rt.user(r, raw)
 	case contracts.RouteConversation, contracts.RouteEndpoint:
-		rt.add(notifier.Target{Channel: r.Channel, Address: r.Value})
+		rt.shared(r, raw, notifier.Target{Channel: r.Channel, Address: r.Value}, false)
 	case contracts.RouteAddress:
 		t := notifier.Target{Channel: r.Channel, Address: r.Value}
 		if p, ok := rt.people.ByEmail(r.Value); ok {
 			t.Approver = p.ID
+			rt.personal(r, raw, p, t)
+			return
 		}
-		rt.add(t)
+		rt.shared(r, raw, t, false)
 	case contracts.RouteAll:
 		if len(rt.endpoints) == 0 {
 			rt.miss(r, raw, "no webhook endpoints are configured")
 		}
+		took := 0
 		for _, name := range rt.endpoints {
-			rt.add(notifier.Target{Channel: r.Channel, Address: name})
+			// The bare route reaches the endpoints that take the request.
+			if rt.shared(r, raw, notifier.Target{Channel: r.Channel, Address: name}, true) {
+				took++
+			}
+		}
+		if took == 0 && len(rt.endpoints) > 0 {
+			rt.refuse(r, raw, "no webhook endpoint takes requests of this tenant")
 		}
 	}
 }
@@ -135,8 +216,10 @@ func (rt *router) user(r contracts.Route, raw string) {
 		t := notifier.Target{Channel: r.Channel, Address: r.Value}
 		if p, ok := rt.people.BySlackID(r.Value); ok {
 			t.Approver = p.ID
+			rt.personal(r, raw, p, t)
+			return
 		}
-		rt.add(t)
+		rt.shared(r, raw, t, false)
 		return
 	}
 	rt.person(r, raw, r.Value)
@@ -161,13 +244,13 @@ func (rt *router) person(r contracts.Route, raw, id string) {
 			rt.miss(r, raw, "%s has no Slack user id in the directory", id)
 			return
 		}
-		rt.add(notifier.Target{Channel: r.Channel, Address: p.SlackUserID, Approver: p.ID})
+		rt.personal(r, raw, p, notifier.Target{Channel: r.Channel, Address: p.SlackUserID, Approver: p.ID})
 	case contracts.ChannelEmail:
 		if p.Email == "" {
 			rt.miss(r, raw, "%s has no email address in the directory", id)
 			return
 		}
-		rt.add(notifier.Target{Channel: r.Channel, Address: p.Email, Approver: p.ID})
+		rt.personal(r, raw, p, notifier.Target{Channel: r.Channel, Address: p.Email, Approver: p.ID})
 	}
 }
 

@@ -30,12 +30,13 @@ func (s receiptSet) settled(k string) bool {
 
 // shown returns, per (channel, target), the receipt of what an outcome must
 // update: the first delivered request (or escalation) notification, else
-// the newest delivered reminder.
+// the newest delivered reminder. A KindHeld message showed no request and
+// is not updated.
 func (s receiptSet) shown() []notifier.Receipt {
 	idx := map[string]int{}
 	var out []notifier.Receipt
 	for _, r := range s {
-		if r.Status != notifier.ReceiptDelivered || r.Kind == notifier.KindDecided {
+		if r.Status != notifier.ReceiptDelivered || r.Kind == notifier.KindDecided || r.Kind == notifier.KindHeld {
 			continue
 		}
 		k := r.Channel + "\x00" + r.Target
@@ -57,7 +58,7 @@ func (s receiptSet) shown() []notifier.Receipt {
 func (s receiptSet) original(channel, target string) (notifier.Receipt, bool) {
 	for _, r := range s {
 		if r.Status == notifier.ReceiptDelivered && r.Channel == channel && r.Target == target &&
-			r.Kind != notifier.KindDecided && !isReminder(r.Kind) {
+			r.Kind != notifier.KindDecided && r.Kind != notifier.KindHeld && !isReminder(r.Kind) {
 			return r, true
 		}
 	}

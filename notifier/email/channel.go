@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	htmlpkg "html"
 	"log/slog"
 	"net/url"
 	"strings"
@@ -60,6 +61,9 @@ func (c *Channel) Name() string { return contracts.ChannelEmail }
 func (c *Channel) Notify(ctx context.Context, n notifier.Notification) (notifier.Receipt, error) {
 	now := c.cfg.Now()
 	req := &n.Request
+	if n.Kind == notifier.KindHeld {
+		return c.held(ctx, n, now)
+	}
 	reminder := strings.HasPrefix(n.Kind, "reminder.")
 	if n.Kind != notifier.KindRequested && !reminder && !strings.HasPrefix(n.Kind, "escalation.") {
 		return c.failed(ctx, n, now, fmt.Errorf("%w: email: Notify cannot deliver kind %q", notifier.ErrPermanent, n.Kind))
@@ -88,6 +92,30 @@ func (c *Channel) Notify(ctx context.Context, n notifier.Notification) (notifier
 	}
 	c.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "email sent",
 		slog.String(logEventID, req.EventID), slog.String(logKind, n.Kind), slog.String(logRef, id))
+	return notifier.NewReceipt(n, id, nil, now), nil
+}
+
+// held emails the line that more requests wait in the inbox
+// (notifier.KindHeld); it shows nothing of any request and carries no
+// personal link.
+func (c *Channel) held(ctx context.Context, n notifier.Notification, now time.Time) (notifier.Receipt, error) {
+	line := notifier.HeldLine(n.HeldUntil)
+	inbox := notifier.InboxURL(c.cfg.PublicURL)
+	text := line + "\n"
+	html := "<!doctype html><html><body><p>" + htmlpkg.EscapeString(line) + "</p>"
+	if inbox != "" {
+		text += "\nOpen the inbox: " + inbox + "\n"
+		html += `<p><a href="` + htmlpkg.EscapeString(inbox) + `">Open the inbox</a></p>`
+	}
+	html += "</body></html>"
+	id := messageID(n)
+	m, err := c.message(n, id, "More approval requests are waiting in Countersign", text, html, now)
+	if err != nil {
+		return c.failed(ctx, n, now, err)
+	}
+	if err := c.send(ctx, m); err != nil {
+		return c.failed(ctx, n, now, err)
+	}
 	return notifier.NewReceipt(n, id, nil, now), nil
 }
 

@@ -37,6 +37,13 @@ type PagesConfig struct {
 	Links *Links
 	// Resolver reads records and casts votes. Required.
 	Resolver notifier.Resolver
+	// ReadRule says whether the approver a link was issued to may read the
+	// request now (notifier.MayTell against the live directory): a page
+	// for someone who may not is answered exactly as for a request that
+	// does not exist, on GET and POST alike. nil lets every link's
+	// approver read its request (a deployment without tenants or a
+	// directory); serve always sets it.
+	ReadRule notifier.ReadRule
 	// Now is the clock; time.Now by default.
 	Now func() time.Time
 	// Logger receives one line per vote cast; discarded by default.
@@ -159,6 +166,13 @@ func (p *pages) verify(w http.ResponseWriter, r *http.Request) (Claims, bool) {
 // record loads the record of claims, writing the error page when it fails.
 func (p *pages) record(w http.ResponseWriter, r *http.Request, claims Claims) (*contracts.Record, bool) {
 	rec, err := p.cfg.Resolver.Record(r.Context(), claims.EventID)
+	if err == nil && rec != nil && p.cfg.ReadRule != nil {
+		var may bool
+		if may, err = p.cfg.ReadRule(r.Context(), claims.Approver, rec); err == nil && !may {
+			// Not theirs to read: as if it did not exist.
+			rec = nil
+		}
+	}
 	switch {
 	case err == nil && rec != nil:
 		return rec, true

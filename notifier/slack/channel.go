@@ -110,7 +110,9 @@ func New(cfg Config) (*Channel, error) {
 // Name is contracts.ChannelSlack.
 func (c *Channel) Name() string { return contracts.ChannelSlack }
 
-// Notify posts the pending request n.Request to n.Target.Address: a
+// Notify posts the pending request n.Request to n.Target.Address (for
+// notifier.KindHeld, the line that more requests wait in the inbox, and
+// nothing of any request): a
 // conversation id (C…, G…, D…), a user id (U…, W…) for a direct message, or
 // "#name". The receipt's Ref is "<conversation id>/<message ts>".
 //
@@ -121,6 +123,13 @@ func (c *Channel) Name() string { return contracts.ChannelSlack }
 // channel, a message Slack refuses), carrying notifier.RetryAfter when
 // rate-limited, and transient otherwise.
 func (c *Channel) Notify(ctx context.Context, n notifier.Notification) (notifier.Receipt, error) {
+	if n.Kind == notifier.KindHeld {
+		if n.Target.Address == "" {
+			return c.fail(n, fmt.Errorf("%w: slack: no destination", notifier.ErrPermanent))
+		}
+		msg := heldMessage(n.HeldUntil, c.publicURL)
+		return c.deliver(ctx, n, func() (string, error) { return c.post(ctx, n.Target.Address, msg) })
+	}
 	reminder := strings.HasPrefix(n.Kind, "reminder.")
 	if n.Kind != notifier.KindRequested && !reminder && !strings.HasPrefix(n.Kind, "escalation.") {
 		return c.fail(n, fmt.Errorf("%w: slack: Notify cannot deliver kind %q", notifier.ErrPermanent, n.Kind))

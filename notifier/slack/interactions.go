@@ -68,6 +68,13 @@ type InteractionsConfig struct {
 	// Users maps a Slack user id to a Countersign approver id; ok false
 	// for a person not in the directory, whose clicks never vote. Required.
 	Users func(slackUserID string) (approverID string, ok bool)
+	// ReadRule says whether an approver may read a request now
+	// (notifier.MayTell against the live directory). A click whose answer
+	// would show a request to someone who may not read it (a form, an
+	// outcome) is answered as for a request that does not exist. nil lets
+	// everyone the directory maps read (a deployment without tenants);
+	// serve always sets it.
+	ReadRule notifier.ReadRule
 	// PublicURL is the base URL of the web inbox, for links in messages.
 	PublicURL string
 	// Now is the clock (default time.Now): signatures' window and votes'
@@ -245,7 +252,7 @@ func (h *Interactions) blockActions(w http.ResponseWriter, r *http.Request, p *p
 		h.background(r, func(ctx context.Context) { h.approveRun(ctx, log, p, act, bv.EventID, approver) })
 		w.WriteHeader(http.StatusOK)
 	default:
-		h.openModal(r, log, p, act.ActionID, bv)
+		h.openModal(r, log, p, approver, act.ActionID, bv)
 		w.WriteHeader(http.StatusOK)
 	}
 }
@@ -297,7 +304,7 @@ func (h *Interactions) castClick(ctx context.Context, log *slog.Logger, v contra
 	case res.Refused != "":
 		log.Info("slack vote refused", attrReason, res.Refused)
 		h.ephemeral(ctx, responseURL, refusalText(res))
-		if res.Refused == contracts.ReasonClosed && res.Record != nil && res.Record.Terminal() {
+		if res.Refused == contracts.ReasonClosed && res.Record != nil && res.Record.Terminal() && h.mayRead(ctx, v.Approver.ID, res.Record) {
 			h.replace(ctx, log, responseURL, OutcomeMessage(res.Record, h.opts))
 		}
 	case res.InFlight:
@@ -312,6 +319,18 @@ func (h *Interactions) castClick(ctx context.Context, log *slog.Logger, v contra
 		log.Warn("slack vote: the resolver said nothing")
 		h.ephemeral(ctx, responseURL, textVoteUnsure)
 	}
+}
+
+// mayRead applies the read rule; a rule that cannot be consulted shows nothing.
+func (h *Interactions) mayRead(ctx context.Context, approver string, rec *contracts.Record) bool {
+	if h.cfg.ReadRule == nil {
+		return true
+	}
+	ok, err := h.cfg.ReadRule(ctx, approver, rec)
+	if err != nil {
+		h.log.Warn("slack: the read rule could not be applied", attrEvent, rec.Request.EventID, attrError, err)
+	}
+	return err == nil && ok
 }
 
 // recordAfter is the record after a counted vote: the one in res, else the
@@ -362,10 +381,13 @@ func (h *Interactions) replace(ctx context.Context, log *slog.Logger, responseUR
 
 // openModal opens the Edit…, Respond… or Answer… modal. It runs before the
 // click is answered: a trigger id expires three seconds after the click.
-func (h *Interactions) openModal(r *http.Request, log *slog.Logger, p *payload, action string, bv ButtonValue) {
+func (h *Interactions) openModal(r *http.Request, log *slog.Logger, p *payload, approver, action string, bv ButtonValue) {
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.ModalTimeout)
 	defer cancel()
 	rec, err := h.cfg.Resolver.Record(ctx, bv.EventID)
+	if err == nil && rec != nil && !h.mayRead(ctx, approver, rec) {
+		rec, err = nil, notifier.ErrUnknownEvent // not theirs to read: as if it did not exist
+	}
 	switch {
 	case errors.Is(err, notifier.ErrUnknownEvent):
 		h.background(r, func(ctx context.Context) {

@@ -664,3 +664,15 @@ func sensitiveHeading(req *contracts.ApprovalRequested) string {
 	}
 	return ""
 }
+
+// heldMessage tells a destination that reached the fan-out cap that more
+// requests wait in the inbox. It shows nothing of any request.
+func heldMessage(until time.Time, publicURL string) Message {
+	line := escape(notifier.HeldLine(until))
+	if u := notifier.InboxURL(publicURL); u != "" {
+		line += " <" + u + "|Open the inbox>"
+	}
+	var b builder
+	b.add("held", slackgo.NewSectionBlock(mrkdwn(line), nil, nil))
+	return b.message(notifier.KindHeld+until.UTC().Format(time.RFC3339), escapeCut("More approval requests are waiting in Countersign", maxFallbackText))
+}

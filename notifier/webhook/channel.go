@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -60,7 +61,17 @@ type Channel struct {
 	endpoints map[string]*endpoint
 }
 
-var _ notifier.Channel = (*Channel)(nil)
+var (
+	_ notifier.Channel = (*Channel)(nil)
+	_ notifier.Scoped  = (*Channel)(nil)
+)
+
+// Takes reports whether the endpoint named address receives requests of
+// tenant (see Endpoint.Tenants); false for an unknown endpoint.
+func (c *Channel) Takes(address, tenant string) bool {
+	ep, ok := c.endpoints[address]
+	return ok && ep.takes(tenant)
+}
 
 // endpoint is a validated Endpoint. Only disabled changes after New.
 type endpoint struct {
@@ -71,6 +82,16 @@ type endpoint struct {
 	disabled atomic.Bool
 	// includeSensitive: sent the real values of sensitive arguments.
 	includeSensitive bool
+	// tenants the endpoint takes (see Endpoint.Tenants).
+	tenants []string
+}
+
+// takes reports whether e receives requests of tenant.
+func (e *endpoint) takes(tenant string) bool {
+	if len(e.tenants) == 0 {
+		return tenant == ""
+	}
+	return slices.Contains(e.tenants, "*") || tenant != "" && slices.Contains(e.tenants, tenant)
 }
 
 // New validates cfg and returns a Channel. Errors name the invalid field and
@@ -175,6 +196,9 @@ func (c *Channel) deliver(ctx context.Context, n notifier.Notification, body []b
 	}
 	if ep.disabled.Load() {
 		return c.fail(n, errDisabled(ep.name))
+	}
+	if !ep.takes(n.Request.Run.Tenant) {
+		return c.fail(n, fmt.Errorf("%w: webhook: endpoint %q does not take requests of this tenant", notifier.ErrPermanent, ep.name))
 	}
 
 	id := n.IdempotencyKey()

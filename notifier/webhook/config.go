@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/countersign/countersign/contracts"
@@ -51,6 +53,13 @@ type Endpoint struct {
 	// arguments a request lists as sensitive; by default they are masked
 	// (approval.Mask) like in every other notification.
 	IncludeSensitive bool
+	// Tenants are the tenants whose requests this endpoint receives (their
+	// requests, reminders, escalations and outcomes): "acme" for requests
+	// whose run.tenant is acme, "*" for every request, with or without a
+	// tenant. Without Tenants the endpoint receives only requests that
+	// name no tenant, so a single-tenant installation works unchanged and
+	// an endpoint nobody scoped gets nothing of any tenant's.
+	Tenants []string
 }
 
 func (c *Config) setDefaults() {
@@ -124,10 +133,16 @@ func newEndpoint(e Endpoint) (*endpoint, []error) {
 	case timeout == 0:
 		timeout = DefaultTimeout
 	}
+	for j, t := range e.Tenants {
+		if strings.TrimSpace(t) == "" || strings.TrimSpace(t) != t {
+			errs = append(errs, fmt.Errorf("Tenants[%d]: want a tenant name or \"*\", got %q", j, t))
+		}
+	}
 	if len(errs) > 0 {
 		return nil, errs
 	}
-	return &endpoint{name: e.Name, url: e.URL, keys: keys, timeout: timeout, includeSensitive: e.IncludeSensitive}, nil
+	return &endpoint{name: e.Name, url: e.URL, keys: keys, timeout: timeout, includeSensitive: e.IncludeSensitive,
+		tenants: slices.Clone(e.Tenants)}, nil
 }
 
 func validURL(s string) bool {

@@ -9,9 +9,11 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/notifier"
 	"github.com/countersign/countersign/notifier/dispatch"
 	"github.com/countersign/countersign/notifier/email"
@@ -28,6 +30,32 @@ type notifyConfig struct {
 	Email    *emailConfig    `yaml:"email"`
 	Webhooks []webhookConfig `yaml:"webhooks"`
 	Retry    retryConfig     `yaml:"retry"`
+	Fanout   fanoutConfig    `yaml:"fanout"`
+}
+
+// fanoutConfig is notify.fanout: the cap on what one destination is sent
+// per window under a flood of requests (dispatch.FanoutPolicy).
+type fanoutConfig struct {
+	// MaxMessages per destination and channel within Window (default 20;
+	// -1: no cap).
+	MaxMessages int `yaml:"max_messages"`
+	// Window, a duration (default 1m).
+	Window string `yaml:"window"`
+}
+
+func (f fanoutConfig) policy() (dispatch.FanoutPolicy, error) {
+	p := dispatch.FanoutPolicy{Max: f.MaxMessages}
+	if f.MaxMessages < -1 {
+		return p, fmt.Errorf("config: notify.fanout.max_messages: want a positive number, or -1 for no cap, got %d", f.MaxMessages)
+	}
+	if f.Window != "" {
+		d, err := time.ParseDuration(f.Window)
+		if err != nil || d <= 0 {
+			return p, fmt.Errorf("config: notify.fanout.window: want a positive duration, got %q", f.Window)
+		}
+		p.Window = d
+	}
+	return p, nil
 }
 
 type slackConfig struct {
@@ -60,6 +88,9 @@ type webhookConfig struct {
 	// IncludeSensitive sends the endpoint the real values of sensitive
 	// arguments (masked by default).
 	IncludeSensitive bool `yaml:"include_sensitive"`
+	// Tenants whose requests the endpoint receives ("*": every request);
+	// without them, only requests that name no tenant.
+	Tenants []string `yaml:"tenants"`
 }
 
 type retryConfig struct {
@@ -141,7 +172,7 @@ func buildChannels(cfg serveConfig, publicURL string, log *slog.Logger) (*notifi
 	if len(n.Webhooks) > 0 {
 		var eps []webhook.Endpoint
 		for i, w := range n.Webhooks {
-			ep := webhook.Endpoint{Name: w.Name, URL: w.URL, IncludeSensitive: w.IncludeSensitive}
+			ep := webhook.Endpoint{Name: w.Name, URL: w.URL, IncludeSensitive: w.IncludeSensitive, Tenants: w.Tenants}
 			for j, s := range w.Secrets {
 				v, err := secret(fmt.Sprintf("notify.webhooks[%d].secrets[%d]", i, j), s)
 				if err != nil {
@@ -239,7 +270,30 @@ func (p people) dir() *directory.Directory {
 }
 
 func person(u directory.User) dispatch.Person {
-	return dispatch.Person{ID: u.ID, Email: u.Email, SlackUserID: u.SlackUserID}
+	return dispatch.Person{ID: u.ID, Email: u.Email, SlackUserID: u.SlackUserID, Tenants: u.Tenants, Roles: roles(u)}
+}
+
+// roles are every role u's tokens hold.
+func roles(u directory.User) []string {
+	var out []string
+	for _, t := range u.Tokens {
+		for _, r := range t.Roles {
+			if !slices.Contains(out, r) {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+// book is the directory file as the read rule's address book, for where no
+// live directory is published.
+func (p people) book(id string) (contracts.DirectoryPerson, bool) {
+	u, ok := p.dir().User(id)
+	if !ok {
+		return contracts.DirectoryPerson{}, false
+	}
+	return contracts.DirectoryPerson{ID: u.ID, Email: u.Email, Tenants: u.Tenants, Roles: roles(u)}, true
 }
 
 func (p people) Person(id string) (dispatch.Person, bool) {

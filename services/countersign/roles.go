@@ -20,6 +20,8 @@ import (
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events"
+	"github.com/countersign/countersign/notifier"
+	"github.com/countersign/countersign/notifier/audience"
 	"github.com/countersign/countersign/notifier/dispatch"
 	"github.com/countersign/countersign/notifier/email"
 	"github.com/countersign/countersign/notifier/slack"
@@ -154,8 +156,14 @@ func (n *node) startNotifier(ctx context.Context) ([]events.Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
+	fanout, err := n.cfg.Notify.Fanout.policy()
+	if err != nil {
+		return nil, err
+	}
+	// The dispatcher follows the live directory itself, through js: who
+	// may be told of a request is judged by what the arbiter judges by.
 	d, err := dispatch.New(ctx, dispatch.Config{
-		JS: js, Channels: n.parts.channels, People: n.who, Endpoints: n.parts.endpoints, Retry: retry,
+		JS: js, Channels: n.parts.channels, People: n.who, Endpoints: n.parts.endpoints, Retry: retry, Fanout: fanout,
 		Logger: n.log.With("role", "notifier"), Registerer: n.reg, OnDeadLetter: n.onDeadLetter,
 	})
 	if err != nil {
@@ -260,7 +268,7 @@ func (n *node) startAPI(ctx context.Context, out *os.File) error {
 	if _, err := inbox.New(ctx, inbox.Config{API: srv, JS: js, Logger: n.log.With("role", "inbox"), Registerer: n.reg}); err != nil {
 		return err
 	}
-	slackH, emailH, err := n.channelHandlers(srv)
+	slackH, emailH, err := n.channelHandlers(srv, js)
 	if err != nil {
 		return err
 	}
@@ -275,10 +283,18 @@ func (n *node) startAPI(ctx context.Context, out *os.File) error {
 
 // channelHandlers are the HTTP endpoints of the Slack and email channels
 // that are configured (nil for the others).
-func (n *node) channelHandlers(srv *api.Server) (slackH, emailH http.Handler, err error) {
+func (n *node) channelHandlers(srv *api.Server, js jetstream.JetStream) (slackH, emailH http.Handler, err error) {
+	var readRule notifier.ReadRule
+	if n.parts.slackCfg != nil || n.parts.links != nil {
+		// Pages and Slack answers show a request only to whom may read it,
+		// judged by the live directory as the arbiter judges votes.
+		live := audience.New(js, n.log.With("role", "api", "part", "directory"))
+		n.run("directory", func(ctx context.Context) error { live.Run(ctx); return nil })
+		readRule = live.ReadRule(n.who.book)
+	}
 	if n.parts.slackCfg != nil {
 		sc := *n.parts.slackCfg
-		sc.Resolver, sc.Users = srv.Resolver(), n.who.slackUsers
+		sc.Resolver, sc.Users, sc.ReadRule = srv.Resolver(), n.who.slackUsers, readRule
 		h, err := slack.NewInteractions(sc)
 		if err != nil {
 			return nil, nil, fmt.Errorf("serve: slack interactions: %w", err)
@@ -287,7 +303,8 @@ func (n *node) channelHandlers(srv *api.Server) (slackH, emailH http.Handler, er
 		slackH = h
 	}
 	if n.parts.links != nil {
-		h, err := email.NewPages(email.PagesConfig{Links: n.parts.links, Resolver: srv.Resolver(), Logger: n.log.With("channel", "email")})
+		h, err := email.NewPages(email.PagesConfig{Links: n.parts.links, Resolver: srv.Resolver(), ReadRule: readRule,
+			Logger: n.log.With("channel", "email")})
 		if err != nil {
 			return nil, nil, fmt.Errorf("serve: email pages: %w", err)
 		}
