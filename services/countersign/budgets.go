@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -267,7 +269,8 @@ func remoteHost(a net.Addr) string {
 const connRetryAfter = "2"
 
 // refuseConn answers a connection over a budget with 429 and closes it.
-// The answer goes out before anything is read; what the client sent is
+// It reads at most the request's head (a few kilobytes, for a second) so
+// that the answer comes after the request, as clients expect; the rest is
 // drained for a moment, so that closing does not reset the connection
 // under the answer.
 func refuseConn(c net.Conn, budget string) {
@@ -276,6 +279,13 @@ func refuseConn(c net.Conn, budget string) {
 	resp := "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nRetry-After: " + connRetryAfter +
 		"\r\nConnection: close\r\nContent-Length: " + fmt.Sprint(len(body)) + "\r\n\r\n" + body
 	_ = c.SetDeadline(time.Now().Add(time.Second))
+	head := bufio.NewReader(io.LimitReader(c, 16<<10))
+	for {
+		line, err := head.ReadSlice('\n')
+		if err != nil || len(bytes.TrimSpace(line)) == 0 {
+			break
+		}
+	}
 	if _, err := io.WriteString(c, resp); err != nil {
 		return
 	}
