@@ -20,11 +20,12 @@ func submitterFrom(ctx context.Context) string {
 	return s
 }
 
-// sameSubmitter reports whether the requests reviewed with ctx come from
-// the submitter of rec. A review without a submitter (a runner with the
-// orchestrator's credential, which reads every record) is taken as the
-// same; one with a submitter must name rec's own.
+// sameSubmitter reports whether the requests reviewed with ctx may learn
+// how rec's own request compares: a review without a submitter (a runner
+// with the orchestrator's credential, which reads every record), and any
+// review of a request published without one, may; a review by a submitter
+// may only for the requests it submitted itself.
 func sameSubmitter(ctx context.Context, rec *contracts.Record) bool {
 	who := submitterFrom(ctx)
-	return who == "" || who == rec.Request.Submitter
+	return who == "" || rec.Request.Submitter == "" || who == rec.Request.Submitter
 }

@@ -266,7 +266,9 @@ func TestSizeBudgetEveryTerminalPath(t *testing.T) {
 					CommandID: strings.Repeat("k", contracts.MaxClientIDBytes), ClaimID: strings.Repeat("k", contracts.MaxClientIDBytes),
 					By: hardText(contracts.MaxApproverIDBytes),
 				})
-				if c := b.waitRecord(id, func(r *contracts.Record) bool { return r.Claim != nil }).Claim; c.ReceiptID == "" || b.issuedReceipt(id).Receipt == "" {
+				c := b.waitRecord(id, func(r *contracts.Record) bool { return r.Claim != nil }).Claim
+				b.waitChanged(id, contracts.ChangeClaimed) // the receipt is stored before this
+				if c.ReceiptID == "" || b.issuedReceipt(id).Receipt == "" {
 					t.Fatal("claimed without a receipt")
 				}
 			}

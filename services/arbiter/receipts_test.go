@@ -54,6 +54,8 @@ func TestClaimIssuesReceiptOutsideTheRecord(t *testing.T) {
 	}
 	claim("claim-1")
 	rec := b.waitRecord(req.EventID, func(r *contracts.Record) bool { return r.Claim != nil })
+	// The receipt is stored before the claim is announced.
+	b.waitChanged(req.EventID, contracts.ChangeClaimed)
 	if rec.Claim.Receipt != "" || rec.Claim.ReceiptID == "" {
 		t.Fatalf("the record's claim holds receipt %q, receipt id %q; want only the id", rec.Claim.Receipt, rec.Claim.ReceiptID)
 	}
