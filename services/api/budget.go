@@ -139,14 +139,16 @@ type overBudget struct {
 
 func (s *Server) refuseOverBudget(w http.ResponseWriter, o *overBudget) {
 	s.budgetRefusals.WithLabelValues(o.budget).Inc()
-	w.Header().Set("Retry-After", retryAfter(o.retry))
-	writeError(w, errorf(http.StatusTooManyRequests, o.code, "%s", o.message))
+	e := errorf(http.StatusTooManyRequests, o.code, "%s", o.message)
+	e.RetryAfter = retrySeconds(o.retry)
+	w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	writeError(w, e)
 }
 
-// retryAfter is d as a Retry-After value: whole seconds, rounded up, at
+// retrySeconds is d as a Retry-After value: whole seconds, rounded up, at
 // least 1.
-func retryAfter(d time.Duration) string {
-	return strconv.FormatInt(max(1, int64(math.Ceil(d.Seconds()))), 10)
+func retrySeconds(d time.Duration) int {
+	return int(max(1, min(math.Ceil(d.Seconds()), math.MaxInt32)))
 }
 
 // rateLimiter is a token bucket per principal: each holds at most burst
@@ -249,9 +251,11 @@ func (s *Server) openStream(w http.ResponseWriter, p *Principal, fail func(*Erro
 		return release, true
 	}
 	s.budgetRefusals.WithLabelValues(BudgetStreams).Inc()
-	w.Header().Set("Retry-After", retryAfter(streamRetry))
-	fail(errorf(http.StatusTooManyRequests, CodeTooManyStreams,
-		"this principal holds its most live event streams (%d); close one first", s.streams.max))
+	e := errorf(http.StatusTooManyRequests, CodeTooManyStreams,
+		"this principal holds its most live event streams (%d); close one first", s.streams.max)
+	e.RetryAfter = retrySeconds(streamRetry)
+	w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	fail(e)
 	return nil, false
 }
 

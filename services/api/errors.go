@@ -41,6 +41,9 @@ type Error struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Field   string `json:"field,omitempty"`
+	// RetryAfter, in a 429 answer, is the Retry-After header's seconds,
+	// for clients that read the body only.
+	RetryAfter int `json:"retry_after,omitempty"`
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }

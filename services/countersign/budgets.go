@@ -275,7 +275,7 @@ const connRetryAfter = "2"
 // under the answer.
 func refuseConn(c net.Conn, budget string) {
 	defer c.Close()
-	body := fmt.Sprintf(`{"error":{"code":%q,"message":"the server holds its most connections (%s); retry later"}}`+"\n", api.CodeTooManyConnections, budget)
+	body := fmt.Sprintf(`{"error":{"code":%q,"message":"the server holds its most connections (%s); retry later","retry_after":%s}}`+"\n", api.CodeTooManyConnections, budget, connRetryAfter)
 	resp := "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nRetry-After: " + connRetryAfter +
 		"\r\nConnection: close\r\nContent-Length: " + fmt.Sprint(len(body)) + "\r\n\r\n" + body
 	_ = c.SetDeadline(time.Now().Add(time.Second))

@@ -305,3 +305,31 @@ func TestMetricsAccessDefaults(t *testing.T) {
 		}
 	}
 }
+
+// The deployment's configuration files load and validate, budgets and
+// metrics included; the local one states the defaults.
+func TestDeployConfigsSetValidBudgets(t *testing.T) {
+	for _, path := range []string{"../../deploy/countersign.yaml", "../../deploy/cluster/countersign.yaml"} {
+		fc, err := loadConfig(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := serveConfig{fileConfig: fc}
+		if err := cfg.validate(); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+	}
+	fc, _ := loadConfig("../../deploy/countersign.yaml")
+	b := fc.Budgets
+	want := budgetsConfig{ReadHeaderTimeout: "10s", ReadTimeout: "30s", WriteTimeout: "30s", IdleTimeout: "30s",
+		MaxConnections: defaultMaxConnections, MaxConnectionsPerAddress: defaultMaxConnectionsPerAddress,
+		Budgets: api.Budgets{ReviewRate: api.DefaultReviewRate, ReviewBurst: api.DefaultReviewBurst, VoteRate: api.DefaultVoteRate,
+			VoteBurst: api.DefaultVoteBurst, StreamsPerPrincipal: api.DefaultStreamsPerPrincipal,
+			PendingPerAgent: api.DefaultPendingPerAgent, PendingPerTenant: api.DefaultPendingPerTenant}}
+	if b != want {
+		t.Fatalf("deploy/countersign.yaml budgets %+v, want the defaults %+v", b, want)
+	}
+	if fc.Metrics.access(fc.Addr) != api.MetricsOpen {
+		t.Fatalf("make run's /metrics: %s, want open on loopback", fc.Metrics.access(fc.Addr))
+	}
+}

@@ -171,3 +171,17 @@ class WebhookTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class OverBudgetTest(unittest.TestCase):
+    def test_429_is_too_many_requests_with_retry_after(self) -> None:
+        from countersign import TooManyRequests, codes
+        from countersign._core import decode_answer
+        for code in (codes.RATE_LIMITED, codes.TOO_MANY_STREAMS, codes.PENDING_QUOTA, codes.TOO_MANY_CONNECTIONS):
+            body = json.dumps({"error": {"code": code, "message": "over", "retry_after": 7}}).encode()
+            with self.assertRaises(TooManyRequests) as cm:
+                decode_answer(429, body)
+            self.assertEqual(cm.exception.code, code)
+            self.assertEqual(cm.exception.status, 429)
+            self.assertEqual(cm.exception.retry_after, 7.0)
+            self.assertFalse(transient(cm.exception))

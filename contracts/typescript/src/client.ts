@@ -747,13 +747,20 @@ function jitter(ms: number): number {
 
 async function errorOf(resp: Response): Promise<CountersignError> {
   const text = await resp.text().catch(() => '');
+  // Over a budget (429) the answer says when to send again.
+  const seconds = Number(resp.headers.get('Retry-After'));
+  const retryAfter = resp.status === 429 && Number.isFinite(seconds) && seconds > 0 ? seconds : undefined;
   try {
-    const env = JSON.parse(text) as { error?: { code?: string; message?: string; field?: string } };
-    if (env.error?.code) return new CountersignError(resp.status, env.error.code, env.error.message ?? '', env.error.field || undefined);
+    const env = JSON.parse(text) as { error?: { code?: string; message?: string; field?: string; retry_after?: number } };
+    if (env.error?.code) {
+      return new CountersignError(resp.status, env.error.code, env.error.message ?? '', env.error.field || undefined, {
+        retryAfter: retryAfter ?? (resp.status === 429 ? env.error.retry_after : undefined),
+      });
+    }
   } catch {
     /* not the API's error body */
   }
-  return new CountersignError(resp.status, `http_${resp.status}`, text.trim().slice(0, 500) || resp.statusText);
+  return new CountersignError(resp.status, `http_${resp.status}`, text.trim().slice(0, 500) || resp.statusText, undefined, { retryAfter });
 }
 
 /** A message for the model when a guarded call does not run. */

@@ -12,13 +12,26 @@ export class CountersignError extends Error {
   readonly code: string;
   /** The request field at fault, when there is one (e.g. "tool_calls[0].arguments"). */
   readonly field: string | undefined;
+  /**
+   * Over a budget (status 429: rate_limited, too_many_streams,
+   * pending_quota, too_many_connections): the seconds to wait before
+   * sending again, from Retry-After. Undefined for other errors.
+   */
+  readonly retryAfter: number | undefined;
 
-  constructor(status: number, code: string, message: string, field?: string, options?: { cause?: unknown }) {
+  constructor(
+    status: number,
+    code: string,
+    message: string,
+    field?: string,
+    options?: { cause?: unknown; retryAfter?: number },
+  ) {
     super(message, options);
     this.name = 'CountersignError';
     this.status = status;
     this.code = code;
     this.field = field;
+    this.retryAfter = options?.retryAfter;
   }
 
   /** Whether sending the same request again may succeed (network, 502, 503, 504). */
@@ -52,6 +65,14 @@ export const Codes = {
   unauthenticated: 'unauthenticated',
   forbidden: 'forbidden',
   unavailable: 'unavailable',
+  /** 429: the token made requests of this kind faster than its rate; retry after `retryAfter` seconds. */
+  rateLimited: 'rate_limited',
+  /** 429: the token holds its most live event streams. */
+  tooManyStreams: 'too_many_streams',
+  /** 429: the review would pass the agent's or the tenant's most pending approvals. */
+  pendingQuota: 'pending_quota',
+  /** 429: the server, or this client's address, holds its most connections. */
+  tooManyConnections: 'too_many_connections',
   /** The API did not answer (connection refused, reset, DNS). */
   network: 'network',
   /** A vote or claim the arbiter had not applied when retries ran out. */

@@ -20,8 +20,8 @@ from .client import Abort, Client, DecisionStream, EventStream
 from .errors import (Aborted, AlreadyClaimed, ApprovalLapsed, ArgumentsChanged, Closed, CountersignError,
                      DeadlineNotLater, DecisionNotAllowed, DuplicateVote, Forbidden, InFlight, InvalidRequest,
                      InvalidToolCall, NetworkError, NotAnApprover, NotApproved, NotFound, NotPermitted, OutOfOrder,
-                     Refused, SelfApproval, StaleArguments, Unauthenticated, Unavailable, UnknownApprover,
-                     WebhookVerificationError, codes)
+                     Refused, SelfApproval, StaleArguments, TooManyRequests, Unauthenticated, Unavailable,
+                     UnknownApprover, WebhookVerificationError, codes)
 from .gated import AsyncGatedTool, CallDenied, Denied, GatedTool, gated
 from .ids import event_id_for, new_claim_id, new_vote_id
 from .receipts import (JWKSFetcher, KeySet, MemoryReplayStore, ReceiptError, arguments_sha256, inspect_receipt,
@@ -38,7 +38,8 @@ __all__ = [
     "AsyncGatedTool", "CallDenied", "Client", "Closed", "CountersignError", "Decision", "DecisionNotAllowed",
     "DecisionStream", "Denied", "DuplicateVote", "Event", "EventStream", "Forbidden", "GatedTool", "InFlight",
     "InvalidRequest", "InvalidToolCall", "NetworkError", "NotAnApprover", "NotApproved", "NotFound", "OutOfOrder",
-    "Question", "Record", "Refused", "Result", "Run", "SelfApproval", "StaleArguments", "Status", "ToolCall",
+    "Question", "Record", "Refused", "Result", "Run", "SelfApproval", "StaleArguments", "Status", "TooManyRequests",
+    "ToolCall",
     "ToolCallLike", "Unauthenticated", "Unavailable", "Verdict", "VoteDecision", "Webhook", "WebhookReceiver",
     "WebhookVerificationError", "codes", "event_id_for", "gated", "new_claim_id", "new_vote_id", "parse_secret",
     "sign", "to_tool_call", "verify_webhook",

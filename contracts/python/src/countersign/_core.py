@@ -159,6 +159,7 @@ def decode_answer(status: int, data: bytes) -> Any:
         except ValueError:
             raise CountersignError(codes.BAD_ANSWER, "the API's answer is not JSON", status=status) from None
     code, message, field = f"http_{status}", data.decode("utf-8", "replace").strip()[:500], None
+    retry_after: Optional[float] = None
     try:
         env = json.loads(data)
         err = env.get("error") if isinstance(env, dict) else None
@@ -166,9 +167,13 @@ def decode_answer(status: int, data: bytes) -> Any:
             code = err["code"]
             message = str(err.get("message") or "")
             field = err.get("field") if isinstance(err.get("field"), str) and err.get("field") else None
+            # A 429 says in its body, as in its Retry-After header, when to send again.
+            ra = err.get("retry_after")
+            if status == 429 and isinstance(ra, (int, float)) and not isinstance(ra, bool) and ra > 0:
+                retry_after = float(ra)
     except ValueError:
         pass
-    raise api_error(status, code, message, field)
+    raise api_error(status, code, message, field, retry_after)
 
 
 def transient(err: BaseException) -> bool:

@@ -49,6 +49,15 @@ class codes:
     APPROVER_NOT_ALLOWED = "approver_not_allowed"
     UNAVAILABLE = "unavailable"
     NOT_READY = "not_ready"
+    # Over a budget (429, with Retry-After): see TooManyRequests.
+    RATE_LIMITED = "rate_limited"
+    """The token made requests of this kind faster than its rate."""
+    TOO_MANY_STREAMS = "too_many_streams"
+    """The token holds its most live event streams."""
+    PENDING_QUOTA = "pending_quota"
+    """The review would pass the agent's or the tenant's most pending approvals."""
+    TOO_MANY_CONNECTIONS = "too_many_connections"
+    """The server, or this client's address, holds its most connections."""
     # Codes of this client (no API answer behind them).
     UNREACHABLE = "unreachable"
     IN_FLIGHT = "in_flight"
@@ -171,6 +180,22 @@ class NotFound(CountersignError):
     """No such approval or path (404)."""
 
 
+class TooManyRequests(CountersignError):
+    """Over a budget of the token or its address (429): ``retry_after`` is the seconds to wait
+    before sending again (from Retry-After); the request was not carried out."""
+
+    def __init__(self, code: str, message: str = "", *, status: int = 429, field: Optional[str] = None,
+                 retry_after: Optional[float] = None) -> None:
+        self.retry_after = retry_after
+        super().__init__(code, message, status=status, field=field)
+
+    def __str__(self) -> str:
+        s = super().__str__()
+        if self.retry_after:
+            s += f" (retry after {self.retry_after:g} s)"
+        return s
+
+
 class Unavailable(CountersignError):
     """The API or its NATS server is unavailable (502, 503, 504), after retries."""
 
@@ -240,15 +265,20 @@ _BY_STATUS: Dict[int, Type[CountersignError]] = {
     403: Forbidden,
     404: NotFound,
     413: InvalidRequest,
+    429: TooManyRequests,
     502: Unavailable,
     503: Unavailable,
     504: Unavailable,
 }
 
 
-def api_error(status: int, code: str, message: str, field: Optional[str]) -> CountersignError:
-    """The error for an API answer: the class of its code, else of its status."""
+def api_error(status: int, code: str, message: str, field: Optional[str],
+              retry_after: Optional[float] = None) -> CountersignError:
+    """The error for an API answer: the class of its code, else of its status. retry_after is a
+    429's seconds to wait."""
     cls = _BY_CODE.get(code) or _BY_STATUS.get(status) or CountersignError
     if status in (409, 422) and cls is CountersignError:
         cls = Refused
+    if cls is TooManyRequests:
+        return TooManyRequests(code, message, status=status, field=field, retry_after=retry_after)
     return cls(code, message, status=status, field=field)
