@@ -117,7 +117,8 @@ func newRequestView(req *contracts.ApprovalRequested, reminder bool, now time.Ti
 }
 
 func newDecidedView(rec *contracts.Record) decidedView {
-	req := &rec.Request
+	r := notifier.ForRecord(rec) // values its edits added are masked too
+	req := &r
 	v := decidedView{
 		Title:   oneLine(notifier.Title(req)),
 		Summary: oneLine(req.Summary),

@@ -105,7 +105,10 @@ type pageRequest struct {
 }
 
 type pageForm struct {
+	// Hash names the arguments the page shows, or Version does when some
+	// of their values are masked (see notifier.ArgumentsVersion).
 	Hash       string
+	Version    string
 	HumanInput bool
 	Approve    bool
 	Reject     bool
@@ -328,7 +331,7 @@ func decisionLabel(decision string, a *contracts.Answer) string {
 
 // requestPage shows rec as claims' approver sees it.
 func (p *pages) requestPage(rec *contracts.Record, claims Claims) pageView {
-	req := rec.Request
+	req := notifier.ForRecord(rec) // values its edits added are masked too
 	if !rec.ExpiresAt.IsZero() {
 		req.ExpiresAt = rec.ExpiresAt
 	}
@@ -396,7 +399,11 @@ func newForm(rec *contracts.Record, claims Claims) *pageForm {
 		f.HumanInput = true
 		return f
 	}
-	f.Hash = currentHash(rec)
+	if len(notifier.ForRecord(rec).Sensitive) > 0 {
+		f.Version = notifier.ArgumentsVersion(rec)
+	} else {
+		f.Hash = currentHash(rec)
+	}
 	f.Approve = allowed(req, contracts.DecisionApprove)
 	f.Reject = allowed(req, contracts.DecisionReject)
 	f.Respond = allowed(req, contracts.DecisionRespond)
@@ -524,6 +531,12 @@ func (p *pages) buildVote(r *http.Request, rec *contracts.Record, claims Claims,
 	}
 	if !human {
 		h := form.Get("h")
+		if a := form.Get("a"); h == "" && a != "" {
+			var ok bool
+			if h, ok = notifier.VersionHash(rec, a); !ok {
+				return v, "The form is incomplete. Reload the page and answer again."
+			}
+		}
 		if h == "" {
 			return v, "The form is incomplete. Reload the page and answer again."
 		}

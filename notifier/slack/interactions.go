@@ -245,7 +245,17 @@ func (h *Interactions) blockActions(w http.ResponseWriter, r *http.Request, p *p
 			v.Decision, v.Answer = contracts.DecisionAnswer, &contracts.Answer{Action: contracts.AnswerDecline}
 		}
 		// Slack gets its 200 now; the vote may take the arbiter seconds.
-		h.background(r, func(ctx context.Context) { h.castClick(ctx, log, v, p.ResponseURL) })
+		h.background(r, func(ctx context.Context) {
+			if v.Decision != contracts.DecisionAnswer && bv.Version != "" && bv.ArgumentsSHA256 == "" {
+				sha, text := h.hashOfVersion(ctx, log, bv.EventID, bv.Version)
+				if text != "" {
+					h.ephemeral(ctx, p.ResponseURL, text)
+					return
+				}
+				v.ArgumentsSHA256 = sha
+			}
+			h.castClick(ctx, log, v, p.ResponseURL)
+		})
 		w.WriteHeader(http.StatusOK)
 	case ActionApproveRun:
 		// The votes of a whole run may take the arbiter a while.
@@ -255,6 +265,29 @@ func (h *Interactions) blockActions(w http.ResponseWriter, r *http.Request, p *p
 		h.openModal(r, log, p, approver, act.ActionID, bv)
 		w.WriteHeader(http.StatusOK)
 	}
+}
+
+// hashOfVersion is the hash of the arguments a button or form names by
+// their version (ButtonValue.Version), read from the record; when it cannot
+// be had, it returns instead what to tell the voter, and the vote is not
+// cast: a vote is never counted for arguments other than those shown.
+func (h *Interactions) hashOfVersion(ctx context.Context, log *slog.Logger, eventID, version string) (sha, text string) {
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.VoteTimeout)
+	defer cancel()
+	rec, err := h.cfg.Resolver.Record(ctx, eventID)
+	switch {
+	case errors.Is(err, notifier.ErrUnknownEvent):
+		return "", "Your vote was not counted: " + contracts.Reason(contracts.ReasonUnknownEvent).Message() + "."
+	case err != nil || rec == nil:
+		log.Error("slack: cannot read the record for a vote", attrError, err)
+		return "", textVoteFailed
+	}
+	sha, ok := notifier.VersionHash(rec, version)
+	if !ok {
+		log.Warn("slack: a button names arguments the record does not hold", "version", version)
+		return "", textBadButton
+	}
+	return sha, ""
 }
 
 func (h *Interactions) newVote(eventID, approver string) contracts.Vote {
@@ -406,7 +439,7 @@ func (h *Interactions) openModal(r *http.Request, log *slog.Logger, p *payload, 
 		return
 	}
 	channel, ts := p.channelTS()
-	meta := modalMeta{EventID: bv.EventID, ArgumentsSHA256: bv.ArgumentsSHA256, Channel: channel, TS: ts, ResponseURL: p.ResponseURL}
+	meta := modalMeta{EventID: bv.EventID, ArgumentsSHA256: bv.ArgumentsSHA256, Version: bv.Version, Channel: channel, TS: ts, ResponseURL: p.ResponseURL}
 	var view slackgo.ModalViewRequest
 	switch action {
 	case ActionEdit:
@@ -432,7 +465,7 @@ func (h *Interactions) openModal(r *http.Request, log *slog.Logger, p *payload, 
 	case ActionRespond:
 		view = respondModal(&rec.Request, "")
 	case ActionAnswer:
-		meta.ArgumentsSHA256, meta.TextAnswer = "", !hasSchema(&rec.Request)
+		meta.ArgumentsSHA256, meta.Version, meta.TextAnswer = "", "", !hasSchema(&rec.Request)
 		view = answerModal(&rec.Request, "")
 	}
 	view.PrivateMetadata, err = meta.encode()
@@ -482,6 +515,14 @@ func (h *Interactions) viewSubmission(w http.ResponseWriter, r *http.Request, p 
 	if msg := fillSubmission(&v, cb, strings.TrimSpace(p.input()), meta); msg != "" {
 		viewErrors(w, msg)
 		return
+	}
+	if cb == ActionRespond && meta.Version != "" && meta.ArgumentsSHA256 == "" {
+		sha, text := h.hashOfVersion(r.Context(), log, meta.EventID, meta.Version)
+		if text != "" {
+			viewErrors(w, text)
+			return
+		}
+		v.ArgumentsSHA256 = sha
 	}
 	h.castSubmission(w, r, log, meta, v)
 }

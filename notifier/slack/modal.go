@@ -32,9 +32,12 @@ const (
 type modalMeta struct {
 	EventID         string `json:"e"`
 	ArgumentsSHA256 string `json:"h,omitempty"`
-	Channel         string `json:"c,omitempty"`
-	TS              string `json:"ts,omitempty"`
-	ResponseURL     string `json:"r,omitempty"`
+	// Version names the arguments instead of their hash when some of
+	// their values are sensitive (see ButtonValue).
+	Version     string `json:"a,omitempty"`
+	Channel     string `json:"c,omitempty"`
+	TS          string `json:"ts,omitempty"`
+	ResponseURL string `json:"r,omitempty"`
 	// TextAnswer says a question without a schema takes plain text.
 	TextAnswer bool `json:"t,omitempty"`
 }

@@ -79,12 +79,18 @@ type Message struct {
 	Blocks []slackgo.Block
 }
 
-// ButtonValue is the value of every Countersign button: the approval and the
-// hash of the arguments the message showed. It identifies nothing about the
+// ButtonValue is the value of every Countersign button: the approval and
+// which arguments the message showed, so that a vote counts only for them.
+// Arguments with no sensitive value are named by their hash; arguments with
+// masked values by their version (Version: "0" the request's, "n" those of
+// its n-th edit), since a plain hash beside masked values would let anyone
+// who sees the message confirm a guess of them. The handler of the click
+// looks the version's hash up in the record. It identifies nothing about the
 // voter, who is the signed Slack user of the click.
 type ButtonValue struct {
 	EventID         string `json:"e"`
 	ArgumentsSHA256 string `json:"h,omitempty"`
+	Version         string `json:"a,omitempty"`
 }
 
 // ParseButtonValue decodes a button's value.
@@ -108,6 +114,10 @@ func RequestMessage(req *contracts.ApprovalRequested, rec *contracts.Record, opt
 	if rec != nil && rec.Terminal() {
 		return OutcomeMessage(rec, opts)
 	}
+	if rec != nil {
+		r := notifier.ForRecord(rec) // values its edits added are masked too
+		req = &r
+	}
 	title := notifier.Title(req)
 	if opts.Reminder {
 		title = "Reminder: " + title
@@ -119,6 +129,7 @@ func RequestMessage(req *contracts.ApprovalRequested, rec *contracts.Record, opt
 	}
 	b.add("facts", slackgo.NewSectionBlock(nil, facts(req, rec), nil))
 	args, sha, editor := currentArguments(req, rec)
+	version := notifier.ArgumentsVersion(rec)
 	if req.Kind == contracts.KindHumanInput {
 		if req.Question != nil {
 			b.add("question", slackgo.NewSectionBlock(mrkdwn(questionText(req.Question)), nil, nil))
@@ -135,7 +146,7 @@ func RequestMessage(req *contracts.ApprovalRequested, rec *contracts.Record, opt
 		b.add("run", slackgo.NewSectionBlock(mrkdwn(runResultsText(opts.RunResults)), nil, nil))
 	}
 	b.add("context", slackgo.NewContextBlock("", mrkdwn(contextText(req, opts, false))))
-	if buttons := requestButtons(req, sha, opts); len(buttons) > 0 {
+	if buttons := requestButtons(req, sha, version, opts); len(buttons) > 0 {
 		b.add("actions", slackgo.NewActionBlock("", buttons...))
 	}
 	text := title
@@ -150,7 +161,8 @@ func RequestMessage(req *contracts.ApprovalRequested, rec *contracts.Record, opt
 // and arguments (the edited ones, for an approval with edits) or question
 // and answer, and no buttons.
 func OutcomeMessage(rec *contracts.Record, opts RenderOptions) Message {
-	req := &rec.Request
+	r := notifier.ForRecord(rec) // values its edits added are masked too
+	req := &r
 	emoji := statusEmoji(rec)
 	line := notifier.OutcomeLine(rec)
 	var b builder
@@ -394,10 +406,14 @@ func allows(req *contracts.ApprovalRequested, d string) bool {
 }
 
 // requestButtons are the buttons of a pending request.
-func requestButtons(req *contracts.ApprovalRequested, sha string, opts RenderOptions) []slackgo.BlockElement {
+func requestButtons(req *contracts.ApprovalRequested, sha, version string, opts RenderOptions) []slackgo.BlockElement {
 	var els []slackgo.BlockElement
 	bv := ButtonValue{EventID: req.EventID}
-	if req.Kind != contracts.KindHumanInput {
+	switch {
+	case req.Kind == contracts.KindHumanInput:
+	case len(req.Sensitive) > 0:
+		bv.Version = version
+	default:
 		bv.ArgumentsSHA256 = sha
 	}
 	raw, err := json.Marshal(bv)
