@@ -66,10 +66,13 @@ type Case struct {
 	Receipt   string          `json:"receipt"`
 	Tool      string          `json:"tool"`
 	Arguments json.RawMessage `json:"arguments"`
-	Now       int64           `json:"now"`
-	Times     int             `json:"times"`
-	Expect    string          `json:"expect"`
-	Claims    *receipt.Claims `json:"claims,omitempty"`
+	// ArgumentsText is the arguments' JSON text, where a parser of the
+	// verifier's language would change them (an integer beyond 2^53).
+	ArgumentsText string          `json:"arguments_text,omitempty"`
+	Now           int64           `json:"now"`
+	Times         int             `json:"times"`
+	Expect        string          `json:"expect"`
+	Claims        *receipt.Claims `json:"claims,omitempty"`
 	// Bases are the bases the tool accepts (empty: every one).
 	Bases []string `json:"bases,omitempty"`
 }
@@ -167,7 +170,7 @@ func buildFixtures(t *testing.T) Fixtures {
 	f.JWKS = jwks
 	f.Issuer = receipt.DefaultIssuer
 
-	args := json.RawMessage(`{"amount":1250.5,"currency":"EUR","recipient":"Globex GmbH","memo":"Façade € \u2028 😀","meta":{"z":1,"a":[1e21,0.000001,-0.0,100000000000000000000000]}}`)
+	args := json.RawMessage(`{"amount":1250.5,"currency":"EUR","recipient":"Globex GmbH","memo":"Façade € \u2028 😀","meta":{"z":1,"a":[1e21,0.000001,-0.0,100000000000000000000000.0]}}`)
 	oneByte := json.RawMessage(strings.Replace(string(args), "1250.5", "1250.6", 1))
 	reordered := json.RawMessage(`{"meta":{"a":[1E21,1e-6,0,1e23],"z":1.0},"recipient":"Globex GmbH","memo":"Fa\u00e7ade \u20ac \u2028 \ud83d\ude00","currency":"EUR","amount":1250.50}`)
 	sha, err := contracts.ArgumentsSHA256(args)
@@ -206,6 +209,16 @@ func buildFixtures(t *testing.T) Fixtures {
 		b64(strings.Replace(mustB64Decode(t, parts[1]), `"tool":"payments.send"`, `"tool":"payments.send","tool":"search_web"`, 1))
 	dupClaims += "." + b64raw(ed25519.Sign(current.Key, []byte(dupClaims)))
 
+	// An integer beyond 2^53 and its nearest double hash alike; the
+	// verifier refuses it, as the server does, whatever the receipt says.
+	rounded := json.RawMessage(`{"to_account":12345678901234568}`)
+	roundedSHA, err := contracts.ArgumentsSHA256(rounded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unsafeC := claims("rcpt-unsafe-integer")
+	unsafeC.ArgsSHA256 = roundedSHA
+
 	now := fixtureNow.Add(time.Minute).Unix()
 	f.Cases = []Case{
 		{Name: "valid", Receipt: validTok, Tool: "payments.send", Arguments: args, Now: now, Expect: "ok", Claims: &signedValid},
@@ -218,6 +231,8 @@ func buildFixtures(t *testing.T) Fixtures {
 		{Name: "policy receipt, where the tool accepts approvals and grants", Receipt: mustSign(t, current, policyC), Tool: "payments.send", Arguments: args, Now: now,
 			Bases: []string{receipt.BasisApproval, receipt.BasisGrant}, Expect: "receipt_basis_not_accepted"},
 		{Name: "arguments differ by one byte", Receipt: validTok, Tool: "payments.send", Arguments: oneByte, Now: now, Expect: "receipt_arguments_differ"},
+		{Name: "an integer beyond 2^53, whose nearest double was approved", Receipt: mustSign(t, current, unsafeC), Tool: "payments.send",
+			Arguments: json.RawMessage(`{"to_account":12345678901234567}`), ArgumentsText: `{"to_account":12345678901234567}`, Now: now, Expect: "receipt_arguments_differ"},
 		{Name: "another tool", Receipt: validTok, Tool: "payments.refund", Arguments: args, Now: now, Expect: "receipt_wrong_tool"},
 		{Name: "expired", Receipt: validTok, Tool: "payments.send", Arguments: args, Now: fixtureNow.Add(receipt.DefaultTTL).Unix(), Expect: "receipt_expired"},
 		{Name: "issued in the future", Receipt: validTok, Tool: "payments.send", Arguments: args, Now: fixtureNow.Add(-time.Minute).Unix(), Expect: "receipt_expired"},

@@ -45,7 +45,8 @@ type Options struct {
 // (ErrBadSignature); the claims are complete (ErrMalformed), from the
 // expected issuer (ErrWrongIssuer), and current (ErrExpired); the tool
 // matches (ErrWrongTool); the basis is one of opts.Bases, when set
-// (ErrBasisNotAccepted); the SHA-256 of the RFC 8785 form of args equals
+// (ErrBasisNotAccepted); args hold no integer beyond ±(2^53−1), which the
+// server never approves, and the SHA-256 of their RFC 8785 form equals
 // args_sha256 (ErrArgumentsDiffer); and the receipt id was not used before
 // (ErrReplayed) — it is then marked used, so a second Verify of the same
 // receipt fails. Only a receipt that passes every other check uses up its id.
@@ -59,6 +60,11 @@ func Verify(ctx context.Context, token, tool string, args []byte, opts Options) 
 	}
 	if len(opts.Bases) > 0 && !slices.Contains(opts.Bases, c.Basis) {
 		return nil, wrap(ErrBasisNotAccepted, "the call was allowed by %s; this tool accepts %s", c.Basis, strings.Join(opts.Bases, ", "))
+	}
+	// An integer beyond ±(2^53−1) is refused as the server refuses it: the
+	// hash is over its nearest double, while the tool may run the exact one.
+	if err := contracts.CheckIJSON(args); err != nil {
+		return nil, wrap(ErrArgumentsDiffer, "the arguments cannot be what was approved: %v", err)
 	}
 	sha, err := contracts.ArgumentsSHA256(args)
 	if err != nil {

@@ -8,7 +8,7 @@ import unittest
 
 from countersign import _ed25519
 from countersign._jcs import canonicalize
-from countersign.receipts import KeySet, MemoryReplayStore, ReceiptError, UnknownKey, verify_receipt
+from countersign.receipts import ArgumentsDiffer, KeySet, MemoryReplayStore, ReceiptError, UnknownKey, verify_receipt
 
 FIXTURES = json.loads((pathlib.Path(__file__).parents[2] / "testdata" / "receipts" / "fixtures.json").read_text())
 
@@ -48,7 +48,8 @@ class SharedFixturesTest(unittest.TestCase):
                 code = "ok"
                 for _ in range(c["times"]):
                     try:
-                        got = verify_receipt(c["receipt"], c["tool"], c["arguments"], keys=keys, replay=store,
+                        args = c["arguments_text"].encode() if "arguments_text" in c else c["arguments"]
+                        got = verify_receipt(c["receipt"], c["tool"], args, keys=keys, replay=store,
                                              issuer=FIXTURES["issuer"], now=c["now"], bases=c.get("bases", ()))
                         code = "ok"
                     except ReceiptError as e:
@@ -62,6 +63,15 @@ class SharedFixturesTest(unittest.TestCase):
         keys = KeySet.from_jwks(FIXTURES["jwks"])
         verify_receipt(c["receipt"], c["tool"], json.dumps(c["arguments"]).encode(), keys=keys,
                        replay=MemoryReplayStore(), now=c["now"])
+
+    def test_parsed_integer_beyond_2_53_is_refused(self) -> None:
+        # json.loads keeps the exact integer the tool would run; the receipt hashed its nearest double.
+        c = next(c for c in FIXTURES["cases"] if "arguments_text" in c)
+        keys = KeySet.from_jwks(FIXTURES["jwks"])
+        with self.assertRaises(ArgumentsDiffer) as cm:
+            verify_receipt(c["receipt"], c["tool"], json.loads(c["arguments_text"]), keys=keys,
+                           replay=MemoryReplayStore(), now=c["now"])
+        self.assertIn("/to_account", str(cm.exception))
 
     def test_removed_key_is_unknown(self) -> None:
         c = FIXTURES["cases"][0]

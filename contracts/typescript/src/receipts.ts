@@ -246,13 +246,30 @@ function parseStrict(text: string): unknown {
   return JSON.parse(text);
 }
 
+/** 2^53−1 as decimal digits: the largest integer a double holds exactly. */
+const MAX_SAFE_DIGITS = String(Number.MAX_SAFE_INTEGER);
+
 function checkDuplicates(text: string): void {
-  // A scan of the JSON text: a stack of key sets, one per open object.
+  // A scan of the JSON text: a stack of key sets, one per open object. It
+  // also refuses an integer beyond ±(2^53−1), as the server does: JSON.parse
+  // would round it to the double that was hashed, while a handler that reads
+  // the text exactly would run another number.
   const stack: (Set<string> | null)[] = [];
   let expectKey = false;
   for (let i = 0; i < text.length; i++) {
     const ch = text[i];
-    if (ch === '"') {
+    if (ch === '-' || (ch >= '0' && ch <= '9')) {
+      let j = i;
+      while (j < text.length && /[0-9+\-.eE]/.test(text[j])) j++;
+      const tok = text.slice(i, j);
+      if (!/[.eE]/.test(tok)) {
+        const digits = tok.replace(/^-?0*/, '');
+        if (digits.length > MAX_SAFE_DIGITS.length || (digits.length === MAX_SAFE_DIGITS.length && digits > MAX_SAFE_DIGITS)) {
+          throw new Error(`the integer ${tok} is beyond ±(2^53−1); a double would round it`);
+        }
+      }
+      i = j - 1;
+    } else if (ch === '"') {
       let j = i + 1;
       while (j < text.length && text[j] !== '"') j += text[j] === '\\' ? 2 : 1;
       const raw = text.slice(i, j + 1);

@@ -221,7 +221,27 @@ def arguments_sha256(arguments: Any) -> str:
     """The hex SHA-256 of the RFC 8785 form of tool-call arguments (a JSON value, or its text as bytes)."""
     if isinstance(arguments, (bytes, bytearray)):
         arguments = json.loads(arguments.decode("utf-8") or "{}", object_pairs_hook=_no_duplicates)
+    _check_safe_integers(arguments, "")
     return hashlib.sha256(canonicalize(arguments).encode("utf-8")).hexdigest()
+
+
+_MAX_SAFE_INTEGER = 2**53 - 1
+
+
+def _check_safe_integers(value: Any, path: str) -> None:
+    """Refuse an integer beyond ±(2^53−1), as the server does: the hash is over its nearest double, while
+    Python keeps the exact integer the tool would run."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        if abs(value) > _MAX_SAFE_INTEGER:
+            raise ValueError(f"the integer at {path or '/'} is beyond ±(2^53−1); a double would round it")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_safe_integers(v, path + "/" + str(k).replace("~", "~0").replace("/", "~1"))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_safe_integers(v, f"{path}/{i}")
 
 
 def inspect_receipt(receipt: str | None, *, keys: KeySource, issuer: str = DEFAULT_ISSUER,
