@@ -248,7 +248,7 @@ func (h *Harness) writeConfig(hookKey []byte) (string, error) {
 		"tokens": tokens,
 		"notify": map[string]any{
 			"webhooks": []map[string]any{{
-				"name": "chaos", "url": h.hook.srv.URL + "/hook",
+				"name": "chaos", "url": h.hook.srv.URL + "/hook", "tenants": []string{tenant},
 				"secrets": []string{"whsec_" + base64.StdEncoding.EncodeToString(hookKey)}, "timeout": "5s",
 			}},
 			"retry": map[string]any{"attempts": 30, "initial": "200ms", "max": "2s"},
