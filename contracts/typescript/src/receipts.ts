@@ -257,10 +257,10 @@ function checkDuplicates(text: string): void {
   const stack: (Set<string> | null)[] = [];
   let expectKey = false;
   for (let i = 0; i < text.length; i++) {
-    const ch = text[i];
+    const ch = text.charAt(i);
     if (ch === '-' || (ch >= '0' && ch <= '9')) {
       let j = i;
-      while (j < text.length && /[0-9+\-.eE]/.test(text[j])) j++;
+      while (j < text.length && /[0-9+\-.eE]/.test(text.charAt(j))) j++;
       const tok = text.slice(i, j);
       if (!/[.eE]/.test(tok)) {
         const digits = tok.replace(/^-?0*/, '');
