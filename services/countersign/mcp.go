@@ -51,7 +51,7 @@ func cmdMCP(args []string, stdout, stderr io.Writer) error {
 	listen := fs.String("listen", "", "HTTP: serve Streamable HTTP on this address (e.g. 127.0.0.1:8090)")
 	var upstreams, labels listFlag
 	fs.Var(&upstreams, "upstream", "HTTP: NAME=URL of an upstream Streamable HTTP server (repeatable)")
-	callersFile := fs.String("callers", "", "HTTP: YAML file of callers: [{id, token_sha256}] ('countersign token new' prints hashes)")
+	callersFile := fs.String("callers", "", "HTTP: YAML file of callers: [{id, sha256}] ('countersign token new' prints hashes)")
 	agent := fs.String("agent", mcpgateway.DefaultAgent, "agent name of the reviews")
 	runID := fs.String("run-id", "", "stdio: run identity, stable across restarts (default mcp:USER@HOST:NAME)")
 	requestedBy := fs.String("requested-by", os.Getenv("COUNTERSIGN_REQUESTED_BY"), "stdio: the person the calls are made for (default $COUNTERSIGN_REQUESTED_BY)")
@@ -195,7 +195,9 @@ func defaultRunID(name string) string {
 	return "mcp:" + who + "@" + host + ":" + name
 }
 
-// readCallers reads a callers file: callers: [{id: carol, token_sha256: HEX}].
+// readCallers reads a callers file: callers: [{id: carol, sha256: HEX}],
+// the hash spelled as in the tokens of countersign.yaml (token_sha256 is
+// read too).
 func readCallers(path string) (mcpgateway.Callers, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -204,6 +206,7 @@ func readCallers(path string) (mcpgateway.Callers, error) {
 	var f struct {
 		Callers []struct {
 			ID          string `yaml:"id"`
+			SHA256      string `yaml:"sha256"`
 			TokenSHA256 string `yaml:"token_sha256"`
 		} `yaml:"callers"`
 	}
@@ -214,9 +217,15 @@ func readCallers(path string) (mcpgateway.Callers, error) {
 	}
 	out := mcpgateway.Callers{}
 	for i, c := range f.Callers {
-		h := strings.ToLower(c.TokenSHA256)
+		h := strings.ToLower(c.SHA256)
+		if c.TokenSHA256 != "" {
+			if h != "" && h != strings.ToLower(c.TokenSHA256) {
+				return nil, fmt.Errorf("%s: callers[%d]: sha256 and token_sha256 differ; give one", path, i)
+			}
+			h = strings.ToLower(c.TokenSHA256)
+		}
 		if c.ID == "" || len(h) != 64 || strings.Trim(h, "0123456789abcdef") != "" {
-			return nil, fmt.Errorf("%s: callers[%d]: needs an id and a token_sha256 of 64 hex digits", path, i)
+			return nil, fmt.Errorf("%s: callers[%d]: needs an id and a sha256 of 64 hex digits (what `countersign token new` prints)", path, i)
 		}
 		out[h] = c.ID
 	}
