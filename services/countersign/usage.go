@@ -56,6 +56,9 @@ var commands = []command{
 
 const usageFooter = `
 Approval ids may be shortened to a unique prefix of at least 4 characters.
+For scripts, every approvals command but edit and answer takes --json and
+prints the API's JSON answer instead of text (so do grants, audit and
+oversight); a refusal exits with status 1 and the error on stderr.
 'countersign COMMAND --help' lists a command's flags. The CLI finds the API
 through COUNTERSIGN_URL and COUNTERSIGN_TOKEN, or, on the machine that runs
 'countersign serve', through ./data (override with --data or COUNTERSIGN_DATA).
