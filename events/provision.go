@@ -182,6 +182,15 @@ func ReceiptsBucketConfig(cfg ProvisionConfig) jetstream.KeyValueConfig {
 	return bucketConfig(cfg, contracts.BucketReceipts, "Countersign claim receipts; written by the arbiter only", 1, cfg.Retention)
 }
 
+// ReceiptUsesBucketConfig returns the configuration of the
+// hitl_receipt_uses bucket: one entry per receipt a tool used (POST
+// /v1/receipts/use), created once, written by the API only, and dropped
+// contracts.ReceiptUseHorizon after its write — after the receipt it
+// records has expired.
+func ReceiptUsesBucketConfig(cfg ProvisionConfig) jetstream.KeyValueConfig {
+	return bucketConfig(cfg, contracts.BucketReceiptUses, "Countersign receipt uses (single use across a tool's replicas); written by the API only", 1, contracts.ReceiptUseHorizon)
+}
+
 // Provision creates or updates every stream and bucket of the contract. It is
 // idempotent and safe to run from several processes at once.
 func Provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig) error {
@@ -227,6 +236,8 @@ func provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig)
 		{GrantsBucketConfig(cfg), replicated, true},
 		// A claimant reads its receipt right after the claim is written.
 		{ReceiptsBucketConfig(cfg), replicated, false},
+		// A use is created on the leader (KV Create), which refuses a second.
+		{ReceiptUsesBucketConfig(cfg), replicated, false},
 	} {
 		if _, err := js.CreateOrUpdateKeyValue(ctx, b.cfg); err != nil {
 			return fmt.Errorf("events: provision bucket %s: %w", b.cfg.Bucket, err)

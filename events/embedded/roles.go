@@ -31,8 +31,9 @@ const (
 	// RoleResolver publishes votes and watches records.
 	RoleResolver Role = "resolver"
 	// RoleAPI is orchestrator plus resolver, reads the request and event
-	// streams for timelines and live updates, writes the hitl_policy bucket, and is the
-	// only role that reads or writes the inbox sessions in hitl_sessions.
+	// streams for timelines and live updates, writes the hitl_policy bucket, is the
+	// only role that reads or writes the inbox sessions in hitl_sessions, and
+	// records receipt uses in hitl_receipt_uses.
 	RoleAPI Role = "api"
 	// RoleNotifier consumes requests and events, publishes delivery receipts
 	// and reads them back with message gets. It reads and watches the live
@@ -60,11 +61,12 @@ func GenerateUsers(roles ...Role) []User {
 
 // Stream names the bucket streams are stored in.
 const (
-	streamApprovals = "KV_" + contracts.BucketApprovals
-	streamPolicy    = "KV_" + contracts.BucketPolicy
-	streamSessions  = "KV_" + contracts.BucketSessions
-	streamGrants    = "KV_" + contracts.BucketGrants
-	streamReceipts  = "KV_" + contracts.BucketReceipts
+	streamApprovals   = "KV_" + contracts.BucketApprovals
+	streamPolicy      = "KV_" + contracts.BucketPolicy
+	streamSessions    = "KV_" + contracts.BucketSessions
+	streamGrants      = "KV_" + contracts.BucketGrants
+	streamReceipts    = "KV_" + contracts.BucketReceipts
+	streamReceiptUses = "KV_" + contracts.BucketReceiptUses
 )
 
 // Permissions returns the NATS permissions of role: a fresh value each call.
@@ -126,6 +128,10 @@ func Permissions(r Role) *server.Permissions {
 		// Reads of sensitive approvals and audit exports are recorded.
 		g.pub(contracts.SubjectReadPrefix + ">")
 		g.pub(kvRead(streamSessions)...)
+		// Receipt uses (POST /v1/receipts/use): created once with KV
+		// Create, which reads the key when it exists.
+		g.pub(kvWrite(contracts.BucketReceiptUses))
+		g.pub(kvRead(streamReceiptUses)...)
 	case RoleNotifier:
 		g.pub(kvRead(streamApprovals)...)
 		g.pub(kvWatch(streamApprovals)...)

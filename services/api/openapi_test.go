@@ -32,7 +32,7 @@ var apiCodes = map[string]string{
 	"CodeUnavailable": api.CodeUnavailable, "CodeNotReady": api.CodeNotReady, "CodeInternal": api.CodeInternal,
 	"CodeInvalidPolicy": api.CodeInvalidPolicy, "CodeVersionExists": api.CodeVersionExists,
 	"CodePolicyConflict": api.CodePolicyConflict, "CodeNoLivePolicy": api.CodeNoLivePolicy,
-	"CodeUnknownGrant": api.CodeUnknownGrant,
+	"CodeUnknownGrant": api.CodeUnknownGrant, "CodeReceiptReplayed": api.CodeReceiptReplayed,
 	"CodeRateLimited":  api.CodeRateLimited, "CodeTooManyStreams": api.CodeTooManyStreams,
 	"CodePendingQuota": api.CodePendingQuota, "CodeTooManyConnections": api.CodeTooManyConnections,
 }

@@ -52,6 +52,8 @@ type Server struct {
 	dirMu      sync.Mutex
 	dirVersion string
 	dirPoke    chan struct{}
+	// uses is the hitl_receipt_uses bucket (receiptuses.go).
+	uses receiptUses
 }
 
 //go:embed openapi.json
@@ -155,6 +157,7 @@ func (s *Server) routes() {
 	mux.Handle("GET /metrics", MetricsHandler(s.cfg.Gatherer, s.cfg.Metrics, s.mayScrape))
 	mux.HandleFunc("GET /openapi.json", s.openAPI)
 	mux.HandleFunc("GET /.well-known/jwks.json", s.getJWKS)
+	mux.HandleFunc("POST /v1/receipts/use", s.authed(s.postReceiptUse))
 	s.mux = mux
 	s.handler = s.observe(s.recoverPanics(http.HandlerFunc(s.route)))
 }
