@@ -33,7 +33,7 @@ var apiCodes = map[string]string{
 	"CodeInvalidPolicy": api.CodeInvalidPolicy, "CodeVersionExists": api.CodeVersionExists,
 	"CodePolicyConflict": api.CodePolicyConflict, "CodeNoLivePolicy": api.CodeNoLivePolicy,
 	"CodeUnknownGrant": api.CodeUnknownGrant, "CodeReceiptReplayed": api.CodeReceiptReplayed,
-	"CodeRateLimited":  api.CodeRateLimited, "CodeTooManyStreams": api.CodeTooManyStreams,
+	"CodeRateLimited": api.CodeRateLimited, "CodeTooManyStreams": api.CodeTooManyStreams,
 	"CodePendingQuota": api.CodePendingQuota, "CodeTooManyConnections": api.CodeTooManyConnections,
 }
 
