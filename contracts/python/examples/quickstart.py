@@ -3,7 +3,7 @@ from countersign import Client, gated
 client = Client()  # reads COUNTERSIGN_URL and COUNTERSIGN_TOKEN
 
 @gated(client, run={"id": "run-1", "agent": "billing-bot", "requested_by": "carol"})
-def send_payment(amount: float, currency: str, recipient: str) -> str:
+def payments_send(amount: float, currency: str, recipient: str) -> str:
     return f"sent {amount} {currency} to {recipient}"  # runs once, after approval
 
-print(send_payment(amount=1250, currency="EUR", recipient="Globex GmbH"))
+print(payments_send(amount=1250, currency="EUR", recipient="Globex GmbH"))

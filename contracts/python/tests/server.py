@@ -108,12 +108,14 @@ AGENT_SUBJECT = "agent-svc"
 class Server:
     """One `countersign serve` process (SIGKILL-able, restartable on the same data and port)."""
 
-    def __init__(self, tc: unittest.TestCase, *, webhooks: Optional[List[Dict[str, str]]] = None) -> None:
+    def __init__(self, tc: unittest.TestCase, *, webhooks: Optional[List[Dict[str, str]]] = None,
+                 policy: Optional[str] = None) -> None:
         approver_tokens()
         self.data = tempfile.mkdtemp(prefix="data-", dir=_workdir)
-        self.policy = self.data + "-policy.yaml"
-        with open(self.policy, "w") as f:
-            f.write(POLICY % {"channels": "webhook" if webhooks else "inbox"})
+        self.policy = policy or self.data + "-policy.yaml"
+        if policy is None:
+            with open(self.policy, "w") as f:
+                f.write(POLICY % {"channels": "webhook" if webhooks else "inbox"})
         self.config: Optional[str] = None
         self._env: Dict[str, str] = dict(os.environ, USER=AGENT_SUBJECT)
         if webhooks:

@@ -22,7 +22,8 @@ class ReadmeTest(unittest.TestCase):
         self.assertIn("```python\n" + example + "```\n", readme)
 
     def test_the_example_waits_for_approval_and_runs(self) -> None:
-        server = Server(self)
+        # Under the policy that ships (deploy/policy.yaml), the rule the README names holds the call.
+        server = Server(self, policy=os.path.join(PYROOT, "..", "..", "deploy", "policy.yaml"))
         env = dict(os.environ, COUNTERSIGN_URL=server.url + "/v1", COUNTERSIGN_TOKEN=server.token,
                    PYTHONPATH=os.path.join(PYROOT, "src"))
         with client_for(server).events() as events:
@@ -32,7 +33,8 @@ class ReadmeTest(unittest.TestCase):
             for ev in events:
                 if ev.kind == "requested":
                     break
-            self.assertEqual((ev.data["run"]["id"], ev.data["tool_call"]["name"]), ("run-1", "send_payment"))
+            self.assertEqual((ev.data["run"]["id"], ev.data["tool_call"]["name"]), ("run-1", "payments_send"))
+            self.assertEqual(ev.data["policy"]["rule"], "payments")
             self.assertIsNone(proc.poll(), "the example finished before anyone approved")
             client_for(server, "alice").approve(ev.data["event_id"])
         out, _ = proc.communicate(timeout=60)
