@@ -14,10 +14,22 @@
 // (Review, Wait, Claim) let a runtime do each step itself, for instance to
 // suspend a run between review and decision.
 //
-// Transient failures (the network, 502/503/504, a claim still in flight)
-// are retried with backoff for Config.RetryFor; a refusal never is. Every
+// Transient failures — the network (a refused or broken connection, an
+// answer that does not come within Config.RequestTimeout beyond the wait
+// asked for), 502, 503 and 504, and a claim the arbiter has not confirmed
+// yet (202) — are retried with backoff; a refusal never is. A wait (Wait,
+// ReviewEach, Ask, and Run's wait and claim) retries them until its
+// context ends: it survives any restart of the server, however late in a
+// long poll and however long the server is away, because every request it
+// repeats is idempotent (a review by run id and tool call id, a claim by
+// claim id). A single call (Review, Claim, Approval, Cancel, Decide)
+// retries them for Config.RetryFor, counted from its first failure. Every
 // API error is an *Error carrying the API's stable code; match it with
 // errors.Is against the sentinels (ErrAlreadyClaimed, ErrNotApproved, ...).
+//
+// Run hands the tool function the receipt of the call (Receipt(ctx)), for a
+// tool that verifies receipts; SetReceiptHeader puts it on an outgoing
+// request.
 package client
 
 import (
@@ -61,7 +73,9 @@ type Config struct {
 	// HTTPClient sends the requests (default: a client without a timeout;
 	// every call is bounded by its context and the API's own waits).
 	HTTPClient *http.Client
-	// RetryFor bounds how long a transient failure is retried (default 30 s).
+	// RetryFor bounds how long a single call retries transient failures,
+	// from its first failure (default 30 s). Waits retry them until their
+	// context ends instead.
 	RetryFor time.Duration
 	// MinBackoff and MaxBackoff bound the wait between retries (default
 	// 100 ms and 2 s; the wait doubles up to the maximum).
@@ -69,6 +83,10 @@ type Config struct {
 	// PollWait is how long one request waits at the API for a decision
 	// before it is asked again (default and most: 60 s, the API's limit).
 	PollWait time.Duration
+	// RequestTimeout bounds each request beyond the wait it asks the API
+	// for (default 30 s): an answer that does not come by then (a server
+	// gone without closing the connection) counts as a network failure.
+	RequestTimeout time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -87,6 +105,9 @@ func (c *Config) setDefaults() {
 	if c.PollWait == 0 || c.PollWait > maxWait {
 		c.PollWait = maxWait
 	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = 30 * time.Second
+	}
 }
 
 func (c *Config) validate() error {
@@ -101,6 +122,9 @@ func (c *Config) validate() error {
 	}
 	if c.RetryFor < 0 || c.MinBackoff < 0 || c.MaxBackoff < c.MinBackoff {
 		errs = append(errs, errors.New("client: Config.RetryFor, MinBackoff and MaxBackoff must be positive, MinBackoff ≤ MaxBackoff"))
+	}
+	if c.PollWait < 0 || c.RequestTimeout < 0 {
+		errs = append(errs, errors.New("client: Config.PollWait and RequestTimeout must be positive"))
 	}
 	return errors.Join(errs...)
 }
@@ -144,10 +168,12 @@ type Result struct {
 	// GrantID names the standing grant that allowed the call without a
 	// new request.
 	GrantID string `json:"grant_id,omitempty"`
-	// Receipt is the receipt Countersign signed for a call allowed without
-	// an approval: under a standing grant, or by a policy rule with
-	// receipt: true. Pass it to the tool (the Countersign-Receipt header).
-	// An approved call's receipt comes with its claim (Record.Claim.Receipt).
+	// Receipt is the receipt Countersign signed for the call: in a review's
+	// answer, for a call allowed without an approval (under a standing
+	// grant, or by a policy rule with receipt: true); in Run's, also the
+	// receipt of the claim of an approved call (Claim's answer holds it in
+	// Record.Claim.Receipt). Pass it to the tool (the Countersign-Receipt
+	// header; see Receipt and SetReceiptHeader).
 	Receipt string `json:"receipt,omitempty"`
 }
 
@@ -158,21 +184,29 @@ func (r Result) Terminal() bool { return r.Verdict != Pending }
 // are Pending with their event id. Reviewing the same run and call ids
 // again re-attaches to the same approvals.
 func (c *Client) Review(ctx context.Context, run contracts.Run, calls []ToolCall) ([]Result, error) {
-	return c.review(ctx, run, calls, 0)
+	return c.review(ctx, run, calls, 0, retryTransient)
 }
 
 // Wait reviews the calls and blocks until none is pending or ctx ends
-// (then it returns ctx's error with the results so far).
+// (then it returns ctx's error with the results so far). Transient
+// failures are retried until ctx ends: a wait outlives restarts of the
+// server (calls without ids get ids of the client's, so that each poll
+// re-attaches to the same approvals).
 func (c *Client) Wait(ctx context.Context, run contracts.Run, calls []ToolCall) ([]Result, error) {
 	run, calls = withIDs(run, calls)
-	results, err := c.review(ctx, run, calls, c.cfg.PollWait)
-	for err == nil && pending(results) {
+	var results []Result
+	for {
+		r, err := c.review(ctx, run, calls, c.cfg.PollWait, retryTransient|retryUntilDone)
+		if err != nil {
+			return results, err
+		}
+		if results = r; !pending(results) {
+			return results, nil
+		}
 		if ctx.Err() != nil {
 			return results, ctx.Err()
 		}
-		results, err = c.review(ctx, run, calls, c.cfg.PollWait)
 	}
-	return results, err
 }
 
 // ReviewEach reviews the calls and hands each result to each as soon as
@@ -183,7 +217,7 @@ func (c *Client) Wait(ctx context.Context, run contracts.Run, calls []ToolCall) 
 func (c *Client) ReviewEach(ctx context.Context, run contracts.Run, calls []ToolCall, each func(i int, r Result)) error {
 	run, calls = withIDs(run, calls)
 	reported := make([]bool, len(calls))
-	results, err := c.review(ctx, run, calls, 0)
+	results, err := c.review(ctx, run, calls, 0, retryTransient|retryUntilDone)
 	for err == nil {
 		for i, r := range results {
 			if r.Terminal() && !reported[i] {
@@ -197,7 +231,7 @@ func (c *Client) ReviewEach(ctx context.Context, run contracts.Run, calls []Tool
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		results, err = c.review(ctx, run, calls, c.cfg.PollWait)
+		results, err = c.review(ctx, run, calls, c.cfg.PollWait, retryTransient|retryUntilDone)
 	}
 	return err
 }
@@ -235,7 +269,7 @@ func pending(rs []Result) bool {
 	return false
 }
 
-func (c *Client) review(ctx context.Context, run contracts.Run, calls []ToolCall, wait time.Duration) ([]Result, error) {
+func (c *Client) review(ctx context.Context, run contracts.Run, calls []ToolCall, wait time.Duration, rt retry) ([]Result, error) {
 	path := "/v1/reviews"
 	if wait > 0 {
 		path += "?wait=" + wait.String()
@@ -247,7 +281,7 @@ func (c *Client) review(ctx context.Context, run contracts.Run, calls []ToolCall
 		Run       contracts.Run `json:"run"`
 		ToolCalls []ToolCall    `json:"tool_calls"`
 	}{run, calls}
-	if _, err := c.do(ctx, http.MethodPost, path, body, &out, retryTransient); err != nil {
+	if _, err := c.do(ctx, http.MethodPost, path, wait, body, &out, rt); err != nil {
 		return nil, err
 	}
 	if len(out.Results) != len(calls) {
@@ -269,14 +303,18 @@ func NewClaimID() string {
 // yet (202) is retried, as are transient failures. An approval that is not
 // approved fails with ErrNotApproved.
 func (c *Client) Claim(ctx context.Context, eventID, claimID string) (*contracts.Record, error) {
+	return c.claim(ctx, eventID, claimID, retryTransient|retryAccepted)
+}
+
+func (c *Client) claim(ctx context.Context, eventID, claimID string, rt retry) (*contracts.Record, error) {
 	if claimID == "" {
 		return nil, errors.New("client: Claim needs a claim id (see NewClaimID)")
 	}
 	var out struct {
 		Record contracts.Record `json:"record"`
 	}
-	if _, err := c.do(ctx, http.MethodPost, "/v1/approvals/"+url.PathEscape(eventID)+"/claim",
-		map[string]string{"claim_id": claimID}, &out, retryTransient|retryAccepted); err != nil {
+	if _, err := c.do(ctx, http.MethodPost, "/v1/approvals/"+url.PathEscape(eventID)+"/claim", 0,
+		map[string]string{"claim_id": claimID}, &out, rt); err != nil {
 		return nil, err
 	}
 	return &out.Record, nil
@@ -292,7 +330,7 @@ func (c *Client) Cancel(ctx context.Context, eventID, reason string) error {
 	if reason != "" {
 		body = map[string]string{"reason": reason}
 	}
-	_, err := c.do(ctx, http.MethodPost, "/v1/approvals/"+url.PathEscape(eventID)+"/cancel", body, nil, retryTransient)
+	_, err := c.do(ctx, http.MethodPost, "/v1/approvals/"+url.PathEscape(eventID)+"/cancel", 0, body, nil, retryTransient)
 	return err
 }
 
@@ -301,6 +339,13 @@ func (c *Client) Cancel(ctx context.Context, eventID, reason string) error {
 // possibly edited by a human). A call the policy allows outright runs with
 // no claim. A call that may not run returns its Result (Reason says why)
 // without calling fn. fn runs at most once per approval across the fleet.
+//
+// The wait and the claim retry transient failures until ctx ends (the
+// claim with one claim id, so a claim whose answer was lost to a restart
+// is not refused as another's). fn's context carries the call's receipt,
+// when Countersign signed one: Receipt(ctx) returns it, and
+// SetReceiptHeader puts it on a request to a tool that verifies receipts
+// (receipt.Middleware). Result.Receipt holds it too.
 func (c *Client) Run(ctx context.Context, run contracts.Run, call ToolCall,
 	fn func(ctx context.Context, args json.RawMessage) error) (Result, error) {
 	results, err := c.Wait(ctx, run, []ToolCall{call})
@@ -312,7 +357,8 @@ func (c *Client) Run(ctx context.Context, run contracts.Run, call ToolCall,
 		return res, nil
 	}
 	if res.EventID != "" {
-		if _, err := c.Claim(ctx, res.EventID, NewClaimID()); err != nil {
+		rec, err := c.claim(ctx, res.EventID, NewClaimID(), retryTransient|retryAccepted|retryUntilDone)
+		if err != nil {
 			if errors.Is(err, ErrAlreadyClaimed) {
 				res.Verdict = AlreadyExecuted
 				res.Reason = "This approved call was already claimed; Countersign does not know whether the tool then ran. It will not run again."
@@ -320,8 +366,11 @@ func (c *Client) Run(ctx context.Context, run contracts.Run, call ToolCall,
 			}
 			return res, err
 		}
+		if rec.Claim != nil && rec.Claim.Receipt != "" {
+			res.Receipt = rec.Claim.Receipt
+		}
 	}
-	return res, fn(ctx, res.Arguments)
+	return res, fn(WithReceipt(ctx, res.Receipt), res.Arguments)
 }
 
 // Question asks a human (request_human_input).
@@ -355,7 +404,7 @@ func (c *Client) Ask(ctx context.Context, run contracts.Run, q Question) (Answer
 	}{run, q.ID, Question{Text: q.Text, Schema: q.Schema}}
 	for {
 		var a Answer
-		if _, err := c.do(ctx, http.MethodPost, "/v1/questions?wait="+c.cfg.PollWait.String(), body, &a, retryTransient); err != nil {
+		if _, err := c.do(ctx, http.MethodPost, "/v1/questions?wait="+c.cfg.PollWait.String(), c.cfg.PollWait, body, &a, retryTransient|retryUntilDone); err != nil {
 			return a, err
 		}
 		if a.Status != Pending {
@@ -374,7 +423,7 @@ func (c *Client) Ask(ctx context.Context, run contracts.Run, q Question) (Answer
 
 func (c *Client) awaitAnswer(ctx context.Context, a Answer) (Answer, error) {
 	for {
-		rec, _, err := c.Approval(ctx, a.EventID, c.cfg.PollWait)
+		rec, _, err := c.approval(ctx, a.EventID, c.cfg.PollWait, retryTransient|retryUntilDone)
 		if err != nil {
 			return a, err
 		}
@@ -403,15 +452,20 @@ func (c *Client) awaitAnswer(ctx context.Context, a Answer) (Answer, error) {
 // Approval reads an approval's record and its revision. With wait > 0 it
 // returns when the record is terminal or the wait (at most 60 s) elapses.
 func (c *Client) Approval(ctx context.Context, eventID string, wait time.Duration) (*contracts.Record, uint64, error) {
+	return c.approval(ctx, eventID, wait, retryTransient)
+}
+
+func (c *Client) approval(ctx context.Context, eventID string, wait time.Duration, rt retry) (*contracts.Record, uint64, error) {
 	path := "/v1/approvals/" + url.PathEscape(eventID)
+	wait = min(max(wait, 0), maxWait)
 	if wait > 0 {
-		path += "?wait=" + min(wait, maxWait).String()
+		path += "?wait=" + wait.String()
 	}
 	var out struct {
 		Record   contracts.Record `json:"record"`
 		Revision uint64           `json:"revision"`
 	}
-	if _, err := c.do(ctx, http.MethodGet, path, nil, &out, retryTransient); err != nil {
+	if _, err := c.do(ctx, http.MethodGet, path, wait, nil, &out, rt); err != nil {
 		return nil, 0, err
 	}
 	return &out.Record, out.Revision, nil
@@ -441,7 +495,7 @@ func (c *Client) Decide(ctx context.Context, eventID string, v Vote) (*contracts
 	var out struct {
 		Record contracts.Record `json:"record"`
 	}
-	status, err := c.do(ctx, http.MethodPost, "/v1/approvals/"+url.PathEscape(eventID)+"/votes", v, &out, retryTransient)
+	status, err := c.do(ctx, http.MethodPost, "/v1/approvals/"+url.PathEscape(eventID)+"/votes", 0, v, &out, retryTransient)
 	if err != nil {
 		return nil, err
 	}
@@ -457,11 +511,17 @@ type retry int
 const (
 	retryTransient retry = 1 << iota // network errors, 502, 503, 504
 	retryAccepted                    // 202: applied later by the arbiter
+	// retryUntilDone retries until ctx ends instead of for RetryFor: a
+	// wait, whose every request is idempotent.
+	retryUntilDone
 )
 
-// do sends one JSON request, retrying what rt allows until RetryFor or ctx
-// ends, and decodes a 2xx answer into out. Other answers are an *Error.
-func (c *Client) do(ctx context.Context, method, path string, body, out any, rt retry) (int, error) {
+// do sends one JSON request, retrying what rt allows, and decodes a 2xx
+// answer into out. Other answers are an *Error. wait is how long the
+// request asks the API to wait; the answer is awaited RequestTimeout
+// longer. Retries go on until ctx ends with retryUntilDone, else for
+// RetryFor from the first failure.
+func (c *Client) do(ctx context.Context, method, path string, wait time.Duration, body, out any, rt retry) (int, error) {
 	var payload []byte
 	if body != nil {
 		var err error
@@ -469,10 +529,10 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any, rt 
 			return 0, fmt.Errorf("client: encode request: %w", err)
 		}
 	}
-	deadline := time.Now().Add(c.cfg.RetryFor)
+	var deadline time.Time // of retries, set at the first failure
 	backoff := c.cfg.MinBackoff
 	for {
-		status, err := c.once(ctx, method, path, payload, out)
+		status, err := c.once(ctx, method, path, wait, payload, out)
 		again := false
 		switch {
 		case err == nil && status == http.StatusAccepted && rt&retryAccepted != 0:
@@ -482,7 +542,10 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any, rt 
 		case rt&retryTransient != 0 && transient(err):
 			again = true
 		}
-		if !again || time.Now().After(deadline) {
+		if deadline.IsZero() {
+			deadline = time.Now().Add(c.cfg.RetryFor)
+		}
+		if !again || (rt&retryUntilDone == 0 && time.Now().After(deadline)) {
 			if err == nil {
 				err = ErrInFlight
 			}
@@ -499,12 +562,16 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any, rt 
 	}
 }
 
-// once sends one request. A non-2xx answer is an *Error.
-func (c *Client) once(ctx context.Context, method, path string, payload []byte, out any) (int, error) {
+// once sends one request and waits for its answer for wait plus
+// RequestTimeout. A non-2xx answer is an *Error.
+func (c *Client) once(ctx context.Context, method, path string, wait time.Duration, payload []byte, out any) (int, error) {
 	var rd io.Reader
 	if payload != nil {
 		rd = bytes.NewReader(payload)
 	}
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, wait+c.cfg.RequestTimeout)
+	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
 		return 0, fmt.Errorf("client: %w", err)
@@ -516,8 +583,8 @@ func (c *Client) once(ctx context.Context, method, path string, payload []byte, 
 	}
 	resp, err := c.cfg.HTTPClient.Do(req)
 	if err != nil {
-		if ctx.Err() != nil {
-			return 0, ctx.Err()
+		if parent.Err() != nil {
+			return 0, parent.Err()
 		}
 		return 0, &netError{err}
 	}

@@ -17,7 +17,9 @@
 // ErrMissing, ErrMalformed, ErrUnknownKey, ErrBadSignature, ErrExpired,
 // ErrWrongTool, ErrArgumentsDiffer, ErrReplayed or ErrWrongIssuer. Middleware
 // wraps a net/http handler so that it only runs with a valid receipt for the
-// exact request body.
+// exact request body. A receipt is single use within the process by
+// default; ServerReplayStore makes it single use across every replica and
+// restart of the tool, with Countersign's POST /v1/receipts/use.
 //
 // The package depends only on the standard library (crypto/ed25519) and
 // the contracts package's RFC 8785 canonicalization.

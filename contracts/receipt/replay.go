@@ -11,7 +11,9 @@ import (
 // receipt's expiry, after which Verify refuses it anyway) and returns an
 // error wrapping ErrReplayed if it was already used. It must be atomic: of
 // two concurrent Use calls with one id, one fails. Tools with several
-// replicas implement it on storage they share.
+// replicas, or that restart within a receipt's lifetime, use
+// ServerReplayStore (Countersign keeps the uses) or implement it on
+// storage they share.
 type ReplayStore interface {
 	Use(ctx context.Context, id string, until time.Time) error
 }
