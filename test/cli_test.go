@@ -163,7 +163,7 @@ func TestDemoKeepsWaitingAcrossAServerRestartAndReattaches(t *testing.T) {
 		t.Fatalf("the demo did not keep its session:\n%s", d.out.String())
 	}
 	var pending []string
-	approveRe := regexp.MustCompile(`(\S+)\s+(\S+)\s+→ pending — waiting for a human: countersign approvals approve (\S+)`)
+	approveRe := regexp.MustCompile(`(\S+)\s+(\S+)\s+→ pending — waiting for a human: \S*countersign approvals approve (\S+)`)
 	tools := map[string]string{}
 	for {
 		l := d.waitLine(t, "")
@@ -177,6 +177,9 @@ func TestDemoKeepsWaitingAcrossAServerRestartAndReattaches(t *testing.T) {
 	}
 	if len(pending) == 0 || tools["payments.send"] == "" || tools["db.delete_rows"] == "" {
 		t.Fatalf("pending calls %v:\n%s", tools, d.out.String())
+	}
+	if !strings.Contains(d.out.String(), "the development token is in "+filepath.Join(data, "dev-token")) {
+		t.Errorf("the demo does not say where the development token is:\n%s", d.out.String())
 	}
 	first := p.allApprovals()
 	if len(first) != len(pending) {
@@ -214,7 +217,9 @@ func TestDemoKeepsWaitingAcrossAServerRestartAndReattaches(t *testing.T) {
 	if l := again.waitLine(t, "Demo session"); !strings.Contains(l, "Demo session "+session[1]+" ") {
 		t.Fatalf("the second demo has another session: %s", l)
 	}
-	again.waitLine(t, "payments.send → already_executed")
+	if l := again.waitLine(t, "payments.send → already_executed"); !strings.Contains(l, "already_executed: ") {
+		t.Errorf("the verdict and its reason run together: %s", l)
+	}
 	if err := <-again.exit; err != nil {
 		t.Fatalf("the second demo failed: %v\n%s", err, again.out.String())
 	}

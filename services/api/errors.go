@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -63,7 +64,13 @@ func writeError(w http.ResponseWriter, e *Error) {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	data, err := json.Marshal(v)
+	// Without HTML escaping: a "<" in arguments reaches API clients and the
+	// CLI as "<", not "\u003c" (the answer is JSON, never HTML).
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	err := enc.Encode(v)
+	data := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	if err != nil {
 		status = http.StatusInternalServerError
 		data = []byte(`{"error":{"code":"internal","message":"the response could not be encoded"}}`)

@@ -235,8 +235,13 @@ func approvalsVote(a *approvalsCmd, args []string) error {
 	}
 	ans, err := castVote(ctx, c, out, id, body, *jsonOut)
 	if err == nil && ans != nil && !*jsonOut && body["grant"] != nil {
-		fmt.Fprintf(out, "Grant asked for (%s, %s): issued with the decision once the quorum agrees; see: countersign grants show %s\n",
-			*gf.scope, *gf.ttl, ans.Record.Request.EventID)
+		if ans.Record.Terminal() {
+			fmt.Fprintf(out, "Grant asked for (%s, %s): issued with the decision if the quorum agreed to it; see: countersign grants show %s\n",
+				*gf.scope, *gf.ttl, ans.Record.Request.EventID)
+		} else {
+			fmt.Fprintf(out, "Grant asked for (%s, %s): issued with the decision once the quorum agrees; see: countersign grants show %s\n",
+				*gf.scope, *gf.ttl, ans.Record.Request.EventID)
+		}
 	}
 	return err
 }
@@ -613,6 +618,7 @@ func oneID(fs *flagSet) (string, error) {
 func printJSON(out io.Writer, v any) error {
 	enc := json.NewEncoder(out)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
 	return enc.Encode(v)
 }
 

@@ -221,7 +221,7 @@ func changeText(ch *contracts.Changed, votes map[string]contracts.Vote, refused 
 		}
 		return text
 	case contracts.ChangeClaimed:
-		return "claimed by " + ch.By + " (the call ran once)"
+		return "claimed by " + ch.By + " (cleared to run once; a claim does not show the call ran)"
 	case contracts.ChangeExtended:
 		return "deadline extended by " + ch.By
 	case contracts.ChangeReminded:

@@ -108,7 +108,7 @@ func cmdDemo(args []string, out io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	d := &demo{c: c, out: out, claimID: "demo-" + uuid.NewString()}
+	d := &demo{c: c, out: out, claimID: "demo-" + uuid.NewString(), self: invokedAs()}
 	script, name := demoScript, "demo"
 	if *fleet {
 		script, name, *noWait = fleetScript, "fleet", true
@@ -125,7 +125,11 @@ func cmdDemo(args []string, out io.Writer) error {
 		return quietOnInterrupt(ctx, err)
 	}
 	if pending > 0 {
-		fmt.Fprintf(out, "\nInbox: %s/ (sign in with an approver's API token)\n", c.url)
+		hint := "sign in with an approver's API token"
+		if tok := filepath.Join(dataDir, fileDevToken); fileExists(tok) {
+			hint += "; the development token is in " + tok
+		}
+		fmt.Fprintf(out, "\nInbox: %s/ (%s)\n", c.url, hint)
 	}
 	if *noWait || pending == 0 {
 		return nil
@@ -202,9 +206,9 @@ func (d *demo) propose(ctx context.Context, runs []demoRun) (int, error) {
 				fmt.Fprintf(d.out, " (rule %s): %s\n", res.Rule, res.Reason)
 			case "pending":
 				pending++
-				fmt.Fprintf(d.out, " — waiting for a human: countersign approvals approve %s\n", res.EventID)
+				fmt.Fprintf(d.out, " — waiting for a human: %s approvals approve %s\n", d.self, res.EventID)
 			default:
-				fmt.Fprintf(d.out, " %s\n", res.Reason)
+				fmt.Fprintf(d.out, ": %s\n", res.Reason)
 			}
 		}
 	}
@@ -309,7 +313,23 @@ type demo struct {
 	// claimID is this process's claim id: a claim it retries (the answer
 	// was lost) succeeds again; another process's claim is refused.
 	claimID string
-	away    bool // the server did not answer the last try
+	away    bool   // the server did not answer the last try
+	self    string // how to invoke this binary in a hint (bin/countersign)
+}
+
+// invokedAs is how the user ran this binary, for commands a hint shows:
+// the path they typed (bin/countersign), or countersign when it was found
+// on $PATH.
+func invokedAs() string {
+	if a := os.Args[0]; strings.ContainsRune(a, os.PathSeparator) {
+		return a
+	}
+	return "countersign"
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // Backoff of the demo's retries while the server is away.

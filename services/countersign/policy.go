@@ -325,7 +325,11 @@ func policyTest(out io.Writer, policyFile, casesFile string, verbose bool) error
 				if s.Matched {
 					mark = "→ "
 				}
-				fmt.Fprintf(out, "      %s%s (line %d): %s\n", mark, s.Rule, s.Line, s.Why)
+				where := fmt.Sprintf(" (line %d)", s.Line)
+				if s.Line == 0 { // the policy's default, which no line names
+					where = ""
+				}
+				fmt.Fprintf(out, "      %s%s%s: %s\n", mark, s.Rule, where, s.Why)
 			}
 		}
 	}
