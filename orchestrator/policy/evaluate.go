@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/countersign/countersign/contracts"
 )
 
 // Step says why one rule did or did not decide a call.
@@ -342,16 +344,7 @@ func timersWhy(d Decision) string {
 
 // shortDuration prints a duration without zero minutes and seconds: 1h,
 // 10m, 1h30m.
-func shortDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = s[:len(s)-2]
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = s[:len(s)-2]
-	}
-	return s
-}
+func shortDuration(d time.Duration) string { return contracts.ShortDuration(d) }
 
 // show prints a name, quoting it when it is empty.
 func show(s string) string {

@@ -356,6 +356,7 @@ type statusView struct {
 	// whether a condition may widen the arguments.
 	GrantScopes    []grantOption
 	GrantMaxTTL    string
+	GrantTTL       string // what the form proposes: an hour, or less when the rule allows less
 	GrantCondition bool
 }
 
@@ -473,7 +474,7 @@ func (in *Inbox) status(ctx context.Context, rec *contracts.Record, sess *sessio
 	}
 	sv.CanDecide, sv.ReadOnly = mayDecide(rec, &sess.p)
 	if sv.GrantScopes = grantOptions(req); sv.GrantScopes != nil {
-		sv.GrantMaxTTL = req.Grants.MaxTTL
+		sv.GrantMaxTTL, sv.GrantTTL = grantTTLs(req.Grants.MaxTTL)
 		sv.GrantCondition = req.Grants.Arguments == contracts.GrantArgumentsCondition
 	}
 	args, sha := currentArguments(rec)
@@ -620,4 +621,16 @@ func (in *Inbox) getDetail(w http.ResponseWriter, r *http.Request, sess *session
 	pg := in.detail(r.Context(), rec, sess)
 	pg.Status.Result = takeFlash(w, r, rec)
 	in.render(w, http.StatusOK, "detail", pg)
+}
+
+// grantTTLs are the longest a grant may last (maxTTL, as the request
+// carries it) and what the form proposes, both as people write them (8h,
+// 1h30m, not 8h0m0s): an hour, or the longest when that is less. A value
+// that does not parse is shown as it is.
+func grantTTLs(maxTTL string) (longest, proposed string) {
+	d, err := time.ParseDuration(maxTTL)
+	if err != nil || d <= 0 {
+		return maxTTL, maxTTL
+	}
+	return contracts.ShortDuration(d), contracts.ShortDuration(min(d, time.Hour))
 }
