@@ -37,9 +37,37 @@ const maxGenerations = 1000
 type callBook struct {
 	mu   sync.Mutex
 	next map[string]int
+	// running holds, per call, the approvals of it this gateway claimed
+	// and is running: an identical call that arrives meanwhile is told
+	// so, instead of opening a new approval.
+	running map[string]map[string]bool
 }
 
-func (b *callBook) init() { b.next = map[string]int{} }
+func (b *callBook) init() { b.next, b.running = map[string]int{}, map[string]map[string]bool{} }
+
+// run marks the approval eventID of key as running until done.
+func (b *callBook) run(key, eventID string) (done func()) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.running[key] == nil {
+		b.running[key] = map[string]bool{}
+	}
+	b.running[key][eventID] = true
+	return func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		delete(b.running[key], eventID)
+		if len(b.running[key]) == 0 {
+			delete(b.running, key)
+		}
+	}
+}
+
+func (b *callBook) isRunning(key, eventID string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.running[key][eventID]
+}
 
 func (b *callBook) generation(key string) int {
 	b.mu.Lock()
@@ -105,6 +133,9 @@ func (g *Gateway) callTool(ctx context.Context, l *link, req *mcp.CallToolReques
 	if err != nil || res.toolErr != nil {
 		return res.toolErr, err
 	}
+	if res.done != nil {
+		defer res.done()
+	}
 	if asksByRoundTrip(req) {
 		return g.forwardHeld(ctx, l, up, req, key, res.args, res.Result)
 	}
@@ -117,6 +148,9 @@ type decision struct {
 	client.Result
 	args    json.RawMessage
 	toolErr *mcp.CallToolResult
+	// done ends the claimed approval's run (see callBook.run); nil when
+	// nothing was claimed.
+	done func()
 }
 
 // decide reviews a call, waits for a human up to MaxWait and claims an
@@ -135,11 +169,16 @@ func (g *Gateway) decide(ctx context.Context, req *mcp.CallToolRequest, run cont
 		gen := g.book.generation(key)
 		call.ID = fmt.Sprintf("mcp-%s-%d", key, gen)
 		res, err := g.review(ctx, run, &call)
+		// attached is the approval of this generation the call saw open
+		// (pending, or approved and not claimed yet): if it turns out used
+		// up, an identical call claimed it, and this call is told so
+		// instead of becoming a new request.
+		attached := ""
 		if err == nil && res.Verdict == client.Pending {
-			id := res.EventID
-			g.waiting.add(id)
+			attached = res.EventID
+			g.waiting.add(attached)
 			res, err = g.wait(ctx, req, run, call, res)
-			g.waiting.done(id)
+			g.waiting.done(attached)
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -168,8 +207,12 @@ func (g *Gateway) decide(ctx context.Context, req *mcp.CallToolRequest, run cont
 			rec, err := g.cfg.Countersign.Claim(ctx, res.EventID, client.NewClaimID())
 			if err != nil {
 				if errors.Is(err, client.ErrAlreadyClaimed) {
+					// An identical call (of this gateway or another) claimed
+					// it between this call's look and its claim: it ran
+					// there, and runs nowhere else.
 					g.book.usedUp(key, gen)
-					continue // claimed by another call: this one is a new request
+					log.Info("an identical call claimed the approval first; this call was not run", slog.String("event_id", res.EventID))
+					return g.claimedElsewhere(call.Name, res)
 				}
 				if ctx.Err() != nil {
 					if cancelledByClient(ctx) {
@@ -188,19 +231,27 @@ func (g *Gateway) decide(ctx context.Context, req *mcp.CallToolRequest, run cont
 				log.Warn("claim failed; the call was not made", slog.String("event_id", res.EventID), slog.Any("err", err))
 				return refuse(fmt.Sprintf("Countersign could not confirm the approval %s (%v). The call was not made.", res.EventID, err), res)
 			}
+			done := g.book.run(key, res.EventID)
 			g.book.usedUp(key, gen)
 			if rec.Claim != nil {
 				res.Receipt = rec.Claim.Receipt
 			}
 			if g.cfg.Receipts && res.Receipt == "" {
+				done()
 				log.Warn("the claimed approval has no receipt; the call was not made", slog.String("event_id", res.EventID))
 				return refuse(noReceipt(g.cfg.Name, res)+fmt.Sprintf(" Its approval %s is used up.", res.EventID), res)
 			}
 			log.Info("approved call forwarded", slog.String("event_id", res.EventID))
-			return decision{Result: res, args: res.Arguments}, nil
+			return decision{Result: res, args: res.Arguments, done: done}, nil
 		case client.AlreadyExecuted:
 			g.book.usedUp(key, gen)
-			continue
+			if res.EventID != "" && (res.EventID == attached || g.book.isRunning(key, res.EventID)) {
+				// This call waited on the approval, or an identical call of
+				// this gateway is running it now: that call ran it.
+				log.Info("an identical call claimed the approval; this call was not run", slog.String("event_id", res.EventID))
+				return g.claimedElsewhere(call.Name, res)
+			}
+			continue // used up before this call came: this one is a new request
 		case client.Pending:
 			return decision{Result: res, toolErr: awaiting(call.Name, res)}, nil
 		default:
@@ -226,6 +277,18 @@ func (g *Gateway) run(l *link, name string, tool *mcp.Tool) contracts.Run {
 		run.ID = "mcp:" + l.caller + ":" + g.cfg.Name
 		run.RequestedBy = l.caller
 	}
+	return run
+}
+
+// questionRun is the run an upstream's question is asked in, when it goes
+// to the approvers: labelled as a question of the server (and of the tool
+// whose call asked it), with none of a tool's hints.
+func (g *Gateway) questionRun(l *link, tool string) contracts.Run {
+	run := g.run(l, tool, nil)
+	for k := range Labels(g.cfg.Name, nil) {
+		delete(run.Labels, k)
+	}
+	maps.Copy(run.Labels, QuestionLabels(g.cfg.Name, tool))
 	return run
 }
 
@@ -286,7 +349,10 @@ func (g *Gateway) wait(ctx context.Context, req *mcp.CallToolRequest, run contra
 
 // forward calls the upstream with the arguments to run.
 func (g *Gateway) forward(ctx context.Context, l *link, up *mcp.ClientSession, req *mcp.CallToolRequest, args json.RawMessage, res client.Result) (*mcp.CallToolResult, error) {
-	out, err := up.CallTool(ctx, &mcp.CallToolParams{Meta: g.upstreamMeta(req.Params.Meta, res), Name: req.Params.Name, Arguments: args})
+	done := l.forwarding(req.Params.Name)
+	out, err := up.CallTool(context.WithValue(ctx, callingKey{}, req.Params.Name),
+		&mcp.CallToolParams{Meta: g.upstreamMeta(req.Params.Meta, res), Name: req.Params.Name, Arguments: args})
+	done()
 	if err != nil {
 		l.lost(up, err)
 		if ctx.Err() != nil && res.EventID == "" {
@@ -302,11 +368,11 @@ func (g *Gateway) forward(ctx context.Context, l *link, up *mcp.ClientSession, r
 		}
 		return toolError(msg, meta(res)), nil
 	}
+	if out.Meta == nil {
+		out.Meta = mcp.Meta{}
+	}
+	out.Meta[metaKey] = meta(res)[metaKey]
 	if res.EventID != "" {
-		if out.Meta == nil {
-			out.Meta = mcp.Meta{}
-		}
-		out.Meta[metaKey] = meta(res)[metaKey]
 		if edited(req.Params.Arguments, args) {
 			note := &mcp.TextContent{Text: "Note: a human reviewer changed the arguments before this call ran. It ran with: " + string(args)}
 			out.Content = append([]mcp.Content{note}, out.Content...)
@@ -349,6 +415,9 @@ func edited(proposed, ran json.RawMessage) bool {
 	return err1 != nil || err2 != nil || a != b
 }
 
+// meta is the gateway's _meta entry of a result: the verdict, the
+// approval and the rule, and the receipt Countersign signed for the call
+// when there is one.
 func meta(res client.Result) mcp.Meta {
 	m := map[string]any{"verdict": res.Verdict}
 	if res.EventID != "" {
@@ -357,7 +426,24 @@ func meta(res client.Result) mcp.Meta {
 	if res.Rule != "" {
 		m["rule"] = res.Rule
 	}
+	if res.GrantID != "" {
+		m["grant_id"] = res.GrantID
+	}
+	if res.Receipt != "" {
+		m["receipt"] = res.Receipt
+	}
 	return mcp.Meta{metaKey: m}
+}
+
+// claimedElsewhere answers a call whose approval an identical call
+// claimed: that call runs it, this one does not, and no new approval is
+// opened for it.
+func (g *Gateway) claimedElsewhere(tool string, res client.Result) (decision, error) {
+	res.Verdict, res.Arguments, res.Receipt = client.AlreadyExecuted, nil, ""
+	text := fmt.Sprintf("This call was not run: an identical call of %s claimed its approval %s and ran it there "+
+		"(an approval runs its call once). Its result went to that call. Call the tool again only to run it a second time: "+
+		"that is a new request for a human to decide.", tool, res.EventID)
+	return decision{Result: res, toolErr: toolError(text, meta(res))}, nil
 }
 
 func toolError(text string, m mcp.Meta) *mcp.CallToolResult {

@@ -46,6 +46,9 @@ func (l *link) elicit(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitR
 		return &mcp.ElicitResult{Action: contracts.AnswerDecline}, nil
 	}
 	q := client.Question{Text: fmt.Sprintf("The MCP server %q asks: %s", l.g.cfg.Name, p.Message)}
+	if tool := l.asking(ctx); tool != "" {
+		q.Text = fmt.Sprintf("The MCP server %q asks, while it runs the tool %s: %s", l.g.cfg.Name, tool, p.Message)
+	}
 	if p.RequestedSchema != nil {
 		b, err := json.Marshal(p.RequestedSchema)
 		if err != nil {
@@ -53,8 +56,7 @@ func (l *link) elicit(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitR
 		}
 		q.Schema = b
 	}
-	run := l.g.run(l, "", nil)
-	delete(run.Labels, LabelTool)
+	run := l.g.questionRun(l, l.asking(ctx))
 	ans, err := l.g.cfg.Countersign.Ask(ctx, run, q)
 	if err != nil {
 		l.g.cfg.Logger.Warn("elicitation could not be asked", slog.Any("err", err))
@@ -70,4 +72,46 @@ func (l *link) elicit(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitR
 		}
 	}
 	return res, nil
+}
+
+// callingKey carries, in the context of a call forwarded to the upstream,
+// the name of its tool: the SDK asks a question the upstream returns with
+// a call's result (protocol 2026-07-28) in that call's context.
+type callingKey struct{}
+
+// asking names the tool whose call the upstream asks a question in: the
+// call of ctx, else the one tool the link's forwarded calls are running
+// (an upstream on an earlier protocol version sends its questions as
+// requests of their own, which do not say which call they belong to);
+// "" when that is not known.
+func (l *link) asking(ctx context.Context) string {
+	if name, ok := ctx.Value(callingKey{}).(string); ok {
+		return name
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.running) != 1 {
+		return ""
+	}
+	for name := range l.running {
+		return name
+	}
+	return ""
+}
+
+// forwarding counts a call of tool forwarded to the upstream until done.
+func (l *link) forwarding(tool string) (done func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.running == nil {
+		l.running = map[string]int{}
+	}
+	l.running[tool]++
+	return func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.running[tool]--; l.running[tool] <= 0 {
+			delete(l.running, tool)
+		}
+	}
 }

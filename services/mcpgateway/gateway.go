@@ -237,6 +237,8 @@ type link struct {
 	up    *mcp.ClientSession
 	tools map[string]*mcp.Tool
 	held  map[string]*held // by requestState
+	// running counts the calls forwarded to the upstream, by tool.
+	running map[string]int
 }
 
 // session returns the upstream session, connecting (again) when there is

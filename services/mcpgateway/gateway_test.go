@@ -1,7 +1,9 @@
 package mcpgateway_test
 
 import (
+	"context"
 	"encoding/json"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -46,6 +48,9 @@ func TestListReadOnlyAndApprovedDestructive(t *testing.T) {
 	got := r.call(t, "read_note", `{"id":"a"}`)
 	if got.IsError || !strings.Contains(text(got), `note {"id":"a"}`) {
 		t.Fatalf("read_note: %s", text(got))
+	}
+	if m, _ := got.Meta["countersign"].(map[string]any); m["verdict"] != "allowed" || m["rule"] != "mcp-read-only" || m["event_id"] != nil {
+		t.Fatalf("the allowed call's _meta: %v", got.Meta)
 	}
 	if len(r.serve.approvals(t, r.runID)) != 0 {
 		t.Fatal("a read-only call created an approval")
@@ -214,6 +219,12 @@ func TestElicitationGoesToApprovers(t *testing.T) {
 				if !strings.Contains(rec.Request.Question.Text, "Which name?") || !strings.Contains(string(rec.Request.Question.Schema), `"name"`) {
 					t.Fatalf("question: %+v", rec.Request.Question)
 				}
+				// Labelled as a question of the tool that asked it, with
+				// none of a tool's hints: no rule for destructive tools.
+				want := map[string]string{mcpgateway.LabelKind: mcpgateway.KindQuestion, mcpgateway.LabelServer: "notes", mcpgateway.LabelTool: "ask_name"}
+				if l := rec.Request.Run.Labels; !maps.Equal(l, want) || rec.Request.Policy.Rule == "mcp-destructive" || rec.Request.Risk == "high" {
+					t.Fatalf("question: labels %v, rule %q, risk %q", l, rec.Request.Policy.Rule, rec.Request.Risk)
+				}
 			}
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -257,33 +268,55 @@ func TestUsedUpApprovalsSurviveARestart(t *testing.T) {
 	}
 	m, _ := got.Meta["countersign"].(map[string]any)
 	s.cli(t, "approvals", "cancel", m["event_id"].(string))
+}
 
-	third := newRigOn(t, s, nil)
-	a := third.callAsync(t, "delete_note", `{"id":"twice"}`)
-	b := third.callAsync(t, "delete_note", `{"id":"twice"}`)
-	id = s.pending(t, third.runID, "notes.delete_note")
-	for _, r := range s.approvals(t, third.runID) {
-		if r.Status == contracts.StatusPending && r.Request.EventID != id {
-			t.Fatalf("two pending approvals before the first decision: %s and %s", id, r.Request.EventID)
+// Identical calls waiting on one approval — two clients of one gateway and
+// a client of a second gateway on the same run — run exactly once when it
+// is approved: one of them claims it and runs it, the others are told that
+// an identical call ran it, and no second approval is opened.
+func TestIdenticalCallsRunOnce(t *testing.T) {
+	s := startServe(t)
+	first := newRigOn(t, s, nil)
+	second := newRigOn(t, s, nil)
+	type waiting struct {
+		done     <-chan *mcp.CallToolResult
+		progress chan *mcp.ProgressNotificationParams
+	}
+	start := func(r *rig) waiting {
+		progress := make(chan *mcp.ProgressNotificationParams, 100)
+		cs := r.connect(t, &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			offer(progress, req.Params)
+		}}, nil)
+		return waiting{done: r.callAsyncOn(t, cs, "delete_note", `{"id":"twice"}`), progress: progress}
+	}
+	calls := []waiting{start(first)}
+	id := s.pending(t, first.runID, "notes.delete_note")
+	calls = append(calls, start(first), start(second))
+	for i, c := range calls { // every call waits on the approval
+		if p := receive(t, c.progress); !strings.Contains(p.Message, id) {
+			t.Fatalf("call %d waits on %q, want %s", i, p.Message, id)
 		}
 	}
 	s.cli(t, "approvals", "approve", id)
-	// One call runs; the other opens a new approval, rejected here.
-	next := s.pending(t, third.runID, "notes.delete_note", id)
-	s.cli(t, "approvals", "reject", next, "--reason", "once")
-	ran, refused := 0, 0
-	resA, resB := receive(t, a), receive(t, b)
-	for _, res := range []*mcp.CallToolResult{resA, resB} {
+	ran, told := 0, 0
+	for i, c := range calls {
+		res := receive(t, c.done)
+		m, _ := res.Meta["countersign"].(map[string]any)
 		switch {
-		case !res.IsError && strings.Contains(text(res), "deleted"):
+		case !res.IsError && strings.Contains(text(res), `deleted {"id":"twice"}`):
 			ran++
-		case res.IsError && strings.Contains(text(res), "once"):
-			refused++
+		case res.IsError && strings.Contains(text(res), "identical call") && strings.Contains(text(res), id) &&
+			m["verdict"] == "already_executed" && m["event_id"] == id:
+			told++
 		default:
-			t.Fatalf("result: %s", text(res))
+			t.Fatalf("call %d: %s (meta %v)", i, text(res), res.Meta)
 		}
 	}
-	if ran != 1 || refused != 1 || len(third.notes.all()) != 1 {
-		t.Fatalf("%d ran, %d refused, upstream %q: %s / %s", ran, refused, third.notes.all(), text(resA), text(resB))
+	upstream := append(deletes(first.notes), deletes(second.notes)...)
+	if ran != 1 || told != 2 || len(upstream) != 1 {
+		t.Fatalf("%d ran, %d told, upstream %q", ran, told, upstream)
+	}
+	if recs := s.approvals(t, first.runID); len(recs) != 1 {
+		t.Fatalf("%d approvals, want the one approved", len(recs))
 	}
 }

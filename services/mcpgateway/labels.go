@@ -16,6 +16,15 @@ const (
 	LabelDestructive = "mcp.destructiveHint"
 	LabelIdempotent  = "mcp.idempotentHint"
 	LabelOpenWorld   = "mcp.openWorldHint"
+	// LabelKind says what is reviewed: KindToolCall, or KindQuestion for
+	// an upstream's question that went to the approvers.
+	LabelKind = "mcp.kind"
+)
+
+// Values of LabelKind.
+const (
+	KindToolCall = "tool_call"
+	KindQuestion = "question"
 )
 
 // Labels returns the run labels of a call to tool on server. The hints are
@@ -44,6 +53,7 @@ func Labels(server string, tool *mcp.Tool) map[string]string {
 		destructive = false
 	}
 	return map[string]string{
+		LabelKind:        KindToolCall,
 		LabelServer:      server,
 		LabelTool:        name,
 		LabelReadOnly:    strconv.FormatBool(readOnly),
@@ -51,4 +61,12 @@ func Labels(server string, tool *mcp.Tool) map[string]string {
 		LabelIdempotent:  strconv.FormatBool(idempotent),
 		LabelOpenWorld:   strconv.FormatBool(openWorld),
 	}
+}
+
+// QuestionLabels returns the run labels of a question the upstream server
+// asked (an elicitation) that goes to the approvers: it is a question, not
+// a tool call, so it carries no tool hints — only the server and the tool
+// whose call asked it ("" when that is not known).
+func QuestionLabels(server, tool string) map[string]string {
+	return map[string]string{LabelKind: KindQuestion, LabelServer: server, LabelTool: tool}
 }

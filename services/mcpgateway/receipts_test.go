@@ -117,6 +117,10 @@ func TestReceiptsForwardedToUpstream(t *testing.T) {
 	if err != nil || got.IsError || !strings.Contains(text(got), "done read_note") {
 		t.Fatalf("read_note: %v %s", err, text(got))
 	}
+	// The result tells the client it was allowed, by which rule, with which receipt.
+	if m, _ := got.Meta["countersign"].(map[string]any); m["verdict"] != "allowed" || m["rule"] == nil || m["receipt"] == nil || m["receipt"] == "" {
+		t.Fatalf("the allowed call's _meta: %v", got.Meta)
+	}
 
 	// Allowed by a rule without receipt: true: refused by the gateway.
 	got = r.call(t, "list_notes", `{}`)
@@ -131,6 +135,9 @@ func TestReceiptsForwardedToUpstream(t *testing.T) {
 	got = receive(t, done)
 	if got.IsError || !strings.Contains(text(got), "done delete_note") {
 		t.Fatalf("approved delete_note: %s", text(got))
+	}
+	if m, _ := got.Meta["countersign"].(map[string]any); m["verdict"] != "allowed" || m["event_id"] != id || m["receipt"] == nil {
+		t.Fatalf("the approved call's _meta: %v", got.Meta)
 	}
 
 	ran, seen := up.state()
