@@ -82,7 +82,11 @@ class Relay:
             self._cond.notify_all()
         if self.before is not None:
             self.before(line)
-        up = socket.create_connection(self._target)
+        try:
+            up = socket.create_connection(self._target)
+        except OSError:  # the server is down: the client sees its connection close, as without the relay
+            c.close()
+            return
         with self._cond:
             self._socks.append(up)
         up.sendall(head)

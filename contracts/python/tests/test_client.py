@@ -11,6 +11,7 @@ import countersign
 from countersign import (AlreadyClaimed, Client, CountersignError, InvalidRequest, NetworkError, NotAnApprover,
                          NotApproved, SelfApproval, ToolCall, Unauthenticated, codes, gated, new_claim_id)
 
+from .relay import Relay
 from .server import Server, client_for, visible
 
 
@@ -134,6 +135,35 @@ class ClientTest(unittest.TestCase):
         client_for(self.server, "alice").approve(event_id)
         self.assertEqual(fut.result(timeout=60), "sent")
         self.assertEqual(ran, [5])
+
+    def test_a_wait_survives_a_restart_late_in_its_poll(self) -> None:
+        # The retry window (retry_for, 0.3 s) is long over when the server dies 1 s into a 5 s poll, and the
+        # server is away for longer than that: the wait goes on regardless, and the approval decided after
+        # the restart runs the tool once.
+        relay = Relay(self, self.server.url)
+        agent = countersign.Client(relay.url, self.server.token, retry_for=0.3, min_backoff=0.02, max_backoff=0.2,
+                                   poll_wait=5)
+        ran = []
+
+        @gated(agent, run=self.run_)
+        def send_payment(amount: int) -> str:
+            ran.append(amount)
+            return "sent"
+
+        call: ToolCall = {"id": "c-late", "name": "send_payment", "arguments": {"amount": 7}}
+        fut = self.pool.submit(send_payment.invoke, call)
+        relay.wait_for(lambda line: line.startswith("POST /v1/reviews?wait=5000ms"))
+        started = time.monotonic()
+        time.sleep(max(0.0, started + 1.0 - time.monotonic()))  # late in the poll: only time can say so
+        self.server.kill()
+        self.assertFalse(fut.done())
+        self.server.start()  # same data directory and port
+        event_id = visible(self.server, self.run_, call)
+        client_for(self.server, "alice").approve(event_id)
+        self.assertEqual(fut.result(timeout=60), "sent")
+        self.assertEqual(ran, [7])
+        self.assertIsInstance(send_payment.invoke(call), countersign.Denied)  # already executed
+        self.assertEqual(ran, [7])
 
     def test_claim_across_a_restart_keeps_its_id(self) -> None:
         event_id = self.pending()

@@ -7,7 +7,7 @@ import unittest
 
 from countersign import (AlreadyClaimed, InvalidToolCall, NotAnApprover, Refused, Unavailable, WebhookReceiver,
                          WebhookVerificationError, codes, parse_secret, sign, to_tool_call, verify_webhook)
-from countersign._core import SSEParser, review_body, transient
+from countersign._core import Backoff, SSEParser, review_body, settings, transient
 from countersign.errors import api_error
 
 # Standard Webhooks test vectors (libraries/go/webhook_test.go TestWebhookSign; libraries/rust test_sign).
@@ -167,6 +167,33 @@ class WebhookTest(unittest.TestCase):
         self.assertEqual(r.handle(h, body, now=V1["ts"]), 204)  # delivered again: dropped
         self.assertEqual([(d.event_id, d.approved, d.arguments) for d in got], [("e1", True, {"a": 1})])
         self.assertEqual(r.handle(dict(h, **{"webhook-id": "n2"}), body, now=V1["ts"]), 401)
+
+
+class BackoffTest(unittest.TestCase):
+    def test_a_single_call_retries_for_retry_for_from_its_first_failure(self) -> None:
+        import time
+        s = settings("http://127.0.0.1:1", "t", retry_for=0.05, min_backoff=0.001, max_backoff=0.002, timeout=1)
+        b = Backoff(s)
+        time.sleep(0.06)  # a long request before the first failure does not use up the window
+        self.assertIsNotNone(b.next())
+        time.sleep(0.06)
+        self.assertIsNone(b.next())
+
+    def test_a_wait_retries_until_its_own_bound(self) -> None:
+        import time
+        s = settings("http://127.0.0.1:1", "t", retry_for=0.01, min_backoff=0.001, max_backoff=0.002, timeout=1)
+        forever = Backoff(s, None, persist=True)
+        bounded = Backoff(s, time.monotonic() + 0.05, persist=True)
+        time.sleep(0.03)
+        self.assertIsNotNone(forever.next())
+        self.assertIsNotNone(bounded.next())
+        time.sleep(0.03)
+        self.assertIsNotNone(forever.next())
+        self.assertIsNone(bounded.next())
+
+    def test_poll_wait_is_checked(self) -> None:
+        with self.assertRaisesRegex(ValueError, "poll_wait"):
+            settings("http://127.0.0.1:1", "t", 1, 0.1, 1, 1, poll_wait=61)
 
 
 if __name__ == "__main__":

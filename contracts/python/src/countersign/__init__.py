@@ -22,10 +22,10 @@ from .errors import (Aborted, AlreadyClaimed, ApprovalLapsed, ArgumentsChanged, 
                      InvalidToolCall, NetworkError, NotAnApprover, NotApproved, NotFound, NotPermitted, OutOfOrder,
                      Refused, SelfApproval, StaleArguments, TooManyRequests, Unauthenticated, Unavailable,
                      UnknownApprover, WebhookVerificationError, codes)
-from .gated import AsyncGatedTool, CallDenied, Denied, GatedTool, gated
+from .gated import AsyncGatedTool, CallDenied, Denied, GatedTool, current_receipt, gated, receipt_headers
 from .ids import event_id_for, new_claim_id, new_vote_id
-from .receipts import (JWKSFetcher, KeySet, MemoryReplayStore, ReceiptError, arguments_sha256, inspect_receipt,
-                       verify_receipt)
+from .receipts import (JWKSFetcher, KeySet, MemoryReplayStore, ReceiptError, ServerReplayStore, arguments_sha256,
+                       inspect_receipt, verify_receipt)
 from .toolcalls import ToolCallLike, to_tool_call
 from .types import Answer, Decision, Event, Question, Record, Result, Run, Status, ToolCall, Verdict, VoteDecision
 from .webhooks import Webhook, WebhookReceiver, parse_secret, sign, verify_webhook
@@ -43,6 +43,6 @@ __all__ = [
     "ToolCallLike", "Unauthenticated", "Unavailable", "Verdict", "VoteDecision", "Webhook", "WebhookReceiver",
     "WebhookVerificationError", "codes", "event_id_for", "gated", "new_claim_id", "new_vote_id", "parse_secret",
     "sign", "to_tool_call", "verify_webhook",
-    "JWKSFetcher", "KeySet", "MemoryReplayStore", "ReceiptError", "arguments_sha256", "inspect_receipt",
-    "verify_receipt",
+    "JWKSFetcher", "KeySet", "MemoryReplayStore", "ReceiptError", "ServerReplayStore", "arguments_sha256",
+    "inspect_receipt", "verify_receipt", "current_receipt", "receipt_headers",
 ]

@@ -53,10 +53,12 @@ class Settings:
     min_backoff: float
     max_backoff: float
     timeout: float
+    poll_wait: float = MAX_WAIT
+    """How long one request of a wait asks the server to wait before it is asked again."""
 
 
 def settings(url: Optional[str], token: Optional[str], retry_for: float, min_backoff: float,
-             max_backoff: float, timeout: float) -> Settings:
+             max_backoff: float, timeout: float, poll_wait: float = MAX_WAIT) -> Settings:
     url = url or os.environ.get("COUNTERSIGN_URL") or ""
     token = token or os.environ.get("COUNTERSIGN_TOKEN") or ""
     problems = []
@@ -84,9 +86,11 @@ def settings(url: Optional[str], token: Optional[str], retry_for: float, min_bac
             problems.append(f"{name} must be a finite number ≥ 0, got {v!r}")
     if min_backoff > max_backoff:
         problems.append("min_backoff must not exceed max_backoff")
+    if not (0 < poll_wait <= MAX_WAIT):
+        problems.append(f"poll_wait must be more than 0 and at most {MAX_WAIT:g} seconds, got {poll_wait!r}")
     if problems or endpoint is None:
         raise ValueError("countersign: " + "; ".join(problems))
-    return Settings(endpoint, token, retry_for, min_backoff, max_backoff, timeout)
+    return Settings(endpoint, token, retry_for, min_backoff, max_backoff, timeout, poll_wait)
 
 
 def headers(s: Settings, has_body: bool, accept: str = "application/json") -> Dict[str, str]:
@@ -185,18 +189,29 @@ def transient(err: BaseException) -> bool:
 
 class Backoff:
     """The waits between retries: doubling from min_backoff to max_backoff
-    (with jitter), for at most retry_for seconds in all."""
+    (with jitter), for at most retry_for seconds from the first failure, and
+    no later than until (time.monotonic()) when given.
 
-    def __init__(self, s: Settings, until: Optional[float] = None) -> None:
+    With persist (a wait, whose requests are idempotent) retry_for does not
+    apply: retries go on until ``until``, or for ever when it is None."""
+
+    def __init__(self, s: Settings, until: Optional[float] = None, persist: bool = False) -> None:
         self._s = s
-        self._deadline = time.monotonic() + s.retry_for
-        if until is not None:  # a bound of the caller's (time.monotonic())
-            self._deadline = min(self._deadline, until)
+        self._until = until
+        self._persist = persist
+        self._deadline: Optional[float] = None
+        self._started = False
         self._delay = s.min_backoff
 
     def next(self) -> Optional[float]:
         """The wait before the next attempt, or None when time is up."""
-        left = self._deadline - time.monotonic()
+        now = time.monotonic()
+        if not self._started:
+            self._started = True
+            self._deadline = self._until if self._persist else now + self._s.retry_for
+            if self._until is not None and self._deadline is not None:
+                self._deadline = min(self._deadline, self._until)
+        left = math.inf if self._deadline is None else self._deadline - now
         if left <= 0:
             return None
         d = min(self._delay * random.uniform(0.5, 1.0), left)
@@ -204,7 +219,8 @@ class Backoff:
         return d
 
     def reset(self) -> None:
-        self._deadline = time.monotonic() + self._s.retry_for
+        self._started = False
+        self._deadline = None
         self._delay = self._s.min_backoff
 
 

@@ -21,7 +21,7 @@ from types import TracebackType
 from typing import Any, AsyncIterator, Callable, Collection, Deque, Dict, List, Mapping, Optional, Tuple, Type
 
 from . import _core
-from .client import (_check_cancel_on_abort, _check_claim_id, _deadline, _first, _left, _log, _pending_ids,
+from .client import (_check_cancel_on_abort, _check_claim_id, _deadline, _first, _left, _log, _min, _pending_ids,
                      _record_of, _report)
 from .errors import Closed, CountersignError, InFlight, NetworkError, NotFound, codes
 from .ids import new_vote_id
@@ -43,8 +43,9 @@ class AsyncClient:
 
     def __init__(self, url: Optional[str] = None, token: Optional[str] = None, *, retry_for: float = 30.0,
                  min_backoff: float = 0.1, max_backoff: float = 2.0, timeout: float = 30.0,
-                 ssl_context: Optional[ssl.SSLContext] = None, cancel_on_abort: Optional[float] = 5.0) -> None:
-        self._s = _core.settings(url, token, retry_for, min_backoff, max_backoff, timeout)
+                 ssl_context: Optional[ssl.SSLContext] = None, cancel_on_abort: Optional[float] = 5.0,
+                 poll_wait: float = _core.MAX_WAIT) -> None:
+        self._s = _core.settings(url, token, retry_for, min_backoff, max_backoff, timeout, poll_wait)
         self._ssl = ssl_context
         self._cancel_on_abort = _check_cancel_on_abort(cancel_on_abort)
 
@@ -62,15 +63,17 @@ class AsyncClient:
         learning: "Optional[asyncio.Future[Tuple[int, Any]]]" = None
         try:
             while True:
-                left = _left(deadline)
+                left = min(_left(deadline), self._s.poll_wait)
                 path = "/v1/reviews" + (f"?{_core.wait_param(left)}" if left > 0 and not first else "")
                 if first and watch:
                     # Runs on if the task is cancelled meanwhile: its answer names what to cancel.
-                    learning = asyncio.ensure_future(self._do("POST", path, payload))
+                    learning = asyncio.ensure_future(self._do("POST", path, payload, persist=True,
+                                                              retry_until=deadline))
                     _, answer = await asyncio.shield(learning)
                     learning = None
                 else:
-                    _, answer = await self._do("POST", path, payload, waits=min(left, _core.MAX_WAIT))
+                    _, answer = await self._do("POST", path, payload, waits=0 if first else left,
+                                               persist=wait != 0, retry_until=deadline)
                 first = False
                 results = results_from(answer, len(tcs))
                 opened = _pending_ids(results)
@@ -84,9 +87,12 @@ class AsyncClient:
 
     async def claim(self, event_id: str, claim_id: str) -> Record:
         """See :meth:`countersign.Client.claim`."""
+        return await self._claim(event_id, claim_id, False)
+
+    async def _claim(self, event_id: str, claim_id: str, persist: bool) -> Record:
         _check_claim_id(claim_id)
         _, answer = await self._do("POST", _core.approval_path(event_id, "/claim"),
-                                   _core.encode({"claim_id": claim_id}), accepted_is_transient=True)
+                                   _core.encode({"claim_id": claim_id}), accepted_is_transient=True, persist=persist)
         return _record_of(answer)
 
     async def ask(self, run: Run, question: "str | Question", *, id: Optional[str] = None,
@@ -100,14 +106,16 @@ class AsyncClient:
         learning: "Optional[asyncio.Future[Tuple[int, Any]]]" = None
         try:
             while True:
-                left = _left(deadline)
+                left = min(_left(deadline), self._s.poll_wait)
                 path = "/v1/questions" + (f"?{_core.wait_param(left)}" if left > 0 and not first else "")
                 if first:
-                    learning = asyncio.ensure_future(self._do("POST", path, payload))
+                    learning = asyncio.ensure_future(self._do("POST", path, payload, persist=True,
+                                                              retry_until=deadline))
                     _, answer = await asyncio.shield(learning)
                     learning = None
                 else:
-                    _, answer = await self._do("POST", path, payload, waits=min(left, _core.MAX_WAIT))
+                    _, answer = await self._do("POST", path, payload, waits=left, persist=wait != 0,
+                                               retry_until=deadline)
                 first = False
                 a = Answer.from_json(answer if isinstance(answer, dict) else {})
                 opened = _pending_question(answer)
@@ -160,9 +168,9 @@ class AsyncClient:
         """See :meth:`countersign.Client.approval`."""
         deadline = _deadline(wait)
         while True:
-            left = _left(deadline)
+            left = min(_left(deadline), self._s.poll_wait)
             path = _core.approval_path(event_id) + (f"?{_core.wait_param(left)}" if left > 0 else "")
-            _, answer = await self._do("GET", path, None, waits=min(left, _core.MAX_WAIT))
+            _, answer = await self._do("GET", path, None, waits=left, persist=wait != 0, retry_until=deadline)
             rec = _record_of(answer)
             rev = answer.get("revision", 0) if isinstance(answer, dict) else 0
             if rec.get("status") != "pending" or _left(deadline) <= 0:
@@ -268,8 +276,10 @@ class AsyncClient:
             raise NetworkError(f"{method} {path}: {type(e).__name__}: {e}") from e
 
     async def _do(self, method: str, path: str, payload: Optional[bytes], *, waits: float = 0,
-                  accepted_is_transient: bool = False, until: Optional[float] = None) -> Tuple[int, Any]:
-        backoff = _core.Backoff(self._s, until)
+                  accepted_is_transient: bool = False, until: Optional[float] = None, persist: bool = False,
+                  retry_until: Optional[float] = None) -> Tuple[int, Any]:
+        """As Client._do."""
+        backoff = _core.Backoff(self._s, until if not persist else _min(until, retry_until), persist)
         while True:
             err: Optional[CountersignError] = None
             try:

@@ -80,10 +80,17 @@ class Client:
     """A client of one Countersign API.
 
     ``url`` and ``token`` default to ``COUNTERSIGN_URL`` and
-    ``COUNTERSIGN_TOKEN``. Transient failures (the network, 502/503/504, a
-    claim the arbiter has not confirmed yet) are retried with backoff for
-    ``retry_for`` seconds per request; a refusal never is. ``timeout`` bounds
-    each request beyond the wait it asks the server for.
+    ``COUNTERSIGN_TOKEN``. Transient failures (the network, a request
+    unanswered ``timeout`` seconds beyond the wait it asks the server for,
+    502/503/504, a claim the arbiter has not confirmed yet) are retried with
+    backoff; a refusal never is. A wait (``review``, ``ask`` or ``approval``
+    with ``wait`` other than 0, and ``@gated``'s wait and claim) retries them
+    for as long as it waits (``wait=None``: until there is a decision): it
+    survives any restart of the server, however late in a long poll,
+    because each request it repeats is idempotent (a review by run id and
+    tool call id). A single call retries them for ``retry_for`` seconds from
+    its first failure. ``poll_wait`` is how long one request of a wait asks
+    the server to wait before asking again (at most 60, the API's limit).
 
     ``cancel_on_abort`` is how many seconds an aborted wait (an
     :class:`Abort`, a cancelled asyncio task) may spend cancelling the
@@ -93,8 +100,9 @@ class Client:
 
     def __init__(self, url: Optional[str] = None, token: Optional[str] = None, *, retry_for: float = 30.0,
                  min_backoff: float = 0.1, max_backoff: float = 2.0, timeout: float = 30.0,
-                 ssl_context: Optional[ssl.SSLContext] = None, cancel_on_abort: Optional[float] = 5.0) -> None:
-        self._s = _core.settings(url, token, retry_for, min_backoff, max_backoff, timeout)
+                 ssl_context: Optional[ssl.SSLContext] = None, cancel_on_abort: Optional[float] = 5.0,
+                 poll_wait: float = _core.MAX_WAIT) -> None:
+        self._s = _core.settings(url, token, retry_for, min_backoff, max_backoff, timeout, poll_wait)
         self._ssl = ssl_context
         self._cancel_on_abort = _check_cancel_on_abort(cancel_on_abort)
 
@@ -138,10 +146,10 @@ class Client:
         opened: List[str] = []
         try:
             while True:
-                left = _left(deadline)
+                left = min(_left(deadline), self._s.poll_wait)
                 path = "/v1/reviews" + (f"?{_core.wait_param(left)}" if left > 0 and not first else "")
-                _, answer = self._do("POST", path, payload, waits=0 if first else min(left, _core.MAX_WAIT),
-                                     abort=abort, finish=first and watch)
+                _, answer = self._do("POST", path, payload, waits=0 if first else left,
+                                     abort=abort, finish=first and watch, persist=wait != 0, retry_until=deadline)
                 first = False
                 results = results_from(answer, len(tcs))
                 opened = _pending_ids(results)
@@ -162,9 +170,13 @@ class Client:
         any other id it raises :class:`AlreadyClaimed`. An approval that is
         not approved raises :class:`NotApproved`. Returns the record.
         """
+        return self._claim(event_id, claim_id, False)
+
+    def _claim(self, event_id: str, claim_id: str, persist: bool) -> Record:
+        """claim; with persist, transient failures are retried until it succeeds or is refused."""
         _check_claim_id(claim_id)
         _, answer = self._do("POST", _core.approval_path(event_id, "/claim"),
-                             _core.encode({"claim_id": claim_id}), accepted_is_transient=True)
+                             _core.encode({"claim_id": claim_id}), accepted_is_transient=True, persist=persist)
         return _record_of(answer)
 
     def ask(self, run: Run, question: "str | Question", *, id: Optional[str] = None,
@@ -180,10 +192,10 @@ class Client:
         opened: List[str] = []
         try:
             while True:
-                left = _left(deadline)
+                left = min(_left(deadline), self._s.poll_wait)
                 path = "/v1/questions" + (f"?{_core.wait_param(left)}" if left > 0 and not first else "")
-                _, answer = self._do("POST", path, payload, waits=0 if first else min(left, _core.MAX_WAIT),
-                                     abort=abort, finish=first and watch)
+                _, answer = self._do("POST", path, payload, waits=0 if first else left,
+                                     abort=abort, finish=first and watch, persist=wait != 0, retry_until=deadline)
                 first = False
                 a = Answer.from_json(answer if isinstance(answer, dict) else {})
                 opened = [a.event_id] if a.status == "pending" and a.event_id else []
@@ -208,9 +220,10 @@ class Client:
     def _approval(self, event_id: str, wait: Optional[float], abort: Optional[Abort]) -> Tuple[Record, int]:
         deadline = _deadline(wait)
         while True:
-            left = _left(deadline)
+            left = min(_left(deadline), self._s.poll_wait)
             path = _core.approval_path(event_id) + (f"?{_core.wait_param(left)}" if left > 0 else "")
-            _, answer = self._do("GET", path, None, waits=min(left, _core.MAX_WAIT), abort=abort)
+            _, answer = self._do("GET", path, None, waits=left, abort=abort, persist=wait != 0,
+                                 retry_until=deadline)
             rec = _record_of(answer)
             rev = answer.get("revision", 0) if isinstance(answer, dict) else 0
             if rec.get("status") != "pending" or _left(deadline) <= 0:
@@ -328,8 +341,12 @@ class Client:
 
     def _do(self, method: str, path: str, payload: Optional[bytes], *, waits: float = 0,
             accepted_is_transient: bool = False, abort: Optional[Abort] = None, finish: bool = False,
-            until: Optional[float] = None) -> Tuple[int, Any]:
-        backoff = _core.Backoff(self._s, until)
+            until: Optional[float] = None, persist: bool = False,
+            retry_until: Optional[float] = None) -> Tuple[int, Any]:
+        """One request, its transient failures retried: for retry_for from the first failure, or with
+        persist until retry_until (None: until it succeeds or is refused); never past until, which also
+        bounds each attempt (time.monotonic())."""
+        backoff = _core.Backoff(self._s, until if not persist else _min(until, retry_until), persist)
         while True:
             err: Optional[CountersignError] = None
             try:
@@ -541,6 +558,13 @@ def _first(seen: "collections.OrderedDict[str, None]", key: str) -> bool:
     if len(seen) > 10_000:
         seen.popitem(last=False)
     return True
+
+
+def _min(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    """The earlier of two optional bounds."""
+    if a is None:
+        return b
+    return a if b is None else min(a, b)
 
 
 def _deadline(wait: Optional[float]) -> Optional[float]:

@@ -5,11 +5,17 @@ after the policy allows the call or a human approves it, with the approved
 (possibly edited) arguments, and at most once per approval across every
 process that runs it. A call that may not run returns a :class:`Denied`
 (or raises :class:`CallDenied`) whose text is meant for the model.
+
+While the function runs, :func:`current_receipt` returns the call's
+receipt (the claim's, or the API's for a grant or a ``receipt: true``
+rule) and :func:`receipt_headers` the header that carries it, for a tool
+that verifies receipts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import hashlib
 import inspect
@@ -23,7 +29,7 @@ from .client import Abort, Client
 from .errors import AlreadyClaimed, ApprovalLapsed, InvalidToolCall, NotApproved
 from .ids import new_claim_id
 from .toolcalls import ToolCallLike, to_tool_call
-from .types import JSONObject, Result, Run, ToolCall
+from .types import JSONObject, Record, Result, Run, ToolCall
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -82,6 +88,29 @@ def _lapsed(res: Result) -> Result:
     return Result(res.tool_call_id, "expired", res.event_id,
                   "This call was approved, but not run in time: the approval lapsed and the call was not run. "
                   "Propose it again for a new decision.", res.rule, code="approval_lapsed")
+
+
+_receipt: "contextvars.ContextVar[str]" = contextvars.ContextVar("countersign_receipt", default="")
+
+
+def current_receipt() -> str:
+    """The receipt of the gated call whose function is running (in this thread or task): a compact JWS
+    to hand the tool, which verifies it (``countersign.receipts.verify_receipt``). ``""`` outside a gated
+    function, or when Countersign signed none (no receipt key; a call the policy allows without one)."""
+    return _receipt.get()
+
+
+def receipt_headers() -> Dict[str, str]:
+    """``{"Countersign-Receipt": current_receipt()}``, or ``{}`` without a receipt: the header of a request
+    to a tool that verifies receipts, e.g. ``urllib.request.Request(url, data, headers=receipt_headers())``."""
+    r = _receipt.get()
+    return {"Countersign-Receipt": r} if r else {}
+
+
+def _claimed_receipt(rec: Mapping[str, Any], res: Result) -> str:
+    claim = rec.get("claim")
+    r = claim.get("receipt") if isinstance(claim, dict) else None
+    return r if isinstance(r, str) and r else res.receipt
 
 
 def _call_id(name: str, args: JSONObject) -> str:
@@ -178,16 +207,23 @@ class GatedTool(_Base[P, R]):
             return self._deny(res)
         args = res.arguments if res.arguments is not None else tc.get("arguments", {})
         self._check(args)
+        receipt = res.receipt
         if res.event_id:
             try:
-                self._client.claim(res.event_id, new_claim_id())
+                # Retried until it succeeds or is refused, with one claim id: as the wait, it outlives
+                # restarts of the server.
+                receipt = _claimed_receipt(self._client._claim(res.event_id, new_claim_id(), True), res)
             except AlreadyClaimed:
                 return self._deny(Result(res.tool_call_id, "already_executed", res.event_id, "", res.rule))
             except NotApproved as e:
                 return self._deny(Result(res.tool_call_id, "denied", res.event_id, e.message, res.rule))
             except ApprovalLapsed:
                 return self._deny(_lapsed(res))
-        return cast(R, self._fn(**args))
+        token = _receipt.set(receipt)
+        try:
+            return cast(R, self._fn(**args))
+        finally:
+            _receipt.reset(token)
 
 
 class AsyncGatedTool(_Base[P, R]):
@@ -230,12 +266,11 @@ class AsyncGatedTool(_Base[P, R]):
             raise
         return res
 
-    async def _claim(self, event_id: str) -> None:
+    async def _claim(self, event_id: str) -> Record:
         c = self._client
         if isinstance(c, AsyncClient):
-            await c.claim(event_id, new_claim_id())
-        else:
-            await asyncio.to_thread(c.claim, event_id, new_claim_id())
+            return await c._claim(event_id, new_claim_id(), True)
+        return await asyncio.to_thread(c._claim, event_id, new_claim_id(), True)
 
     async def _gate(self, tc: ToolCall) -> Union[R, Denied]:
         res = await self._review(tc)
@@ -243,16 +278,21 @@ class AsyncGatedTool(_Base[P, R]):
             return self._deny(res)
         args = res.arguments if res.arguments is not None else tc.get("arguments", {})
         self._check(args)
+        receipt = res.receipt
         if res.event_id:
             try:
-                await self._claim(res.event_id)
+                receipt = _claimed_receipt(await self._claim(res.event_id), res)
             except AlreadyClaimed:
                 return self._deny(Result(res.tool_call_id, "already_executed", res.event_id, "", res.rule))
             except NotApproved as e:
                 return self._deny(Result(res.tool_call_id, "denied", res.event_id, e.message, res.rule))
             except ApprovalLapsed:
                 return self._deny(_lapsed(res))
-        return cast(R, await self._fn(**args))
+        token = _receipt.set(receipt)
+        try:
+            return cast(R, await self._fn(**args))
+        finally:
+            _receipt.reset(token)
 
 
 class _Gate:

@@ -16,6 +16,7 @@ import hmac
 import json
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Collection, Mapping
 from typing import Any, Protocol
@@ -215,6 +216,52 @@ class MemoryReplayStore:
 
 
 DEFAULT_REPLAY_STORE = MemoryReplayStore()
+
+
+class ServerReplayStore:
+    """A ReplayStore kept by Countersign: each use asks the API (``POST /v1/receipts/use``) to record the
+    receipt's id, and the first use of an id wins. Every replica of a tool that verifies with a
+    ServerReplayStore of the same Countersign refuses a receipt another replica used, and a restarted
+    replica still refuses it, for as long as the receipt is valid: what a tool with several replicas, or one
+    that restarts, uses instead of the in-memory default.
+
+    ``url`` is the API's base URL, ``token`` any valid bearer token of it. It fails closed: a replay raises
+    :class:`ReplayedReceipt` (409); an API that cannot be asked or answers otherwise raises
+    :class:`ReceiptError` (``receipt_unavailable``, 503). A use is not retried: a retry after a lost answer
+    would find the receipt used, by itself. The API refuses an ``until`` more than two hours ahead."""
+
+    def __init__(self, url: str, token: str, *, timeout: float = 10) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"ServerReplayStore: url {url!r} is not an http(s) URL")
+        if not token:
+            raise ValueError("ServerReplayStore: a token is required")
+        self._endpoint = url.rstrip("/") + "/v1/receipts/use"
+        self._token, self._timeout = token, timeout
+
+    def use(self, receipt_id: str, until: float) -> None:
+        exp = int(until) + (1 if until > int(until) else 0)
+        body = json.dumps({"jti": receipt_id, "exp": exp}).encode()
+        req = urllib.request.Request(self._endpoint, data=body, method="POST", headers={
+            "Authorization": "Bearer " + self._token, "Content-Type": "application/json",
+            "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=self._timeout) as resp:  # noqa: S310 (the configured URL)
+                status, data = resp.status, resp.read(64 << 10)
+        except urllib.error.HTTPError as e:
+            status, data = e.code, e.read(64 << 10)
+        except (OSError, ValueError) as e:
+            raise ReceiptError(f"replay store {self._endpoint}: {e}") from e
+        try:
+            answer = json.loads(data or b"{}")
+        except ValueError:
+            answer = {}
+        err = answer.get("error") if isinstance(answer, dict) else None
+        code = err.get("code") if isinstance(err, dict) else None
+        if status == 200 and isinstance(answer, dict) and answer.get("used") is True:
+            return
+        if status == 409 and code == ReplayedReceipt.code:
+            raise ReplayedReceipt(f"receipt {receipt_id} was already used")
+        raise ReceiptError(f"replay store {self._endpoint}: {code or 'HTTP'} ({status})")
 
 
 def arguments_sha256(arguments: Any) -> str:
