@@ -3,6 +3,7 @@ GO      ?= go
 BIN     := bin/countersign
 DATA    ?= ./data
 ADDR    ?= 127.0.0.1:8080
+NATS    ?= 127.0.0.1:4222
 
 .PHONY: all build run test browser test-short test-ts test-py bench compare vet lint fmt clean chaos fuzz
 
@@ -12,10 +13,11 @@ build:
 	$(GO) build -o $(BIN) ./services/countersign
 
 ## run: build and start every role with an embedded NATS server, data under ./data
+## (ADDR=host:port moves the API and inbox, NATS=host:port or NATS=off the NATS port)
 ## (the recipe execs the server: its process is serve itself, a child of make;
-## to kill -9 the server, kill serve — pkill -9 -f 'countersign serve' — not make)
+## bin/countersign stop [--kill] stops the serve of ./data and no other)
 run: build
-	exec $(BIN) serve --data $(DATA) --addr $(ADDR) --config deploy/countersign.yaml --policy deploy/policy.yaml
+	exec $(BIN) serve --data $(DATA) --addr $(ADDR) --nats-listen $(NATS) --config deploy/countersign.yaml --policy deploy/policy.yaml
 
 ## test: every test, with the race detector, against real embedded NATS servers
 ## (installs Debian's headless Chromium first, for the web inbox's browser tests)

@@ -394,8 +394,8 @@ func makeRun(t *testing.T) (flags []string, addr string) {
 	words := strings.Fields(string(recipe[1]))
 	for i := 0; i < len(words); i++ {
 		switch w := words[i]; {
-		case w == "--data" || w == "--addr":
-			i++
+		case w == "--data" || w == "--addr" || w == "--nats-listen":
+			i++ // this test chooses its own
 		case strings.HasPrefix(w, "$"):
 			t.Fatalf("Makefile: run passes %q, which this test does not know", w)
 		default:
@@ -420,8 +420,8 @@ type quickShell struct {
 
 func (s *quickShell) export(t *testing.T, cmd []string) {
 	t.Helper()
-	if len(cmd) != 2 || cmd[0] != "export" || cmd[1] != "TOKEN=$(cat data/dev-token)" {
-		t.Fatalf("README quickstart: want `export TOKEN=$(cat data/dev-token)`, got %q", cmd)
+	if len(cmd) != 3 || cmd[0] != "export" || cmd[1] != "TOKEN=$(cat data/dev-token)" || cmd[2] != "API="+s.base {
+		t.Fatalf("README quickstart: want `export TOKEN=$(cat data/dev-token) API=%s`, got %q", s.base, cmd)
 	}
 	// make run keeps its data in ./data; this serve in p.data.
 	tok, err := os.ReadFile(filepath.Join(s.p.data, "dev-token"))
@@ -433,6 +433,7 @@ func (s *quickShell) export(t *testing.T, cmd []string) {
 
 func (s *quickShell) expand(w string) string {
 	w = strings.ReplaceAll(w, "$TOKEN", s.token)
+	w = strings.ReplaceAll(w, "$API", s.base)
 	return strings.ReplaceAll(w, "<event_id>", s.eventID)
 }
 
@@ -516,7 +517,7 @@ func (s *quickShell) curlErr(ctx context.Context, cmd []string) httpAnswer {
 			if method == "" {
 				method = http.MethodPost
 			}
-		case strings.HasPrefix(w, s.base+"/"):
+		case strings.HasPrefix(s.expand(w), s.base+"/"):
 			url = s.p.url + strings.TrimPrefix(s.expand(w), s.base)
 		default:
 			return fail("curl argument %q that this test does not know (URLs must start with %s)", w, s.base)

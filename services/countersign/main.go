@@ -56,6 +56,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return cmdProvision(args[1:], stdout)
 	case "demo":
 		return cmdDemo(args[1:], stdout)
+	case "stop":
+		return cmdStop(args[1:], stdout)
 	case "bench":
 		return cmdBench(args[1:], stdout)
 	case "token":

@@ -117,7 +117,7 @@ func (n *node) prepare(ctx context.Context) error {
 	if cfg.has(roleAPI) {
 		ln, err := net.Listen("tcp", cfg.Addr)
 		if err != nil {
-			return fmt.Errorf("serve: listen %s: %w", cfg.Addr, err)
+			return fmt.Errorf("serve: listen %s: %w%s", cfg.Addr, err, busyHint(err, "--addr", "ADDR=127.0.0.1:8081"))
 		}
 		n.closers = append(n.closers, func() { ln.Close() })
 		n.ln, n.url = n.limit(ln), "http://"+ln.Addr().String()

@@ -453,7 +453,7 @@ func connect(cfg serveConfig, log *slog.Logger) (*conns, error) {
 	srv, err := embedded.Start(ec)
 	if err != nil {
 		cs.close()
-		return nil, fmt.Errorf("serve: embedded NATS: %w", err)
+		return nil, fmt.Errorf("serve: embedded NATS: %w%s", err, busyHint(err, "--nats-listen (or off)", "NATS=127.0.0.1:4223 or NATS=off"))
 	}
 	cs.srv = srv
 	cs.natsURL = srv.ClientURL()
@@ -674,4 +674,13 @@ func seedPolicy(ctx context.Context, js jetstream.JetStream, source []byte, file
 			"file", file, "live_version", live.Version, "applied_by", live.AppliedBy)
 	}
 	return nil
+}
+
+// busyHint says which flag moves a listener whose address is taken (and
+// how with make run); "" for other errors.
+func busyHint(err error, flag, makeVar string) string {
+	if !errors.Is(err, syscall.EADDRINUSE) && !strings.Contains(err.Error(), "address already in use") {
+		return ""
+	}
+	return fmt.Sprintf(" (another process has this address: choose another with %s; with make run, %s)", flag, makeVar)
 }

@@ -26,6 +26,7 @@ type command struct {
 // test holds the two together.
 var commands = []command{
 	{path: "serve", synopsis: "[flags]", about: "run every role with an embedded NATS server (data under ./data)"},
+	{path: "stop", synopsis: "[--data DIR] [--kill] [--timeout 30s]", about: "stop the serve that owns the data directory (--kill: SIGKILL, as a crash)"},
 	{path: "approvals ls", synopsis: "[--status S] [--agent A] [--run R] [--mine] [--limit N]", about: "list approvals (pending by default)"},
 	{path: "approvals show", synopsis: "ID [--wait 30s]", about: "one approval: request, quorum, votes, outcome"},
 	{path: "approvals approve", synopsis: "ID [ID…] | --run RUN [--agent A] [--comment TEXT] [--grant run|agent --ttl 2h [--when COND]]", about: "approve one, several, or every pending call of a run you may decide; --grant also approves the same tool for the run or the agent, revocably"},
