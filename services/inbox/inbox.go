@@ -270,6 +270,10 @@ func (in *Inbox) register() {
 	mux.Handle("GET /login", in.secure(in.getLogin))
 	mux.Handle("POST /login", in.secure(in.postLogin))
 	mux.Handle("POST /logout", in.page(in.postLogout))
+	// Browsers ask for /favicon.ico whatever the page names: the same icon.
+	mux.Handle("GET /favicon.ico", in.secure(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/assets/favicon.svg", http.StatusMovedPermanently)
+	}))
 	mux.Handle("GET /assets/", in.secure(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-cache")
 		in.assets.ServeHTTP(w, r)
@@ -325,7 +329,7 @@ func (in *Inbox) page(h pageHandler) http.HandlerFunc {
 		}
 		if sess == nil {
 			if r.Method != http.MethodGet {
-				http.Error(w, "sign in first", http.StatusForbidden)
+				in.message(w, http.StatusForbidden, nil, "Sign in first, then send the form again.")
 				return
 			}
 			http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
@@ -334,12 +338,12 @@ func (in *Inbox) page(h pageHandler) http.HandlerFunc {
 		if r.Method == http.MethodPost {
 			r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 			if err := r.ParseForm(); err != nil {
-				http.Error(w, "the form could not be read", http.StatusBadRequest)
+				in.message(w, http.StatusBadRequest, sess, "The form could not be read. Reload the page and try again.")
 				return
 			}
 			if !validCSRF(sess, r) {
 				in.log.Warn("inbox post without a valid CSRF token", "path", r.URL.Path, "subject", sess.p.Subject)
-				http.Error(w, "the form is out of date or was not sent by the inbox; reload the page and try again", http.StatusForbidden)
+				in.message(w, http.StatusForbidden, sess, "The form is out of date or was not sent by the inbox. Reload the page and try again.")
 				return
 			}
 		}

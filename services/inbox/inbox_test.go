@@ -519,3 +519,25 @@ func TestInboxDecideRedirectsToTheRequestPage(t *testing.T) {
 		t.Fatalf("respond without text: %d\n%s", r.status, r.body)
 	}
 }
+
+// TestFaviconAndPlainRefusals: /favicon.ico leads to the inbox's icon, and a
+// form sent without a session is refused with a page that says, in one
+// sentence that starts with a capital, what to do.
+func TestFaviconAndPlainRefusals(t *testing.T) {
+	e := setup(t)
+	c := newWebClient(t, e.url)
+	r := c.get("/favicon.ico")
+	if r.status != http.StatusMovedPermanently || r.header.Get("Location") != "/assets/favicon.svg" {
+		t.Fatalf("/favicon.ico: %d %v", r.status, r.header)
+	}
+	r = c.get("/assets/favicon.svg")
+	if r.status != http.StatusOK || !strings.HasPrefix(r.header.Get("Content-Type"), "image/svg+xml") {
+		t.Fatalf("/assets/favicon.svg: %d %v", r.status, r.header)
+	}
+	r = c.post("/decide", url.Values{"decision": {"approve"}})
+	body := string(r.body)
+	if r.status != http.StatusForbidden || !strings.Contains(body, "Sign in first, then send the form again.") ||
+		!strings.Contains(body, "<html") {
+		t.Fatalf("a form without a session: %d %s", r.status, body)
+	}
+}

@@ -71,6 +71,9 @@ func (in *Inbox) renderTemplate(w http.ResponseWriter, status int, page, name st
 }
 
 func (in *Inbox) pageFor(sess *session, title, nav string) Page {
+	if sess == nil { // a page for someone not signed in
+		return Page{Title: title, Nav: nav}
+	}
 	return Page{Title: title, User: sess.p.Subject, CSRF: sess.csrf, Nav: nav, Oversight: sess.p.Has(api.OversightRoles...)}
 }
 
