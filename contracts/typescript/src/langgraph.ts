@@ -2,28 +2,40 @@
  * Countersign for LangGraph JS (`@langchain/langgraph`).
  *
  *   const g = gate(cs);   // the run id is the thread_id
- *   graph.addNode('approve', g.node({ tools: 'tools', agent: 'agent' }), { ends: ['tools', 'agent'] })
- *   const tools = new ToolNode([tool(g.guard('payments_send', send), {...})]);
+ *   const pay = tool(g.guard('payments_send', send), { name: 'payments_send', schema, ... });
+ *   graph.addNode('approve', g.node({ tools: 'tools', agent: 'agent', schemas: [pay] }), { ends: ['tools', 'agent'] })
+ *   graph.addNode('tools', new ToolNode([pay]));
  *   await app.invoke(input, config);                      // suspends at the interrupt
  *   await app.invoke(await g.resume(app, config), config); // any worker, once decided
  *
- * The node reviews the last AI message's tool calls. While any is pending it
- * interrupts the graph (interrupt(), checkpointed) with the approvals it
- * waits on. g.resume() waits for Countersign's decisions and maps each —
- * approve, edit, reject, respond, or an expiry or cancellation — onto
- * `new Command({ resume })`. On resume the node checks Countersign again
- * (the resume value is a hint, never the authority) and routes: edited
- * arguments are what the guarded tools run with, a call that may not run
- * gets the reason as its tool result (a ToolMessage, without running the
- * tools node when no call may run), and the guarded tools claim each
- * approval right before running.
+ * The node reviews the last AI message's tool calls, each with its tool's
+ * schema as JSON Schema (LangChain's own conversion of the tool's zod or
+ * JSON schema), so Countersign refuses an edit the tool could not take.
+ * While any call is pending it interrupts the graph (interrupt(),
+ * checkpointed) with the approvals it waits on. g.resume() waits for
+ * Countersign's decisions and maps each — approve, edit, reject, respond, or
+ * an expiry or cancellation — onto `new Command({ resume })`. On resume the
+ * node checks Countersign again (the resume value is a hint, never the
+ * authority) and routes: a call that may not run gets the reason as its tool
+ * result (a ToolMessage) and never reaches the tools node; each call that
+ * may run is sent to the tools node alone (`Send` with `lg_tool_call`, as
+ * ToolNode takes it). A guarded tool re-attaches to its approval, claims it
+ * right before running and runs with the approved arguments (a human's
+ * edit), its receipt on the config it gets (`receiptOf(config)`). A tool
+ * left unguarded is claimed by the node and sent with the approved
+ * arguments; one the policy allows outright is sent as the model made it.
  */
-import { Command, interrupt } from '@langchain/langgraph';
+import { Command, Send, interrupt } from '@langchain/langgraph';
 import { AIMessage, ToolMessage, type BaseMessage } from '@langchain/core/messages';
+import type { ToolCall } from '@langchain/core/messages/tool';
 import type { RunnableConfig } from '@langchain/core/runnables';
+import { toJsonSchema } from '@langchain/core/utils/json_schema';
 import { blockedMessage, type Countersign } from './client.js';
 import type { ApprovalRecord } from './schema.gen.js';
+import { guarded, schemaObject, type Call } from './toolcalls.js';
 import type { Result, RunInfo } from './types.js';
+
+export { receiptOf } from './toolcalls.js';
 
 /** Options of gate. */
 export interface GateOptions {
@@ -31,6 +43,11 @@ export interface GateOptions {
   run?: RunInfo | ((config: RunnableConfig | undefined) => RunInfo);
   /** What a call that may not run gets as its tool result (default: the reason). */
   onBlocked?: (result: Result) => string;
+  /**
+   * JSON Schemas of tools' arguments by tool name, for tools not given to
+   * node's `schemas`. A human's edit must satisfy its tool's schema.
+   */
+  toolSchemas?: Record<string, Record<string, unknown>>;
 }
 
 /** One decision, as g.resume() puts it in Command({ resume }). */
@@ -49,11 +66,19 @@ export interface CountersignInterrupt {
   countersign: Array<{ event_id: string; tool_call_id: string; name: string }>;
 }
 
+/** A tool whose schema the gate reads: a LangChain tool, or anything with a name and a zod or JSON schema. */
+export interface SchemaSource {
+  name: string;
+  schema?: unknown;
+}
+
 export interface NodeOptions {
-  /** The node that runs the tools. */
+  /** The node that runs the tools: a ToolNode, or a node that takes ToolNode's Send input. */
   tools: string;
   /** The node to return to when no call may run (the model's). */
   agent: string;
+  /** The tools of the tools node: every call is reviewed with its tool's schema. */
+  schemas?: readonly SchemaSource[];
 }
 
 type MessagesState = { messages: BaseMessage[] };
@@ -62,8 +87,18 @@ type MessagesState = { messages: BaseMessage[] };
 export interface Gate {
   /** The approval node: place it between the model's node and the tools node. */
   node(options: NodeOptions): (state: MessagesState, config?: RunnableConfig) => Promise<Command>;
-  /** Wraps a tool function: review → wait → claim → run with the approved arguments. */
-  guard<F extends (input: any, config?: any) => any>(name: string, fn: F): F;
+  /**
+   * Wraps a tool function: review → wait → claim → run with the approved
+   * arguments, the call's receipt on the config it gets (receiptOf). A call
+   * that may not run returns the reason (a string) instead, hence the
+   * wrapper's return type. `schema` (zod or JSON Schema) is needed only
+   * when the node is not given the tool.
+   */
+  guard<I, A extends unknown[], R>(
+    name: string,
+    fn: (input: I, ...rest: A) => R | Promise<R>,
+    options?: { schema?: unknown },
+  ): (input: I, ...rest: A) => Promise<R | string>;
   /**
    * Waits for the decisions the graph's interrupts wait on; returns the
    * Command to resume with. Aborting `signal` cancels the approvals still
@@ -84,14 +119,29 @@ export function gate(cs: Countersign, options: GateOptions = {}): Gate {
     const thread = config?.configurable?.thread_id;
     return base.id || thread === undefined ? base : { ...base, id: String(thread) };
   };
+  // The tools' JSON Schemas by name, and the tools whose function is guarded.
+  const schemas = new Map<string, Record<string, unknown>>(Object.entries(options.toolSchemas ?? {}));
+  const guardedTools = new Set<string>();
+  const learn = (name: string, schema: unknown) => {
+    if (schema === undefined || schemas.has(name)) return;
+    const json = schemaObject(toJsonSchema(schema as Parameters<typeof toJsonSchema>[0]));
+    if (json) schemas.set(name, json);
+  };
+  const callOf = (tc: ToolCall): Call => {
+    const call: Call = { id: tc.id, name: tc.name, arguments: tc.args as Record<string, unknown> };
+    const schema = schemas.get(tc.name);
+    if (schema) call.tool_schema = schema;
+    return call;
+  };
 
   return {
-    node({ tools, agent }) {
+    node({ tools, agent, schemas: sources = [] }) {
+      for (const s of sources) learn(s.name, s.schema);
       return async (state, config) => {
         const last = state.messages.at(-1);
         const toolCalls = last && AIMessage.isInstance(last) ? last.tool_calls ?? [] : [];
         if (toolCalls.length === 0) return new Command({ goto: agent });
-        const calls = toolCalls.map((tc) => ({ id: tc.id, name: tc.name, arguments: tc.args as Record<string, unknown> }));
+        const calls = toolCalls.map(callOf);
         const run = runOf(config);
         let results = await cs.review(run, calls);
         const pending = results.filter((r) => r.verdict === 'pending');
@@ -108,24 +158,46 @@ export function gate(cs: Countersign, options: GateOptions = {}): Gate {
           // the graph's run (config.signal) cancels what is still pending.
           results = await cs.review(run, calls, { wait: true, signal: config?.signal });
         }
-        const blocked = results.filter((r) => r.verdict !== 'allowed');
-        if (blocked.length === results.length) {
-          return new Command({
-            goto: agent,
-            update: {
-              messages: results.map((r) => new ToolMessage({ content: onBlocked(r), tool_call_id: r.tool_call_id, status: 'error' })),
-            },
-          });
+        const blocked: ToolMessage[] = [];
+        const sends: Send[] = [];
+        const block = (r: Result, tc: ToolCall) =>
+          blocked.push(new ToolMessage({ content: onBlocked(r), tool_call_id: tc.id ?? r.tool_call_id, name: tc.name, status: 'error' }));
+        for (const [i, tc] of toolCalls.entries()) {
+          const r = results[i]!;
+          if (r.verdict !== 'allowed') {
+            block(r, tc);
+          } else if (guardedTools.has(tc.name)) {
+            // The guarded tool re-attaches to its approval with the
+            // model's arguments, claims it and runs with the approved ones.
+            sends.push(new Send(tools, { ...state, lg_tool_call: tc }));
+          } else if (r.event_id) {
+            // Nothing in the tool claims: the node does, once, and sends
+            // the approved arguments.
+            const out = await cs.run(run, calls[i]!, (args) => args, { signal: config?.signal });
+            if (out.ran) sends.push(new Send(tools, { ...state, lg_tool_call: { ...tc, args: out.output! } }));
+            else block(out.result, tc);
+          } else {
+            sends.push(new Send(tools, { ...state, lg_tool_call: { ...tc, args: r.arguments ?? tc.args } }));
+          }
         }
-        // The tool calls stay as the model made them: the guarded tools
-        // re-attach to their approvals with these arguments and run with the
-        // approved ones (a human's edit), or return the reason.
-        return new Command({ goto: tools });
+        const update = blocked.length > 0 ? { messages: blocked } : undefined;
+        return sends.length > 0 ? new Command({ goto: sends, update }) : new Command({ goto: agent, update });
       };
     },
 
-    guard(name, fn) {
-      return cs.guardFunction(fn, { name, run: (config?: RunnableConfig) => runOf(config), onBlocked }) as unknown as typeof fn;
+    guard(name, fn, guardOptions = {}) {
+      learn(name, guardOptions.schema);
+      guardedTools.add(name);
+      const configOf = (rest: unknown[]) => rest[0] as (RunnableConfig & { toolCall?: { id?: string } }) | undefined;
+      return guarded(cs, fn, {
+        name,
+        run: (...rest) => runOf(configOf(rest)),
+        schema: async () => schemas.get(name),
+        callId: (...rest) => configOf(rest)?.toolCall?.id,
+        signal: (...rest) => configOf(rest)?.signal,
+        perCall: 0,
+        onBlocked,
+      });
     },
 
     async resume(graph, config, opts = {}) {

@@ -1,4 +1,6 @@
+import type { Countersign } from './client.js';
 import { CountersignError, Codes } from './errors.js';
+import type { Result, RunInfo } from './types.js';
 
 /** A tool call as Countersign reviews it. */
 export interface Call {
@@ -91,4 +93,84 @@ export function toCall(call: AnyToolCall | Record<string, unknown>): Call {
 
 function str(v: unknown): string | undefined {
   return typeof v === 'string' && v !== '' ? v : undefined;
+}
+
+// What the framework adapters share: a guarded call runs through
+// Countersign.run, and the tool gets its receipt on the per-call object its
+// framework hands it (see receiptOf).
+
+/** The receipts of guarded calls, by the per-call object their tool got. */
+const receipts = new WeakMap<object, string>();
+
+/**
+ * receiptOf returns the receipt of the call a guarded tool is running: the
+ * one-use countersignature (a compact JWS) that a receipt-verifying tool
+ * checks, sent in the Countersign-Receipt header. Pass it the per-call
+ * object the tool function got: the AI SDK's execute options, the LangChain
+ * tool's config, the OpenAI Agents SDK's details (execute's third
+ * argument). Undefined when Countersign signed no receipt for the call (a
+ * call the policy allows outright, without `receipt: true`).
+ */
+export function receiptOf(perCall: unknown): string | undefined {
+  return typeof perCall === 'object' && perCall !== null ? receipts.get(perCall) : undefined;
+}
+
+/** withReceipt returns a copy of the per-call object on which receiptOf finds receipt. */
+function withReceipt<T>(perCall: T, receipt: string | undefined): T {
+  const copy = (typeof perCall === 'object' && perCall !== null ? { ...perCall } : {}) as T & object;
+  if (receipt) receipts.set(copy, receipt);
+  return copy;
+}
+
+/** How an adapter finds what a guarded call needs in its tool function's arguments (after the input). */
+export interface GuardSpec<A extends unknown[], B> {
+  name: string;
+  run: (...rest: A) => RunInfo;
+  /** The tool's JSON Schema, sent with the review so that a human's edit is checked against it. */
+  schema: () => Promise<Record<string, unknown> | undefined>;
+  callId: (...rest: A) => string | undefined;
+  signal: (...rest: A) => AbortSignal | undefined;
+  /** Which of the rest arguments is the per-call object the receipt rides on. */
+  perCall: number;
+  onBlocked: (result: Result) => B;
+}
+
+/**
+ * guarded wraps a tool function: review → wait → claim → run with the
+ * approved arguments and, on the per-call object, the receipt; a call that
+ * may not run returns onBlocked's value instead.
+ */
+export function guarded<I, A extends unknown[], R, B>(
+  cs: Countersign,
+  fn: (input: I, ...rest: A) => R | Promise<R>,
+  spec: GuardSpec<A, B>,
+): (input: I, ...rest: A) => Promise<R | B> {
+  return async (input: I, ...rest: A) => {
+    const call: Call = { id: spec.callId(...rest), name: spec.name, arguments: objectArguments(input) };
+    const schema = await spec.schema();
+    if (schema) call.tool_schema = schema;
+    const out = await cs.run(
+      spec.run(...rest),
+      call,
+      // run hands fn the call's receipt with its context.
+      (args: Record<string, unknown>, context?: { receipt?: string }) => {
+        const passed = [...rest] as unknown[];
+        passed[spec.perCall] = withReceipt(rest[spec.perCall], context?.receipt);
+        return fn(args as I, ...(passed as A));
+      },
+      { signal: spec.signal(...rest) },
+    );
+    return out.ran ? (out.output as R) : spec.onBlocked(out.result);
+  };
+}
+
+/** A tool's input as review arguments: an object as it is, anything else under "input". */
+export function objectArguments(input: unknown): Record<string, unknown> {
+  if (input === undefined || input === null) return {};
+  return typeof input === 'object' && !Array.isArray(input) ? (input as Record<string, unknown>) : { input };
+}
+
+/** A JSON Schema object, or undefined for anything else. */
+export function schemaObject(value: unknown): Record<string, unknown> | undefined {
+  return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;
 }

@@ -5,9 +5,10 @@ import { ToolNode } from '@langchain/langgraph/prebuilt';
 import { AIMessage, HumanMessage, ToolMessage } from '@langchain/core/messages';
 import { tool } from '@langchain/core/tools';
 import { z } from 'zod';
-import type { Countersign } from '@countersign/client';
-import { gate } from '@countersign/client/langgraph';
+import { CountersignError, type Countersign } from '@countersign/client';
+import { gate, receiptOf } from '@countersign/client/langgraph';
 import { Server, agentSubject, runId } from './harness.js';
+import { receiptTool } from './receipt-tool.js';
 import { Spy } from './spy.js';
 
 let server: Server;
@@ -131,5 +132,144 @@ describe('LangGraph JS', () => {
     const out = await forged;
     assert.deepEqual(ran, []);
     assert.match(String(out.messages.at(-1)!.content), /rejected.*forged/);
+  });
+});
+
+const lookupArgs = { n: 42 };
+const paySchema = z.object({ amount: z.number(), recipient: z.string() });
+
+/**
+ * A graph whose model calls payments_send and lookup_invoice at once.
+ * payments_send is guarded or not; lookup_invoice, which the policy allows,
+ * is never guarded. pay is the payment function.
+ */
+function buildPair(guardPay: boolean, pay: (args: { amount: number; recipient: string }, config?: any) => Promise<string>) {
+  const ran: Array<{ tool: string; args: unknown }> = [];
+  const g = gate(server.agentClient('ts-langgraph-agent'), { run: { requested_by: 'carol' } });
+  const payFn = async (args: { amount: number; recipient: string }, config?: any) => {
+    ran.push({ tool: 'payments_send', args });
+    return pay(args, config);
+  };
+  const send = tool(guardPay ? g.guard('payments_send', payFn) : payFn, {
+    name: 'payments_send',
+    description: 'Send a payment',
+    schema: paySchema,
+  });
+  const lookup = tool(
+    async (args: { n: number }) => {
+      ran.push({ tool: 'lookup_invoice', args });
+      return `invoice ${args.n}`;
+    },
+    { name: 'lookup_invoice', description: 'Find an invoice', schema: z.object({ n: z.number() }) },
+  );
+  const agent = (state: typeof MessagesAnnotation.State) => {
+    const last = state.messages.at(-1)!;
+    if (HumanMessage.isInstance(last)) {
+      return {
+        messages: [
+          new AIMessage({
+            id: 'ai-1',
+            content: '',
+            tool_calls: [
+              { id: 'call_pay', name: 'payments_send', args: payArgs },
+              { id: 'call_lookup', name: 'lookup_invoice', args: lookupArgs },
+            ],
+          }),
+        ],
+      };
+    }
+    const results = state.messages
+      .filter((m) => ToolMessage.isInstance(m))
+      .map((m) => `${(m as ToolMessage).tool_call_id}: ${m.content}`)
+      .sort();
+    return { messages: [new AIMessage({ content: results.join('\n') })] };
+  };
+  const app = new StateGraph(MessagesAnnotation)
+    .addNode('agent', agent)
+    .addNode('approve', g.node({ tools: 'tools', agent: 'agent', schemas: [send, lookup] }), { ends: ['tools', 'agent'] })
+    .addNode('tools', new ToolNode([send, lookup]))
+    .addEdge(START, 'agent')
+    .addConditionalEdges('agent', (s) => ((s.messages.at(-1) as AIMessage).tool_calls?.length ? 'approve' : END), ['approve', END])
+    .addEdge('tools', 'agent')
+    .compile({ checkpointer: new MemorySaver() });
+  return { app, g, ran };
+}
+
+describe('LangGraph JS, a tool left unguarded', () => {
+  test('a rejected call of an unguarded tool never runs; the allowed call beside it does', async () => {
+    const { app, g, ran } = buildPair(false, async (a) => `sent ${a.amount} to ${a.recipient}`);
+    const config = { configurable: { thread_id: runId('lg-unguarded') } };
+    const wait = await suspended(app, config);
+    await server.alice().decide(wait.event_id, { decision: 'reject', comment: 'wrong account' });
+    const out = await app.invoke(await g.resume(app, config), config);
+    assert.deepEqual(ran, [{ tool: 'lookup_invoice', args: lookupArgs }]);
+    assert.match(String(out.messages.at(-1)!.content), /call_pay: A human reviewer rejected this tool call\. Reason: wrong account/);
+    assert.match(String(out.messages.at(-1)!.content), /call_lookup: invoice 42/);
+  });
+
+  test('an edit reaches an unguarded tool as the approved arguments, and the approval is claimed', async () => {
+    const { app, g, ran } = buildPair(false, async (a) => `sent ${a.amount} to ${a.recipient}`);
+    const config = { configurable: { thread_id: runId('lg-unguarded') } };
+    const wait = await suspended(app, config);
+    const edited = { amount: 1000, recipient: 'Globex GmbH' };
+    await server.alice().decide(wait.event_id, { decision: 'edit', arguments: edited });
+    const out = await app.invoke(await g.resume(app, config), config);
+    assert.deepEqual(
+      ran.filter((r) => r.tool === 'payments_send'),
+      [{ tool: 'payments_send', args: edited }],
+    );
+    assert.match(String(out.messages.at(-1)!.content), /call_pay: sent 1000 to Globex GmbH/);
+    const { record } = await server.agentClient().approval(wait.event_id);
+    assert.ok(record.claim?.claim_id, 'the node claimed the approval');
+  });
+
+  test('a guarded tool beside an unguarded one: rejected, it never runs', async () => {
+    const { app, g, ran } = buildPair(true, async (a) => `sent ${a.amount} to ${a.recipient}`);
+    const config = { configurable: { thread_id: runId('lg-guarded') } };
+    const wait = await suspended(app, config);
+    await server.alice().decide(wait.event_id, { decision: 'reject', comment: 'no' });
+    const out = await app.invoke(await g.resume(app, config), config);
+    assert.deepEqual(ran, [{ tool: 'lookup_invoice', args: lookupArgs }]);
+    assert.match(String(out.messages.at(-1)!.content), /call_pay: A human reviewer rejected/);
+  });
+});
+
+describe('LangGraph JS, the tool\'s schema', () => {
+  for (const guardPay of [true, false]) {
+    test(`an edit that fails the zod schema is refused and never reaches the ${guardPay ? 'guarded' : 'unguarded'} tool`, async () => {
+      const { app, g, ran } = buildPair(guardPay, async (a) => `sent ${a.amount} to ${a.recipient}`);
+      const config = { configurable: { thread_id: runId('lg-schema') } };
+      const wait = await suspended(app, config);
+      await assert.rejects(
+        server.alice().decide(wait.event_id, { decision: 'edit', arguments: { amount: 'all of it', recipient: ['Evil Corp'] } }),
+        (err: unknown) => err instanceof CountersignError && err.code === 'invalid_arguments',
+      );
+      await server.alice().decide(wait.event_id, { decision: 'approve' });
+      const out = await app.invoke(await g.resume(app, config), config);
+      assert.deepEqual(
+        ran.filter((r) => r.tool === 'payments_send'),
+        [{ tool: 'payments_send', args: payArgs }],
+      );
+      assert.match(String(out.messages.at(-1)!.content), /call_pay: sent 1250 to Globex GmbH/);
+    });
+  }
+});
+
+describe('LangGraph JS, receipts', () => {
+  test('a receipt-enforcing tool runs behind the guard: the tool finds the claim\'s receipt with receiptOf(config)', async () => {
+    const service = await receiptTool(server.url);
+    try {
+      const { app, g, ran } = buildPair(true, (args, config) => service.pay(args, receiptOf(config)));
+      const config = { configurable: { thread_id: runId('lg-receipt') } };
+      const wait = await suspended(app, config);
+      await server.alice().decide(wait.event_id, { decision: 'approve' });
+      const out = await app.invoke(await g.resume(app, config), config);
+      assert.equal(ran.length, 2);
+      assert.deepEqual(service.refused, []);
+      assert.deepEqual(service.ran, [payArgs]);
+      assert.match(String(out.messages.at(-1)!.content), /call_pay: 200 /);
+    } finally {
+      await service.close();
+    }
   });
 });

@@ -6,12 +6,15 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { run, RunState } from '@openai/agents';
-import { newClaimId } from '@countersign/client';
+import { Agent, run, RunState } from '@openai/agents';
+import { z } from 'zod';
+import { CountersignError, newClaimId } from '@countersign/client';
+import { gate, receiptOf } from '@countersign/client/openai-agents';
 import { Server, agentSubject, runId } from './harness.js';
 import { makeAgent } from './openai-agent.js';
+import { receiptTool } from './receipt-tool.js';
 import { Spy, inLongPoll } from './spy.js';
-import type { ScriptedCall } from './models.js';
+import { ScriptedAgentsModel, type ScriptedCall } from './models.js';
 
 let server: Server;
 before(async () => {
@@ -146,5 +149,83 @@ describe('OpenAI Agents SDK', () => {
     const result = await run(agent, 'Pay invoice 42');
     const restored = await RunState.fromString(agent, result.state.toString());
     assert.deepEqual(restored.getInterruptions().map((i) => i.name), ['payments_send']);
+  });
+});
+
+describe('OpenAI Agents SDK, the tool\'s schema', () => {
+  test('an edit that fails the tool\'s parameters is refused and never reaches the tool', async () => {
+    const { agent, g, id, log } = setup();
+    const result = await run(agent, 'Pay invoice 42');
+    const req = await server.requestFor(id, 'call_pay');
+    await assert.rejects(
+      server.alice().decide(req.event_id, { decision: 'edit', arguments: { amount: 'all of it', recipient: ['Evil Corp'] } }),
+      (err: unknown) => err instanceof CountersignError && err.code === 'invalid_arguments',
+    );
+    await server.alice().decide(req.event_id, { decision: 'approve' });
+    const final = await g.resume(agent, result.state);
+    assert.deepEqual(log.map((l) => JSON.parse(l)), [{ tool: 'payments_send', args: pay.arguments }]);
+    assert.match(String(final.finalOutput), /sent 1250/);
+  });
+});
+
+describe('OpenAI Agents SDK, run context', () => {
+  test('a run named from the run context: settle finds the context of a serialized state', async () => {
+    const id = runId('oa-ctx');
+    const ran: unknown[] = [];
+    const g = gate(server.agentClient('ts-openai-agent'), { run: (ctx) => ({ id: (ctx?.context as { runId: string }).runId }) });
+    const agent = new Agent<{ runId: string }>({
+      name: 'billing',
+      instructions: 'Pay invoices.',
+      model: new ScriptedAgentsModel([pay]),
+      tools: [
+        g.tool({
+          name: 'payments_send',
+          description: 'Send a payment',
+          parameters: z.object({ amount: z.number(), recipient: z.string() }),
+          execute: async (args) => {
+            ran.push(args);
+            return `sent ${args.amount}`;
+          },
+        }),
+      ],
+    });
+    const result = await run(agent, 'Pay invoice 42', { context: { runId: id } });
+    const req = await server.requestFor(id, 'call_pay');
+    await server.alice().decide(req.event_id, { decision: 'approve' });
+    const final = await g.resume(agent, result.state.toString());
+    assert.deepEqual(ran, [pay.arguments]);
+    assert.match(String(final.finalOutput), /sent 1250/);
+  });
+});
+
+describe('OpenAI Agents SDK, receipts', () => {
+  test('a receipt-enforcing tool runs behind g.tool: execute finds the claim\'s receipt with receiptOf(details)', async () => {
+    const service = await receiptTool(server.url);
+    try {
+      const id = runId('oa-receipt');
+      const g = gate(server.agentClient('ts-openai-agent'), { run: { id } });
+      const agent = new Agent({
+        name: 'billing',
+        instructions: 'Pay invoices.',
+        model: new ScriptedAgentsModel([pay]),
+        tools: [
+          g.tool({
+            name: 'payments_send',
+            description: 'Send a payment',
+            parameters: z.object({ amount: z.number(), recipient: z.string() }),
+            execute: (args, _ctx, details) => service.pay(args, receiptOf(details)),
+          }),
+        ],
+      });
+      const result = await run(agent, 'Pay invoice 42');
+      const req = await server.requestFor(id, 'call_pay');
+      await server.alice().decide(req.event_id, { decision: 'approve' });
+      const final = await g.resume(agent, result.state);
+      assert.deepEqual(service.refused, []);
+      assert.deepEqual(service.ran, [pay.arguments]);
+      assert.match(String(final.finalOutput), /call_pay: 200 /);
+    } finally {
+      await service.close();
+    }
   });
 });
