@@ -23,6 +23,10 @@ func TestTokenNewPrintsWhatTheCallersFileReads(t *testing.T) {
 		t.Fatalf("token new prints no callers-file entry:\n%s", text)
 	}
 	entry := text[strings.Index(text[i:], "\n")+i+1:]
+	entry = entry[:strings.Index(entry, "\n\n")+1]
+	if lines := strings.Split(strings.TrimSpace(text), "\n"); !strings.HasPrefix(strings.TrimSpace(lines[len(lines)-3]), "- name: carol") {
+		t.Errorf("the last three lines are not the directory entry (docs/quorum.md takes them with tail -3):\n%s", text)
+	}
 	hash := regexp.MustCompile(`sha256: ([0-9a-f]{64})`).FindStringSubmatch(entry)
 	if hash == nil {
 		t.Fatalf("no hash in the callers entry:\n%s", entry)

@@ -39,9 +39,10 @@ func cmdToken(args []string, out io.Writer) error {
 	roleList := strings.Join(strings.Split(*roles, ","), ", ")
 	fmt.Fprintf(out, "Add to the tokens of countersign.yaml (only the hash is stored):\n")
 	fmt.Fprintf(out, "  - name: %s\n    subject: %s\n    sha256: %s\n    roles: [%s]\n\n", *name, *subject, hash, roleList)
-	fmt.Fprintf(out, "or to the tokens of user %s in the approver directory (serve --directory FILE):\n", *subject)
-	fmt.Fprintf(out, "      - name: %s\n        sha256: %s\n        roles: [%s]\n\n", *name, hash, roleList)
 	fmt.Fprintf(out, "or, for an MCP client of countersign mcp --listen, to its callers file (--callers FILE):\n")
-	fmt.Fprintf(out, "  - id: %s\n    sha256: %s\n", *subject, hash)
+	fmt.Fprintf(out, "  - id: %s\n    sha256: %s\n\n", *subject, hash)
+	// The directory entry comes last: scripts take it with tail -3.
+	fmt.Fprintf(out, "or to the tokens of user %s in the approver directory (serve --directory FILE):\n", *subject)
+	fmt.Fprintf(out, "      - name: %s\n        sha256: %s\n        roles: [%s]\n", *name, hash, roleList)
 	return nil
 }
