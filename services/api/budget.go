@@ -260,30 +260,58 @@ func (s *Server) openStream(w http.ResponseWriter, p *Principal, fail func(*Erro
 }
 
 // pendingQuota holds, besides what the records index counts, the approvals
-// reviews in progress are about to create, so concurrent reviews cannot
-// pass a quota together before their records exist.
+// reviews in progress are about to create (reserved), and those they
+// created that the index has not counted yet (awaiting): the index follows
+// the bucket through a watch, a moment behind, so without them concurrent
+// or back-to-back reviews could pass a quota together.
 type pendingQuota struct {
 	perAgent, perTenant int // <= 0: no limit
 	mu                  sync.Mutex
-	agents, tenants     map[string]int
+	agents, tenants     map[string]int // reserved, by submitter and by tenant
+	awaiting            map[string]pendingOwner
+}
+
+// pendingOwner is whose quota a created approval counts against until the
+// index counts it.
+type pendingOwner struct {
+	submitter, tenant string
+	since             time.Time
 }
 
 // pendingRetry is the Retry-After of a review over a pending quota: a
 // pending approval ends when a person decides it or it expires.
 const pendingRetry = 30 * time.Second
 
+// pendingAwait bounds how long a created approval is counted while the
+// index has not caught up with it.
+const pendingAwait = 30 * time.Second
+
 // reservePending reserves n new pending approvals for submitter in tenant,
 // or answers 429 and returns false. release ends the reservation once the
-// review's records exist (or it gave up waiting for them).
-func (s *Server) reservePending(w http.ResponseWriter, submitter, tenant string, n int) (release func(), ok bool) {
+// review is done, with the ids of the approvals it created: those count
+// until the index does.
+func (s *Server) reservePending(w http.ResponseWriter, submitter, tenant string, n int) (release func(created ...string), ok bool) {
 	q := s.pending
 	if n == 0 || (q.perAgent <= 0 && q.perTenant <= 0) {
-		return func() {}, true
+		return func(...string) {}, true
 	}
 	q.mu.Lock()
 	agentHas, tenantHas := s.index.pendingOf(submitter, tenant)
 	agentHas += q.agents[submitter]
 	tenantHas += q.tenants[tenant]
+	now := time.Now()
+	for id, o := range q.awaiting {
+		if s.index.has(id) || now.Sub(o.since) > pendingAwait {
+			delete(q.awaiting, id)
+			continue
+		}
+		if o.submitter == submitter {
+			agentHas++
+		}
+		if o.tenant == tenant {
+			tenantHas++
+		}
+	}
 	var o *overBudget
 	switch {
 	case q.perAgent > 0 && agentHas+n > q.perAgent:
@@ -302,7 +330,7 @@ func (s *Server) reservePending(w http.ResponseWriter, submitter, tenant string,
 	q.tenants[tenant] += n
 	q.mu.Unlock()
 	var once sync.Once
-	return func() {
+	return func(created ...string) {
 		once.Do(func() {
 			q.mu.Lock()
 			defer q.mu.Unlock()
@@ -311,6 +339,11 @@ func (s *Server) reservePending(w http.ResponseWriter, submitter, tenant string,
 			}
 			if q.tenants[tenant] -= n; q.tenants[tenant] <= 0 {
 				delete(q.tenants, tenant)
+			}
+			for _, id := range created {
+				if id != "" && !s.index.has(id) {
+					q.awaiting[id] = pendingOwner{submitter: submitter, tenant: tenant, since: time.Now()}
+				}
 			}
 		})
 	}, true

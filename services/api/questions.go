@@ -96,10 +96,14 @@ func (s *Server) postQuestions(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	defer release()
+	var created []string
+	defer func() { release(created...) }()
 	sctx, cancel := context.WithTimeout(orchestrator.WithSubmitter(context.WithoutCancel(r.Context()), p.Subject), 30*time.Second)
 	a, err := s.cfg.Gate.SubmitQuestion(sctx, run, q)
 	cancel()
+	if err == nil && a.Status == orchestrator.VerdictPending {
+		created = append(created, a.EventID)
+	}
 	var oe *orchestrator.Error
 	switch {
 	case errors.As(err, &oe):

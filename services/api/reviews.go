@@ -134,11 +134,17 @@ func (s *Server) postReviews(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	defer release()
+	var created []string
+	defer func() { release(created...) }()
 	// Publishing is the durable step: it is finished even if the client goes away.
 	sctx, cancel := context.WithTimeout(orchestrator.WithSubmitter(context.WithoutCancel(r.Context()), p.Subject), 30*time.Second)
 	verdicts, err := s.cfg.Gate.Submit(sctx, run, calls)
 	cancel()
+	for _, v := range verdicts {
+		if v.Verdict == orchestrator.VerdictPending {
+			created = append(created, v.EventID)
+		}
+	}
 	var oe *orchestrator.Error
 	switch {
 	case errors.As(err, &oe):

@@ -93,7 +93,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.reviewRate = newRateLimiter(BudgetReviewRate, b.ReviewRate, b.ReviewBurst, cfg.Now)
 	s.voteRate = newRateLimiter(BudgetVoteRate, b.VoteRate, b.VoteBurst, cfg.Now)
 	s.streams = &streamSlots{max: b.StreamsPerPrincipal, open: map[string]int{}}
-	s.pending = &pendingQuota{perAgent: b.PendingPerAgent, perTenant: b.PendingPerTenant, agents: map[string]int{}, tenants: map[string]int{}}
+	s.pending = &pendingQuota{perAgent: b.PendingPerAgent, perTenant: b.PendingPerTenant, agents: map[string]int{}, tenants: map[string]int{}, awaiting: map[string]pendingOwner{}}
 	if s.budgetRefusals = cfg.BudgetRefusals; s.budgetRefusals == nil {
 		s.budgetRefusals = NewBudgetRefusals()
 		if err := cfg.Registerer.Register(s.budgetRefusals); err != nil {
