@@ -29,6 +29,12 @@ export interface CountersignOptions {
   /** How transient failures are retried. */
   retry?: RetryOptions;
   /**
+   * The longest time one request of a wait asks the API to hold it (a long
+   * poll; default and at most 60 000 ms). A longer wait is a chain of such
+   * polls, each re-attaching to the same approvals.
+   */
+  pollMs?: number;
+  /**
    * What an aborted wait does to the approvals it was waiting on (see
    * ReviewOptions.signal). Default: cancel them, spending at most 5 000 ms
    * after the abort. false: leave them pending (as a wait that merely ends
@@ -52,10 +58,18 @@ export interface CancelOnAbortOptions {
 /**
  * Transient failures — the network, 502, 503, 504, and a claim or vote the
  * arbiter has not applied yet (202) — are retried with exponential backoff
- * and jitter until `forMs` has passed. Refusals (4xx) never are.
+ * and jitter. A request that waits for humans (review or ask with `wait`,
+ * waitDecided, run) retries them for as long as it waits: until its `wait`
+ * deadline (at least `forMs` after the first failure) or, with `wait: true`,
+ * until its signal aborts, so it outlives a restart of the server. Any other
+ * request retries them until `forMs` has passed since its first failure.
+ * Refusals (4xx) never are retried.
  */
 export interface RetryOptions {
-  /** How long to keep retrying one request (default 30 000 ms). */
+  /**
+   * How long a request that does not wait for humans keeps retrying,
+   * counted from its first failure (default 30 000 ms).
+   */
   forMs?: number;
   /** First wait between attempts (default 100 ms); it doubles up to maxBackoffMs. */
   minBackoffMs?: number;
@@ -111,6 +125,26 @@ export interface GuardOptions<A extends unknown[]> {
   onBlocked?: (result: Result) => unknown;
 }
 
+/**
+ * What run hands the function besides the arguments: how the call was
+ * allowed, and its receipt for a tool that verifies receipts.
+ */
+export interface RunContext {
+  /** The review's result for the call (verdict "allowed"). */
+  result: Result;
+  /**
+   * The receipt Countersign signed for this run of the call: the claim's
+   * (`record.claim.receipt`) for an approved call, the review's
+   * (`result.receipt`) for a call allowed under a standing grant or by a
+   * rule with `receipt: true`; undefined for a call allowed without one.
+   * It is good for one use: send it with the call (receiptHeaders) to the
+   * tool, which verifies it (`@countersign/client/receipts`).
+   */
+  receipt: string | undefined;
+  /** The claimed record, for an approved call. */
+  record?: ApprovalRecord;
+}
+
 /** Options of decisions. */
 export interface DecisionsOptions {
   /**
@@ -132,6 +166,21 @@ export interface RunOutcome<T> {
   ran: boolean;
   /** What it returned, when it ran. */
   output?: T;
+  /** The receipt the function was given, when it ran (see RunContext). */
+  receipt?: string;
+}
+
+/** The HTTP header a tool reads a receipt from (receiptMiddleware, the Go and Python verifiers). */
+export const receiptHeader = 'Countersign-Receipt';
+
+/**
+ * receiptHeaders returns the headers that carry a receipt to a tool, to
+ * spread into a request's headers: `{ 'Countersign-Receipt': receipt }`, or
+ * no header when there is no receipt (a tool that requires one then
+ * refuses the call with receipt_missing).
+ */
+export function receiptHeaders(receipt: string | undefined): Record<string, string> {
+  return receipt ? { [receiptHeader]: receipt } : {};
 }
 
 /** newClaimId returns a fresh claim id. Keep it with the run to retry a claim whose answer was lost. */
@@ -159,8 +208,8 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
-function waitParam(ms: number): string {
-  return `${Math.max(0, Math.min(ms, maxWaitMs))}ms`;
+function waitParam(ms: number, most = maxWaitMs): string {
+  return `${Math.max(0, Math.min(ms, most))}ms`;
 }
 
 /**
@@ -174,6 +223,7 @@ export class Countersign {
   readonly #token: string;
   readonly #fetch: typeof fetch;
   readonly #retry: Required<RetryOptions>;
+  readonly #pollMs: number;
   readonly #cancelOnAbort: { withinMs: number; onError: (err: unknown, eventId: string) => void } | undefined;
 
   constructor(options: CountersignOptions = {}) {
@@ -198,6 +248,10 @@ export class Countersign {
     this.#retry = { forMs: r.forMs ?? 30_000, minBackoffMs: r.minBackoffMs ?? 100, maxBackoffMs: r.maxBackoffMs ?? 2_000 };
     if (this.#retry.forMs < 0 || this.#retry.minBackoffMs < 0 || this.#retry.maxBackoffMs < this.#retry.minBackoffMs) {
       throw new CountersignError(0, Codes.invalidConfig, 'retry bounds must be positive, minBackoffMs ≤ maxBackoffMs', 'retry');
+    }
+    this.#pollMs = options.pollMs ?? maxWaitMs;
+    if (!(this.#pollMs > 0 && this.#pollMs <= maxWaitMs)) {
+      throw new CountersignError(0, Codes.invalidConfig, `pollMs must be a number of ms in (0, ${maxWaitMs}]`, 'pollMs');
     }
     if (options.cancelOnAbort !== false) {
       const c = options.cancelOnAbort ?? {};
@@ -248,10 +302,11 @@ export class Countersign {
     return this.#cancellingOnAbort(opened, async () => {
       for (;;) {
         const left = deadline - Date.now();
-        const path = left > 0 && !first ? `/v1/reviews?wait=${waitParam(left)}` : '/v1/reviews';
+        const path = left > 0 && !first ? `/v1/reviews?wait=${waitParam(left, this.#pollMs)}` : '/v1/reviews';
         const out = await this.#request<{ results: Result[] }>('POST', path, body, {
           transient: idempotent,
           signal: first && opened ? opened.late : signal,
+          until: wait !== false ? deadline : undefined,
         });
         first = false;
         if (!out.data || out.data.results.length !== body.tool_calls.length) {
@@ -294,9 +349,14 @@ export class Countersign {
 
   /** approval reads an approval; with waitMs it returns once it is terminal or the wait (≤ 60 s) ends. */
   async approval(eventId: string, options: { waitMs?: number; signal?: AbortSignal } = {}): Promise<ApprovalState> {
+    return this.#approval(eventId, options.waitMs, options.signal, undefined);
+  }
+
+  /** One read of an approval; `until` as in #request (a wait retries for as long as it waits). */
+  async #approval(eventId: string, waitMs: number | undefined, signal: AbortSignal | undefined, until: number | undefined): Promise<ApprovalState> {
     let path = `/v1/approvals/${encodeURIComponent(eventId)}`;
-    if (options.waitMs) path += `?wait=${waitParam(options.waitMs)}`;
-    const out = await this.#request<ApprovalState>('GET', path, undefined, { transient: true, signal: options.signal });
+    if (waitMs) path += `?wait=${waitParam(waitMs)}`;
+    const out = await this.#request<ApprovalState>('GET', path, undefined, { transient: true, signal, until });
     return out.data!;
   }
 
@@ -339,11 +399,12 @@ export class Countersign {
         let a: HumanAnswer;
         if (eventId && !idempotent) {
           // Without ids the question cannot be asked again: wait on its approval.
-          const { record } = await this.approval(eventId, { waitMs: Math.min(left, maxWaitMs), signal });
+          const { record } = await this.#approval(eventId, Math.min(left, this.#pollMs), signal, deadline);
           a = answerOf(record);
         } else {
-          const path = left > 0 && !first ? `/v1/questions?wait=${waitParam(left)}` : '/v1/questions';
-          a = (await this.#request<HumanAnswer>('POST', path, body, { transient: idempotent, signal: first && opened ? opened.late : signal })).data!;
+          const path = left > 0 && !first ? `/v1/questions?wait=${waitParam(left, this.#pollMs)}` : '/v1/questions';
+          const until = wait !== false ? deadline : undefined;
+          a = (await this.#request<HumanAnswer>('POST', path, body, { transient: idempotent, signal: first && opened ? opened.late : signal, until })).data!;
         }
         first = false;
         eventId ??= a.event_id;
@@ -405,7 +466,7 @@ export class Countersign {
       Promise.all(
         eventIds.map(async (id) => {
           for (;;) {
-            const st = await this.approval(id, { waitMs: maxWaitMs, signal });
+            const st = await this.#approval(id, this.#pollMs, signal, Infinity);
             if (terminalStatuses.has(st.record.status)) {
               undecided.delete(id);
               opened?.track([...undecided]);
@@ -427,19 +488,27 @@ export class Countersign {
    * (say by a worker that crashed after claiming) comes back
    * `already_executed`; one approved too long ago to claim (its rule's
    * claim_within) comes back `expired` with code "approval_lapsed". Aborting
-   * `signal` while it waits for the decision cancels the approval.
+   * `signal` while it waits for the decision cancels the approval. The wait
+   * outlives restarts of the server: it re-attaches to the same approval.
+   *
+   * fn gets the arguments and a RunContext whose `receipt` is the call's
+   * receipt, for a tool that verifies receipts: pass it along with
+   * receiptHeaders(context.receipt).
    */
   async run<T>(
     run: RunInfo,
     call: AnyToolCall | Call,
-    fn: (args: Record<string, unknown>) => T | Promise<T>,
+    fn: (args: Record<string, unknown>, context: RunContext) => T | Promise<T>,
     options: { claimId?: string; signal?: AbortSignal } = {},
   ): Promise<RunOutcome<T>> {
     const [result] = await this.review(run, [call], { wait: true, signal: options.signal });
     if (result!.verdict !== 'allowed') return { result: result!, ran: false };
+    const context: RunContext = { result: result!, receipt: result!.receipt };
     if (result!.event_id) {
       try {
-        await this.claim(result!.event_id, { claimId: options.claimId ?? newClaimId(), signal: options.signal });
+        const record = await this.claim(result!.event_id, { claimId: options.claimId ?? newClaimId(), signal: options.signal });
+        context.record = record;
+        context.receipt = record.claim?.receipt ?? context.receipt;
       } catch (err) {
         if (err instanceof CountersignError && err.code === Codes.alreadyClaimed) {
           return {
@@ -467,7 +536,8 @@ export class Countersign {
       }
     }
     const args = result!.arguments ?? toCall(call).arguments ?? {};
-    return { result: result!, ran: true, output: await fn(args) };
+    const output = await fn(args, context);
+    return context.receipt ? { result: result!, ran: true, output, receipt: context.receipt } : { result: result!, ran: true, output };
   }
 
   /**
@@ -638,18 +708,22 @@ export class Countersign {
   }
 
   /**
-   * #request sends one JSON request and retries what `opts` allows until
-   * retry.forMs has passed. A 2xx answer's body is decoded; others are a
+   * #request sends one JSON request and retries what `opts` allows: until
+   * retry.forMs has passed since its first failure, or, for a request that
+   * waits for humans, until `until` (the wait's deadline; Infinity for a
+   * wait that ends only with its signal) if that is later. A long poll that
+   * fails late, say when the server restarts, is retried like one that
+   * fails at once. A 2xx answer's body is decoded; others are a
    * CountersignError.
    */
   async #request<T>(
     method: string,
     path: string,
     body: unknown,
-    opts: { transient: boolean; accepted?: boolean; signal?: AbortSignal },
+    opts: { transient: boolean; accepted?: boolean; signal?: AbortSignal; until?: number },
   ): Promise<{ status: number; data: T | undefined }> {
     const payload = body === undefined ? undefined : JSON.stringify(body);
-    const deadline = Date.now() + this.#retry.forMs;
+    let deadline: number | undefined;
     let backoff = this.#retry.minBackoffMs;
     for (;;) {
       let again = false;
@@ -685,6 +759,7 @@ export class Countersign {
           again = opts.transient && failure.transient;
         }
       }
+      deadline ??= Math.max(Date.now() + this.#retry.forMs, opts.until ?? 0);
       if (!again || Date.now() + backoff > deadline) throw failure!;
       await sleep(jitter(backoff), opts.signal);
       backoff = Math.min(backoff * 2, this.#retry.maxBackoffMs);

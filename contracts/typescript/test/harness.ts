@@ -73,6 +73,8 @@ export class Server {
   #requests: Array<ToolApprovalRequest | HumanInputRequest> = [];
   #waiters: Array<() => void> = [];
   #feed = new AbortController();
+  /** The port of the first start, kept by every restart. */
+  #port = 0;
 
   private constructor(readonly options: ServerOptions) {}
 
@@ -98,7 +100,7 @@ export class Server {
     await writeFile(config, `retention: 720h\n${this.options.config ?? ''}`);
     const proc = spawn(
       bin,
-      ['serve', '--config', config, '--data', this.dataDir, '--addr', '127.0.0.1:0', '--nats-listen', 'off',
+      ['serve', '--config', config, '--data', this.dataDir, '--addr', `127.0.0.1:${this.#port}`, '--nats-listen', 'off',
         '--policy', policy, '--directory', directory, '--log-level', 'warn', '--sync', 'lazy'],
       { env: { ...process.env, USER: agentSubject, ...this.options.env }, stdio: ['ignore', 'pipe', 'pipe'] },
     );
@@ -121,7 +123,27 @@ export class Server {
       proc.once('exit', (code) => reject(new Error(`countersign serve exited (${code}) before it was ready:\n${this.#stderr.join('')}`)));
     });
     proc.stdout!.resume();
+    this.#port = Number(new URL(this.url).port);
     this.token = (await readFile(path.join(this.dataDir, 'dev-token'), 'utf8')).trim();
+  }
+
+  /** Kills the server at once (SIGKILL): no shutdown, whatever it was doing. */
+  async kill(): Promise<void> {
+    this.#feed.abort();
+    const p = this.#proc;
+    if (p && p.exitCode === null && p.signalCode === null) {
+      const exited = new Promise((r) => p.once('exit', r));
+      p.kill('SIGKILL');
+      await exited;
+    }
+  }
+
+  /** Starts the server again on the same data directory and port, once it is ready. */
+  async restart(): Promise<void> {
+    await this.kill();
+    this.#feed = new AbortController();
+    await this.#launch();
+    await this.#follow();
   }
 
   /** Follows the server's event stream, so tests can wait for a request by signal, not by polling. */
@@ -184,7 +206,7 @@ export class Server {
   async stop(): Promise<void> {
     this.#feed.abort();
     const p = this.#proc;
-    if (p && p.exitCode === null) {
+    if (p && p.exitCode === null && p.signalCode === null) {
       const exited = new Promise((r) => p.once('exit', r));
       p.kill('SIGTERM');
       await exited;
