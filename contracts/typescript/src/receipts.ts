@@ -108,9 +108,78 @@ export class MemoryReplayStore implements ReplayStore {
 
 const defaultReplayStore = new MemoryReplayStore();
 
+/** Options of serverReplayStore. */
+export interface ServerReplayStoreOptions {
+  /** The Countersign API's base URL, e.g. https://countersign.example.com. */
+  url: string | URL;
+  /** Any valid bearer token of that API (a token of the tool's own). */
+  token: string;
+  /** The fetch to send requests with (default: the platform's). */
+  fetch?: typeof fetch;
+  /** How long to wait for the API's answer (default 10 000 ms). */
+  timeoutMs?: number;
+}
+
+/**
+ * serverReplayStore keeps receipt uses in Countersign: each use asks the API
+ * (`POST /v1/receipts/use {"jti", "exp"}`) to record the receipt's id, and
+ * the first use of an id wins. Every replica of a tool that verifies with a
+ * serverReplayStore of the same Countersign refuses a receipt another
+ * replica used, and a restarted replica still refuses it, for as long as
+ * the receipt is valid: what a tool with several replicas, or one that
+ * restarts, uses instead of the in-memory default.
+ *
+ * It fails closed: a replay throws ReceiptError(receipt_replayed, 409); an
+ * API that cannot be reached or answers anything else throws
+ * ReceiptError(receipt_unavailable, 503), and the call does not run. A use
+ * is not retried: after a lost answer a retry would find the receipt used,
+ * by itself.
+ */
+export function serverReplayStore(options: ServerReplayStoreOptions): ReplayStore {
+  const base = new URL(options.url);
+  if (base.protocol !== 'http:' && base.protocol !== 'https:') throw new TypeError(`serverReplayStore: url ${base.href} is not an http(s) URL`);
+  if (!options.token) throw new TypeError('serverReplayStore: a token is required');
+  const endpoint = base.href.replace(/\/+$/, '').replace(/\/v1$/, '') + '/v1/receipts/use';
+  const send = options.fetch ?? globalThis.fetch.bind(globalThis);
+  const timeoutMs = options.timeoutMs ?? 10_000;
+  return {
+    async use(id: string, until: number): Promise<void> {
+      let status: number;
+      let answer: { used?: unknown; error?: { code?: unknown } } = {};
+      try {
+        const resp = await send(endpoint, {
+          method: 'POST',
+          headers: { Authorization: `Bearer ${options.token}`, 'Content-Type': 'application/json', Accept: 'application/json' },
+          body: JSON.stringify({ jti: id, exp: Math.ceil(until) }),
+          signal: AbortSignal.timeout(timeoutMs),
+        });
+        status = resp.status;
+        const text = await resp.text();
+        try {
+          const parsed = JSON.parse(text) as unknown;
+          if (typeof parsed === 'object' && parsed !== null) answer = parsed as typeof answer;
+        } catch {
+          /* not the API's answer: judged by its status below */
+        }
+      } catch (e) {
+        throw new ReceiptError(ReceiptCodes.unavailable, `replay store ${endpoint}: ${(e as Error).message}`);
+      }
+      if (status === 200 && answer.used === true) return;
+      const code = typeof answer.error?.code === 'string' ? answer.error.code : undefined;
+      if (status === 409 && code === ReceiptCodes.replayed) throw new ReceiptError(ReceiptCodes.replayed, `receipt ${id} was already used`);
+      throw new ReceiptError(ReceiptCodes.unavailable, `replay store ${endpoint}: ${code ?? 'HTTP'} (${status})`);
+    },
+  };
+}
+
 export interface VerifyReceiptOptions {
   keys: KeySource;
-  /** Default: one in-memory store per process. */
+  /**
+   * Where used receipt ids are kept. Default: one in-memory store per
+   * process, which refuses a replay only to the process that saw the first
+   * use; a tool with several replicas, or one that restarts, uses
+   * serverReplayStore (or a ReplayStore on storage its replicas share).
+   */
   replay?: ReplayStore;
   /** The iss receipts must carry (default "countersign"). */
   issuer?: string;
