@@ -2,7 +2,8 @@
 # Installs Debian's nodejs and npm for the TypeScript client's tests if node
 # is not there yet (`make test-ts` runs this first), and checks the version:
 # the tests need Node 20 or newer (Debian 12's nodejs is 18; use a newer
-# Debian or NodeSource's packages there).
+# Debian or NodeSource's packages there). The AI SDK (ai 7) declares Node 22
+# or newer; its adapter's tests run on Node 20 too, where npm warns.
 set -eu
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
 	run=""

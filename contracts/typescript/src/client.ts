@@ -579,10 +579,13 @@ export class Countersign {
   /**
    * decisions follows GET /v1/events and yields every outcome
    * (countersign.approval.decided/v1) once. When the stream drops it
-   * reconnects with backoff, sending Last-Event-ID; after every (re)connect
-   * it also re-reads the approvals `watch` names and yields those decided
-   * meanwhile, since the server may not replay what the stream missed.
-   * Break out of the loop or abort `signal` to stop.
+   * reconnects with backoff, sending Last-Event-ID, from which the server
+   * replays every event stored meanwhile. After every (re)connect it also
+   * re-reads the approvals `watch` names and yields those already decided:
+   * a stream opened without Last-Event-ID (the first, or one in a new
+   * process) starts at the present. The outcomes yielded are remembered in
+   * memory (the last 10 000). Break out of the loop or abort `signal` to
+   * stop.
    */
   async *decisions(options: DecisionsOptions = {}): AsyncGenerator<Decided> {
     const minBackoff = options.minBackoffMs ?? 200;

@@ -159,6 +159,12 @@ export interface WebhookReceiver {
  * handled, and hands outcomes to onDecided — the place to resume the paused
  * run. If the callback throws, the delivery answers 500 and Countersign
  * delivers it again later.
+ *
+ * The webhook-ids it handled are remembered in memory, in this process
+ * (the last `remember`): another replica of the receiver, or this one
+ * after a restart, may get the same delivery again. A receiver with
+ * several replicas makes onDecided idempotent, or records each webhook-id
+ * in storage its replicas share and skips those already there.
  */
 export function webhookReceiver(options: WebhookReceiverOptions): WebhookReceiver {
   options.secret = Array.isArray(options.secret) ? options.secret : [options.secret];
