@@ -156,6 +156,10 @@ func cmdMCP(args []string, stdout, stderr io.Writer) error {
 		cfg.Dial = func(ctx context.Context, mc *mcp.Client) (*mcp.ClientSession, error) {
 			return mc.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url}, nil)
 		}
+		// One upstream that cannot be reached does not keep the others
+		// from being served: its clients are told, and the gateway keeps
+		// trying to reach it.
+		cfg.ConnectLater = true
 		g, err := mcpgateway.New(ctx, cfg)
 		if err != nil {
 			return fmt.Errorf("mcp: upstream %s: %w", n, err)
@@ -177,6 +181,15 @@ func cmdMCP(args []string, stdout, stderr io.Writer) error {
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
+	var down []string
+	for _, g := range gws {
+		if !g.Health().Up {
+			down = append(down, g.Name())
+		}
+	}
+	if len(down) > 0 {
+		log.Warn("serving without the upstreams that cannot be reached; trying them again", slog.String("unreachable", strings.Join(down, ",")))
+	}
 	fmt.Fprintf(stdout, "MCP gateway: http://%s/mcp/NAME for %s\n", ln.Addr(), strings.Join(upstreams, ", "))
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("mcp: %w", err)

@@ -22,6 +22,13 @@ const (
 	DefaultInputWait     = 10 * time.Minute
 )
 
+// How often a gateway started without its upstream (Config.ConnectLater)
+// tries to reach it: after ReconnectMin, doubling up to ReconnectMax.
+const (
+	ReconnectMin = 500 * time.Millisecond
+	ReconnectMax = 30 * time.Second
+)
+
 // Dialer connects to the upstream MCP server with the given client and
 // returns the session. It is called once per client session of the gateway
 // (and again after the upstream went away).
@@ -78,6 +85,13 @@ type Config struct {
 	// call stays pending (the gateway only stops re-attaching to it) and a
 	// warning is logged.
 	Cancel func(ctx context.Context, eventID, reason string) error
+	// ConnectLater lets New succeed while the upstream cannot be reached:
+	// the gateway serves its clients without it — their requests get an
+	// error that names the upstream and says it cannot be reached — tries
+	// again in the background (ReconnectMin doubling to ReconnectMax), and
+	// on every request, and serves the upstream once it answers (see
+	// Gateway.Health). Without it, New fails.
+	ConnectLater bool
 	// Logger (default: slog.Default()).
 	Logger *slog.Logger
 }

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -15,21 +18,26 @@ import (
 // MCP server and gates tools/call with Countersign. It is safe for
 // concurrent use; serve it with Run (stdio) or Handler (Streamable HTTP).
 type Gateway struct {
-	cfg    Config
-	server *mcp.Server
-	book   callBook
+	cfg  Config
+	book callBook
 	// waiting counts the calls waiting on each approval.
 	waiting waiters
+	health  health
 
-	mu    sync.Mutex
-	links map[*mcp.ServerSession]*link
-	spare *link // the upstream session New opened, for the first client
+	mu      sync.Mutex
+	server  *mcp.Server   // what new clients are served by
+	servers []*mcp.Server // every server a client may still be on
+	links   map[*mcp.ServerSession]*link
+	spare   *link // an upstream session not used by a client yet
+	stop    context.CancelFunc
 
 	announcing sync.Mutex // one announce at a time
 }
 
 // New connects to the upstream once, to mirror its capabilities, and
-// returns the gateway. The connection is kept for the first client.
+// returns the gateway. The connection is kept for the first client. When
+// the upstream cannot be reached, New fails, unless Config.ConnectLater
+// says to start without it (see there).
 func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
@@ -39,22 +47,91 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	g.book.init()
 	first := &link{g: g}
 	up, err := first.session(ctx)
-	if err != nil {
+	if err == nil {
+		g.spare = first
+		g.serve(g.newServer(up.InitializeResult()))
+		return g, nil
+	}
+	if !cfg.ConnectLater {
 		return nil, err
 	}
-	g.spare = first
-	init := up.InitializeResult()
-	impl := &mcp.Implementation{Name: cfg.Name, Version: "countersign"}
-	if si := init.ServerInfo; si != nil {
-		impl = &mcp.Implementation{Name: si.Name, Title: si.Title, Version: si.Version}
-	}
-	opts := &mcp.ServerOptions{Instructions: init.Instructions, Logger: cfg.Logger, Capabilities: mirror(init.Capabilities)}
-	if r := opts.Capabilities.Resources; r != nil && r.Subscribe {
-		opts.SubscribeHandler, opts.UnsubscribeHandler = g.subscribe, g.unsubscribe
-	}
-	g.server = mcp.NewServer(impl, opts)
-	g.server.AddReceivingMiddleware(g.middleware)
+	g.serve(g.newServer(nil))
+	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	g.stop = stop
+	go g.reconnect(rctx)
 	return g, nil
+}
+
+// newServer is the MCP server the gateway presents to its clients, given
+// the upstream's initialize result; nil while the upstream has not been
+// reached: then tools only, with list-changed notifications, so that a
+// client hears when they come.
+func (g *Gateway) newServer(init *mcp.InitializeResult) *mcp.Server {
+	impl := &mcp.Implementation{Name: g.cfg.Name, Version: "countersign"}
+	opts := &mcp.ServerOptions{Logger: g.cfg.Logger, Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}}}
+	if init != nil {
+		if si := init.ServerInfo; si != nil {
+			impl = &mcp.Implementation{Name: si.Name, Title: si.Title, Version: si.Version}
+		}
+		opts.Instructions, opts.Capabilities = init.Instructions, mirror(init.Capabilities)
+		if r := opts.Capabilities.Resources; r != nil && r.Subscribe {
+			opts.SubscribeHandler, opts.UnsubscribeHandler = g.subscribe, g.unsubscribe
+		}
+	}
+	s := mcp.NewServer(impl, opts)
+	s.AddReceivingMiddleware(g.middleware)
+	return s
+}
+
+// serve makes s the server of new clients.
+func (g *Gateway) serve(s *mcp.Server) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.server = s
+	g.servers = append(g.servers, s)
+}
+
+// allServers are the servers clients may be on.
+func (g *Gateway) allServers() []*mcp.Server {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.servers)
+}
+
+// reconnect tries to reach an upstream that could not be reached when the
+// gateway started, backing off from ReconnectMin to ReconnectMax, until
+// it answers or ctx ends; then new clients get the upstream's
+// capabilities, and the clients already there hear that the tools changed.
+func (g *Gateway) reconnect(ctx context.Context) {
+	wait := ReconnectMin
+	for {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		l := &link{g: g}
+		up, err := l.session(ctx)
+		if err != nil {
+			wait = min(2*wait, ReconnectMax)
+			g.cfg.Logger.Debug("the upstream MCP server still cannot be reached", slog.String("upstream", g.cfg.Name), slog.Any("err", err))
+			continue
+		}
+		g.cfg.Logger.Info("the upstream MCP server is reachable; serving it", slog.String("upstream", g.cfg.Name))
+		g.mu.Lock()
+		if g.spare == nil {
+			g.spare, l = l, nil
+		}
+		g.mu.Unlock()
+		if l != nil {
+			l.close()
+		}
+		g.serve(g.newServer(up.InitializeResult()))
+		g.announce(changedTools)
+		return
+	}
 }
 
 // mirror is what the gateway offers its clients, given what the upstream
@@ -88,8 +165,14 @@ func mirror(c *mcp.ServerCapabilities) *mcp.ServerCapabilities {
 	return caps
 }
 
-// Server is the MCP server the gateway presents to its clients.
-func (g *Gateway) Server() *mcp.Server { return g.server }
+// Server is the MCP server the gateway presents to new clients. It is
+// another one once an upstream that could not be reached at the start is
+// reached (see Config.ConnectLater).
+func (g *Gateway) Server() *mcp.Server {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.server
+}
 
 // Run serves one client over t (for instance &mcp.StdioTransport{}) until
 // the client goes away or ctx ends. Over stdio (an *mcp.StdioTransport), a
@@ -100,12 +183,15 @@ func (g *Gateway) Run(ctx context.Context, t mcp.Transport) error {
 	if _, ok := t.(*mcp.StdioTransport); ok {
 		t = &screenedIO{in: os.Stdin, out: os.Stdout, maxLine: int(maxBody([]*Gateway{g}))}
 	}
-	return g.server.Run(ctx, t)
+	return g.Server().Run(ctx, t)
 }
 
 // Close closes every upstream session.
 func (g *Gateway) Close() error {
 	g.mu.Lock()
+	if g.stop != nil {
+		g.stop()
+	}
 	ls := make([]*link, 0, len(g.links)+1)
 	for _, l := range g.links {
 		ls = append(ls, l)
@@ -263,9 +349,11 @@ func (l *link) session(ctx context.Context) (*mcp.ClientSession, error) {
 	})
 	up, err := l.g.cfg.Dial(ctx, c)
 	if err != nil {
+		l.g.health.failed(l.g.cfg.Logger, l.g.cfg.Name, err)
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError,
-			Message: fmt.Sprintf("cannot reach the upstream MCP server %q: %v", l.g.cfg.Name, err)}
+			Message: fmt.Sprintf("cannot reach the upstream MCP server %q: %v; its tools are unavailable until it answers (the gateway tries again)", l.g.cfg.Name, err)}
 	}
+	l.g.health.reached()
 	l.up = up
 	go func() {
 		_ = up.Wait()

@@ -23,7 +23,10 @@ func HashToken(token string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Handler serves the gateways over Streamable HTTP, each at /mcp/<name>.
+// Handler serves the gateways over Streamable HTTP, each at /mcp/<name>,
+// and the health of their upstreams at /metrics (Prometheus text format:
+// countersign_mcp_upstream_up and
+// countersign_mcp_upstream_connect_failures_total, by upstream).
 // Every request needs a bearer token that callers knows; the caller is the
 // requester of the session's calls and owns the session. A body that is
 // not JSON, not JSON-RPC, over the size limit, or a request for a method
@@ -42,10 +45,15 @@ func Handler(gateways []*Gateway, callers Callers) http.Handler {
 	bearer := auth.RequireBearerToken(verify, nil)
 	limit := maxBody(gateways)
 	for _, g := range gateways {
-		h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server },
+		h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.Server() },
 			&mcp.StreamableHTTPOptions{MaxRequestBodyBytes: limit})
 		mux.Handle("/mcp/"+g.cfg.Name, bearer(screen(limit, h)))
 	}
+	// The upstreams' health, for whoever holds a caller's token.
+	mux.Handle("/metrics", bearer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		writeMetrics(w, gateways)
+	})))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		names := make([]string, len(gateways))
 		for i, g := range gateways {

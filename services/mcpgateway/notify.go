@@ -30,22 +30,24 @@ const placeholder = "countersign_list_changed"
 func (g *Gateway) announce(what int) {
 	g.announcing.Lock()
 	defer g.announcing.Unlock()
-	switch what {
-	case changedTools:
-		g.server.AddTool(&mcp.Tool{Name: placeholder, InputSchema: map[string]any{"type": "object"}},
-			func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return nil, errPlaceholder })
-		g.server.RemoveTools(placeholder)
-	case changedPrompts:
-		g.server.AddPrompt(&mcp.Prompt{Name: placeholder},
-			func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) { return nil, errPlaceholder })
-		g.server.RemovePrompts(placeholder)
-	case changedResources:
-		uri := "countersign:" + placeholder
-		g.server.AddResource(&mcp.Resource{URI: uri, Name: placeholder},
-			func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
-				return nil, errPlaceholder
-			})
-		g.server.RemoveResources(uri)
+	for _, s := range g.allServers() {
+		switch what {
+		case changedTools:
+			s.AddTool(&mcp.Tool{Name: placeholder, InputSchema: map[string]any{"type": "object"}},
+				func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return nil, errPlaceholder })
+			s.RemoveTools(placeholder)
+		case changedPrompts:
+			s.AddPrompt(&mcp.Prompt{Name: placeholder},
+				func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) { return nil, errPlaceholder })
+			s.RemovePrompts(placeholder)
+		case changedResources:
+			uri := "countersign:" + placeholder
+			s.AddResource(&mcp.Resource{URI: uri, Name: placeholder},
+				func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+					return nil, errPlaceholder
+				})
+			s.RemoveResources(uri)
+		}
 	}
 }
 
@@ -72,7 +74,9 @@ func (l *link) resourcesChanged(context.Context, *mcp.ResourceListChangedRequest
 // subscribed to the resource.
 func (l *link) resourceUpdated(ctx context.Context, req *mcp.ResourceUpdatedNotificationRequest) {
 	if req.Params != nil {
-		_ = l.g.server.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: req.Params.URI})
+		for _, s := range l.g.allServers() {
+			_ = s.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: req.Params.URI})
+		}
 	}
 }
 
