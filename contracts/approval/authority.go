@@ -1,6 +1,8 @@
 package approval
 
 import (
+	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -42,6 +44,20 @@ type Roster struct {
 	byKey   map[string]int      // canonical id and email → index
 	members map[string][]string // group → member ids, in directory order
 	version string
+}
+
+// ParseRoster reads a directory document as the API role publishes it
+// (contracts.DirectoryKey) and indexes it; a document that is not JSON or
+// not countersign.directory/v1 is an error, never an empty roster.
+func ParseRoster(data []byte) (*Roster, error) {
+	var doc contracts.Directory
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("the directory is unreadable: %w", err)
+	}
+	if doc.Spec != contracts.SpecDirectory {
+		return nil, fmt.Errorf("the directory's spec is %q, want %q", doc.Spec, contracts.SpecDirectory)
+	}
+	return NewRoster(doc), nil
 }
 
 // NewRoster indexes a directory document. An identity whose canonical id

@@ -12,7 +12,6 @@ package audience
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -120,14 +119,7 @@ func decode(e jetstream.KeyValueEntry) (*approval.Roster, error) {
 	if e.Operation() != jetstream.KeyValuePut {
 		return nil, nil
 	}
-	var doc contracts.Directory
-	if err := json.Unmarshal(e.Value(), &doc); err != nil {
-		return nil, err
-	}
-	if doc.Spec != contracts.SpecDirectory {
-		return nil, fmt.Errorf("spec %q, want %q", doc.Spec, contracts.SpecDirectory)
-	}
-	return approval.NewRoster(doc), nil
+	return approval.ParseRoster(e.Value())
 }
 
 // Roster returns the live directory: the watched one once the watch is

@@ -108,14 +108,14 @@ func (k *liveKeys) install(e jetstream.KeyValueEntry) {
 			k.roster, k.rosterRev = nil, e.Revision()
 			break
 		}
-		var doc contracts.Directory
-		if err := json.Unmarshal(e.Value(), &doc); err != nil || doc.Spec != contracts.SpecDirectory {
+		r, err := approval.ParseRoster(e.Value())
+		if err != nil {
 			// Unreadable: judge by reads of the key, which fail the
 			// operation, rather than by an older directory.
 			k.ready = false
 			return
 		}
-		k.roster, k.rosterRev = approval.NewRoster(doc), e.Revision()
+		k.roster, k.rosterRev = r, e.Revision()
 		k.revision.Set(float64(e.Revision()))
 	case orchestrator.PolicyKey:
 		if e.Revision() <= k.liveRev {

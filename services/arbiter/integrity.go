@@ -196,11 +196,11 @@ func (b *policyBook) directory(ctx context.Context) (*approval.Roster, error) {
 	case err != nil:
 		return nil, fmt.Errorf("read the directory: %w", err)
 	}
-	var doc contracts.Directory
-	if err := json.Unmarshal(e.Value(), &doc); err != nil || doc.Spec != contracts.SpecDirectory {
-		return nil, fmt.Errorf("the directory in %s is unreadable (spec %q): %v", contracts.BucketPolicy, doc.Spec, err)
+	r, err := approval.ParseRoster(e.Value())
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", contracts.BucketPolicy, err)
 	}
-	return approval.NewRoster(doc), nil
+	return r, nil
 }
 
 // verify checks req, stored by the bus at stored, against the policy
