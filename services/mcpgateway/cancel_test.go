@@ -1,13 +1,16 @@
 package mcpgateway_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -279,5 +282,119 @@ func TestDisconnectLeavesApprovalPending(t *testing.T) {
 	}
 	if recs := s.approvals(t, r.runID); len(recs) != 1 {
 		t.Fatalf("%d approvals, want the one re-attached to", len(recs))
+	}
+}
+
+// A cancel reaches the approval over the real transports: `countersign
+// mcp` on stdio and `countersign mcp --listen` (Streamable HTTP), each
+// with the Go SDK client and with the TypeScript SDK client, every call
+// cancelled while the gateway waits for the decision (after its first
+// progress notification). Each approval ends cancelled and the upstream
+// runs nothing — on stdio also when the TypeScript client exits right
+// after it cancelled.
+func TestCancelOverRealTransports(t *testing.T) {
+	installNPM(t)
+	s := startServe(t)
+	approver := s.client(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := filepath.Join(t.TempDir(), "upstream.log")
+	// cancelGo calls delete_note with args on cs and cancels the call at
+	// its first progress notification.
+	cancelGo := func(cs *mcp.ClientSession, progress <-chan *mcp.ProgressNotificationParams, args string) {
+		t.Helper()
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		errc := startCall(ctx, cs, args)
+		receive(t, progress)
+		cancel()
+		if err := receive(t, errc); !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled call: %v", err)
+		}
+	}
+	// cancelTS starts the TypeScript client, which cancels its call at the
+	// first progress notification; it exits once it printed that and done
+	// is called (on stdio it exits at once).
+	cancelTS := func(args ...string) (done func()) {
+		t.Helper()
+		cmd := exec.CommandContext(t.Context(), "node", append([]string{"testdata/npm/cancel.mjs"}, args...)...)
+		cmd.Env = append(os.Environ(), "COUNTERSIGN_URL="+s.url, "COUNTERSIGN_TOKEN="+s.token, upstreamEnv+"="+log)
+		cmd.Stderr = os.Stderr
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		line, err := bufio.NewReader(stdout).ReadString('\n')
+		if err != nil || !strings.Contains(line, `"step":"aborted"`) || !strings.Contains(line, "stopped") {
+			t.Fatalf("the TypeScript client: %v %s", err, line)
+		}
+		return func() {
+			stdin.Close()
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("the TypeScript client: %v", err)
+			}
+		}
+	}
+	cancelled := func(runID string, except ...string) string {
+		t.Helper()
+		var id string
+		for _, r := range s.approvals(t, runID) {
+			if r.Request.ToolCall != nil && !slices.Contains(except, r.Request.EventID) {
+				id = r.Request.EventID
+			}
+		}
+		if id == "" {
+			t.Fatalf("no new approval in run %s", runID)
+		}
+		if rec := decided(t, approver, id); rec.Status != contracts.StatusCancelled {
+			t.Fatalf("the approval of a cancelled call in run %s is %s", runID, rec.Status)
+		}
+		return id
+	}
+
+	// stdio, Go SDK client.
+	progress := make(chan *mcp.ProgressNotificationParams, 100)
+	p := startGatewayProcWith(t, s, log, "60s", &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+		offer(progress, req.Params)
+	}})
+	cancelGo(p.session, progress, `{"id":"stdio-go"}`)
+	cancelled("restart-run")
+
+	// stdio, TypeScript SDK client.
+	exit := cancelTS("stdio", binary, self, "ts-cancel", `{"id":"stdio-ts"}`)
+	cancelled("ts-cancel")
+	exit()
+
+	// Streamable HTTP, Go SDK client.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := &notes{}
+	srv := notesOverHTTP(t, ln, up)
+	h := startListenProc(t, s, "notes="+srv.URL)
+	progress = make(chan *mcp.ProgressNotificationParams, 100)
+	cs := h.connect(t, "notes", &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+		offer(progress, req.Params)
+	}})
+	cancelGo(cs, progress, `{"id":"http-go"}`)
+	viaHTTP := cancelled("mcp:dana:notes")
+
+	// Streamable HTTP, TypeScript SDK client.
+	exit = cancelTS("http", h.base+"/mcp/notes", callerToken, `{"id":"http-ts"}`)
+	cancelled("mcp:dana:notes", viaHTTP)
+	exit()
+
+	if got := append(upstreamLog(t, log), up.all()...); len(got) != 0 {
+		t.Fatalf("the upstream ran %q", got)
 	}
 }
