@@ -5,7 +5,7 @@ DATA    ?= ./data
 ADDR    ?= 127.0.0.1:8080
 NATS    ?= 127.0.0.1:4222
 
-.PHONY: all build run test browser test-short test-ts test-py bench compare vet lint fmt clean chaos fuzz
+.PHONY: all build run test browser screenshots test-short test-ts test-py bench compare vet lint fmt clean chaos fuzz
 
 all: build
 
@@ -29,6 +29,11 @@ test: browser
 
 browser:
 	@sh test/browser/install-chromium.sh
+
+## screenshots: the docs' screenshots of the web inbox (docs/*.png), written by
+## the browser test that checks every page's looks (TestBrowserLooks)
+screenshots: browser
+	COUNTERSIGN_SCREENSHOTS=$(abspath docs) $(GO) test -count=1 -run '^TestBrowserLooks$$' ./test/browser/
 
 ## test-ts: the TypeScript client's tests (contracts/typescript) against a real
 ## countersign serve: installs Debian's nodejs and npm first if node is missing,

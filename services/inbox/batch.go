@@ -168,7 +168,7 @@ func (in *Inbox) batchVote(ctx context.Context, sess *session, id, decision, com
 	case res.Refused != "":
 		out.Text = "Refused: " + contracts.Reason(res.Refused).Message() + "."
 	default:
-		out.Result, out.Text = api.BatchCounted, "Your "+decision+" was counted."
+		out.Result, out.Text = api.BatchCounted, counted(decision)
 		if res.Record != nil && res.Record.Terminal() {
 			out.Text += " " + notifier.OutcomeLine(res.Record) + "."
 		}

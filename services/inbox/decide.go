@@ -11,7 +11,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/countersign/countersign/contracts"
-	"github.com/countersign/countersign/notifier"
 	"github.com/countersign/countersign/services/api"
 )
 
@@ -155,10 +154,7 @@ func (in *Inbox) cast(ctx context.Context, sess *session, wv *webVote) voteOutco
 			}
 		}
 	default:
-		out.result = "Your " + wv.decision + " was counted."
-		if res.Record != nil && res.Record.Terminal() {
-			out.result += " " + notifier.OutcomeLine(res.Record) + "."
-		}
+		out.result = counted(wv.decision)
 	}
 	return out
 }
@@ -197,11 +193,27 @@ func takeFlash(w http.ResponseWriter, r *http.Request, rec *contracts.Record) st
 	if !ok || (!contracts.ValidDecision(decision) && decision != "decline") {
 		return ""
 	}
-	result := "Your " + decision + " was counted."
-	if rec.Terminal() {
-		result += " " + notifier.OutcomeLine(rec) + "."
+	return counted(decision)
+}
+
+// counted confirms a person's counted vote. The outcome, when the vote
+// decided the request, is the status's to say, once.
+func counted(decision string) string {
+	switch decision {
+	case contracts.DecisionApprove:
+		return "Your approval was counted."
+	case contracts.DecisionReject:
+		return "Your rejection was counted."
+	case contracts.DecisionEdit:
+		return "Your approval with edited arguments was counted."
+	case contracts.DecisionRespond:
+		return "Your response was counted."
+	case contracts.DecisionAnswer:
+		return "Your answer was counted."
+	case "decline":
+		return "Your decline was counted."
 	}
-	return result
+	return "Your vote was counted."
 }
 
 // editedArguments reads the edit form's arguments: a JSON object, compacted.

@@ -3,7 +3,6 @@ package inbox
 import (
 	"net/http"
 	"net/url"
-	"time"
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/approval"
@@ -23,9 +22,11 @@ type grantRow struct {
 	Arguments string
 	Status    string
 	GrantedBy string
-	GrantedAt string
-	Expires   string
-	Revoked   string
+	GrantedAt moment
+	Expires   moment
+	// RevokedBy and RevokedAt say who revoked it, and when.
+	RevokedBy string
+	RevokedAt moment
 	// CanRevoke: the person may revoke it (an admin, or an approver of the
 	// approval that issued it); the API checks again.
 	CanRevoke bool
@@ -65,11 +66,11 @@ func (in *Inbox) getGrants(w http.ResponseWriter, r *http.Request, sess *session
 func (in *Inbox) grantsPage(r *http.Request, sess *session, status string) grantsPage {
 	pg := grantsPage{Page: in.pageFor(sess, "Grants", "grants"), Status: status,
 		Statuses: []string{contracts.GrantActive, contracts.GrantExpired, contracts.GrantRevoked, "all"}}
-	at := func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04Z") }
+	now := in.now()
 	for _, g := range in.api.Grants(r.Context(), &sess.p, status, "", "") {
 		gr := grantRow{
-			GrantID: g.GrantID, Tool: g.Tool, Scope: g.Scope, Status: g.Status, GrantedAt: at(g.GrantedAt),
-			Expires: at(g.ExpiresAt), Arguments: "the same arguments",
+			GrantID: g.GrantID, Tool: g.Tool, Scope: g.Scope, Status: g.Status, GrantedAt: momentAgo(now, g.GrantedAt),
+			Expires: momentUntil(now, g.ExpiresAt), Arguments: "the same arguments",
 		}
 		for i, by := range g.GrantedBy {
 			if i > 0 {
@@ -88,7 +89,7 @@ func (in *Inbox) grantsPage(r *http.Request, sess *session, status string) grant
 			gr.Arguments = "arguments where " + g.Condition
 		}
 		if g.Revoked != nil {
-			gr.Revoked = "by " + g.Revoked.By + " at " + at(g.Revoked.At)
+			gr.RevokedBy, gr.RevokedAt = g.Revoked.By, momentAgo(now, g.Revoked.At)
 		}
 		if g.Status == contracts.GrantActive && sess.p.Has(api.RoleApprover, api.RoleAdmin) {
 			if rec, aerr := in.api.Record(r.Context(), sess.p, g.GrantID, 0); aerr == nil {

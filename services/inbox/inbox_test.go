@@ -499,7 +499,7 @@ func TestInboxDecideRedirectsToTheRequestPage(t *testing.T) {
 	}
 	page := alice.get(r.header.Get("Location"))
 	body := string(page.body)
-	if page.status != http.StatusOK || !strings.Contains(body, `id="result">Your approve was counted. Approved by alice`) ||
+	if page.status != http.StatusOK || !strings.Contains(body, `id="result">Your approval was counted.</p>`) || strings.Contains(body, "counted. Approved") ||
 		!strings.Contains(body, `id="outcome"`) {
 		t.Fatalf("the request's page after the redirect: %d\n%s", page.status, body)
 	}

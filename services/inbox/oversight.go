@@ -17,7 +17,7 @@ import (
 // figures. The charts need no script and no inline style: their colours
 // come from classes in /assets/oversight.css.
 
-var oversightTemplate = template.Must(template.New("oversight").Funcs(template.FuncMap{"tableOf": tableOf}).
+var oversightTemplate = template.Must(template.New("oversight").Funcs(template.FuncMap{"tableOf": tableOf, "count": count, "moment": momentOf}).
 	ParseFS(webFS, "web/layout.html", "web/oversight.html"))
 
 // figuresTable is a table of rows, by approver or by rule.

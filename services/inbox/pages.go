@@ -293,15 +293,8 @@ func (in *Inbox) getHistory(w http.ResponseWriter, r *http.Request, sess *sessio
 	in.render(w, http.StatusOK, "list", pg)
 }
 
-// argField is one top-level argument; long values fold away.
-type argField struct {
-	Key   string
-	Value string
-	Long  bool
-}
-
 type timelineItem struct {
-	At   string
+	At   moment
 	Text string
 }
 
@@ -322,38 +315,56 @@ type detailPage struct {
 	Rule          string
 	PolicyVersion string
 	PolicyError   string
-	Created       string
+	Created       moment
 	Arguments     string
 	Fields        []argField
-	Question      string
-	Status        statusView
+	// Edited are the arguments an approver's edit put in place of the
+	// requested ones (Changes: what differs), when there was an edit.
+	Edited   *editedView
+	Question string
+	Status   statusView
+}
+
+// editedView is what an edit changed in a request's arguments, and who.
+type editedView struct {
+	By        string
+	Comment   string
+	Arguments string
+	Fields    []argField
+	Changes   []argChange
 }
 
 // statusView is the part of the detail page that changes: status, quorum
 // progress, the timeline and the decision forms. It is also served alone
 // (?fragment=status) for the page to swap in.
 type statusView struct {
-	EventID     string
-	CSRF        string
-	Status      string
-	Terminal    bool
-	Outcome     string
-	Progress    string
-	Deadline    string
-	Approvers   string
-	Timeline    []timelineItem
-	CanDecide   bool
-	ReadOnly    string
-	Allowed     map[string]bool
-	HumanInput  bool
-	ArgsSHA     string
-	EditArgs    string
-	Result      string
-	ResultError string
-	ResultCode  string
-	ArgsError   string
-	Comment     string
-	Answer      string
+	EventID   string
+	CSRF      string
+	Status    string
+	Terminal  bool
+	Outcome   string
+	Progress  string
+	Deadline  moment
+	Approvers string
+	// Heading says what the request is, or how it was decided; the page's
+	// title and heading follow it as it changes.
+	Heading    string
+	Timeline   []timelineItem
+	CanDecide  bool
+	ReadOnly   string
+	Allowed    map[string]bool
+	HumanInput bool
+	ArgsSHA    string
+	EditArgs   string
+	// EditUnchecked: the request carries no tool schema, so an edit is
+	// checked for being a JSON object and nothing more.
+	EditUnchecked bool
+	Result        string
+	ResultError   string
+	ResultCode    string
+	ArgsError     string
+	Comment       string
+	Answer        string
 	// GrantScopes are the grants the request's rule lets an approval ask
 	// for beyond the call, GrantMaxTTL the longest, and GrantCondition
 	// whether a condition may widen the arguments.
@@ -401,42 +412,18 @@ func currentArguments(rec *contracts.Record) (json.RawMessage, string) {
 	return rec.Request.ToolCall.Arguments, rec.Request.ToolCall.ArgumentsSHA256
 }
 
-// longArgument is the size from which an argument's value folds away.
-const longArgument = 160
-
-func argumentFields(raw json.RawMessage) []argField {
-	var m map[string]json.RawMessage
-	if json.Unmarshal(raw, &m) != nil {
-		return nil
-	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	out := make([]argField, 0, len(keys))
-	for _, k := range keys {
-		v := m[k]
-		var s string
-		if json.Unmarshal(v, &s) != nil {
-			s = notifier.FormatJSON(v, 0)
-		}
-		out = append(out, argField{Key: k, Value: s, Long: len(s) > longArgument || strings.Contains(s, "\n")})
-	}
-	return out
-}
-
 func (in *Inbox) detail(ctx context.Context, rec *contracts.Record, sess *session) detailPage {
 	req := &rec.Request
 	pg := detailPage{
-		Page: in.pageFor(sess, notifier.Title(req), ""), EventID: req.EventID, Heading: notifier.Title(req), Summary: req.Summary,
+		Page: in.pageFor(sess, heading(rec), ""), EventID: req.EventID, Heading: heading(rec), Summary: req.Summary,
 		Kind: req.Kind, Agent: req.Run.Agent, RunID: req.Run.ID, RequestedBy: req.Run.RequestedBy, Owner: req.Run.Owner,
 		Tenant: req.Run.Tenant, Tool: toolName(req), Risk: req.Risk, Rule: req.Policy.Rule, PolicyVersion: req.Policy.Version,
-		PolicyError: req.Policy.Error, Created: req.CreatedAt.UTC().Format(time.RFC3339),
+		PolicyError: req.Policy.Error, Created: momentAgo(in.now(), req.CreatedAt),
 	}
 	if req.ToolCall != nil {
 		pg.Arguments = notifier.FormatJSON(req.ToolCall.Arguments, 0)
 		pg.Fields = argumentFields(req.ToolCall.Arguments)
+		pg.Edited = editedOf(rec)
 	}
 	if req.Question != nil {
 		pg.Question = req.Question.Text
@@ -445,18 +432,53 @@ func (in *Inbox) detail(ctx context.Context, rec *contracts.Record, sess *sessio
 	return pg
 }
 
+// heading says what a request asks ("Approval needed: billing.refund")
+// while it is pending, and how it ended once decided ("Approved:
+// billing.refund", "Expired: deploy.release").
+func heading(rec *contracts.Record) string {
+	req := &rec.Request
+	if !rec.Terminal() {
+		return notifier.Title(req)
+	}
+	what := rec.Status
+	if what != "" {
+		what = strings.ToUpper(what[:1]) + what[1:]
+	}
+	switch {
+	case req.Kind == contracts.KindHumanInput:
+		return what + ": input from a person for " + req.Run.Agent
+	case req.ToolCall != nil:
+		return what + ": " + req.ToolCall.Name
+	}
+	return what
+}
+
+// editedOf is what the newest counted edit of rec changed, or nil.
+func editedOf(rec *contracts.Record) *editedView {
+	for i := len(rec.Votes) - 1; i >= 0; i-- {
+		v := rec.Votes[i]
+		if v.Decision != contracts.DecisionEdit || len(v.Arguments) == 0 {
+			continue
+		}
+		return &editedView{By: v.Approver.ID + " via " + v.Approver.Via, Comment: v.Comment,
+			Arguments: notifier.FormatJSON(v.Arguments, 0), Fields: argumentFields(v.Arguments),
+			Changes: argumentChanges(rec.Request.ToolCall.Arguments, v.Arguments)}
+	}
+	return nil
+}
+
 func (in *Inbox) status(ctx context.Context, rec *contracts.Record, sess *session) statusView {
 	req := &rec.Request
 	now := in.now()
 	sv := statusView{
 		EventID: req.EventID, CSRF: sess.csrf, Status: rec.Status, Terminal: rec.Terminal(),
 		Progress: notifier.Progress(req, rec), HumanInput: req.Kind == contracts.KindHumanInput,
-		Allowed: map[string]bool{},
+		Allowed: map[string]bool{}, Heading: heading(rec), EditUnchecked: len(req.ToolSchema) == 0,
 	}
 	if rec.Terminal() {
 		sv.Outcome = notifier.OutcomeLine(rec)
 	} else {
-		sv.Deadline = rec.ExpiresAt.UTC().Format(time.RFC3339) + " (" + until(now, rec.ExpiresAt) + ")"
+		sv.Deadline = momentUntil(now, rec.ExpiresAt)
 	}
 	approvers := slices.Clone(req.Quorum.Approvers)
 	for i, tier := range req.Escalation {
@@ -493,7 +515,7 @@ func (in *Inbox) status(ctx context.Context, rec *contracts.Record, sess *sessio
 // GET /v1/approvals/{event_id}/events.
 func (in *Inbox) timeline(ctx context.Context, rec *contracts.Record, sess *session) []timelineItem {
 	req := &rec.Request
-	at := func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
+	at := momentOf
 	items := []timelineItem{{At: at(req.CreatedAt), Text: fmt.Sprintf("Requested by %s (run %s)", req.Run.Agent, orDash(req.Run.ID))}}
 	evs, err := in.api.Timeline(ctx, sess.p, req.EventID)
 	if err != nil {

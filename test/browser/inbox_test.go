@@ -1,13 +1,8 @@
 package browser_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
-	"image/png"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -179,9 +174,20 @@ func TestBrowserSecondApproverSeesDecisionLive(t *testing.T) {
 	if got := eval[string](t, bob, `document.getElementById("outcome").textContent`); !strings.HasPrefix(got, "Approved by alice via web") {
 		t.Fatalf("bob sees %q", got)
 	}
+	// Both pages' titles and headings now say how it ended; alice's
+	// confirmation does not repeat the outcome.
+	for name, p := range map[string]context.Context{"alice": alice, "bob": bob} {
+		if got := eval[string](t, p, `document.title + " | " + document.getElementById("heading").textContent`); got != "Approved: deploy.release · Countersign | Approved: deploy.release" {
+			t.Errorf("%s's title and heading: %q", name, got)
+		}
+	}
+	if got := eval[string](t, alice, `document.getElementById("result").textContent`); got != "Your approval was counted." {
+		t.Errorf("alice's confirmation: %q", got)
+	}
 }
 
-// fleet is what the simulated agents propose for the screenshots.
+// fleet is what the simulated agents propose for the looks of the inbox
+// (TestBrowserLooks) and its screenshots.
 var fleet = []struct {
 	agent, run string
 	c          call
@@ -191,55 +197,4 @@ var fleet = []struct {
 	{"support-mailer", "run-5e81", call{ID: "c1", Name: "email.send", Arguments: json.RawMessage(`{"to":"jane.doe@example.com","subject":"Your refund is on its way","body":"Hello Jane,\n\nWe have refunded the duplicate charge of 48 EUR on your March invoice. It should appear on your statement within 5 business days.\n\nBest regards,\nSupport"}`)}},
 	{"db-migrator", "run-a004", call{ID: "c1", Name: "db.migrate", Arguments: json.RawMessage(`{"database":"orders","migration":"0042_add_refund_reason","dry_run":false}`)}},
 	{"billing-bot", "run-7f40", refund("c1", 95, "Initech")},
-}
-
-// TestInboxScreenshots renders the inbox list and a detail page at desktop
-// and phone width as PNGs, into $COUNTERSIGN_SCREENSHOTS (docs/ when
-// refreshing the committed ones) or a temporary directory.
-func TestInboxScreenshots(t *testing.T) {
-	dir := os.Getenv("COUNTERSIGN_SCREENSHOTS")
-	if dir == "" {
-		dir = t.TempDir()
-	}
-	st := startStack(t)
-	ctx := newBrowser(t, testTimeout)
-	do(t, ctx, st.signIn("alice"))
-	var ids []string
-	for _, f := range fleet {
-		ids = append(ids, st.pending(t, ctx, f.agent, f.run, f.c))
-	}
-	do(t, ctx, until(fmt.Sprintf(`document.querySelectorAll("#rows .row").length === %d`, len(fleet))))
-
-	shots := []struct {
-		file          string
-		width, height int64
-		path          string
-		ready         string
-	}{
-		{"inbox.png", 1280, 800, "/", "rows"},
-		{"approval.png", 1280, 1100, "/approvals/" + ids[0], "approve"},
-		{"inbox-phone.png", 390, 844, "/", "rows"},
-		{"approval-phone.png", 390, 844, "/approvals/" + ids[0], "approve"},
-	}
-	for _, s := range shots {
-		var img []byte
-		do(t, ctx,
-			chromedp.EmulateViewport(s.width, s.height),
-			chromedp.Navigate(st.url+s.path),
-			chromedp.WaitVisible(chromedp.ID(s.ready)),
-			func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
-				var err error
-				img, err = chromedp.CaptureScreenshot()(ctx, tg)
-				return chromedp.Void{}, err
-			},
-		)
-		cfg, err := png.DecodeConfig(bytes.NewReader(img))
-		if err != nil || int64(cfg.Width) != s.width {
-			t.Fatalf("%s: not a %d px wide PNG (%v, %d)", s.file, s.width, err, cfg.Width)
-		}
-		if err := os.WriteFile(filepath.Join(dir, s.file), img, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	oversightScreenshot(t, dir)
 }

@@ -1,17 +1,13 @@
 package browser_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"image/png"
 	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -347,39 +343,5 @@ func afterNavigation(t *testing.T, ctx context.Context, expr string) {
 			t.Fatalf("waiting for %s: %v", expr, err)
 		}
 		<-tick.C
-	}
-}
-
-// oversightScreenshot renders the oversight page of a day's history into
-// dir as oversight.png (TestInboxScreenshots).
-func oversightScreenshot(t *testing.T, dir string) {
-	st := startClockStack(t)
-	oversightHistory(t, st)
-	ctx := newBrowser(t, testTimeout)
-	const width = 1280
-	var img []byte
-	do(t, ctx,
-		st.signIn("lead"),
-		chromedp.EmulateViewport(width, 900),
-		chromedp.Navigate(st.url+"/oversight"),
-		chromedp.WaitVisible(chromedp.ID("oversight-rules")),
-		func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
-			h, err := chromedp.Evaluate[int](`document.documentElement.scrollHeight`)(ctx, tg)
-			if err != nil {
-				return chromedp.Void{}, err
-			}
-			if _, err := chromedp.EmulateViewport(width, int64(h))(ctx, tg); err != nil {
-				return chromedp.Void{}, err
-			}
-			img, err = chromedp.CaptureScreenshot()(ctx, tg)
-			return chromedp.Void{}, err
-		},
-	)
-	cfg, err := png.DecodeConfig(bytes.NewReader(img))
-	if err != nil || cfg.Width != width {
-		t.Fatalf("oversight.png: not a %d px wide PNG (%v, %d)", width, err, cfg.Width)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "oversight.png"), img, 0o644); err != nil {
-		t.Fatal(err)
 	}
 }

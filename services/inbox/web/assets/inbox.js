@@ -128,8 +128,14 @@
         var cur = document.getElementById("status");
         if (!fresh || !cur) return;
         if (fresh.getAttribute("data-terminal") === "true") {
-          // Decided (here or elsewhere): the forms give way to the outcome.
+          // Decided (here or elsewhere): the forms give way to the outcome,
+          // and the page's title and heading say how it ended.
           cur.replaceWith(fresh);
+          var heading = fresh.getAttribute("data-heading"), h = document.getElementById("heading");
+          if (heading) {
+            if (h) h.textContent = heading;
+            document.title = heading + " · Countersign";
+          }
           return;
         }
         // Still pending: progress and timeline change; forms being filled in stay.
