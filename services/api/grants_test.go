@@ -202,6 +202,13 @@ rules:
 	if v := e.reviewGrant(t, run, "c2", `{"amount": 30}`); v.Verdict != orchestrator.VerdictPending {
 		t.Fatalf("a call the stopped grant covered: %+v", v)
 	}
+	// A later version that stops it too does not name it again: the apply
+	// of grants-api-2 did.
+	ans = answer{}
+	e.call(t, "POST", "/v1/policy", "admin", strings.Replace(narrower, "grants-api-2", "grants-api-5", 1)).decode(t, &ans)
+	if ans.Version != "grants-api-5" || len(ans.StoppedGrants) != 0 {
+		t.Fatalf("an apply after the grant was stopped names it again: %+v", ans)
+	}
 }
 
 // awaitGrant waits until gate's grant book holds grant id: the arbiter

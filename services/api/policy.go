@@ -87,21 +87,34 @@ func (s *Server) grantsStoppedBy(ctx context.Context, p *policy.Policy) []Stoppe
 				in.Arguments = rec.Request.ToolCall.Arguments
 			}
 		}
-		d := p.EvaluateContext(ctx, in)
-		reason := ""
-		switch {
-		case d.Rule != g.Policy.Rule:
-			reason = approval.NotCoveredRule
-		case !approval.GrantPermitted(d.Grants, &g):
-			reason = approval.NotCoveredPolicy
-		default:
-			continue
+		// A grant the live policy already stops was reported when that
+		// policy was applied: only what this version stops anew is named.
+		if live := s.cfg.Gate.Policy(); live != nil {
+			if _, _, stopped := stopsGrant(ctx, live, &g, in); stopped {
+				continue
+			}
 		}
-		out = append(out, StoppedGrant{GrantID: g.GrantID, Tool: g.Tool, Agent: g.Agent, Tenant: g.Tenant, RunID: g.RunID,
-			Scope: g.Scope, Rule: g.Policy.Rule, NewRule: d.Rule, Reason: reason})
+		if newRule, reason, stopped := stopsGrant(ctx, p, &g, in); stopped {
+			out = append(out, StoppedGrant{GrantID: g.GrantID, Tool: g.Tool, Agent: g.Agent, Tenant: g.Tenant, RunID: g.RunID,
+				Scope: g.Scope, Rule: g.Policy.Rule, NewRule: newRule, Reason: reason})
+		}
 	}
 	slices.SortFunc(out, func(a, b StoppedGrant) int { return strings.Compare(a.GrantID, b.GrantID) })
 	return out
+}
+
+// stopsGrant reports whether p no longer lets g cover the call in: the
+// rule p decides it by, and why (approval.NotCoveredRule or
+// NotCoveredPolicy).
+func stopsGrant(ctx context.Context, p *policy.Policy, g *contracts.Grant, in policy.Input) (rule, reason string, stopped bool) {
+	d := p.EvaluateContext(ctx, in)
+	switch {
+	case d.Rule != g.Policy.Rule:
+		return d.Rule, approval.NotCoveredRule, true
+	case !approval.GrantPermitted(d.Grants, g):
+		return d.Rule, approval.NotCoveredPolicy, true
+	}
+	return d.Rule, "", false
 }
 
 // directoryGroups names the groups the approver directory gives members.
