@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"os/user"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -28,7 +29,10 @@ const mcpAbout = `Stdio: countersign mcp --name NAME [flags] -- COMMAND [ARGS...
   launches COMMAND as the MCP server and serves its tools, resources and
   prompts on stdin/stdout; paste it into an MCP client's config in place of
   the server. Streamable HTTP: countersign mcp --listen ADDR --callers FILE
-  --upstream NAME=URL [--upstream ...] serves each upstream at /mcp/NAME.
+  --upstream NAME=URL [--upstream ...] serves each upstream at /mcp/NAME;
+  an upstream that cannot be reached is logged, tried again and served once
+  it answers, the others meanwhile as usual (GET /metrics, with a caller's
+  token: countersign_mcp_upstream_up).
   Every tools/call is reviewed as NAME.TOOL with its arguments and the tool's
   annotations as labels (mcp.destructiveHint, mcp.readOnlyHint, ...).
   --receipts (or --receipts-for NAME) forwards each call's receipt to
@@ -37,6 +41,9 @@ const mcpAbout = `Stdio: countersign mcp --name NAME [flags] -- COMMAND [ARGS...
   COUNTERSIGN_TOKEN, or the local serve's ./data, as for the other commands.
   Logs go to stderr; see docs/mcp.md.
 `
+
+// mcpGCPercent is the GOGC of `countersign mcp` unless GOGC is set.
+const mcpGCPercent = 1000
 
 // listFlag collects a repeated flag.
 type listFlag []string
@@ -67,6 +74,13 @@ func cmdMCP(args []string, stdout, stderr io.Writer) error {
 	fs.Var(&receiptsFor, "receipts-for", "HTTP: NAME of an upstream that wants receipts, as --receipts for that one (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if os.Getenv("GOGC") == "" {
+		// The MCP SDK's decoder allocates 32 KiB for every message it
+		// decodes, several per call: at Go's default the gateway collects
+		// garbage every few calls, on the path of the calls. Its live heap
+		// is small; a heap ten times that size keeps collections rare.
+		debug.SetGCPercent(mcpGCPercent)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {

@@ -124,11 +124,7 @@ func (g *Gateway) callTool(ctx context.Context, l *link, req *mcp.CallToolReques
 	}
 	tool := l.tool(ctx, up, p.Name)
 	call := client.ToolCall{Name: g.cfg.Name + "." + p.Name, Arguments: canon}
-	if tool != nil && tool.InputSchema != nil {
-		if b, err := json.Marshal(tool.InputSchema); err == nil {
-			call.ToolSchema = b
-		}
-	}
+	call.ToolSchema = l.schema(tool)
 	res, err := g.decide(ctx, req, g.run(l, p.Name, tool), key, call)
 	if err != nil || res.toolErr != nil {
 		return res.toolErr, err

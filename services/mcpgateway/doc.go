@@ -18,8 +18,10 @@
 //     Countersign, bad arguments — is answered without calling the upstream.
 //   - At most once. An approval is claimed right before the call is
 //     forwarded, with a claim id of that attempt alone; the arbiter lets one
-//     claim through, so of two identical calls waiting on one approval, or
-//     of a gateway and its restarted successor, one runs it. Whether an
+//     claim through, so of identical calls waiting on one approval, or of a
+//     gateway and its restarted successor, one runs it, and the others are
+//     told that an identical call ran it (verdict already_executed) — never
+//     given a new approval that would run the call twice. Whether an
 //     approval is used up is Countersign's record (its claim), not the
 //     gateway's memory: after a restart, also after a kill -9, an identical
 //     call opens a new approval.
@@ -35,11 +37,18 @@
 //     never runs on a cancelled, expired or lapsed approval. A client that
 //     merely goes away leaves the approval pending for the call to
 //     re-attach to.
+//   - One upstream down is one upstream down. With Config.ConnectLater a
+//     gateway starts without an upstream it cannot reach, tells its clients
+//     so, tries again and serves it once it answers (Gateway.Health, and
+//     /metrics of Handler).
+//   - Every result of a reviewed call says how it was decided, in
+//     _meta.countersign (verdict, rule, event_id, grant_id, receipt).
 //   - Questions reach a person. An upstream's elicitation goes to the
 //     client when it supports elicitation — on protocol 2026-07-28 as an
 //     input request in the answer to its tools/call, the upstream call held
 //     until the client calls again with the answer — else to the approvers
-//     as a human-input request.
+//     as a human-input request, labelled as a question of the tool whose
+//     call asked it (QuestionLabels), with none of a tool's hints.
 //   - No broken clients. While a call waits, the gateway sends progress
 //     notifications (to clients that asked for them with a progress token);
 //     past Config.MaxWait it answers with a tool result naming the approval

@@ -2,6 +2,7 @@ package mcpgateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -325,6 +326,8 @@ type link struct {
 	held  map[string]*held // by requestState
 	// running counts the calls forwarded to the upstream, by tool.
 	running map[string]int
+	// schemas are the tools' input schemas in JSON, as reviews carry them.
+	schemas map[*mcp.Tool]json.RawMessage
 }
 
 // session returns the upstream session, connecting (again) when there is
@@ -448,9 +451,34 @@ func (l *link) remember(tools []*mcp.Tool) {
 	}
 	for _, t := range tools {
 		if t != nil {
+			if old := l.tools[t.Name]; old != nil {
+				delete(l.schemas, old)
+			}
 			l.tools[t.Name] = t
 		}
 	}
+}
+
+// schema is tool's input schema in JSON (nil without one), encoded once
+// per description of the tool.
+func (l *link) schema(tool *mcp.Tool) json.RawMessage {
+	if tool == nil || tool.InputSchema == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if b, ok := l.schemas[tool]; ok {
+		return b
+	}
+	b, err := json.Marshal(tool.InputSchema)
+	if err != nil {
+		return nil
+	}
+	if l.schemas == nil {
+		l.schemas = map[*mcp.Tool]json.RawMessage{}
+	}
+	l.schemas[tool] = b
+	return b
 }
 
 // tool returns the upstream's description of name, listing the tools when

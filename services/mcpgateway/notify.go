@@ -57,7 +57,7 @@ var errPlaceholder = &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "
 // forgotten, so that the policy sees the new ones.
 func (l *link) toolsChanged(context.Context, *mcp.ToolListChangedRequest) {
 	l.mu.Lock()
-	l.tools = nil
+	l.tools, l.schemas = nil, nil
 	l.mu.Unlock()
 	l.g.announce(changedTools)
 }

@@ -47,14 +47,15 @@ func screen(maxBody int64, next http.Handler) http.Handler {
 			rpcError(w, http.StatusBadRequest, jsonrpc.ID{}, jsonrpc.CodeParseError, "the request body could not be read: "+err.Error())
 			return
 		}
-		if status, out := check(body); out != nil {
+		status, out, drop := check(body)
+		if out != nil {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(status)
 			_, _ = w.Write(out)
 			return
 		}
-		if status := accepted(body); status != 0 {
-			w.WriteHeader(status)
+		if drop {
+			w.WriteHeader(http.StatusAccepted)
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -62,24 +63,31 @@ func screen(maxBody int64, next http.Handler) http.Handler {
 	})
 }
 
-// check returns the answer to a body the gateway refuses, nil for one the
-// SDK may have.
-func check(body []byte) (int, []byte) {
+// check returns the answer to a body the gateway refuses (nil for one the
+// SDK may have) with its HTTP status, and whether the body is a
+// notification of a method the gateway does not serve, which is dropped
+// (202 over HTTP), as notifications get no answer. It decodes the body
+// once.
+func check(body []byte) (status int, answer []byte, drop bool) {
 	if !json.Valid(body) {
-		return http.StatusBadRequest, encodeError(jsonrpc.ID{}, jsonrpc.CodeParseError, "parse error: the request body is not JSON")
+		return http.StatusBadRequest, encodeError(jsonrpc.ID{}, jsonrpc.CodeParseError, "parse error: the request body is not JSON"), false
 	}
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) > 0 && trimmed[0] == '[' {
-		return checkBatch(trimmed)
+		status, answer := checkBatch(trimmed)
+		return status, answer, false
 	}
 	msg, err := jsonrpc.DecodeMessage(body)
 	if err != nil {
-		return http.StatusBadRequest, encodeError(jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, "invalid request: "+err.Error())
+		return http.StatusBadRequest, encodeError(jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, "invalid request: "+err.Error()), false
 	}
-	if req, ok := msg.(*jsonrpc.Request); ok && !served[req.Method] && req.IsCall() {
-		return http.StatusOK, encodeError(req.ID, jsonrpc.CodeMethodNotFound, notFound(req.Method))
+	if req, ok := msg.(*jsonrpc.Request); ok && !served[req.Method] {
+		if !req.IsCall() {
+			return 0, nil, true
+		}
+		return http.StatusOK, encodeError(req.ID, jsonrpc.CodeMethodNotFound, notFound(req.Method)), false
 	}
-	return 0, nil
+	return 0, nil, false
 }
 
 // checkBatch refuses a batch with a request the gateway does not serve:
@@ -117,19 +125,6 @@ func checkBatch(body []byte) (int, []byte) {
 	}
 	b, _ := json.Marshal(out)
 	return http.StatusOK, b
-}
-
-// accepted is 202 for a notification (or a batch of them) of a method the
-// gateway does not serve: it is dropped, as notifications get no answer.
-func accepted(body []byte) int {
-	msg, err := jsonrpc.DecodeMessage(body)
-	if err != nil {
-		return 0
-	}
-	if req, ok := msg.(*jsonrpc.Request); ok && !req.IsCall() && !served[req.Method] {
-		return http.StatusAccepted
-	}
-	return 0
 }
 
 func notFound(method string) string {

@@ -25,43 +25,51 @@ type screenedIO struct {
 }
 
 func (s *screenedIO) Connect(ctx context.Context) (mcp.Connection, error) {
-	pr, pw := io.Pipe()
 	out := &lockedWriter{w: s.out}
-	go s.pump(pw, out)
-	return (&mcp.IOTransport{Reader: pr, Writer: out, MaxLineLength: s.maxLine + 8}).Connect(ctx)
+	in := &screenReader{r: bufio.NewReaderSize(s.in, 64<<10), out: out, maxLine: s.maxLine}
+	return (&mcp.IOTransport{Reader: in, Writer: out, MaxLineLength: s.maxLine + 8}).Connect(ctx)
 }
 
-// pump passes the lines of in that the SDK may have to pw and answers the
-// others on out, until in ends or the session closed pw's reader.
-func (s *screenedIO) pump(pw *io.PipeWriter, out io.Writer) {
-	r := bufio.NewReaderSize(s.in, 64<<10)
-	for {
-		line, err := readLine(r, s.maxLine)
+// screenReader gives the SDK's reader the lines of r it may have, and
+// answers the others on out itself. It reads in the SDK's reader's own
+// goroutine: a line reaches the SDK with no hand-over between goroutines.
+type screenReader struct {
+	r       *bufio.Reader
+	out     io.Writer
+	maxLine int
+	pending []byte // the rest of the line being read, '\n' included
+}
+
+func (s *screenReader) Read(p []byte) (int, error) {
+	for len(s.pending) == 0 {
+		line, err := readLine(s.r, s.maxLine)
 		if errors.Is(err, errLineTooLong) {
-			out.Write(append(encodeError(jsonrpc.ID{}, jsonrpc.CodeInvalidRequest,
+			s.out.Write(append(encodeError(jsonrpc.ID{}, jsonrpc.CodeInvalidRequest,
 				fmt.Sprintf("the message is over this gateway's limit of %d bytes", s.maxLine)), '\n'))
 			continue
 		}
 		if err != nil {
-			pw.CloseWithError(err)
-			return
+			return 0, err
 		}
 		line = bytes.TrimSpace(line)
 		if len(line) == 0 {
 			continue
 		}
-		if _, answer := check(line); answer != nil {
-			out.Write(append(answer, '\n'))
+		if _, answer, drop := check(line); answer != nil {
+			s.out.Write(append(answer, '\n'))
+			continue
+		} else if drop {
 			continue
 		}
-		if accepted(line) != 0 {
-			continue
-		}
-		if _, err := pw.Write(append(line, '\n')); err != nil {
-			return // the session ended
-		}
+		s.pending = append(line, '\n')
 	}
+	n := copy(p, s.pending)
+	s.pending = s.pending[n:]
+	return n, nil
 }
+
+// Close does nothing: stdin stays open until the client closes it.
+func (s *screenReader) Close() error { return nil }
 
 var errLineTooLong = errors.New("line too long")
 
