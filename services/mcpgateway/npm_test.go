@@ -17,7 +17,7 @@ import (
 )
 
 // installNPM installs the tests' npm packages from the committed lockfile.
-func installNPM(t *testing.T) {
+func installNPM(t testing.TB) {
 	t.Helper()
 	out, err := exec.Command("sh", "testdata/npm/install.sh").CombinedOutput()
 	if err != nil {
