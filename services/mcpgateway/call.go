@@ -63,10 +63,15 @@ func (b *callBook) run(key, eventID string) (done func()) {
 	}
 }
 
-func (b *callBook) isRunning(key, eventID string) bool {
+// runningOf returns an approval of key this gateway is running, "" if
+// none.
+func (b *callBook) runningOf(key string) string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.running[key][eventID]
+	for id := range b.running[key] {
+		return id
+	}
+	return ""
 }
 
 func (b *callBook) generation(key string) int {
@@ -129,12 +134,14 @@ func (g *Gateway) callTool(ctx context.Context, l *link, req *mcp.CallToolReques
 	if err != nil || res.toolErr != nil {
 		return res.toolErr, err
 	}
-	if res.done != nil {
-		defer res.done()
+	done := res.done
+	if done == nil {
+		done = func() {}
 	}
 	if asksByRoundTrip(req) {
-		return g.forwardHeld(ctx, l, up, req, key, res.args, res.Result)
+		return g.forwardHeld(ctx, l, up, req, key, res.args, res.Result, done)
 	}
+	defer done()
 	return g.forward(ctx, l, up, req, res.args, res.Result)
 }
 
@@ -160,6 +167,12 @@ func (g *Gateway) decide(ctx context.Context, req *mcp.CallToolRequest, run cont
 			m = meta(res)
 		}
 		return decision{Result: res, toolErr: toolError(text, m)}, nil
+	}
+	if id := g.book.runningOf(key); id != "" {
+		// An identical call runs on its approval right now: this one is
+		// the same call, not a second run for humans to decide.
+		log.Info("an identical call is running on its approval; this call was not run", slog.String("event_id", id))
+		return g.claimedElsewhere(call.Name, client.Result{Verdict: client.AlreadyExecuted, EventID: id})
 	}
 	for range maxGenerations {
 		gen := g.book.generation(key)
@@ -241,9 +254,9 @@ func (g *Gateway) decide(ctx context.Context, req *mcp.CallToolRequest, run cont
 			return decision{Result: res, args: res.Arguments, done: done}, nil
 		case client.AlreadyExecuted:
 			g.book.usedUp(key, gen)
-			if res.EventID != "" && (res.EventID == attached || g.book.isRunning(key, res.EventID)) {
-				// This call waited on the approval, or an identical call of
-				// this gateway is running it now: that call ran it.
+			if res.EventID != "" && res.EventID == attached {
+				// This call waited on the approval: an identical call
+				// claimed it and ran it.
 				log.Info("an identical call claimed the approval; this call was not run", slog.String("event_id", res.EventID))
 				return g.claimedElsewhere(call.Name, res)
 			}

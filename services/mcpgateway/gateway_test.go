@@ -320,3 +320,30 @@ func TestIdenticalCallsRunOnce(t *testing.T) {
 		t.Fatalf("%d approvals, want the one approved", len(recs))
 	}
 }
+
+// An identical call that comes while the gateway runs an approved call is
+// the same call: it is told so at once, and no second approval is opened.
+func TestIdenticalCallWhileTheFirstRuns(t *testing.T) {
+	r := newRig(t, nil)
+	r.notes.entered, r.notes.release = make(chan string, 10), make(chan struct{})
+	first := r.callAsync(t, "archive_note", `{"id":"a"}`)
+	id := r.serve.pending(t, r.runID, "notes.archive_note")
+	r.serve.cli(t, "approvals", "approve", id)
+	receive(t, r.notes.entered) // the upstream runs the approved call
+	other := r.connect(t, nil, nil)
+	got := r.callOn(t, other, "archive_note", `{"id":"a"}`)
+	if m, _ := got.Meta["countersign"].(map[string]any); !got.IsError || !strings.Contains(text(got), "identical call") ||
+		m["verdict"] != "already_executed" || m["event_id"] != id {
+		t.Fatalf("the identical call while the first runs: %s (meta %v)", text(got), got.Meta)
+	}
+	close(r.notes.release)
+	if res := receive(t, first); res.IsError || !strings.Contains(text(res), `archived {"id":"a"}`) {
+		t.Fatalf("the approved call: %s", text(res))
+	}
+	if calls := r.notes.all(); len(calls) != 1 {
+		t.Fatalf("upstream calls %q", calls)
+	}
+	if recs := r.serve.approvals(t, r.runID); len(recs) != 1 {
+		t.Fatalf("%d approvals, want the one approved", len(recs))
+	}
+}

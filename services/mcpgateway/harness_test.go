@@ -73,6 +73,10 @@ type notes struct {
 	subs  chan string // "subscribe URI" and "unsubscribe URI", when set
 	// answers gets each answer ask_name received (JSON), when set.
 	answers chan string
+	// entered gets the arguments of each archive_note call when it
+	// starts, and the call returns only once release is closed (when set).
+	entered chan string
+	release chan struct{}
 }
 
 // subscription records a resources/subscribe or unsubscribe.
@@ -147,6 +151,22 @@ func newUpstream(rec *notes) *mcp.Server {
 		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			rec.add("delete_note", req.Params.Arguments)
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "deleted " + string(req.Params.Arguments)}}}, nil
+		})
+	s.AddTool(&mcp.Tool{Name: "archive_note", Description: "Archive a note (slowly).", InputSchema: objectSchema,
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true)}},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			rec.add("archive_note", req.Params.Arguments)
+			if rec.entered != nil {
+				rec.entered <- string(req.Params.Arguments)
+			}
+			if rec.release != nil {
+				select {
+				case <-rec.release:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "archived " + string(req.Params.Arguments)}}}, nil
 		})
 	s.AddTool(&mcp.Tool{Name: "crash", InputSchema: objectSchema, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {

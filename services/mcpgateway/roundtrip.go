@@ -76,11 +76,13 @@ func asksByRoundTrip(req *mcp.CallToolRequest) bool {
 
 // forwardHeld forwards an allowed call whose client answers questions by
 // calling again: the upstream call runs detached from this request, and this
-// request ends with the upstream's result or with its first question.
+// request ends with the upstream's result or with its first question. done
+// is called when the upstream call ended.
 func (g *Gateway) forwardHeld(ctx context.Context, l *link, up *mcp.ClientSession, req *mcp.CallToolRequest,
-	key string, args json.RawMessage, res client.Result) (mcp.Result, error) {
+	key string, args json.RawMessage, res client.Result, done func()) (mcp.Result, error) {
 	var nonce [16]byte
 	if _, err := rand.Read(nonce[:]); err != nil {
+		done()
 		return nil, err
 	}
 	h := &held{state: "countersign-" + hex.EncodeToString(nonce[:]), name: req.Params.Name, key: key,
@@ -90,6 +92,7 @@ func (g *Gateway) forwardHeld(ctx context.Context, l *link, up *mcp.ClientSessio
 	l.hold(h)
 	go func() {
 		defer cancel()
+		defer done() // the call ran: see callBook.run
 		out, err := g.forward(hctx, l, up, req, args, res)
 		select {
 		case h.events <- heldEvent{res: out, err: err}:
