@@ -48,8 +48,8 @@ type Budgets struct {
 
 // Budget defaults.
 const (
-	DefaultReviewRate          = 20
-	DefaultReviewBurst         = 200
+	DefaultReviewRate          = 100
+	DefaultReviewBurst         = 1000
 	DefaultVoteRate            = 20
 	DefaultVoteBurst           = 200
 	DefaultStreamsPerPrincipal = 16
