@@ -217,12 +217,7 @@ func (s *Server) postPolicy(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if len(errs) > 0 {
-		writeJSON(w, http.StatusBadRequest, struct {
-			Error policyError `json:"error"`
-		}{policyError{
-			Error:    Error{Code: CodeInvalidPolicy, Message: problemSummary(errs)},
-			Problems: errs,
-		}})
+		writePolicyProblems(w, errs)
 		return
 	}
 	if dryRun {
@@ -251,9 +246,7 @@ func (s *Server) postPolicy(w http.ResponseWriter, r *http.Request) {
 	var perrs *policy.Errors
 	switch {
 	case errors.As(err, &perrs):
-		writeJSON(w, http.StatusBadRequest, struct {
-			Error policyError `json:"error"`
-		}{policyError{Error: Error{Code: CodeInvalidPolicy, Message: problemSummary(perrs.Problems)}, Problems: perrs.Problems}})
+		writePolicyProblems(w, perrs.Problems)
 		return
 	case errors.Is(err, orchestrator.ErrPolicyVersionExists):
 		writeError(w, errorf(http.StatusConflict, CodeVersionExists,
@@ -281,6 +274,13 @@ func (s *Server) postPolicy(w http.ResponseWriter, r *http.Request) {
 		AppliedAt: res.Document.AppliedAt, Revision: res.Revision, Live: true, Changed: &changed, Warnings: warnings,
 		StoppedGrants: stopped,
 	})
+}
+
+// writePolicyProblems answers 400 invalid_policy with every problem found.
+func writePolicyProblems(w http.ResponseWriter, ps []policy.Problem) {
+	writeJSON(w, http.StatusBadRequest, struct {
+		Error policyError `json:"error"`
+	}{policyError{Error: Error{Code: CodeInvalidPolicy, Message: problemSummary(ps)}, Problems: ps}})
 }
 
 func problemSummary(ps []policy.Problem) string {
