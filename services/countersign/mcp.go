@@ -121,41 +121,62 @@ func cmdMCP(args []string, stdout, stderr io.Writer) error {
 		if *name == "" {
 			return errors.New("mcp: --name is required: tools are reviewed as NAME.TOOL")
 		}
-		cfg := base
-		cfg.Name, cfg.Receipts = *name, *receipts
 		if len(receiptsFor) > 0 {
 			return errors.New("mcp: --receipts-for names HTTP upstreams; on stdio use --receipts")
 		}
+		cfg := base
+		cfg.Name, cfg.Receipts = *name, *receipts
 		cfg.RunID = firstNonEmpty(*runID, defaultRunID(*name))
-		cfg.Dial = func(ctx context.Context, mc *mcp.Client) (*mcp.ClientSession, error) {
-			cmd := exec.Command(command[0], command[1:]...)
-			cmd.Stderr = stderr
-			return mc.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, nil)
-		}
-		g, err := mcpgateway.New(ctx, cfg)
-		if err != nil {
-			return fmt.Errorf("mcp: %w", err)
-		}
-		defer g.Close()
-		log.Info("mcp gateway on stdio", slog.String("server", cfg.Name), slog.String("countersign", c.url), slog.String("run_id", cfg.RunID))
-		if err := g.Run(ctx, &mcp.StdioTransport{}); err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) {
-			return fmt.Errorf("mcp: %w", err)
-		}
-		return nil
+		return mcpStdio(ctx, cfg, command, stderr, log, c.url)
 	}
+	return mcpListen(ctx, base, mcpListenFlags{listen: *listen, upstreams: upstreams, callersFile: *callersFile,
+		receipts: *receipts, receiptsFor: receiptsFor}, stdout, log)
+}
+
+// mcpStdio runs the gateway of cfg on stdio, in front of the server that
+// command starts.
+func mcpStdio(ctx context.Context, cfg mcpgateway.Config, command []string, stderr io.Writer, log *slog.Logger, url string) error {
+	cfg.Dial = func(ctx context.Context, mc *mcp.Client) (*mcp.ClientSession, error) {
+		cmd := exec.Command(command[0], command[1:]...)
+		cmd.Stderr = stderr
+		return mc.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, nil)
+	}
+	g, err := mcpgateway.New(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("mcp: %w", err)
+	}
+	defer g.Close()
+	log.Info("mcp gateway on stdio", slog.String("server", cfg.Name), slog.String("countersign", url), slog.String("run_id", cfg.RunID))
+	if err := g.Run(ctx, &mcp.StdioTransport{}); err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("mcp: %w", err)
+	}
+	return nil
+}
+
+// mcpListenFlags are the flags of `countersign mcp --listen`.
+type mcpListenFlags struct {
+	listen, callersFile    string
+	upstreams, receiptsFor listFlag
+	receipts               bool
+}
+
+// mcpListen serves Streamable HTTP on f.listen, one gateway (from base) per
+// upstream.
+func mcpListen(ctx context.Context, base mcpgateway.Config, f mcpListenFlags, stdout io.Writer, log *slog.Logger) error {
+	upstreams := f.upstreams
 	if len(upstreams) == 0 {
 		return errors.New("mcp: --listen needs at least one --upstream NAME=URL")
 	}
-	if *callersFile == "" {
+	if f.callersFile == "" {
 		return errors.New("mcp: --listen needs --callers: every HTTP caller is authenticated, to name who requested a call")
 	}
-	callers, err := readCallers(*callersFile)
+	callers, err := readCallers(f.callersFile)
 	if err != nil {
 		return fmt.Errorf("mcp: --callers: %w", err)
 	}
 	var gws []*mcpgateway.Gateway
 	wants := map[string]bool{}
-	for _, n := range receiptsFor {
+	for _, n := range f.receiptsFor {
 		wants[n] = true
 	}
 	for _, u := range upstreams {
@@ -165,7 +186,7 @@ func cmdMCP(args []string, stdout, stderr io.Writer) error {
 		}
 		cfg := base
 		cfg.Name, cfg.RunID = n, "mcp:"+n
-		cfg.Receipts = *receipts || wants[n]
+		cfg.Receipts = f.receipts || wants[n]
 		delete(wants, n)
 		cfg.Dial = func(ctx context.Context, mc *mcp.Client) (*mcp.ClientSession, error) {
 			return mc.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url}, nil)
@@ -184,7 +205,7 @@ func cmdMCP(args []string, stdout, stderr io.Writer) error {
 	for n := range wants {
 		return fmt.Errorf("mcp: --receipts-for %q: no --upstream has that name", n)
 	}
-	ln, err := net.Listen("tcp", *listen)
+	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
 		return fmt.Errorf("mcp: %w", err)
 	}
