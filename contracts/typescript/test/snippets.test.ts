@@ -15,7 +15,8 @@ import { ScriptedAgentsModel, scriptedAiModel } from './models.js';
 
 let server: Server;
 before(async () => {
-  server = await Server.start();
+  // The snippets run under the policy make run applies, as a reader runs them.
+  server = await Server.start({ policy: await readFile(path.join(pkgDir, '../../deploy/policy.yaml'), 'utf8') });
   process.env.COUNTERSIGN_URL = server.url;
   process.env.COUNTERSIGN_TOKEN = server.token;
 });
@@ -64,6 +65,7 @@ describe('README snippets', () => {
       const running = import(file);
       const req = await server.requestFor(id, 'call_pay');
       assert.equal(req.run.agent, 'billing-bot');
+      assert.equal(req.policy.rule, 'payments', 'the shipped policy holds payments_send by its payments rule');
       await server.alice().decide(req.event_id, { decision: 'approve' });
       await running;
       assert.deepEqual(paid, [args]);
