@@ -290,8 +290,7 @@ func TestDisconnectLeavesApprovalPending(t *testing.T) {
 // with the Go SDK client and with the TypeScript SDK client, every call
 // cancelled while the gateway waits for the decision (after its first
 // progress notification). Each approval ends cancelled and the upstream
-// runs nothing — on stdio also when the TypeScript client exits right
-// after it cancelled.
+// runs nothing.
 func TestCancelOverRealTransports(t *testing.T) {
 	installNPM(t)
 	s := startServe(t)
@@ -316,7 +315,7 @@ func TestCancelOverRealTransports(t *testing.T) {
 	}
 	// cancelTS starts the TypeScript client, which cancels its call at the
 	// first progress notification; it exits once it printed that and done
-	// is called (on stdio it exits at once).
+	// is called.
 	cancelTS := func(args ...string) (done func()) {
 		t.Helper()
 		cmd := exec.CommandContext(t.Context(), "node", append([]string{"testdata/npm/cancel.mjs"}, args...)...)

@@ -1,9 +1,11 @@
 // A TypeScript SDK client that cancels a tools/call while `countersign mcp`
 // waits for a human: it calls delete_note with the arguments given, aborts
 // the call at its first progress notification (the SDK then sends
-// notifications/cancelled) and prints one JSON line. On stdio it exits at
-// once; over HTTP, where closing the transport aborts the requests still
-// being sent (the cancellation among them), it exits when its stdin ends.
+// notifications/cancelled) and prints one JSON line. It closes the
+// transport when its stdin ends: over HTTP closing it aborts the requests
+// still being sent (the cancellation among them), and on stdio it ends
+// the gateway's process (SIGTERM 2 s after its stdin, SIGKILL 2 s later),
+// which a loaded machine may not leave time to pass the cancellation on.
 //
 //   node cancel.mjs stdio BINARY UPSTREAM RUN_ID ARGS   (the gateway on its stdio)
 //   node cancel.mjs http URL TOKEN ARGS                 (a gateway's Streamable HTTP endpoint)
@@ -40,8 +42,6 @@ try {
   error = String(e);
 }
 console.log(JSON.stringify({ step: "aborted", error }));
-if (mode !== "stdio") {
-  process.stdin.resume();
-  await new Promise((resolve) => process.stdin.on("end", resolve));
-}
+process.stdin.resume();
+await new Promise((resolve) => process.stdin.on("end", resolve));
 await client.close();
