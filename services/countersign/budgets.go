@@ -200,6 +200,9 @@ type budgetListener struct {
 	// refusing bounds the goroutines that answer refused connections; past
 	// it a refused connection is closed without an answer.
 	refusing chan struct{}
+	// released, when set (by tests, under mu), is told the address of
+	// each place given back.
+	released chan<- string
 }
 
 // maxRefusing is how many refused connections are answered at once.
@@ -249,10 +252,14 @@ func (l *budgetListener) Accept() (net.Conn, error) {
 
 func (l *budgetListener) release(addr string) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.open--
 	if l.byAddr[addr]--; l.byAddr[addr] <= 0 {
 		delete(l.byAddr, addr)
+	}
+	released := l.released
+	l.mu.Unlock()
+	if released != nil {
+		released <- addr
 	}
 }
 

@@ -181,6 +181,10 @@ func TestStreamsOutliveTimeoutsButNotAStalledReader(t *testing.T) {
 // closing one makes room.
 func TestConnectionBudgets(t *testing.T) {
 	addr, bl := budgetServer(t, "budgets:\n  max_connections: 3\n  max_connections_per_address: 2\n", healthz())
+	released := make(chan string, 16)
+	bl.mu.Lock()
+	bl.released = released
+	bl.mu.Unlock()
 	dial := func(from string) net.Conn {
 		t.Helper()
 		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
@@ -232,15 +236,16 @@ func TestConnectionBudgets(t *testing.T) {
 	// A closed connection gives its place back once the server sees it
 	// close; the next one may be refused until then.
 	a1.Close()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if request(dial("127.0.0.3")).StatusCode == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
+	timeout := time.After(20 * time.Second)
+	for given := ""; given != "127.0.0.1"; {
+		select {
+		case given = <-released:
+		case <-timeout:
 			t.Fatal("a closed connection's place was not given back")
 		}
-		time.Sleep(10 * time.Millisecond) // the server notices the close on its own time
+	}
+	if resp := request(dial("127.0.0.3")); resp.StatusCode != http.StatusOK {
+		t.Fatalf("after a place was given back: %d", resp.StatusCode)
 	}
 }
 
