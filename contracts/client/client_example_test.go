@@ -59,7 +59,6 @@ func ExampleClient_Run() {
 func ExampleClient_Claim() {
 	stack, stop := startExampleStack()
 	defer stop()
-	stack.aliceDecides(client.Vote{Decision: contracts.DecisionApprove})
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -76,6 +75,8 @@ func ExampleClient_Claim() {
 		panic(err)
 	}
 	fmt.Println("review:", results[0].Verdict)
+	// Alice approves once the review has answered (pending), as a person would.
+	stack.aliceDecides(client.Vote{Decision: contracts.DecisionApprove})
 	results, err = c.Wait(ctx, run, calls)
 	if err != nil {
 		panic(err)

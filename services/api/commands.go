@@ -205,10 +205,14 @@ func (s *Server) postClaim(w http.ResponseWriter, r *http.Request) {
 		claimID = uuid.Must(uuid.NewV7()).String()
 	}
 	if c := rec.Claim; c != nil {
-		// The same claim again (a retry) is answered as it was, with its
-		// receipt, to its claimant alone; anyone else learns it is taken.
+		// The same claim again (a retry, its answer lost) is answered as it
+		// was to whoever may claim this request (its submitting agent, an
+		// admin), with the receipt when it is theirs; anyone else learns it
+		// is taken. Who may claim is the rule, not a read of the receipt,
+		// which a store that is away for a moment would turn into a
+		// refusal of the claimant's own retry.
 		p := principalFrom(r.Context())
-		if c.ClaimID == claimID && s.claimant(r.Context(), rec, p) {
+		if c.ClaimID == claimID && commandRefusal(p, rec, contracts.CommandClaim) == "" {
 			writeJSON(w, http.StatusOK, recordAnswer{Record: s.withReceipt(r.Context(), s.shown(rec, p), p, orchestrator.ReceiptWait), Revision: rev})
 		} else {
 			writeError(w, claimedRefusal(c))

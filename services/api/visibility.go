@@ -152,16 +152,6 @@ func (s *Server) withReceipt(ctx context.Context, rec *contracts.Record, p *Prin
 	return &c
 }
 
-// claimant reports whether p issued rec's accepted claim.
-func (s *Server) claimant(ctx context.Context, rec *contracts.Record, p *Principal) bool {
-	if rec.Claim == nil || rec.Claim.ReceiptID == "" {
-		// No receipt to tell by: the claim's issuer is not recorded, and
-		// nothing secret is handed out.
-		return true
-	}
-	return s.withReceipt(ctx, rec, p, receiptReadWait).Claim.Receipt != ""
-}
-
 // feedRecordWait is how long the live feed holds a change for a record
 // that is not in the bucket yet, before leaving it out.
 const feedRecordWait = 2 * time.Second
