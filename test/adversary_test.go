@@ -113,18 +113,7 @@ func startAdversary(t *testing.T) *adversary {
 	}
 	data := t.TempDir()
 	a.p = startServe(t, data, "--policy", pol, "--directory", a.dir)
-	raw, err := os.ReadFile(filepath.Join(data, "nats-users.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var users []embedded.User
-	if err := json.Unmarshal(raw, &users); err != nil {
-		t.Fatal(err)
-	}
-	a.users = map[string]embedded.User{}
-	for _, u := range users {
-		a.users[string(u.Role)] = u
-	}
+	a.users = roleUsers(t, data)
 	return a
 }
 
@@ -605,4 +594,23 @@ func (p *serveProc) waitArbiterDirectory(rev uint64) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// roleUsers are the NATS users serve made for its roles, read from
+// <data>/nats-users.json, by role.
+func roleUsers(t *testing.T, data string) map[string]embedded.User {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(data, "nats-users.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var users []embedded.User
+	if err := json.Unmarshal(raw, &users); err != nil {
+		t.Fatal(err)
+	}
+	byRole := map[string]embedded.User{}
+	for _, u := range users {
+		byRole[string(u.Role)] = u
+	}
+	return byRole
 }

@@ -67,18 +67,7 @@ func startEditsRig(t *testing.T) *editsRig {
 	t.Setenv("E2E_WEBHOOK_SECRET", hook.secret)
 	data := t.TempDir()
 	a.p = startServe(t, data, "--config", cfg, "--policy", pol, "--directory", a.dir)
-	raw, err := os.ReadFile(filepath.Join(data, "nats-users.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var users []embedded.User
-	if err := json.Unmarshal(raw, &users); err != nil {
-		t.Fatal(err)
-	}
-	a.users = map[string]embedded.User{}
-	for _, u := range users {
-		a.users[string(u.Role)] = u
-	}
+	a.users = roleUsers(t, data)
 	return &editsRig{a: a, hook: hook}
 }
 

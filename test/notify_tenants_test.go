@@ -141,18 +141,7 @@ func newTenantRig(t *testing.T) *tenantRig {
 	t.Setenv("E2E_LEGACY_SECRET", r.legacy.secret)
 	data := t.TempDir()
 	r.p = startServe(t, data, "--config", cfgFile, "--directory", dirFile, "--policy", polFile)
-	raw, err := os.ReadFile(filepath.Join(data, "nats-users.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var users []embedded.User
-	if err := json.Unmarshal(raw, &users); err != nil {
-		t.Fatal(err)
-	}
-	r.users = map[string]embedded.User{}
-	for _, u := range users {
-		r.users[string(u.Role)] = u
-	}
+	r.users = roleUsers(t, data)
 	waitDirectory(t, r.p, func(d contracts.Directory) bool { return len(d.People) >= 3 })
 	return r
 }
