@@ -35,6 +35,10 @@ type User struct {
 	// Email is as written in the file; ByEmail matches it case-insensitively.
 	Email       string
 	SlackUserID string
+	// OIDCSubject is the subject (the sub claim) the inbox's OpenID
+	// Connect provider gives this person; a sign-in with that subject is
+	// this user.
+	OIDCSubject string
 	// Groups the user belongs to, in file order.
 	Groups []string
 	// Tokens are the user's API tokens (hashes only).
@@ -87,6 +91,7 @@ type Directory struct {
 	byID    map[string]int
 	bySlack map[string]int
 	byEmail map[string]int
+	bySub   map[string]int
 	groups  map[string]*Group
 	names   []string // group names, sorted
 	tokens  []tokenEntry
@@ -139,6 +144,15 @@ func (d *Directory) BySlackID(id string) (User, bool) {
 		return User{}, false
 	}
 	return d.lookup(d.bySlack, id)
+}
+
+// ByOIDCSubject returns the user whose oidc_subject is sub, compared
+// exactly (a provider's subjects are case-sensitive).
+func (d *Directory) ByOIDCSubject(sub string) (User, bool) {
+	if d == nil || sub == "" {
+		return User{}, false
+	}
+	return d.lookup(d.bySub, sub)
 }
 
 // ByEmail returns the user with the email address, compared

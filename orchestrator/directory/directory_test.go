@@ -37,6 +37,7 @@ users:
   - id: bob
     email: bob@example.com
     slack_user_id: W0123ABC
+    oidc_subject: 00u1bob
     groups: [finance]
     tokens:
       - sha256: %q
@@ -76,6 +77,14 @@ func TestLookups(t *testing.T) {
 	}
 	if _, ok := d.BySlackID(""); ok {
 		t.Error("empty Slack id found someone")
+	}
+	if u, ok := d.ByOIDCSubject("00u1bob"); !ok || u.ID != "bob" || u.OIDCSubject != "00u1bob" {
+		t.Errorf("ByOIDCSubject: %+v %v", u, ok)
+	}
+	for _, sub := range []string{"", "00U1BOB", "00u1bob "} {
+		if u, ok := d.ByOIDCSubject(sub); ok {
+			t.Errorf("ByOIDCSubject(%q) found %s: subjects compare exactly", sub, u.ID)
+		}
 	}
 	for _, addr := range []string{"alice@example.com", "ALICE@EXAMPLE.COM", " Alice@Example.com ", "Alice L. <alice@example.COM>"} {
 		if u, ok := d.ByEmail(addr); !ok || u.ID != "alice" {
@@ -215,6 +224,8 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate email", "users:\n  - {id: a, email: A@example.com}\n  - {id: b, email: a@EXAMPLE.com}\n", []string{`3: users[1] (b): email "a@EXAMPLE.com" is also the email of users[0]`}},
 		{"bad slack id", "users:\n  - {id: a, slack_user_id: alice}\n", []string{"2: users[0] (a): slack_user_id \"alice\" is not a Slack user id"}},
 		{"duplicate slack id", "users:\n  - {id: a, slack_user_id: U1AB}\n  - {id: b, slack_user_id: U1AB}\n", []string{"3: users[1] (b): slack_user_id"}},
+		{"bad oidc subject", "users:\n  - {id: a, oidc_subject: \"a b\"}\n", []string{`2: users[0] (a): oidc_subject "a b" is not a subject`}},
+		{"duplicate oidc subject", "users:\n  - {id: a, oidc_subject: 248289761001}\n  - {id: b, oidc_subject: \"248289761001\"}\n", []string{`3: users[1] (b): oidc_subject "248289761001" is also the subject of users[0]`}},
 		{"prefixed group", "users:\n  - id: a\n    groups: [group:finance]\n", []string{`3: users[0] (a): groups: write "finance", not "group:finance"`}},
 		{"undeclared group", "groups:\n  finance: {}\nusers:\n  - id: a\n    groups:\n      - finance\n      - fiance\n", []string{`7: users[0] (a): groups: "fiance" is not declared`}},
 		{"group twice", "users:\n  - id: a\n    groups: [x, x]\n", []string{`3: users[0] (a): groups: "x" is listed twice`}},

@@ -97,6 +97,7 @@ type userSpec struct {
 	Name        string      `yaml:"name"`
 	Email       string      `yaml:"email"`
 	SlackUserID string      `yaml:"slack_user_id"`
+	OIDCSubject string      `yaml:"oidc_subject"`
 	Groups      []string    `yaml:"groups"`
 	Tokens      []tokenSpec `yaml:"tokens"`
 	Tenants     []string    `yaml:"tenants"`
@@ -214,7 +215,7 @@ func (ps *problems) yamlError(err error) {
 func build(spec *fileSpec, root *yaml.Node, ps *problems) *Directory {
 	b := &builder{
 		d: &Directory{
-			byID: map[string]int{}, bySlack: map[string]int{}, byEmail: map[string]int{},
+			byID: map[string]int{}, bySlack: map[string]int{}, byEmail: map[string]int{}, bySub: map[string]int{},
 			groups: map[string]*Group{},
 		},
 		ps:       ps,
@@ -266,9 +267,10 @@ func fieldLine(n *yaml.Node, field string) int {
 func (b *builder) user(i int, us userSpec, un *yaml.Node) {
 	d := b.d
 	where := b.userID(i, us.ID, un)
-	u := User{ID: us.ID, Name: us.Name, Email: us.Email, SlackUserID: us.SlackUserID}
+	u := User{ID: us.ID, Name: us.Name, Email: us.Email, SlackUserID: us.SlackUserID, OIDCSubject: us.OIDCSubject}
 	b.email(i, where, us.Email, un)
 	b.slackUser(i, where, us.SlackUserID, un)
+	b.oidcSubject(i, where, us.OIDCSubject, un)
 	u.Groups = b.userGroups(where, us.Groups, mapValue(un, "groups"))
 	tn := mapValue(un, "tokens")
 	for j, ts := range us.Tokens {
@@ -312,6 +314,30 @@ func (b *builder) email(i int, where, email string, un *yaml.Node) {
 		} else {
 			b.d.byEmail[key] = i
 		}
+	}
+}
+
+// maxSubject bounds an OIDC subject (OpenID Connect Core §2: at most 255
+// ASCII characters).
+const maxSubject = 255
+
+// oidcSubject checks and indexes users[i]'s OIDC subject, if it has one.
+func (b *builder) oidcSubject(i int, where, sub string, un *yaml.Node) {
+	if sub == "" {
+		return
+	}
+	printable := true
+	for _, c := range sub {
+		if c < 0x21 || c > 0x7e {
+			printable = false
+		}
+	}
+	if !printable || len(sub) > maxSubject {
+		b.ps.add(fieldLine(un, "oidc_subject"), "%s: oidc_subject %q is not a subject (1 to %d printable ASCII characters, no spaces)", where, sub, maxSubject)
+	} else if j, dup := b.d.bySub[sub]; dup {
+		b.ps.add(fieldLine(un, "oidc_subject"), "%s: oidc_subject %q is also the subject of users[%d]", where, sub, j)
+	} else {
+		b.d.bySub[sub] = i
 	}
 }
 
