@@ -161,13 +161,6 @@ type decision struct {
 // up.
 func (g *Gateway) decide(ctx context.Context, req *mcp.CallToolRequest, run contracts.Run, key string, call client.ToolCall) (decision, error) {
 	log := g.cfg.Logger.With(slog.String("tool", call.Name), slog.String("run_id", run.ID))
-	refuse := func(text string, res client.Result) (decision, error) {
-		m := mcp.Meta(nil)
-		if res.Verdict != "" {
-			m = meta(res)
-		}
-		return decision{Result: res, toolErr: toolError(text, m)}, nil
-	}
 	if id := g.book.runningOf(key); id != "" {
 		// An identical call runs on its approval right now: this one is
 		// the same call, not a second run for humans to decide.
@@ -177,18 +170,7 @@ func (g *Gateway) decide(ctx context.Context, req *mcp.CallToolRequest, run cont
 	for range maxGenerations {
 		gen := g.book.generation(key)
 		call.ID = fmt.Sprintf("mcp-%s-%d", key, gen)
-		res, err := g.review(ctx, run, &call)
-		// attached is the approval of this generation the call saw open
-		// (pending, or approved and not claimed yet): if it turns out used
-		// up, an identical call claimed it, and this call is told so
-		// instead of becoming a new request.
-		attached := ""
-		if err == nil && res.Verdict == client.Pending {
-			attached = res.EventID
-			g.waiting.add(attached)
-			res, err = g.wait(ctx, req, run, call, res)
-			g.waiting.done(attached)
-		}
+		res, attached, err := g.reviewAndWait(ctx, req, run, &call)
 		if err != nil {
 			if ctx.Err() != nil {
 				if cancelledByClient(ctx) {
@@ -199,78 +181,128 @@ func (g *Gateway) decide(ctx context.Context, req *mcp.CallToolRequest, run cont
 				return decision{}, ctx.Err()
 			}
 			log.Warn("review failed; the call was not made", slog.Any("err", err))
-			return refuse(fmt.Sprintf("Countersign could not review this call (%v). The call was not made; try again later.", err), client.Result{})
+			return refused(fmt.Sprintf("Countersign could not review this call (%v). The call was not made; try again later.", err), client.Result{}), nil
 		}
-		switch res.Verdict {
-		case client.Allowed:
-			if res.EventID == "" {
-				if g.cfg.Receipts && res.Receipt == "" {
-					log.Warn("no receipt for a call the upstream wants one with; the call was not made", slog.String("rule", res.Rule))
-					return refuse(noReceipt(g.cfg.Name, res), res)
-				}
-				return decision{Result: res, args: call.Arguments}, nil
-			}
-			// A claim id of this attempt alone: of two attempts on one
-			// approval (two identical calls at once, a restarted gateway)
-			// the arbiter lets one claim it.
-			rec, err := g.cfg.Countersign.Claim(ctx, res.EventID, client.NewClaimID())
-			if err != nil {
-				if errors.Is(err, client.ErrAlreadyClaimed) {
-					// An identical call (of this gateway or another) claimed
-					// it between this call's look and its claim: it ran
-					// there, and runs nowhere else.
-					g.book.usedUp(key, gen)
-					log.Info("an identical call claimed the approval first; this call was not run", slog.String("event_id", res.EventID))
-					return g.claimedElsewhere(call.Name, res)
-				}
-				if ctx.Err() != nil {
-					if cancelledByClient(ctx) {
-						// Decided already, so not cancellable: the call is
-						// not run, and this gateway does not come back to
-						// the approval (it lapses unclaimed).
-						g.book.usedUp(key, gen)
-					}
-					return decision{}, ctx.Err()
-				}
-				if errors.Is(err, errLapsed) {
-					g.book.usedUp(key, gen) // the same call needs a new decision
-					return refuse(fmt.Sprintf("This call was approved (approval %s), but the approval lapsed before the call could run; "+
-						"the call was not run. Call the tool again for a new decision.", res.EventID), res)
-				}
-				log.Warn("claim failed; the call was not made", slog.String("event_id", res.EventID), slog.Any("err", err))
-				return refuse(fmt.Sprintf("Countersign could not confirm the approval %s (%v). The call was not made.", res.EventID, err), res)
-			}
-			done := g.book.run(key, res.EventID)
-			g.book.usedUp(key, gen)
-			if rec.Claim != nil {
-				res.Receipt = rec.Claim.Receipt
-			}
-			if g.cfg.Receipts && res.Receipt == "" {
-				done()
-				log.Warn("the claimed approval has no receipt; the call was not made", slog.String("event_id", res.EventID))
-				return refuse(noReceipt(g.cfg.Name, res)+fmt.Sprintf(" Its approval %s is used up.", res.EventID), res)
-			}
-			log.Info("approved call forwarded", slog.String("event_id", res.EventID))
-			return decision{Result: res, args: res.Arguments, done: done}, nil
-		case client.AlreadyExecuted:
-			g.book.usedUp(key, gen)
-			if res.EventID != "" && res.EventID == attached {
-				// This call waited on the approval: an identical call
-				// claimed it and ran it.
-				log.Info("an identical call claimed the approval; this call was not run", slog.String("event_id", res.EventID))
-				return g.claimedElsewhere(call.Name, res)
-			}
-			continue // used up before this call came: this one is a new request
-		case client.Pending:
-			return decision{Result: res, toolErr: awaiting(call.Name, res)}, nil
-		default:
-			if res.EventID != "" {
-				g.book.usedUp(key, gen)
-			}
-			return refuse(notRun(res), res)
+		d, next, err := g.settle(ctx, log, key, gen, attached, call, res)
+		if !next {
+			return d, err
 		}
 	}
-	return refuse(fmt.Sprintf("This call was approved and run %d times already; ask an operator.", maxGenerations), client.Result{})
+	return refused(fmt.Sprintf("This call was approved and run %d times already; ask an operator.", maxGenerations), client.Result{}), nil
+}
+
+// reviewAndWait reviews one generation of a call and, when it is pending,
+// waits for the decision up to MaxWait. attached is the approval of this
+// generation the call saw open (pending, or approved and not claimed yet):
+// if it turns out used up, an identical call claimed it, and this call is
+// told so instead of becoming a new request.
+func (g *Gateway) reviewAndWait(ctx context.Context, req *mcp.CallToolRequest, run contracts.Run, call *client.ToolCall) (res client.Result, attached string, err error) {
+	res, err = g.review(ctx, run, call)
+	if err == nil && res.Verdict == client.Pending {
+		attached = res.EventID
+		g.waiting.add(attached)
+		res, err = g.wait(ctx, req, run, *call, res)
+		g.waiting.done(attached)
+	}
+	return res, attached, err
+}
+
+// settle answers a reviewed generation of a call by its verdict; next
+// reports that the generation was used up before this call came, so the
+// call is a new request in the next generation.
+func (g *Gateway) settle(ctx context.Context, log *slog.Logger, key string, gen int, attached string, call client.ToolCall, res client.Result) (d decision, next bool, err error) {
+	switch res.Verdict {
+	case client.Allowed:
+		if res.EventID == "" {
+			if g.cfg.Receipts && res.Receipt == "" {
+				log.Warn("no receipt for a call the upstream wants one with; the call was not made", slog.String("rule", res.Rule))
+				return refused(noReceipt(g.cfg.Name, res), res), false, nil
+			}
+			return decision{Result: res, args: call.Arguments}, false, nil
+		}
+		d, err = g.claim(ctx, log, key, gen, call, res)
+		return d, false, err
+	case client.AlreadyExecuted:
+		g.book.usedUp(key, gen)
+		if res.EventID != "" && res.EventID == attached {
+			// This call waited on the approval: an identical call
+			// claimed it and ran it.
+			log.Info("an identical call claimed the approval; this call was not run", slog.String("event_id", res.EventID))
+			d, err = g.claimedElsewhere(call.Name, res)
+			return d, false, err
+		}
+		return decision{}, true, nil // used up before this call came: this one is a new request
+	case client.Pending:
+		return decision{Result: res, toolErr: awaiting(call.Name, res)}, false, nil
+	default:
+		if res.EventID != "" {
+			g.book.usedUp(key, gen)
+		}
+		return refused(notRun(res), res), false, nil
+	}
+}
+
+// claim claims the approved generation res names for this attempt: the
+// call runs with the approved arguments, or is answered with why not.
+func (g *Gateway) claim(ctx context.Context, log *slog.Logger, key string, gen int, call client.ToolCall, res client.Result) (decision, error) {
+	// A claim id of this attempt alone: of two attempts on one
+	// approval (two identical calls at once, a restarted gateway)
+	// the arbiter lets one claim it.
+	rec, err := g.cfg.Countersign.Claim(ctx, res.EventID, client.NewClaimID())
+	if err != nil {
+		return g.claimFailed(ctx, log, key, gen, call, res, err)
+	}
+	done := g.book.run(key, res.EventID)
+	g.book.usedUp(key, gen)
+	if rec.Claim != nil {
+		res.Receipt = rec.Claim.Receipt
+	}
+	if g.cfg.Receipts && res.Receipt == "" {
+		done()
+		log.Warn("the claimed approval has no receipt; the call was not made", slog.String("event_id", res.EventID))
+		return refused(noReceipt(g.cfg.Name, res)+fmt.Sprintf(" Its approval %s is used up.", res.EventID), res), nil
+	}
+	log.Info("approved call forwarded", slog.String("event_id", res.EventID))
+	return decision{Result: res, args: res.Arguments, done: done}, nil
+}
+
+// claimFailed answers a call whose claim of the approval res names failed
+// with err: the call is not run.
+func (g *Gateway) claimFailed(ctx context.Context, log *slog.Logger, key string, gen int, call client.ToolCall, res client.Result, err error) (decision, error) {
+	if errors.Is(err, client.ErrAlreadyClaimed) {
+		// An identical call (of this gateway or another) claimed
+		// it between this call's look and its claim: it ran
+		// there, and runs nowhere else.
+		g.book.usedUp(key, gen)
+		log.Info("an identical call claimed the approval first; this call was not run", slog.String("event_id", res.EventID))
+		return g.claimedElsewhere(call.Name, res)
+	}
+	if ctx.Err() != nil {
+		if cancelledByClient(ctx) {
+			// Decided already, so not cancellable: the call is
+			// not run, and this gateway does not come back to
+			// the approval (it lapses unclaimed).
+			g.book.usedUp(key, gen)
+		}
+		return decision{}, ctx.Err()
+	}
+	if errors.Is(err, errLapsed) {
+		g.book.usedUp(key, gen) // the same call needs a new decision
+		return refused(fmt.Sprintf("This call was approved (approval %s), but the approval lapsed before the call could run; "+
+			"the call was not run. Call the tool again for a new decision.", res.EventID), res), nil
+	}
+	log.Warn("claim failed; the call was not made", slog.String("event_id", res.EventID), slog.Any("err", err))
+	return refused(fmt.Sprintf("Countersign could not confirm the approval %s (%v). The call was not made.", res.EventID, err), res), nil
+}
+
+// refused answers a call that is not run with text for the model, and
+// with res's _meta when res has a verdict.
+func refused(text string, res client.Result) decision {
+	m := mcp.Meta(nil)
+	if res.Verdict != "" {
+		m = meta(res)
+	}
+	return decision{Result: res, toolErr: toolError(text, m)}
 }
 
 // run is the run a call of tool is reviewed in.
