@@ -176,6 +176,9 @@ type ApprovalRequested struct {
 	// Grants are the standing grants the deciding rule permits (an
 	// extension of the contract; absent: none, only the call).
 	Grants *GrantLimits `json:"grants,omitempty"`
+	// StepUp is what an approval must carry beyond the approver's identity
+	// (an extension of the contract): StepUpPasskey, or empty for nothing.
+	StepUp string `json:"step_up,omitempty"`
 }
 
 // Read records on hitl.approval.read.<event_id> that someone read an
@@ -228,8 +231,12 @@ type Vote struct {
 	ApproverTenants []string `json:"approver_tenants,omitempty"`
 	// Grant asks, with an approval, to approve more than this call (an
 	// extension of the contract; see GrantRequest).
-	Grant     *GrantRequest `json:"grant,omitempty"`
-	DecidedAt time.Time     `json:"decided_at"`
+	Grant *GrantRequest `json:"grant,omitempty"`
+	// Passkey is the approver's WebAuthn assertion over this vote's
+	// approval statement (an extension of the contract), required to
+	// approve a request whose StepUp is StepUpPasskey.
+	Passkey   *PasskeyAssertion `json:"passkey,omitempty"`
+	DecidedAt time.Time         `json:"decided_at"`
 }
 
 // Command is published on hitl.approval.command.<event_id>.

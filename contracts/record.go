@@ -55,6 +55,23 @@ const (
 	// ReasonApprovalLapsed refuses a claim made more than the request's
 	// claim_within after its approval: the call needs a new decision.
 	ReasonApprovalLapsed = "approval_lapsed"
+	// ReasonStepUpRequired refuses an approval without a passkey
+	// assertion on a request whose rule says step_up: passkey.
+	ReasonStepUpRequired = "step_up_required"
+	// ReasonPasskeyUnknown refuses an assertion by a credential that is not
+	// one of the voter's enrolled passkeys, or was revoked.
+	ReasonPasskeyUnknown = "passkey_unknown"
+	// ReasonPasskeyMismatch refuses an assertion over a statement that is
+	// not this vote's: another request, approver, tool, arguments, decision
+	// or edit.
+	ReasonPasskeyMismatch = "passkey_mismatch"
+	// ReasonPasskeyStale refuses an assertion whose statement was made too
+	// long before the vote is counted (or in the future).
+	ReasonPasskeyStale = "passkey_stale"
+	// ReasonPasskeyInvalid refuses an assertion that does not verify: the
+	// signature, the client data (type, challenge, origin) or the
+	// authenticator data (RP ID, user presence and verification).
+	ReasonPasskeyInvalid = "passkey_invalid"
 )
 
 // DefaultClaimWithin is how long an approval may be claimed after it was

@@ -65,6 +65,11 @@ var reasons = map[Reason]reasonInfo{
 	ReasonNotPermitted:       {http.StatusForbidden, "you may not do this to this request"},
 	ReasonDeadlineNotLater:   {http.StatusUnprocessableEntity, "an extension must move the deadline later than it is"},
 	ReasonApprovalLapsed:     {http.StatusConflict, "this approval was not claimed in time and has lapsed; the call needs a new decision"},
+	ReasonStepUpRequired:     {http.StatusForbidden, "this rule counts an approval only when you sign it with one of your passkeys"},
+	ReasonPasskeyUnknown:     {http.StatusForbidden, "the passkey is not one you have enrolled, or it was revoked"},
+	ReasonPasskeyMismatch:    {http.StatusForbidden, "the passkey signed a different statement than this vote (another request, tool, arguments or decision)"},
+	ReasonPasskeyStale:       {http.StatusForbidden, "the passkey signature is too old (or dated in the future); sign again"},
+	ReasonPasskeyInvalid:     {http.StatusForbidden, "the passkey signature does not verify"},
 }
 
 // Reasons lists every refusal reason.
@@ -74,6 +79,7 @@ func Reasons() []Reason {
 		ReasonStaleArguments, ReasonOutOfOrder, ReasonAlreadyClaimed, ReasonNotApproved, ReasonInvalidArguments,
 		ReasonMalformed, ReasonTooLarge, ReasonUnknownEvent, ReasonWrongTenant, ReasonGrantNotAllowed, ReasonUnknownGrant,
 		ReasonUnknownApprover, ReasonNotPermitted, ReasonDeadlineNotLater, ReasonApprovalLapsed,
+		ReasonStepUpRequired, ReasonPasskeyUnknown, ReasonPasskeyMismatch, ReasonPasskeyStale, ReasonPasskeyInvalid,
 	}
 }
 

@@ -585,6 +585,7 @@ func (g *Gate) request(run contracts.Run, c ToolCall, args json.RawMessage, sha 
 		CreatedAt:        now,
 		Sensitive:        sensitive,
 		Grants:           d.Grants,
+		StepUp:           d.StepUp,
 	}
 }
 

@@ -1,6 +1,10 @@
 package receipt
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/countersign/countersign/contracts"
+)
 
 // Type is the typ header of every receipt (RFC 8725 explicit typing): a
 // verifier refuses a JWS of any other type, so no other token signed with
@@ -63,6 +67,14 @@ type Claims struct {
 	// applied version of the policy it belongs to.
 	Rule          string `json:"rule,omitempty"`
 	PolicyVersion string `json:"policy_version,omitempty"`
+	// StepUp is the rule's step_up ("passkey"): every approval that decided
+	// was signed by the approver's own passkey, and Signatures carries the
+	// assertions (approvals only).
+	StepUp string `json:"step_up,omitempty"`
+	// Signatures are the approvers' WebAuthn assertions over their approval
+	// statements, one per approver who decided (see contracts/passkey and
+	// Options.Humans).
+	Signatures []contracts.PasskeyAssertion `json:"signatures,omitempty"`
 }
 
 // Quorum of an approval receipt.
@@ -98,6 +110,12 @@ func (c *Claims) validate() error {
 	case BasisApproval, BasisGrant, BasisPolicy:
 	default:
 		return malformedf("basis %q is not approval, grant or policy", c.Basis)
+	}
+	if c.StepUp != "" && c.StepUp != contracts.StepUpPasskey {
+		return malformedf("step_up %q is not passkey", c.StepUp)
+	}
+	if len(c.Signatures) > 0 && c.Basis != BasisApproval {
+		return malformedf("signatures on a %s receipt: only humans' approvals are signed", c.Basis)
 	}
 	if !isHexSHA256(c.ArgsSHA256) {
 		return malformedf("args_sha256 must be 64 lowercase hex digits")

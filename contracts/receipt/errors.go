@@ -43,6 +43,14 @@ var (
 	ErrBasisNotAccepted = &Error{Code: "receipt_basis_not_accepted", Status: http.StatusForbidden, Message: "call allowed on a basis the tool does not accept"}
 	// ErrArgumentsDiffer: the arguments about to run are not the approved ones.
 	ErrArgumentsDiffer = &Error{Code: "receipt_arguments_differ", Status: http.StatusForbidden, Message: "arguments differ from the approved ones"}
+	// ErrSignaturesMissing: the tool requires approvers' own signatures
+	// (Options.Humans) and the receipt carries fewer distinct signers than
+	// it requires: a receipt the server signed alone.
+	ErrSignaturesMissing = &Error{Code: "receipt_signatures_missing", Status: http.StatusForbidden, Message: "approvers' signatures missing"}
+	// ErrSignatureInvalid: an approver's signature in the receipt does not
+	// hold: it does not verify, is by an unknown or revoked passkey, is
+	// stale, or signs another call, arguments or decision.
+	ErrSignatureInvalid = &Error{Code: "receipt_signature_invalid", Status: http.StatusForbidden, Message: "invalid approver signature"}
 	// ErrReplayed: the receipt's id was already used.
 	ErrReplayed = &Error{Code: "receipt_replayed", Status: http.StatusConflict, Message: "receipt already used"}
 )

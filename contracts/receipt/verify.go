@@ -36,6 +36,11 @@ type Options struct {
 	// A tool that runs only what humans approved lists BasisApproval, or
 	// BasisApproval and BasisGrant to also accept a standing grant.
 	Bases []string
+	// Humans, when set, requires the approvers' own passkey signatures
+	// (ErrSignaturesMissing, ErrSignatureInvalid): a tool that runs only what
+	// named people signed, which neither a compromised agent runtime nor the
+	// server's key alone can mint.
+	Humans *Humans
 }
 
 // Verify checks that token is a valid, unused receipt for running tool
@@ -72,6 +77,11 @@ func Verify(ctx context.Context, token, tool string, args []byte, opts Options) 
 	}
 	if subtle.ConstantTimeCompare([]byte(sha), []byte(c.ArgsSHA256)) != 1 {
 		return nil, wrap(ErrArgumentsDiffer, "the arguments' SHA-256 is %s, the receipt allows %s", sha, c.ArgsSHA256)
+	}
+	if opts.Humans != nil {
+		if err := checkHumans(ctx, c, opts.Humans, opts.Leeway); err != nil {
+			return nil, err
+		}
 	}
 	store := opts.Replay
 	if store == nil {

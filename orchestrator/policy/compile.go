@@ -141,6 +141,9 @@ func compileRule(rs *ruleSpec, fs *fileSpec, fallback settings, version string, 
 		checkQuorum(s, rs.where, posOf(rs.quorumNode, rs.node), SeverityError, ps)
 		checkOrder(s, rs.where, rs.node, ps)
 		checkTimers(s, &rs.gateSpec, rs.where, ps)
+		if s.stepUp != "" && s.grants != nil {
+			ps.add(rs.line, 1, SeverityError, "%s: step_up passkey and grants cannot go together: a standing grant would run calls no passkey signed", rs.where)
+		}
 		noteRepeat(s)
 		r.failClosed = r.decision
 	} else if rs.action == ActionDeny {
@@ -174,6 +177,7 @@ type settings struct {
 	timeout     time.Duration
 	claimWithin time.Duration
 	onTimeout   string
+	stepUp      string
 	allowed     []string
 	summary     string
 	reason      string
@@ -235,6 +239,9 @@ func settingsFor(risk string, layers ...*gateSpec) settings {
 		if !allowed && len(g.allowed) > 0 {
 			allowed, s.allowed = true, g.allowed
 		}
+		if s.stepUp == "" && g.stepUp != "" {
+			s.stepUp = g.stepUp
+		}
 		if s.grants == nil && g.grants != nil {
 			s.grants = g.grants
 		}
@@ -266,7 +273,7 @@ func (s settings) decision(action, rule, version string, line int) Decision {
 		AllowSelfApproval: s.self, Order: s.order, Timeout: s.timeout, OnTimeout: s.onTimeout, ClaimWithin: s.claimWithin,
 		AllowedDecisions: slices.Clone(s.allowed), Channels: slices.Clone(s.channels), Summary: s.summary,
 		Reminders: slices.Clone(s.reminders), Sensitive: slices.Clone(s.sensitive), sensitiveFields: s.fields,
-		Grants: limitsOf(s.grants),
+		Grants: limitsOf(s.grants), StepUp: s.stepUp,
 	}
 	d.Escalation, _ = s.ladder()
 	switch {

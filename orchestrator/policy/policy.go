@@ -97,6 +97,11 @@ type Decision struct {
 	// Grants are the standing grants the rule permits an approver to give
 	// (nil: only the call). Meaningful when Action is require_approval.
 	Grants *contracts.GrantLimits
+	// StepUp is what an approval must carry beyond the approver's
+	// identity: contracts.StepUpPasskey, or "" (step_up, from the rule,
+	// default_rule or the risk tier). Meaningful when Action is
+	// require_approval.
+	StepUp string
 	// Receipt says the rule allows the call with a receipt (receipt: true):
 	// the HTTP API signs one for the policy decision. Only an allow
 	// decision sets it; an agent's own process never signs.

@@ -19,10 +19,10 @@ var (
 	topKeys  = []string{"version", "default", "default_rule", "groups", "risk_defaults", "rules"}
 	gateKeys = []string{"risk", "approvers", "quorum", "veto", "allow_self_approval", "order",
 		"channels", "timeout", "on_timeout", "claim_within", "allowed_decisions", "summary", "reason",
-		"reminders", "escalation", "escalation_repeat", "sensitive", "sensitive_fields", "grants"}
+		"reminders", "escalation", "escalation_repeat", "sensitive", "sensitive_fields", "grants", "step_up"}
 	riskDefaultKeys = []string{"approvers", "quorum", "veto", "allow_self_approval", "order",
 		"channels", "timeout", "on_timeout", "claim_within", "allowed_decisions",
-		"reminders", "escalation", "escalation_repeat"}
+		"reminders", "escalation", "escalation_repeat", "step_up"}
 	tierKeys  = []string{"after", "approvers", "channels"}
 	matchKeys = []string{"name", "agents", "tools", "tenants", "labels", "when", "action"}
 	ruleKeys  = append(append(append([]string{}, matchKeys...), gateKeys...), "receipt")
@@ -76,6 +76,8 @@ type gateSpec struct {
 	sensitiveFields *fieldMatcher
 	// grants is the standing grants setting (nil: not set).
 	grants *grantsSpec
+	// stepUp is what an approval must carry beyond identity ("" not set).
+	stepUp string
 	// reminders and escalation are set when their key is (an empty list
 	// included: it turns off what a lower layer sets).
 	reminders     []time.Duration
@@ -376,6 +378,14 @@ var gateFieldReaders = map[string]func(g *gateSpec, f field, what string, ps *pr
 		g.timeout, _ = ps.duration(f.val, what)
 	},
 	"on_timeout": readOnTimeoutField,
+	"step_up": func(g *gateSpec, f field, what string, ps *problems) {
+		s := ps.str(f.val, what)
+		if s != contracts.StepUpPasskey {
+			ps.add(f.val.Line, f.val.Column, SeverityError, "%s: step_up %q is not passkey (the only step-up there is)", g.where, s)
+			return
+		}
+		g.stepUp = s
+	},
 	"claim_within": func(g *gateSpec, f field, what string, ps *problems) {
 		if d, ok := ps.duration(f.val, what); ok {
 			if d < time.Second || d > MaxClaimWithin {

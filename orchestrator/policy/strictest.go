@@ -85,6 +85,7 @@ func strictest(a, b Decision) Decision {
 		d.OnTimeout = o.OnTimeout
 	}
 	d.Timeout = max(p.Timeout, o.Timeout)
+	d.StepUp = cmp.Or(d.StepUp, o.StepUp)
 	// An approval that lapses sooner is the stricter.
 	if o.ClaimWithin > 0 && (d.ClaimWithin == 0 || o.ClaimWithin < d.ClaimWithin) {
 		d.ClaimWithin = o.ClaimWithin

@@ -149,6 +149,9 @@ func VerifyRequest(req *contracts.ApprovalRequested, d Decision, opts VerifyOpti
 	if d.ClaimWithin > 0 && approval.ClaimWithin(req) > d.ClaimWithin {
 		add("claim_within %s is longer than the rule's %s", approval.ClaimWithin(req), d.ClaimWithin)
 	}
+	if d.StepUp != "" && req.StepUp != d.StepUp {
+		add("step_up %q where the rule says %s", req.StepUp, d.StepUp)
+	}
 	if req.OnTimeout == contracts.OnTimeoutApprove {
 		switch {
 		case human:

@@ -122,6 +122,8 @@ type Arbiter struct {
 	// receipts is hitl_receipts, opened when first needed.
 	receiptsMu sync.Mutex
 	receipts   jetstream.KeyValue
+	passkeysMu sync.Mutex
+	passkeys   jetstream.KeyValue
 }
 
 type metrics struct {
@@ -374,11 +376,21 @@ func (a *Arbiter) handleResolution(ctx context.Context, msg jetstream.Msg) error
 		if err != nil {
 			return err
 		}
+		// So are the voter's passkeys: a revoked one stops counting at once.
+		keys, party, err := a.passkeysOf(ctx, &v)
+		if err != nil {
+			return err
+		}
 		return a.apply(ctx, msg, op{
 			eventID: v.EventID,
 			apply: func(rec contracts.Record) approval.Result {
 				res := approval.ApplyVoteAs(rec, v, a.cfg.Now(), a.lim, roster)
 				if res.Changed && res.Refusal == "" {
+					// Only a vote that would count is asked for its passkey,
+					// so who may not vote hears why first.
+					if reason, detail := approval.PasskeyRefusal(&rec, &v, keys, party, a.cfg.Now()); reason != "" {
+						return approval.Refuse(rec, v, reason, detail, a.cfg.Now())
+					}
 					if why := grantConditionProblem(&v); why != "" {
 						return approval.Refuse(rec, v, contracts.ReasonGrantNotAllowed, why, a.cfg.Now())
 					}
