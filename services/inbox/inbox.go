@@ -18,6 +18,8 @@ import (
 	"time"
 	"unicode"
 
+	"golang.org/x/sync/singleflight"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -50,21 +52,42 @@ const (
 // only: no inline code, no framing, forms only to this origin.
 const contentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'"
 
+// How a session was signed in.
+const (
+	// methodToken: with an API token (entries from before methods have
+	// none, and are token sessions).
+	methodToken = "token"
+	// methodOIDC: through the OpenID Connect provider.
+	methodOIDC = "oidc"
+)
+
 // session is one signed-in person.
 type session struct {
 	id      string
 	p       api.Principal
 	csrf    string
 	expires time.Time
+	// method is how the session was signed in: methodToken or methodOIDC.
+	method string
+	// idToken is an OIDC session's last ID token (the provider's sign-out
+	// hint).
+	idToken string
 }
 
 // sessionEntry is a session's value in the hitl_sessions bucket.
 type sessionEntry struct {
-	// TokenSHA256 is the hex SHA-256 of the token signed in with.
-	TokenSHA256 string    `json:"token_sha256"`
-	CSRF        string    `json:"csrf"`
-	CreatedAt   time.Time `json:"created_at"`
-	ExpiresAt   time.Time `json:"expires_at"`
+	// Method is methodToken (or empty) or methodOIDC.
+	Method string `json:"method,omitempty"`
+	// TokenSHA256 is the hex SHA-256 of the token a token session signed
+	// in with.
+	TokenSHA256 string `json:"token_sha256,omitempty"`
+	// PersonID is the directory user an OIDC session signed in as.
+	PersonID string `json:"person_id,omitempty"`
+	// OIDC is what an OIDC session keeps of its sign-in.
+	OIDC      *oidcGrant `json:"oidc,omitempty"`
+	CSRF      string     `json:"csrf"`
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt time.Time  `json:"expires_at"`
 }
 
 // sessionStore keeps sessions in the hitl_sessions bucket.
@@ -73,6 +96,12 @@ type sessionStore struct {
 	now func() time.Time
 	// resolve finds the principal of a token hash now, or nil.
 	resolve func(sum [sha256.Size]byte) (api.Principal, bool)
+	// oidc re-resolves and refreshes OIDC sessions; nil when OIDC sign-in
+	// is not configured (and such sessions end).
+	oidc *oidcSignIn
+	// refreshing makes one refresh at a time of each session in this
+	// process (a provider that rotates refresh tokens refuses a second).
+	refreshing singleflight.Group
 }
 
 func randomID() (string, error) {
@@ -91,16 +120,26 @@ func sessionKey(id string) string {
 
 // create starts a session for the principal of the token with hash sum.
 func (st *sessionStore) create(ctx context.Context, sum [sha256.Size]byte, p api.Principal) (*session, error) {
+	return st.store(ctx, sessionEntry{Method: methodToken, TokenSHA256: hex.EncodeToString(sum[:])}, p)
+}
+
+// createOIDC starts a session for directory user personID, signed in
+// through the OpenID Connect provider with grant g.
+func (st *sessionStore) createOIDC(ctx context.Context, personID string, g *oidcGrant, p api.Principal) (*session, error) {
+	return st.store(ctx, sessionEntry{Method: methodOIDC, PersonID: personID, OIDC: g}, p)
+}
+
+// store completes e with a new id, CSRF token and lifetime, and stores it.
+func (st *sessionStore) store(ctx context.Context, e sessionEntry, p api.Principal) (*session, error) {
 	id, err := randomID()
 	if err != nil {
 		return nil, err
 	}
-	csrf, err := randomID()
-	if err != nil {
+	if e.CSRF, err = randomID(); err != nil {
 		return nil, err
 	}
 	now := st.now()
-	e := sessionEntry{TokenSHA256: hex.EncodeToString(sum[:]), CSRF: csrf, CreatedAt: now.UTC(), ExpiresAt: now.Add(sessionTTL).UTC()}
+	e.CreatedAt, e.ExpiresAt = now.UTC(), now.Add(sessionTTL).UTC()
 	b, err := json.Marshal(e)
 	if err != nil {
 		return nil, err
@@ -108,7 +147,15 @@ func (st *sessionStore) create(ctx context.Context, sum [sha256.Size]byte, p api
 	if _, err := st.kv.Create(ctx, sessionKey(id), b); err != nil {
 		return nil, fmt.Errorf("store the session: %w", err)
 	}
-	return &session{id: id, p: p, csrf: csrf, expires: e.ExpiresAt}, nil
+	return sessionOf(id, &e, p), nil
+}
+
+func sessionOf(id string, e *sessionEntry, p api.Principal) *session {
+	s := &session{id: id, p: p, csrf: e.CSRF, expires: e.ExpiresAt, method: methodToken}
+	if e.Method == methodOIDC {
+		s.method, s.idToken = methodOIDC, e.OIDC.IDToken
+	}
+	return s
 }
 
 // get returns the live session with id; nil when there is none, it has
@@ -126,21 +173,124 @@ func (st *sessionStore) get(ctx context.Context, id string) (*session, error) {
 		return nil, err
 	}
 	var e sessionEntry
-	if err := json.Unmarshal(entry.Value(), &e); err != nil {
+	if err := json.Unmarshal(entry.Value(), &e); err != nil || !st.now().Before(e.ExpiresAt) {
 		st.forget(ctx, id)
 		return nil, nil
 	}
-	raw, herr := hex.DecodeString(e.TokenSHA256)
-	if herr != nil || len(raw) != sha256.Size || !st.now().Before(e.ExpiresAt) {
+	switch e.Method {
+	case "", methodToken:
+		raw, herr := hex.DecodeString(e.TokenSHA256)
+		if herr != nil || len(raw) != sha256.Size {
+			st.forget(ctx, id)
+			return nil, nil
+		}
+		p, ok := st.resolve([sha256.Size]byte(raw))
+		if !ok {
+			st.forget(ctx, id)
+			return nil, nil
+		}
+		return sessionOf(id, &e, p), nil
+	case methodOIDC:
+		return st.getOIDC(ctx, id, &e)
+	}
+	st.forget(ctx, id)
+	return nil, nil
+}
+
+// getOIDC returns the live OIDC session with id and entry e. Its person is
+// found again in the live directory, by the subject or verified email it
+// signed in with, on every request: a person removed from the directory
+// has no session from that moment. Once the provider's ID token has run
+// its lifetime, the provider must refresh it; a provider that refuses
+// ends the session, one that cannot be reached leaves it unusable until it
+// answers.
+func (st *sessionStore) getOIDC(ctx context.Context, id string, e *sessionEntry) (*session, error) {
+	if st.oidc == nil || e.OIDC == nil {
 		st.forget(ctx, id)
 		return nil, nil
 	}
-	p, ok := st.resolve([sha256.Size]byte(raw))
+	if _, ok := st.oidc.resolve(e.PersonID, e.OIDC); !ok {
+		st.forget(ctx, id)
+		return nil, nil
+	}
+	if !st.now().Before(e.OIDC.ExpiresAt) {
+		fresh, err := st.refresh(ctx, id)
+		if err != nil || fresh == nil {
+			return nil, err
+		}
+		e = fresh
+	}
+	p, ok := st.oidc.resolve(e.PersonID, e.OIDC)
 	if !ok {
 		st.forget(ctx, id)
 		return nil, nil
 	}
-	return &session{id: id, p: p, csrf: e.CSRF, expires: e.ExpiresAt}, nil
+	return sessionOf(id, e, p), nil
+}
+
+// refresh extends the OIDC session with id at the provider, once at a
+// time per session in this process, and writes the new grant only over
+// the entry it read (a compare-and-set on its revision). It answers the
+// session's entry as refreshed, here or by another request or replica;
+// nil when the session ended.
+func (st *sessionStore) refresh(ctx context.Context, id string) (*sessionEntry, error) {
+	key := sessionKey(id)
+	v, err, _ := st.refreshing.Do(key, func() (any, error) {
+		// Detached from the request that asked: the result serves every
+		// request waiting here, and is stored either way.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*providerTimeout)
+		defer cancel()
+		entry, err := st.kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return (*sessionEntry)(nil), nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		var e sessionEntry
+		if json.Unmarshal(entry.Value(), &e) != nil || e.OIDC == nil {
+			return (*sessionEntry)(nil), nil
+		}
+		if st.now().Before(e.OIDC.ExpiresAt) {
+			return &e, nil // refreshed meanwhile
+		}
+		g, err := st.oidc.refresh(ctx, e.OIDC)
+		var rf *refusal
+		if errors.As(err, &rf) {
+			// Another replica may have refreshed with the same token
+			// while this one asked: its entry stands.
+			if again, gerr := st.kv.Get(ctx, key); gerr == nil && again.Revision() != entry.Revision() {
+				var e2 sessionEntry
+				if json.Unmarshal(again.Value(), &e2) == nil && e2.OIDC != nil && st.now().Before(e2.OIDC.ExpiresAt) {
+					return &e2, nil
+				}
+			}
+			st.forget(ctx, id)
+			return (*sessionEntry)(nil), nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		e.OIDC = g
+		b, err := json.Marshal(e)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := st.kv.Update(ctx, key, b, entry.Revision()); err != nil {
+			// Changed or deleted meanwhile (a sign-out): read what is there.
+			again, gerr := st.kv.Get(ctx, key)
+			var e2 sessionEntry
+			if gerr != nil || json.Unmarshal(again.Value(), &e2) != nil || e2.OIDC == nil || !st.now().Before(e2.OIDC.ExpiresAt) {
+				return (*sessionEntry)(nil), nil
+			}
+			return &e2, nil
+		}
+		return &e, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*sessionEntry), nil
 }
 
 // forget deletes a session that can no longer be used, as a courtesy: it
@@ -189,6 +339,9 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// OIDC, when set, lets people sign in through an OpenID Connect
+	// provider besides (or, with OIDC.Only, instead of) their API token.
+	OIDC *OIDC
 }
 
 func (c *Config) setDefaults() {
@@ -201,6 +354,11 @@ func (c *Config) setDefaults() {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.OIDC != nil {
+		o := *c.OIDC
+		o.setDefaults()
+		c.OIDC = &o
+	}
 }
 
 func (c *Config) validate() error {
@@ -211,6 +369,9 @@ func (c *Config) validate() error {
 	if c.JS == nil {
 		errs = append(errs, errors.New("inbox: Config.JS is required"))
 	}
+	if c.OIDC != nil {
+		errs = append(errs, c.OIDC.validate()...)
+	}
 	return errors.Join(errs...)
 }
 
@@ -220,13 +381,15 @@ type Inbox struct {
 	log      *slog.Logger
 	now      func() time.Time
 	sessions *sessionStore
-	logins   *prometheus.CounterVec
-	assets   http.Handler
+	// oidc is the OpenID Connect sign-in; nil when not configured.
+	oidc   *oidcSignIn
+	logins *prometheus.CounterVec
+	assets http.Handler
 }
 
 // New opens the sessions bucket and serves the inbox's pages (/, /history,
-// /oversight, /approvals/{event_id}, /login, /logout, /inbox/events, /assets/) on
-// cfg.API.
+// /oversight, /approvals/{event_id}, /login, /logout, /inbox/events, /assets/,
+// and /oidc/start and /oidc/callback with cfg.OIDC) on cfg.API.
 func New(ctx context.Context, cfg Config) (*Inbox, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
@@ -238,9 +401,13 @@ func New(ctx context.Context, cfg Config) (*Inbox, error) {
 	}
 	in := &Inbox{api: cfg.API, log: cfg.Logger, now: cfg.Now}
 	in.sessions = &sessionStore{kv: kv, now: cfg.Now, resolve: cfg.API.AuthenticateSum}
+	if cfg.OIDC != nil {
+		in.oidc = &oidcSignIn{cfg: *cfg.OIDC, now: cfg.Now}
+		in.sessions.oidc = in.oidc
+	}
 	in.logins = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "countersign_inbox_logins_total",
-		Help: "Sign-ins to the web inbox by result (ok, invalid_token, invalid_csrf: the form was not the sign-in page's).",
+		Help: "Sign-ins to the web inbox by result: with a token ok, invalid_token, invalid_csrf (the form was not the sign-in page's), token_disabled (sign-in is through the identity provider only); through the identity provider oidc_ok, oidc_unknown_person, oidc_email_unverified, oidc_state_mismatch, oidc_nonce_mismatch, oidc_unavailable and the other oidc_ refusals.",
 	}, []string{"result"})
 	if err := cfg.Registerer.Register(in.logins); err != nil {
 		return nil, fmt.Errorf("inbox: register metrics: %w", err)
@@ -270,6 +437,10 @@ func (in *Inbox) register() {
 	mux.Handle("GET /login", in.secure(in.getLogin))
 	mux.Handle("POST /login", in.secure(in.postLogin))
 	mux.Handle("POST /logout", in.page(in.postLogout))
+	if in.oidc != nil {
+		mux.Handle("GET "+oidcStartPath, in.secure(in.getOIDCStart))
+		mux.Handle("GET "+oidcCallbackPath, in.secure(in.getOIDCCallback))
+	}
 	// Browsers ask for /favicon.ico whatever the page names: the same icon.
 	mux.Handle("GET /favicon.ico", in.secure(func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/assets/favicon.svg", http.StatusMovedPermanently)
@@ -302,7 +473,9 @@ func (in *Inbox) sessionOf(r *http.Request) (*session, error) {
 	ctx, cancel := context.WithTimeout(r.Context(), sessionStoreTimeout)
 	defer cancel()
 	sess, err := in.sessions.get(ctx, c.Value)
-	if err != nil {
+	if errors.Is(err, errProvider) {
+		in.log.Error("inbox session: the identity provider cannot be reached to refresh it", "err", err)
+	} else if err != nil {
 		in.log.Error("inbox session store unavailable", "err", err)
 	}
 	return sess, err
@@ -312,6 +485,17 @@ func (in *Inbox) sessionOf(r *http.Request) (*session, error) {
 func storeUnavailable(w http.ResponseWriter) {
 	w.Header().Set("Retry-After", "2")
 	http.Error(w, "the inbox cannot reach its session store right now; try again in a moment", http.StatusServiceUnavailable)
+}
+
+// sessionUnavailable answers a request whose session could not be read:
+// the store, or the identity provider that must renew it, is away.
+func sessionUnavailable(w http.ResponseWriter, err error) {
+	if errors.Is(err, errProvider) {
+		w.Header().Set("Retry-After", "5")
+		http.Error(w, "your session needs the identity provider, which cannot be reached right now; try again in a moment", http.StatusServiceUnavailable)
+		return
+	}
+	storeUnavailable(w)
 }
 
 // pageHandler serves a page for a signed-in person.
@@ -324,7 +508,7 @@ func (in *Inbox) page(h pageHandler) http.HandlerFunc {
 	return in.secure(func(w http.ResponseWriter, r *http.Request) {
 		sess, err := in.sessionOf(r)
 		if err != nil {
-			storeUnavailable(w)
+			sessionUnavailable(w, err)
 			return
 		}
 		if sess == nil {
@@ -424,7 +608,12 @@ func (in *Inbox) renderLogin(w http.ResponseWriter, r *http.Request, status int,
 		Name: loginCookie, Value: token, Path: "/login", HttpOnly: true, SameSite: http.SameSiteStrictMode,
 		Secure: overTLS(r), MaxAge: int(loginTTL / time.Second),
 	})
-	in.render(w, status, "login", loginPage{Page: Page{Title: "Sign in", CSRF: token}, Next: next, Error: errMsg})
+	pg := loginPage{Page: Page{Title: "Sign in", CSRF: token}, Next: next, Error: errMsg, TokenForm: true}
+	if in.oidc != nil {
+		pg.Provider, pg.TokenForm = in.oidc.cfg.Name, !in.oidc.cfg.Only
+		pg.StartURL = oidcStartPath + "?next=" + url.QueryEscape(next)
+	}
+	in.render(w, status, "login", pg)
 }
 
 // validLoginCSRF reports whether a sign-in post carries the token its
@@ -445,6 +634,11 @@ func (in *Inbox) postLogin(w http.ResponseWriter, r *http.Request) {
 	}
 	token := strings.TrimSpace(r.PostForm.Get("token"))
 	next := localPath(r.PostForm.Get("next"))
+	if in.oidc != nil && in.oidc.cfg.Only {
+		in.logins.WithLabelValues("token_disabled").Inc()
+		in.renderLogin(w, r, http.StatusForbidden, next, "Sign in with "+in.oidc.cfg.Name+": tokens do not open the inbox here.")
+		return
+	}
 	if !validLoginCSRF(r) {
 		in.logins.WithLabelValues("invalid_csrf").Inc()
 		in.log.Warn("inbox sign-in refused: the form was not sent by the sign-in page", "remote", r.RemoteAddr)
@@ -469,14 +663,19 @@ func (in *Inbox) postLogin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	in.logins.WithLabelValues("ok").Inc()
-	in.log.Info("inbox sign-in", "subject", p.Subject, "token_name", p.Name)
+	in.log.Info("inbox sign-in", "method", methodToken, "subject", p.Subject, "token_name", p.Name)
+	in.setSessionCookie(w, r, sess)
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// setSessionCookie gives the browser its new session, and ends the login
+// CSRF token, which has served: the next sign-in gets a new one.
+func (in *Inbox) setSessionCookie(w http.ResponseWriter, r *http.Request, sess *session) {
 	http.SetCookie(w, &http.Cookie{
 		Name: sessionCookie, Value: sess.id, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
 		Secure: overTLS(r), Expires: sess.expires, MaxAge: int(sessionTTL / time.Second),
 	})
-	// The login token has served: the next sign-in gets a new one.
 	http.SetCookie(w, &http.Cookie{Name: loginCookie, Value: "", Path: "/login", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: overTLS(r), MaxAge: -1})
-	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
 func (in *Inbox) postLogout(w http.ResponseWriter, r *http.Request, sess *session) {
@@ -489,5 +688,14 @@ func (in *Inbox) postLogout(w http.ResponseWriter, r *http.Request, sess *sessio
 		Name: sessionCookie, Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
 		Secure: overTLS(r), MaxAge: -1,
 	})
+	in.log.Info("inbox sign-out", "method", sess.method, "subject", sess.p.Subject)
+	// An OIDC session's sign-out continues at the provider, when it offers
+	// one, so that the browser's next sign-in asks the person again.
+	if sess.method == methodOIDC && in.oidc != nil {
+		if end := in.oidc.endSessionURL(sess.idToken); end != "" {
+			http.Redirect(w, r, end, http.StatusSeeOther)
+			return
+		}
+	}
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
 }

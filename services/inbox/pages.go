@@ -45,6 +45,12 @@ type loginPage struct {
 	Page
 	Next  string
 	Error string
+	// Provider names the OpenID Connect provider people may sign in with,
+	// and StartURL begins that sign-in; empty without one.
+	Provider string
+	StartURL string
+	// TokenForm shows the API token form.
+	TokenForm bool
 }
 
 type messagePage struct {
