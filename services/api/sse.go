@@ -115,7 +115,6 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, p *Princip
 	defer release()
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	rc := http.NewResponseController(w)
 	sub, err := s.feed.subscribe()
 	if err != nil {
 		fail(s.backendError("follow the event streams", err))
@@ -130,73 +129,104 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, p *Princip
 		fail(aerr)
 		return
 	}
-	h := w.Header()
+	es := &eventStream{s: s, w: w, rc: http.NewResponseController(w), p: p, pos: pos, render: render}
+	if es.begin(preamble) != nil {
+		return
+	}
+	if es.catchUp(ctx, sub, replay) != nil {
+		return
+	}
+	es.live(ctx, sub)
+}
+
+// eventStream writes the server-sent events of one connected client.
+type eventStream struct {
+	s      *Server
+	w      http.ResponseWriter
+	rc     *http.ResponseController
+	p      *Principal
+	pos    feedPos
+	render func(context.Context, streamMsg) ([]byte, bool)
+}
+
+// begin writes the response's header and preamble.
+func (es *eventStream) begin(preamble string) error {
+	h := es.w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	if _, err := fmt.Fprint(w, preamble); err != nil {
-		return
-	}
-	if rc.Flush() != nil {
-		return
-	}
-	send := func(m streamMsg) error {
-		if !pos.advance(m) {
-			return nil // replayed already, or older than where the client is
-		}
-		shown, ok := s.forReader(ctx, p, m)
-		if !ok {
-			return nil // about a request this client may not read
-		}
-		m.data = shown
-		data, ok := render(ctx, m)
-		if !ok {
-			return nil
-		}
-		_, err := fmt.Fprintf(w, "event: %s\nid: %s\ndata: %s\n\n", m.kind, pos.id(m), data)
+	es.w.WriteHeader(http.StatusOK)
+	if _, err := fmt.Fprint(es.w, preamble); err != nil {
 		return err
 	}
+	return es.rc.Flush()
+}
+
+// catchUp sends what the client missed, or a "reset" event when it is too
+// far behind to replay (the client then reads the state afresh and the
+// stream goes on from where sub started).
+func (es *eventStream) catchUp(ctx context.Context, sub *feedSub, replay []streamMsg) error {
 	if len(replay) > maxReplay {
-		// Too far behind to replay: the client reads the state afresh.
-		pos = sub.from
-		if _, err := fmt.Fprintf(w, "event: reset\nid: %s\ndata: {}\n\n", pos.id(streamMsg{stream: contracts.StreamEvents})); err != nil {
-			return
+		es.pos = sub.from
+		if _, err := fmt.Fprintf(es.w, "event: reset\nid: %s\ndata: {}\n\n", es.pos.id(streamMsg{stream: contracts.StreamEvents})); err != nil {
+			return err
 		}
 		replay = nil
 	}
 	for _, m := range replay {
-		if send(m) != nil {
-			return
+		if err := es.send(ctx, m); err != nil {
+			return err
 		}
 	}
-	if rc.Flush() != nil {
-		return
-	}
+	return es.rc.Flush()
+}
+
+// live sends the live events of sub, with heartbeats, until the client
+// or the server goes away, or sub is dropped for being too slow to keep up
+// (the client then reconnects and resumes).
+func (es *eventStream) live(ctx context.Context, sub *feedSub) {
 	heartbeat := time.NewTicker(heartbeatEvery)
 	defer heartbeat.Stop()
 	for {
 		select {
 		case <-sub.dropped:
-			// Too slow to keep up: the client reconnects and resumes.
 			return
 		case m := <-sub.ch:
-			if send(m) != nil {
+			if es.send(ctx, m) != nil {
 				return
 			}
 		case <-heartbeat.C:
-			if _, err := fmt.Fprint(w, ": heartbeat\n\n"); err != nil {
+			if _, err := fmt.Fprint(es.w, ": heartbeat\n\n"); err != nil {
 				return
 			}
 		case <-ctx.Done():
 			return
-		case <-s.done:
+		case <-es.s.done:
 			return
 		}
-		if rc.Flush() != nil {
+		if es.rc.Flush() != nil {
 			return
 		}
 	}
+}
+
+// send writes m as an event when it is new to the client, about a request
+// the client may read, and rendered.
+func (es *eventStream) send(ctx context.Context, m streamMsg) error {
+	if !es.pos.advance(m) {
+		return nil // replayed already, or older than where the client is
+	}
+	shown, ok := es.s.forReader(ctx, es.p, m)
+	if !ok {
+		return nil // about a request this client may not read
+	}
+	m.data = shown
+	data, ok := es.render(ctx, m)
+	if !ok {
+		return nil
+	}
+	_, err := fmt.Fprintf(es.w, "event: %s\nid: %s\ndata: %s\n\n", m.kind, es.pos.id(m), data)
+	return err
 }
 
 // resumeAt is where a client that last saw event lastID resumes: where it
