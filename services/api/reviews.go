@@ -96,30 +96,60 @@ func (s *Server) postReviews(w http.ResponseWriter, r *http.Request) {
 	if !s.allow(w, s.reviewRate, p, 1, "reviews and questions") {
 		return
 	}
-	wait, aerr := parseWait(r)
+	in, aerr := s.readReview(w, r, p)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
+	}
+	// The approvals this review creates are reserved until their records
+	// exist, so concurrent reviews cannot pass the quota together.
+	release, ok := s.reservePending(w, p.Subject, in.run.Tenant, s.newApprovals(in.run, in.calls))
+	if !ok {
+		return
+	}
+	var created []string
+	defer func() { release(created...) }()
+	verdicts, created, aerr := s.submitReview(r.Context(), p.Subject, in)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	s.awaitVerdicts(r.Context(), verdicts, in.hashes, in.wait)
+	writeJSON(w, http.StatusOK, s.reviewAnswer(in, verdicts))
+}
+
+// reviewInput is a review request read, checked and scoped to its caller.
+type reviewInput struct {
+	run    contracts.Run
+	calls  []orchestrator.ToolCall
+	hashes []string
+	wait   time.Duration
+	// explain asks for each call's policy explanation.
+	explain bool
+}
+
+// readReview reads a review request's query and body, checks them and
+// scopes the run to p.
+func (s *Server) readReview(w http.ResponseWriter, r *http.Request, p *Principal) (*reviewInput, *Error) {
+	wait, aerr := parseWait(r)
+	if aerr != nil {
+		return nil, aerr
 	}
 	explain, aerr := parseFlag(r, "explain")
 	if aerr != nil {
-		writeError(w, aerr)
-		return
+		return nil, aerr
 	}
 	var req reviewRequest
 	if aerr := decodeBody(w, r, &req, false); aerr != nil {
-		writeError(w, aerr)
-		return
+		return nil, aerr
 	}
 	hashes, aerr := validateReview(&req, s.limits())
 	if aerr != nil {
-		writeError(w, aerr)
-		return
+		return nil, aerr
 	}
 	run := req.Run.contractRun()
 	if aerr := scopeRun(p, &run); aerr != nil {
-		writeError(w, aerr)
-		return
+		return nil, aerr
 	}
 	// requested_by names the person the agent acts for, which only the agent
 	// runtime knows; the calling token authenticates the agent service, not
@@ -128,17 +158,15 @@ func (s *Server) postReviews(w http.ResponseWriter, r *http.Request) {
 	for i, c := range req.ToolCalls {
 		calls[i] = orchestrator.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments, Schema: c.ToolSchema}
 	}
-	// The approvals this review creates are reserved until their records
-	// exist, so concurrent reviews cannot pass the quota together.
-	release, ok := s.reservePending(w, p.Subject, run.Tenant, s.newApprovals(run, calls))
-	if !ok {
-		return
-	}
-	var created []string
-	defer func() { release(created...) }()
+	return &reviewInput{run: run, calls: calls, hashes: hashes, wait: wait, explain: explain}, nil
+}
+
+// submitReview submits the review for submitter; created are the pending
+// approvals it opened, also when it answers an error.
+func (s *Server) submitReview(ctx context.Context, submitter string, in *reviewInput) (verdicts []orchestrator.Verdict, created []string, aerr *Error) {
 	// Publishing is the durable step: it is finished even if the client goes away.
-	sctx, cancel := context.WithTimeout(orchestrator.WithSubmitter(context.WithoutCancel(r.Context()), p.Subject), 30*time.Second)
-	verdicts, err := s.cfg.Gate.Submit(sctx, run, calls)
+	sctx, cancel := context.WithTimeout(orchestrator.WithSubmitter(context.WithoutCancel(ctx), submitter), 30*time.Second)
+	verdicts, err := s.cfg.Gate.Submit(sctx, in.run, in.calls)
 	cancel()
 	for _, v := range verdicts {
 		if v.Verdict == orchestrator.VerdictPending {
@@ -148,16 +176,17 @@ func (s *Server) postReviews(w http.ResponseWriter, r *http.Request) {
 	var oe *orchestrator.Error
 	switch {
 	case errors.As(err, &oe):
-		writeError(w, gateError(oe))
-		return
+		return nil, created, gateError(oe)
 	case errors.Is(err, orchestrator.ErrTooLarge):
-		writeError(w, tooLargeError(err, "tool_calls"))
-		return
+		return nil, created, tooLargeError(err, "tool_calls")
 	case err != nil:
-		writeError(w, s.backendError("submit review", err))
-		return
+		return nil, created, s.backendError("submit review", err)
 	}
-	s.awaitVerdicts(r.Context(), verdicts, hashes, wait)
+	return verdicts, created, nil
+}
+
+// reviewAnswer is the answer to a review whose calls got verdicts.
+func (s *Server) reviewAnswer(in *reviewInput, verdicts []orchestrator.Verdict) reviewAnswer {
 	ans := reviewAnswer{Results: make([]reviewResult, len(verdicts))}
 	for i, v := range verdicts {
 		ans.Results[i] = reviewResult{
@@ -167,14 +196,14 @@ func (s *Server) postReviews(w http.ResponseWriter, r *http.Request) {
 		if c, ok := v.Permit.ReceiptClaims(); ok {
 			ans.Results[i].Receipt = s.signReceipt(c)
 		}
-		if explain {
-			d, steps, err := s.cfg.Gate.Explain(run, calls[i])
+		if in.explain {
+			d, steps, err := s.cfg.Gate.Explain(in.run, in.calls[i])
 			if err == nil {
 				ans.Results[i].Explain = &explanation{Action: d.Action, Rule: d.Rule, Version: d.Version, Error: d.Error, Steps: steps}
 			}
 		}
 	}
-	writeJSON(w, http.StatusOK, ans)
+	return ans
 }
 
 // validateReview refuses a request before anything is published, so a bad
