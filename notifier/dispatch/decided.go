@@ -18,18 +18,11 @@ import (
 // gets the outcome on its own, once the deliveries still in flight had
 // time to finish.
 func (d *Dispatcher) handleDecided(ctx context.Context, msg jetstream.Msg) error {
-	var ev contracts.Decided
-	if err := contracts.Decode(msg.Data(), &ev); err != nil {
-		return events.Poison(fmt.Errorf("decode decided event: %w", err))
-	}
-	if !contracts.ValidEventID(ev.EventID) {
-		return events.Poison(fmt.Errorf("decided event has an invalid event_id %q", ev.EventID))
-	}
-	md, err := msg.Metadata()
+	ev, at, err := decodeDecided(msg)
 	if err != nil {
-		return events.Poison(fmt.Errorf("decided event without metadata: %w", err))
+		return err
 	}
-	waited := d.cfg.Now().Sub(md.Timestamp)
+	waited := d.cfg.Now().Sub(at)
 	rec, err := d.record(ctx, ev.EventID)
 	if err != nil {
 		return err
@@ -52,38 +45,11 @@ func (d *Dispatcher) handleDecided(ctx context.Context, msg jetstream.Msg) error
 	if err != nil {
 		return err
 	}
-	var notes []notifier.Notification
-	shownAt := map[string]bool{}
-	for _, r := range have.shown() {
-		t := notifier.Target{Channel: r.Channel, Address: r.Target, Approver: r.Approver}
-		shownAt[t.Channel+"\x00"+t.Address] = true
-		if !who.target(t) {
-			// Shown once, but they may not read it now (moved to another
-			// tenant, removed): the outcome is not theirs to see.
-			d.m.notifications.WithLabelValues(t.Channel, notifier.KindDecided, "unreadable").Inc()
-			continue
-		}
-		n := notifier.Decided(*rec, t, r.Ref)
-		n.Event = &ev
-		notes = append(notes, n)
-	}
+	notes, shownAt := d.outcomeUpdates(rec, &ev, have, who)
 	// Targets not shown the request: wait while their deliveries may be
 	// in flight, then send the outcome alone (a permanently failed
 	// delivery is not retried with the outcome).
-	targets, _ := d.everyone(who)
-	var unshown []notifier.Target
-	for _, t := range targets {
-		if shownAt[t.Channel+"\x00"+t.Address] {
-			continue
-		}
-		if _, ok := d.channels[t.Channel]; !ok {
-			continue
-		}
-		if failedForGood(have, rec.Request, t) {
-			continue
-		}
-		unshown = append(unshown, t)
-	}
+	unshown := d.unshown(rec, have, who, shownAt)
 	late := waited >= d.cfg.DecidedWait
 	if late {
 		for _, t := range unshown {
@@ -103,6 +69,68 @@ func (d *Dispatcher) handleDecided(ctx context.Context, msg jetstream.Msg) error
 		return 0, nil
 	})
 }
+
+// decodeDecided reads a decided event and when it was stored; an event
+// that cannot be read is poison.
+func decodeDecided(msg jetstream.Msg) (contracts.Decided, time.Time, error) {
+	var ev contracts.Decided
+	if err := contracts.Decode(msg.Data(), &ev); err != nil {
+		return ev, time.Time{}, events.Poison(fmt.Errorf("decode decided event: %w", err))
+	}
+	if !contracts.ValidEventID(ev.EventID) {
+		return ev, time.Time{}, events.Poison(fmt.Errorf("decided event has an invalid event_id %q", ev.EventID))
+	}
+	md, err := msg.Metadata()
+	if err != nil {
+		return ev, time.Time{}, events.Poison(fmt.Errorf("decided event without metadata: %w", err))
+	}
+	return ev, md.Timestamp, nil
+}
+
+// outcomeUpdates are the outcome ev of rec as updates of what each target
+// was shown and may still read; shownAt holds every target shown the
+// request, by targetKey.
+func (d *Dispatcher) outcomeUpdates(rec *contracts.Record, ev *contracts.Decided, have receiptSet, who *readers) (notes []notifier.Notification, shownAt map[string]bool) {
+	shownAt = map[string]bool{}
+	for _, r := range have.shown() {
+		t := notifier.Target{Channel: r.Channel, Address: r.Target, Approver: r.Approver}
+		shownAt[targetKey(t)] = true
+		if !who.target(t) {
+			// Shown once, but they may not read it now (moved to another
+			// tenant, removed): the outcome is not theirs to see.
+			d.m.notifications.WithLabelValues(t.Channel, notifier.KindDecided, "unreadable").Inc()
+			continue
+		}
+		n := notifier.Decided(*rec, t, r.Ref)
+		n.Event = ev
+		notes = append(notes, n)
+	}
+	return notes, shownAt
+}
+
+// unshown are the targets of rec, on a channel of this dispatcher, that
+// were not shown the request and whose delivery of it did not fail for
+// good.
+func (d *Dispatcher) unshown(rec *contracts.Record, have receiptSet, who *readers, shownAt map[string]bool) []notifier.Target {
+	targets, _ := d.everyone(who)
+	var unshown []notifier.Target
+	for _, t := range targets {
+		if shownAt[targetKey(t)] {
+			continue
+		}
+		if _, ok := d.channels[t.Channel]; !ok {
+			continue
+		}
+		if failedForGood(have, rec.Request, t) {
+			continue
+		}
+		unshown = append(unshown, t)
+	}
+	return unshown
+}
+
+// targetKey identifies a target by channel and address.
+func targetKey(t notifier.Target) string { return t.Channel + "\x00" + t.Address }
 
 // failedForGood reports whether showing req to t failed permanently (or
 // was held by the fan-out cap): as a request, a reminder or an escalation.
