@@ -54,6 +54,8 @@ type fileConfig struct {
 	Budgets budgetsConfig `yaml:"budgets"`
 	// Metrics says where /metrics is served and who reads it (metrics.go).
 	Metrics metricsConfig `yaml:"metrics"`
+	// OIDC is sign-in to the inbox through an OpenID Connect provider (oidc.go).
+	OIDC oidcConfig `yaml:"oidc"`
 }
 
 type natsConfig struct {
@@ -110,7 +112,7 @@ func loadConfig(path string) (fileConfig, error) {
 		return cfg, fmt.Errorf("config %s: %w", path, err)
 	}
 	// Relative paths in the file are relative to the file.
-	for _, p := range []*string{&cfg.Policy, &cfg.Directory, &cfg.Receipts.Keys, &cfg.Receipts.PublicKeys, &cfg.Receipts.APIKeys} {
+	for _, p := range []*string{&cfg.Policy, &cfg.Directory, &cfg.Receipts.Keys, &cfg.Receipts.PublicKeys, &cfg.Receipts.APIKeys, &cfg.OIDC.ClientSecretFile} {
 		if *p != "" && !filepath.IsAbs(*p) && !strings.HasPrefix(*p, "./") {
 			*p = filepath.Join(filepath.Dir(path), *p)
 		}
@@ -159,6 +161,7 @@ func (c *serveConfig) validate() error {
 		errs = append(errs, err)
 	}
 	errs = append(errs, c.Metrics.validate()...)
+	errs = append(errs, c.OIDC.validate(c.Directory)...)
 	for i, t := range c.Tokens {
 		if len(t.SHA256) != 64 || t.Subject == "" || len(t.Roles) == 0 {
 			errs = append(errs, fmt.Errorf("config: tokens[%d]: sha256 (64 hex), subject and roles are required", i))

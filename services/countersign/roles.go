@@ -265,7 +265,11 @@ func (n *node) startAPI(ctx context.Context, out *os.File) error {
 	n.closers = append(n.closers, func() { srv.Close() })
 	changed := srv.DirectoryChanged
 	n.dirChanged.Store(&changed)
-	if _, err := inbox.New(ctx, inbox.Config{API: srv, JS: js, Logger: n.log.With("role", "inbox"), Registerer: n.reg}); err != nil {
+	oc, err := cfg.OIDC.inboxOIDC(n.publicURL, n.dir)
+	if err != nil {
+		return err
+	}
+	if _, err := inbox.New(ctx, inbox.Config{API: srv, JS: js, Logger: n.log.With("role", "inbox"), Registerer: n.reg, OIDC: oc}); err != nil {
 		return err
 	}
 	slackH, emailH, err := n.channelHandlers(srv, js)

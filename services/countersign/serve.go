@@ -93,6 +93,10 @@ func cmdServe(args []string, out io.Writer) error {
 	override(&cfg.Policy, *policyPath, "")
 	override(&cfg.Directory, *directoryPath, "COUNTERSIGN_DIRECTORY")
 	override(&cfg.PublicURL, *publicURL, "COUNTERSIGN_PUBLIC_URL")
+	override(&cfg.OIDC.Issuer, "", "COUNTERSIGN_OIDC_ISSUER")
+	override(&cfg.OIDC.ClientID, "", "COUNTERSIGN_OIDC_CLIENT_ID")
+	override(&cfg.OIDC.ClientSecret, "", "COUNTERSIGN_OIDC_CLIENT_SECRET")
+	override(&cfg.OIDC.RedirectURL, "", "COUNTERSIGN_OIDC_REDIRECT_URL")
 	if *roles != "" {
 		cfg.Roles = strings.Split(*roles, ",")
 	}

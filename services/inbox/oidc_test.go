@@ -22,7 +22,9 @@ import (
 
 // liveDirectory is a directory that a test changes while the inbox runs,
 // as serve's watcher does when the file changes.
-type liveDirectory struct{ d atomic.Pointer[directory.Directory] }
+type liveDirectory struct {
+	d atomic.Pointer[directory.Directory]
+}
 
 func (l *liveDirectory) Current() *directory.Directory { return l.d.Load() }
 
