@@ -251,42 +251,13 @@ func (st *stack) startServers() error {
 		n = 3
 	}
 	st.replicas = n
-	st.users = map[embedded.Role]embedded.User{}
-	var users []*server.User
-	for _, u := range embedded.GenerateUsers(embedded.Roles...) {
-		st.users[u.Role] = u
-		users = append(users, &server.User{Username: u.Name, Password: u.Password, Permissions: embedded.Permissions(u.Role)})
+	users := st.generateUsers()
+	routePorts, routes, err := loopbackRoutes(n)
+	if err != nil {
+		return err
 	}
-	routePorts := make([]int, n)
-	for i := range routePorts {
-		p, err := embedded.FreePort()
-		if err != nil {
-			return err
-		}
-		routePorts[i] = p
-	}
-	var routes []*neturl.URL
-	for _, p := range routePorts {
-		routes = append(routes, &neturl.URL{Scheme: "nats-route", Host: "127.0.0.1:" + strconv.Itoa(p)})
-	}
-	var urls []string
 	for i := range n {
-		opts := &server.Options{
-			ServerName: fmt.Sprintf("countersign-bench-%s-%d", st.mode, i+1),
-			Host:       "127.0.0.1",
-			Port:       server.RANDOM_PORT,
-			JetStream:  true,
-			StoreDir:   filepath.Join(st.dir, strconv.Itoa(i+1)),
-			SyncAlways: st.mode != SyncLazy,
-			NoLog:      true,
-			NoSigs:     true,
-			Users:      users,
-		}
-		if n > 1 {
-			opts.Cluster = server.ClusterOpts{Name: "countersign-bench", Host: "127.0.0.1", Port: routePorts[i]}
-			opts.Routes = routes
-		}
-		ns, err := server.NewServer(opts)
+		ns, err := server.NewServer(st.serverOptions(i, users, routePorts, routes))
 		if err != nil {
 			return fmt.Errorf("embedded server: %w", err)
 		}
@@ -296,6 +267,7 @@ func (st *stack) startServers() error {
 	// A bound on start-up, not a measurement: a loaded machine (a test
 	// suite on two cores) can take long to start three servers.
 	const ready = 60 * time.Second
+	var urls []string
 	for _, ns := range st.servers {
 		if !ns.ReadyForConnections(ready) {
 			return fmt.Errorf("embedded server not ready after %s", ready)
@@ -306,6 +278,63 @@ func (st *stack) startServers() error {
 	if n == 1 {
 		return nil
 	}
+	return st.awaitCluster()
+}
+
+// generateUsers makes the servers' NATS users, one per Countersign role
+// with production's grants, and keeps them in st.users.
+func (st *stack) generateUsers() []*server.User {
+	st.users = map[embedded.Role]embedded.User{}
+	var users []*server.User
+	for _, u := range embedded.GenerateUsers(embedded.Roles...) {
+		st.users[u.Role] = u
+		users = append(users, &server.User{Username: u.Name, Password: u.Password, Permissions: embedded.Permissions(u.Role)})
+	}
+	return users
+}
+
+// loopbackRoutes picks a free loopback route port for each of n servers
+// and the route URLs that join them.
+func loopbackRoutes(n int) (ports []int, routes []*neturl.URL, err error) {
+	ports = make([]int, n)
+	for i := range ports {
+		p, err := embedded.FreePort()
+		if err != nil {
+			return nil, nil, err
+		}
+		ports[i] = p
+	}
+	for _, p := range ports {
+		routes = append(routes, &neturl.URL{Scheme: "nats-route", Host: "127.0.0.1:" + strconv.Itoa(p)})
+	}
+	return ports, routes, nil
+}
+
+// serverOptions are the options of server i of the stack: clustered over
+// routes when there is more than one.
+func (st *stack) serverOptions(i int, users []*server.User, routePorts []int, routes []*neturl.URL) *server.Options {
+	opts := &server.Options{
+		ServerName: fmt.Sprintf("countersign-bench-%s-%d", st.mode, i+1),
+		Host:       "127.0.0.1",
+		Port:       server.RANDOM_PORT,
+		JetStream:  true,
+		StoreDir:   filepath.Join(st.dir, strconv.Itoa(i+1)),
+		SyncAlways: st.mode != SyncLazy,
+		NoLog:      true,
+		NoSigs:     true,
+		Users:      users,
+	}
+	if len(routePorts) > 1 {
+		opts.Cluster = server.ClusterOpts{Name: "countersign-bench", Host: "127.0.0.1", Port: routePorts[i]}
+		opts.Routes = routes
+	}
+	return opts
+}
+
+// awaitCluster waits until the cluster's JetStream has formed: one meta
+// leader, and every node current.
+func (st *stack) awaitCluster() error {
+	n := len(st.servers)
 	// The cluster has no event for "JetStream formed"; poll it, bounded.
 	deadline := time.Now().Add(60 * time.Second)
 	for {
