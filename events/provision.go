@@ -191,6 +191,15 @@ func ReceiptUsesBucketConfig(cfg ProvisionConfig) jetstream.KeyValueConfig {
 	return bucketConfig(cfg, contracts.BucketReceiptUses, "Countersign receipt uses (single use across a tool's replicas); written by the API only", 1, contracts.ReceiptUseHorizon)
 }
 
+// PasskeysBucketConfig returns the configuration of the hitl_passkeys
+// bucket: each person's enrolled passkeys (public keys only) and the
+// relying party, written by the API only, read by the arbiter when it
+// counts a step-up approval. Kept until revoked and beyond (a revoked
+// passkey stays listed); the history keeps recent changes for audit.
+func PasskeysBucketConfig(cfg ProvisionConfig) jetstream.KeyValueConfig {
+	return bucketConfig(cfg, contracts.BucketPasskeys, "Countersign passkeys (public keys); written by the API only", 16, 0)
+}
+
 // Provision creates or updates every stream and bucket of the contract. It is
 // idempotent and safe to run from several processes at once.
 func Provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig) error {
@@ -238,6 +247,8 @@ func provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig)
 		{ReceiptsBucketConfig(cfg), replicated, false},
 		// A use is created on the leader (KV Create), which refuses a second.
 		{ReceiptUsesBucketConfig(cfg), replicated, false},
+		// A revoked passkey must stop counting at once on every arbiter.
+		{PasskeysBucketConfig(cfg), replicated, false},
 	} {
 		if _, err := js.CreateOrUpdateKeyValue(ctx, b.cfg); err != nil {
 			return fmt.Errorf("events: provision bucket %s: %w", b.cfg.Bucket, err)

@@ -67,6 +67,7 @@ const (
 	streamGrants      = "KV_" + contracts.BucketGrants
 	streamReceipts    = "KV_" + contracts.BucketReceipts
 	streamReceiptUses = "KV_" + contracts.BucketReceiptUses
+	streamPasskeys    = "KV_" + contracts.BucketPasskeys
 )
 
 // Permissions returns the NATS permissions of role: a fresh value each call.
@@ -76,7 +77,7 @@ const (
 // purge, message delete, snapshot, restore) and deleting consumers of the
 // Countersign streams; every role but admin and arbiter is denied writing
 // approval records, standing grants and receipts, and every role but admin
-// and api writing the policy or the inbox sessions.
+// and api writing the policy, the inbox sessions or the passkeys.
 func Permissions(r Role) *server.Permissions {
 	var g grant
 	switch r {
@@ -86,63 +87,15 @@ func Permissions(r Role) *server.Permissions {
 			Subscribe: &server.SubjectPermission{Allow: []string{">"}},
 		}
 	case RoleArbiter:
-		g.pub(kvWrite(contracts.BucketApprovals))
-		// Standing grants: written by the arbiter alone; issued and
-		// revoked are recorded in the grant's timeline.
-		g.pub(kvWrite(contracts.BucketGrants))
-		g.pub(kvRead(streamGrants)...)
-		g.pub(contracts.SubjectGrantIssuedPrefix+">", contracts.SubjectGrantRevokedPrefix+">")
-		// Receipts of accepted claims: written by the arbiter alone.
-		g.pub(kvWrite(contracts.BucketReceipts))
-		g.pub(kvRead(streamReceipts)...)
-		g.pub(kvRead(streamApprovals)...)
-		g.pub(kvWatch(streamApprovals)...)
-		g.pub(kvRead(streamPolicy)...)
-		g.pub(kvWatch(streamPolicy)...)
-		g.pub(durableConsumer(contracts.StreamRequests)...)
-		g.pub(durableConsumer(contracts.StreamResolutions)...)
-		g.pub(durableConsumer(contracts.StreamTimers)...)
-		g.pub(
-			contracts.SubjectDecidedPrefix+">",
-			contracts.SubjectChangedPrefix+">",
-			contracts.SubjectCreatedPrefix+">",
-			contracts.SubjectDeadLetterPrefix+">",
-			subjectTimerPrefix+">",
-		)
-		// Claim requests: answered once each, on the requester's inbox.
-		g.sub(contracts.SubjectClaimPrefix + ">")
-		g.responses = true
+		g.arbiter()
 	case RoleOrchestrator:
 		g.orchestrator()
 	case RoleResolver:
 		g.resolver()
 	case RoleAPI:
-		g.orchestrator()
-		g.resolver()
-		// The live feed (GET /v1/events, the inbox) follows new requests
-		// and the decided and changed events with ordered consumers.
-		g.pub(orderedConsumer(contracts.StreamRequests)...)
-		g.pub(orderedConsumer(contracts.StreamEvents)...)
-		g.pub(kvWrite(contracts.BucketPolicy))
-		g.pub(kvWrite(contracts.BucketSessions))
-		// Reads of sensitive approvals and audit exports are recorded.
-		g.pub(contracts.SubjectReadPrefix + ">")
-		g.pub(kvRead(streamSessions)...)
-		// Receipt uses (POST /v1/receipts/use): created once with KV
-		// Create, which reads the key when it exists.
-		g.pub(kvWrite(contracts.BucketReceiptUses))
-		g.pub(kvRead(streamReceiptUses)...)
+		g.api()
 	case RoleNotifier:
-		g.pub(kvRead(streamApprovals)...)
-		g.pub(kvWatch(streamApprovals)...)
-		g.pub(durableConsumer(contracts.StreamRequests)...)
-		g.pub(durableConsumer(contracts.StreamEvents)...)
-		// Receipts are read back with message gets from the stream leader.
-		g.pub("$JS.API.STREAM.MSG.GET." + contracts.StreamEvents)
-		g.pub(contracts.SubjectNotifyPrefix+">", contracts.SubjectDeadLetterPrefix+">")
-		// Who may be told of a request is judged by the live directory:
-		// read and watch its one key in hitl_policy, nothing else there.
-		g.pub(keyRead(streamPolicy, contracts.BucketPolicy, contracts.DirectoryKey)...)
+		g.notifier()
 	default:
 		return &server.Permissions{
 			Publish:   &server.SubjectPermission{Deny: []string{">"}},
@@ -159,9 +112,81 @@ func Permissions(r Role) *server.Permissions {
 		g.denyPub(kvWrite(contracts.BucketApprovals), kvWrite(contracts.BucketGrants), kvWrite(contracts.BucketReceipts))
 	}
 	if r != RoleAPI {
-		g.denyPub(kvWrite(contracts.BucketPolicy), kvWrite(contracts.BucketSessions))
+		g.denyPub(kvWrite(contracts.BucketPolicy), kvWrite(contracts.BucketSessions), kvWrite(contracts.BucketPasskeys))
 	}
 	return g.permissions()
+}
+
+// arbiter is the arbiter's grant: the one writer of records, grants and
+// receipts.
+func (g *grant) arbiter() {
+	g.pub(kvWrite(contracts.BucketApprovals))
+	// Standing grants: written by the arbiter alone; issued and
+	// revoked are recorded in the grant's timeline.
+	g.pub(kvWrite(contracts.BucketGrants))
+	g.pub(kvRead(streamGrants)...)
+	g.pub(contracts.SubjectGrantIssuedPrefix+">", contracts.SubjectGrantRevokedPrefix+">")
+	// Receipts of accepted claims: written by the arbiter alone.
+	g.pub(kvWrite(contracts.BucketReceipts))
+	g.pub(kvRead(streamReceipts)...)
+	// A voter's passkeys, read when a step-up approval is counted.
+	g.pub(kvRead(streamPasskeys)...)
+	g.pub(kvRead(streamApprovals)...)
+	g.pub(kvWatch(streamApprovals)...)
+	g.pub(kvRead(streamPolicy)...)
+	g.pub(kvWatch(streamPolicy)...)
+	g.pub(durableConsumer(contracts.StreamRequests)...)
+	g.pub(durableConsumer(contracts.StreamResolutions)...)
+	g.pub(durableConsumer(contracts.StreamTimers)...)
+	g.pub(
+		contracts.SubjectDecidedPrefix+">",
+		contracts.SubjectChangedPrefix+">",
+		contracts.SubjectCreatedPrefix+">",
+		contracts.SubjectDeadLetterPrefix+">",
+		subjectTimerPrefix+">",
+	)
+	// Claim requests: answered once each, on the requester's inbox.
+	g.sub(contracts.SubjectClaimPrefix + ">")
+	g.responses = true
+}
+
+// api is the API's grant: an orchestrator and a resolver that also keeps
+// the policy, the inbox sessions, receipt uses and passkeys.
+func (g *grant) api() {
+	g.orchestrator()
+	g.resolver()
+	// The live feed (GET /v1/events, the inbox) follows new requests
+	// and the decided and changed events with ordered consumers.
+	g.pub(orderedConsumer(contracts.StreamRequests)...)
+	g.pub(orderedConsumer(contracts.StreamEvents)...)
+	g.pub(kvWrite(contracts.BucketPolicy))
+	g.pub(kvWrite(contracts.BucketSessions))
+	// Reads of sensitive approvals and audit exports are recorded.
+	g.pub(contracts.SubjectReadPrefix + ">")
+	g.pub(kvRead(streamSessions)...)
+	// Receipt uses (POST /v1/receipts/use): created once with KV
+	// Create, which reads the key when it exists.
+	g.pub(kvWrite(contracts.BucketReceiptUses))
+	g.pub(kvRead(streamReceiptUses)...)
+	// Passkeys: enrolled and revoked through the inbox, listed for the
+	// approvers document.
+	g.pub(kvWrite(contracts.BucketPasskeys))
+	g.pub(kvRead(streamPasskeys)...)
+	g.pub(kvWatch(streamPasskeys)...)
+}
+
+// notifier is the notifier's grant.
+func (g *grant) notifier() {
+	g.pub(kvRead(streamApprovals)...)
+	g.pub(kvWatch(streamApprovals)...)
+	g.pub(durableConsumer(contracts.StreamRequests)...)
+	g.pub(durableConsumer(contracts.StreamEvents)...)
+	// Receipts are read back with message gets from the stream leader.
+	g.pub("$JS.API.STREAM.MSG.GET." + contracts.StreamEvents)
+	g.pub(contracts.SubjectNotifyPrefix+">", contracts.SubjectDeadLetterPrefix+">")
+	// Who may be told of a request is judged by the live directory:
+	// read and watch its one key in hitl_policy, nothing else there.
+	g.pub(keyRead(streamPolicy, contracts.BucketPolicy, contracts.DirectoryKey)...)
 }
 
 // subjectTimerPrefix is where the arbiter schedules and receives its timers.
