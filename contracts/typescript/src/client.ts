@@ -1,6 +1,6 @@
 import { CountersignError, Codes } from './errors.js';
 import { parseEvents } from './sse.js';
-import { toCall, type AnyToolCall, type Call } from './toolcalls.js';
+import { markGuarded, toCall, type AnyToolCall, type Call } from './toolcalls.js';
 import {
   terminalStatuses,
   type ApprovalState,
@@ -565,6 +565,7 @@ export class Countersign {
   ): (input: any, ...rest: A) => Promise<R | unknown> {
     const name = options.name;
     if (!name) throw new CountersignError(0, Codes.invalidField, 'guard needs the tool name', 'name');
+    markGuarded(this, name, options.toolSchema);
     return async (input: any, ...rest: A) => {
       const run = typeof options.run === 'function' ? options.run(...rest) : options.run ?? {};
       const id = (options.callId ?? findCallId)(...rest);

@@ -19,7 +19,8 @@
  * authority) and routes: a call that may not run gets the reason as its tool
  * result (a ToolMessage) and never reaches the tools node; each call that
  * may run is sent to the tools node alone (`Send` with `lg_tool_call`, as
- * ToolNode takes it). A guarded tool re-attaches to its approval, claims it
+ * ToolNode takes it). A guarded tool (g.guard, or the client's own
+ * Countersign.guard) re-attaches to its approval, claims it
  * right before running and runs with the approved arguments (a human's
  * edit), its receipt on the config it gets (`receiptOf(config)`). A tool
  * left unguarded is claimed by the node and sent with the approved
@@ -32,7 +33,7 @@ import type { RunnableConfig } from '@langchain/core/runnables';
 import { toJsonSchema } from '@langchain/core/utils/json_schema';
 import { blockedMessage, type Countersign } from './client.js';
 import type { ApprovalRecord } from './schema.gen.js';
-import { guarded, schemaObject, type Call } from './toolcalls.js';
+import { guardOf, guarded, schemaObject, type Call } from './toolcalls.js';
 import type { Result, RunInfo } from './types.js';
 
 export { receiptOf } from './toolcalls.js';
@@ -127,9 +128,16 @@ export function gate(cs: Countersign, options: GateOptions = {}): Gate {
     const json = schemaObject(toJsonSchema(schema as Parameters<typeof toJsonSchema>[0]));
     if (json) schemas.set(name, json);
   };
+  // A tool guarded with Countersign.guard (cs.guard, cs.guardFunction)
+  // claims its approval itself, after a review of its own: the node reviews
+  // its calls as the guard does (with the guard's toolSchema, or none), so
+  // that both are the one request.
+  const csGuard = (name: string) => (guardedTools.has(name) ? undefined : guardOf(cs, name));
+  const claimsItself = (name: string) => guardedTools.has(name) || csGuard(name) !== undefined;
   const callOf = (tc: ToolCall): Call => {
     const call: Call = { id: tc.id, name: tc.name, arguments: tc.args as Record<string, unknown> };
-    const schema = schemas.get(tc.name);
+    const guard = csGuard(tc.name);
+    const schema = guard ? guard.toolSchema : schemas.get(tc.name);
     if (schema) call.tool_schema = schema;
     return call;
   };
@@ -166,7 +174,7 @@ export function gate(cs: Countersign, options: GateOptions = {}): Gate {
           const r = results[i]!;
           if (r.verdict !== 'allowed') {
             block(r, tc);
-          } else if (guardedTools.has(tc.name)) {
+          } else if (claimsItself(tc.name)) {
             // The guarded tool re-attaches to its approval with the
             // model's arguments, claims it and runs with the approved ones.
             sends.push(new Send(tools, { ...state, lg_tool_call: tc }));

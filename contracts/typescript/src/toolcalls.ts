@@ -122,6 +122,25 @@ function withReceipt<T>(perCall: T, receipt: string | undefined): T {
   return copy;
 }
 
+/** The tools each client guards with Countersign.guard, by name, and the toolSchema it reviews them with. */
+const guardedTools = new WeakMap<object, Map<string, { toolSchema?: Record<string, unknown> }>>();
+
+/** markGuarded records that cs guards the tool name with Countersign.guard, reviewing with toolSchema. */
+export function markGuarded(cs: object, name: string, toolSchema?: Record<string, unknown>): void {
+  let byName = guardedTools.get(cs);
+  if (!byName) guardedTools.set(cs, (byName = new Map()));
+  byName.set(name, toolSchema ? { toolSchema } : {});
+}
+
+/**
+ * guardOf says how cs reviews the calls of the tool name that it guards
+ * with Countersign.guard (the tool claims its approval itself); undefined
+ * for a tool it does not guard.
+ */
+export function guardOf(cs: object, name: string): { toolSchema?: Record<string, unknown> } | undefined {
+  return guardedTools.get(cs)?.get(name);
+}
+
 /** How an adapter finds what a guarded call needs in its tool function's arguments (after the input). */
 export interface GuardSpec<A extends unknown[], B> {
   name: string;

@@ -234,6 +234,49 @@ describe('LangGraph JS, a tool left unguarded', () => {
   });
 });
 
+describe('LangGraph JS, a tool guarded with Countersign.guard', () => {
+  test('the node leaves the claim to the tool: approved, it runs once with the approved arguments', async () => {
+    const cs = server.agentClient('ts-langgraph-agent');
+    const ran: unknown[] = [];
+    const g = gate(cs, { run: { requested_by: 'carol' } });
+    const send = tool(
+      cs.guardFunction(
+        async (args: { amount: number; recipient: string }) => {
+          ran.push(args);
+          return `sent ${args.amount} to ${args.recipient}`;
+        },
+        { name: 'payments_send', run: (config?: { configurable?: { thread_id?: string } }) => ({ id: config?.configurable?.thread_id, requested_by: 'carol' }) },
+      ),
+      { name: 'payments_send', description: 'Send a payment', schema: z.object({ amount: z.number(), recipient: z.string() }) },
+    );
+    const agent = (state: typeof MessagesAnnotation.State) => {
+      const last = state.messages.at(-1)!;
+      if (HumanMessage.isInstance(last)) {
+        return { messages: [new AIMessage({ id: 'ai-1', content: '', tool_calls: [{ id: 'call_pay', name: 'payments_send', args: payArgs }] })] };
+      }
+      const results = state.messages.filter((m) => ToolMessage.isInstance(m)).map((m) => `${(m as ToolMessage).tool_call_id}: ${m.content}`);
+      return { messages: [new AIMessage({ content: results.join('\n') })] };
+    };
+    const app = new StateGraph(MessagesAnnotation)
+      .addNode('agent', agent)
+      .addNode('approve', g.node({ tools: 'tools', agent: 'agent', schemas: [send] }), { ends: ['tools', 'agent'] })
+      .addNode('tools', new ToolNode([send]))
+      .addEdge(START, 'agent')
+      .addConditionalEdges('agent', (s) => ((s.messages.at(-1) as AIMessage).tool_calls?.length ? 'approve' : END), ['approve', END])
+      .addEdge('tools', 'agent')
+      .compile({ checkpointer: new MemorySaver() });
+    const config = { configurable: { thread_id: runId('lg-cs-guard') } };
+    const wait = await suspended(app as unknown as ReturnType<typeof build>['app'], config);
+    const edited = { amount: 1000, recipient: 'Globex GmbH' };
+    await server.alice().decide(wait.event_id, { decision: 'edit', arguments: edited });
+    const out = await app.invoke(await g.resume(app, config), config);
+    assert.deepEqual(ran, [edited], 'the tool ran once, with the approved arguments');
+    assert.match(String(out.messages.at(-1)!.content), /call_pay: sent 1000 to Globex GmbH/);
+    const { record } = await cs.approval(wait.event_id);
+    assert.ok(record.claim?.claim_id, 'the tool claimed the approval');
+  });
+});
+
 describe('LangGraph JS, the tool\'s schema', () => {
   for (const guardPay of [true, false]) {
     test(`an edit that fails the zod schema is refused and never reaches the ${guardPay ? 'guarded' : 'unguarded'} tool`, async () => {
