@@ -11,6 +11,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/countersign/countersign/services/bench"
 )
@@ -47,87 +48,132 @@ range, and each budget with PASS or MISS. The defaults take about three
 minutes on two cores; figures from a shared machine are noisy.
 `
 
+// cmdBench runs 'countersign bench' (see benchAbout).
 func cmdBench(args []string, out io.Writer) error {
-	fs := newFlagSet("bench", out)
-	syncMode := fs.String("sync", bench.SyncBoth, "JetStream mode: always (fsync every write), lazy, both side by side, cluster (3 nodes in this process, R3, fsync), or all three")
-	duration := fs.Duration("duration", bench.DefaultDuration, "length of each timed measurement")
-	count := fs.Int("count", bench.DefaultCount, "repetitions of every mode, each on a fresh server; figures are medians")
-	concurrency := fs.Int("concurrency", bench.DefaultConcurrency, "concurrent agents in the throughput run")
-	arbiterConcurrency := fs.Int("arbiter-concurrency", 0, "messages each arbiter consume loop handles at once (0: the arbiter's default)")
-	pending := fs.Int("pending", bench.DefaultPending, "concurrent waits in the pending-capacity run (0 skips it); lazy sync unless -sync always")
-	dir := fs.String("dir", "", "parent directory of the stores (a temporary one by default); each store is removed afterwards")
-	jsonOut := fs.Bool("json", false, "print the report as JSON instead of the table")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
-	fleet := fs.String("fleet", "", "measure fleets of these many agent processes instead (comma-separated, e.g. 1,10,100,1000)")
-	fleetDecisions := fs.Int("fleet-decisions", 1000, "decisions at each fleet size, spread over its processes")
-	fleetWaiters := fs.String("fleet-waiters", "keyed,bucket", "waiter kinds measured at each fleet size: keyed, bucket")
-	records := fs.String("records", "", "measure an API replica on stored histories of these many approvals instead (comma-separated, e.g. 10000,1000000; the first is the baseline); -count restarts each")
-	recordsPending := fs.Int("records-pending", 1000, "pending approvals among each history's records")
-	indexRecent := fs.Int("index-recent", 0, "decided approvals the API's index keeps (0: the API's default)")
-	recordsQueries := fs.Int("records-queries", 100, "times each listing is timed per restart")
-	if err := fs.Parse(args); err != nil {
+	f, err := parseBenchFlags(args, out)
+	if err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("bench: unexpected arguments %q", fs.Args())
-	}
-	if *count < 1 || *duration <= 0 || *concurrency < 1 {
-		return fmt.Errorf("bench: -count and -concurrency must be at least 1 and -duration positive")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if *records != "" {
-		sizes, err := positiveList("-records", *records)
+	if f.records != "" {
+		return runRecords(ctx, out, f)
+	}
+	if f.fleet != "" {
+		modes, err := fleetModes(f.set, f.syncMode)
 		if err != nil {
 			return err
 		}
-		sync := *syncMode
-		if sync == bench.SyncBoth {
-			sync = bench.SyncLazy // the flag's default; a history is seeded into one store
-		}
-		cfg := bench.RecordsConfig{Dir: *dir, Sizes: sizes, Pending: *recordsPending, Recent: *indexRecent, Sync: sync,
-			Queries: *recordsQueries, Restarts: *count, Out: out}
-		if *cpuProfile != "" {
-			f, err := os.Create(*cpuProfile)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			cfg.Profile = f
-		}
-		if *jsonOut {
-			cfg.Out = io.Discard
-		}
-		reps, err := bench.Records(ctx, cfg)
-		return writeJSONIf(out, *jsonOut, reps, err)
+		return runFleet(ctx, out, f.fleet, f.fleetWaiters, modes, f.fleetDecisions, f.count, f.dir, f.jsonOut)
 	}
-	if *fleet != "" {
-		modes, err := fleetModes(fs.FlagSet, *syncMode)
+	return runBench(ctx, out, f)
+}
+
+// benchFlags are the flags of 'countersign bench'.
+type benchFlags struct {
+	// set is the parsed flag set, to tell which flags were given.
+	set *flag.FlagSet
+
+	syncMode           string
+	duration           time.Duration
+	count              int
+	concurrency        int
+	arbiterConcurrency int
+	pending            int
+	dir                string
+	jsonOut            bool
+	cpuProfile         string
+	fleet              string
+	fleetDecisions     int
+	fleetWaiters       string
+	records            string
+	recordsPending     int
+	indexRecent        int
+	recordsQueries     int
+}
+
+// parseBenchFlags parses and checks the arguments of 'countersign bench'.
+func parseBenchFlags(args []string, out io.Writer) (*benchFlags, error) {
+	fs := newFlagSet("bench", out)
+	f := &benchFlags{set: fs.FlagSet}
+	fs.StringVar(&f.syncMode, "sync", bench.SyncBoth, "JetStream mode: always (fsync every write), lazy, both side by side, cluster (3 nodes in this process, R3, fsync), or all three")
+	fs.DurationVar(&f.duration, "duration", bench.DefaultDuration, "length of each timed measurement")
+	fs.IntVar(&f.count, "count", bench.DefaultCount, "repetitions of every mode, each on a fresh server; figures are medians")
+	fs.IntVar(&f.concurrency, "concurrency", bench.DefaultConcurrency, "concurrent agents in the throughput run")
+	fs.IntVar(&f.arbiterConcurrency, "arbiter-concurrency", 0, "messages each arbiter consume loop handles at once (0: the arbiter's default)")
+	fs.IntVar(&f.pending, "pending", bench.DefaultPending, "concurrent waits in the pending-capacity run (0 skips it); lazy sync unless -sync always")
+	fs.StringVar(&f.dir, "dir", "", "parent directory of the stores (a temporary one by default); each store is removed afterwards")
+	fs.BoolVar(&f.jsonOut, "json", false, "print the report as JSON instead of the table")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	fs.StringVar(&f.fleet, "fleet", "", "measure fleets of these many agent processes instead (comma-separated, e.g. 1,10,100,1000)")
+	fs.IntVar(&f.fleetDecisions, "fleet-decisions", 1000, "decisions at each fleet size, spread over its processes")
+	fs.StringVar(&f.fleetWaiters, "fleet-waiters", "keyed,bucket", "waiter kinds measured at each fleet size: keyed, bucket")
+	fs.StringVar(&f.records, "records", "", "measure an API replica on stored histories of these many approvals instead (comma-separated, e.g. 10000,1000000; the first is the baseline); -count restarts each")
+	fs.IntVar(&f.recordsPending, "records-pending", 1000, "pending approvals among each history's records")
+	fs.IntVar(&f.indexRecent, "index-recent", 0, "decided approvals the API's index keeps (0: the API's default)")
+	fs.IntVar(&f.recordsQueries, "records-queries", 100, "times each listing is timed per restart")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("bench: unexpected arguments %q", fs.Args())
+	}
+	if f.count < 1 || f.duration <= 0 || f.concurrency < 1 {
+		return nil, fmt.Errorf("bench: -count and -concurrency must be at least 1 and -duration positive")
+	}
+	return f, nil
+}
+
+// runRecords is bench -records: an API replica on stored histories.
+func runRecords(ctx context.Context, out io.Writer, f *benchFlags) error {
+	sizes, err := positiveList("-records", f.records)
+	if err != nil {
+		return err
+	}
+	sync := f.syncMode
+	if sync == bench.SyncBoth {
+		sync = bench.SyncLazy // the flag's default; a history is seeded into one store
+	}
+	cfg := bench.RecordsConfig{Dir: f.dir, Sizes: sizes, Pending: f.recordsPending, Recent: f.indexRecent, Sync: sync,
+		Queries: f.recordsQueries, Restarts: f.count, Out: out}
+	if f.cpuProfile != "" {
+		file, err := os.Create(f.cpuProfile)
 		if err != nil {
 			return err
 		}
-		return runFleet(ctx, out, *fleet, *fleetWaiters, modes, *fleetDecisions, *count, *dir, *jsonOut)
+		defer file.Close()
+		cfg.Profile = file
 	}
-	cfg := bench.Config{
-		Dir: *dir, Sync: *syncMode, Duration: *duration, Count: *count, Concurrency: *concurrency,
-		ArbiterConcurrency: *arbiterConcurrency, Pending: *pending, Out: out,
-	}
-	if *jsonOut {
+	if f.jsonOut {
 		cfg.Out = io.Discard
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
+	reps, err := bench.Records(ctx, cfg)
+	return writeJSONIf(out, f.jsonOut, reps, err)
+}
+
+// runBench is bench without -records or -fleet: the budgets of every sync
+// mode, under a CPU profile when asked.
+func runBench(ctx context.Context, out io.Writer, f *benchFlags) error {
+	cfg := bench.Config{
+		Dir: f.dir, Sync: f.syncMode, Duration: f.duration, Count: f.count, Concurrency: f.concurrency,
+		ArbiterConcurrency: f.arbiterConcurrency, Pending: f.pending, Out: out,
+	}
+	if f.jsonOut {
+		cfg.Out = io.Discard
+	}
+	if f.cpuProfile != "" {
+		file, err := os.Create(f.cpuProfile)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
+		defer file.Close()
+		if err := pprof.StartCPUProfile(file); err != nil {
 			return err
 		}
 		defer pprof.StopCPUProfile()
 	}
 	rep, err := bench.Run(ctx, cfg)
-	if *jsonOut && rep != nil {
+	if f.jsonOut && rep != nil {
 		if werr := rep.WriteJSON(out); werr != nil && err == nil {
 			err = werr
 		}
