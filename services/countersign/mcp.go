@@ -51,28 +51,10 @@ type listFlag []string
 func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
+// cmdMCP runs `countersign mcp` (see mcpAbout).
 func cmdMCP(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("mcp", stdout)
-	conn := clientFlags(fs.FlagSet)
-	name := fs.String("name", "", "stdio: the server's name; its tools are reviewed as NAME.TOOL")
-	listen := fs.String("listen", "", "HTTP: serve Streamable HTTP on this address (e.g. 127.0.0.1:8090)")
-	var upstreams, labels listFlag
-	fs.Var(&upstreams, "upstream", "HTTP: NAME=URL of an upstream Streamable HTTP server (repeatable)")
-	callersFile := fs.String("callers", "", "HTTP: YAML file of callers: [{id, sha256}] ('countersign token new' prints hashes)")
-	agent := fs.String("agent", mcpgateway.DefaultAgent, "agent name of the reviews")
-	runID := fs.String("run-id", "", "stdio: run identity, stable across restarts (default mcp:USER@HOST:NAME)")
-	requestedBy := fs.String("requested-by", os.Getenv("COUNTERSIGN_REQUESTED_BY"), "stdio: the person the calls are made for (default $COUNTERSIGN_REQUESTED_BY)")
-	tenant := fs.String("tenant", "", "the runs' tenant")
-	fs.Var(&labels, "label", "KEY=VALUE run label for the policy (repeatable)")
-	maxWait := fs.Duration("max-wait", mcpgateway.DefaultMaxWait, "how long a call waits for a human before answering that it awaits approval")
-	inputWait := fs.Duration("input-wait", mcpgateway.DefaultInputWait, "how long an upstream's question sent to the client (elicitation by round trip) waits for its answer before it is cancelled")
-	progress := fs.Duration("progress-every", mcpgateway.DefaultProgressEvery, "interval of progress notifications while a call waits")
-	maxArgs := fs.Int("max-arguments", mcpgateway.DefaultMaxArguments, "largest arguments of a call, in bytes")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error (logs go to stderr)")
-	receipts := fs.Bool("receipts", false, "the upstream (every upstream) wants receipts: each call carries its receipt in _meta[\"countersign/receipt\"]; calls without one are refused")
-	var receiptsFor listFlag
-	fs.Var(&receiptsFor, "receipts-for", "HTTP: NAME of an upstream that wants receipts, as --receipts for that one (repeatable)")
-	if err := fs.Parse(args); err != nil {
+	f, err := parseMCPFlags(args, stdout)
+	if err != nil {
 		return err
 	}
 	if os.Getenv("GOGC") == "" {
@@ -83,54 +65,103 @@ func cmdMCP(args []string, stdout, stderr io.Writer) error {
 		debug.SetGCPercent(mcpGCPercent)
 	}
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
 		return fmt.Errorf("mcp: --log-level: %w", err)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	lbl := map[string]string{}
-	for _, kv := range labels {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return fmt.Errorf("mcp: --label %q: want KEY=VALUE", kv)
-		}
-		lbl[k] = v
-	}
-	c, err := conn()
+	base, url, err := f.gatewayConfig(log)
 	if err != nil {
-		return fmt.Errorf("mcp: %w", err)
+		return err
 	}
-	cs, err := csclient.New(csclient.Config{URL: c.url, Token: c.token})
-	if err != nil {
-		return fmt.Errorf("mcp: %w", err)
-	}
-	base := mcpgateway.Config{Countersign: cs, Agent: *agent, RequestedBy: *requestedBy, Tenant: *tenant, Labels: lbl,
-		MaxWait: *maxWait, InputWait: *inputWait, ProgressEvery: *progress, MaxArguments: *maxArgs, Logger: log}
-	// A client that cancels a call (notifications/cancelled) cancels the
-	// approval it opened, as the agent that submitted it.
-	base.Cancel = cs.Cancel
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	command := fs.Args()
 	switch {
-	case *listen == "" && len(command) == 0:
+	case f.http.listen == "" && len(f.command) == 0:
 		return errors.New("mcp: give the server to wrap after --, or --listen with --upstream (see 'countersign mcp --help')")
-	case *listen != "" && len(command) > 0:
+	case f.http.listen != "" && len(f.command) > 0:
 		return errors.New("mcp: either a command to wrap (stdio) or --listen (HTTP), not both")
-	case *listen == "":
-		if *name == "" {
+	case f.http.listen == "":
+		if f.name == "" {
 			return errors.New("mcp: --name is required: tools are reviewed as NAME.TOOL")
 		}
-		if len(receiptsFor) > 0 {
+		if len(f.http.receiptsFor) > 0 {
 			return errors.New("mcp: --receipts-for names HTTP upstreams; on stdio use --receipts")
 		}
 		cfg := base
-		cfg.Name, cfg.Receipts = *name, *receipts
-		cfg.RunID = firstNonEmpty(*runID, defaultRunID(*name))
-		return mcpStdio(ctx, cfg, command, stderr, log, c.url)
+		cfg.Name, cfg.Receipts = f.name, f.http.receipts
+		cfg.RunID = firstNonEmpty(f.runID, defaultRunID(f.name))
+		return mcpStdio(ctx, cfg, f.command, stderr, log, url)
 	}
-	return mcpListen(ctx, base, mcpListenFlags{listen: *listen, upstreams: upstreams, callersFile: *callersFile,
-		receipts: *receipts, receiptsFor: receiptsFor}, stdout, log)
+	return mcpListen(ctx, base, f.http, stdout, log)
+}
+
+// mcpFlags are the flags and arguments of `countersign mcp`.
+type mcpFlags struct {
+	conn                            func() (*client, error)
+	name, agent, runID, requestedBy string
+	tenant, logLevel                string
+	labels                          listFlag
+	maxWait, inputWait, progress    time.Duration
+	maxArgs                         int
+	// http are the flags of --listen; its receipts applies on stdio too.
+	http mcpListenFlags
+	// command is the server to wrap on stdio, given after the flags.
+	command []string
+}
+
+// parseMCPFlags parses the arguments of `countersign mcp`.
+func parseMCPFlags(args []string, stdout io.Writer) (*mcpFlags, error) {
+	fs := newFlagSet("mcp", stdout)
+	f := &mcpFlags{conn: clientFlags(fs.FlagSet)}
+	fs.StringVar(&f.name, "name", "", "stdio: the server's name; its tools are reviewed as NAME.TOOL")
+	fs.StringVar(&f.http.listen, "listen", "", "HTTP: serve Streamable HTTP on this address (e.g. 127.0.0.1:8090)")
+	fs.Var(&f.http.upstreams, "upstream", "HTTP: NAME=URL of an upstream Streamable HTTP server (repeatable)")
+	fs.StringVar(&f.http.callersFile, "callers", "", "HTTP: YAML file of callers: [{id, sha256}] ('countersign token new' prints hashes)")
+	fs.StringVar(&f.agent, "agent", mcpgateway.DefaultAgent, "agent name of the reviews")
+	fs.StringVar(&f.runID, "run-id", "", "stdio: run identity, stable across restarts (default mcp:USER@HOST:NAME)")
+	fs.StringVar(&f.requestedBy, "requested-by", os.Getenv("COUNTERSIGN_REQUESTED_BY"), "stdio: the person the calls are made for (default $COUNTERSIGN_REQUESTED_BY)")
+	fs.StringVar(&f.tenant, "tenant", "", "the runs' tenant")
+	fs.Var(&f.labels, "label", "KEY=VALUE run label for the policy (repeatable)")
+	fs.DurationVar(&f.maxWait, "max-wait", mcpgateway.DefaultMaxWait, "how long a call waits for a human before answering that it awaits approval")
+	fs.DurationVar(&f.inputWait, "input-wait", mcpgateway.DefaultInputWait, "how long an upstream's question sent to the client (elicitation by round trip) waits for its answer before it is cancelled")
+	fs.DurationVar(&f.progress, "progress-every", mcpgateway.DefaultProgressEvery, "interval of progress notifications while a call waits")
+	fs.IntVar(&f.maxArgs, "max-arguments", mcpgateway.DefaultMaxArguments, "largest arguments of a call, in bytes")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error (logs go to stderr)")
+	fs.BoolVar(&f.http.receipts, "receipts", false, "the upstream (every upstream) wants receipts: each call carries its receipt in _meta[\"countersign/receipt\"]; calls without one are refused")
+	fs.Var(&f.http.receiptsFor, "receipts-for", "HTTP: NAME of an upstream that wants receipts, as --receipts for that one (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	f.command = fs.Args()
+	return f, nil
+}
+
+// gatewayConfig is the configuration every gateway of f starts from, and
+// the URL of the Countersign API it reviews calls with.
+func (f *mcpFlags) gatewayConfig(log *slog.Logger) (mcpgateway.Config, string, error) {
+	lbl := map[string]string{}
+	for _, kv := range f.labels {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return mcpgateway.Config{}, "", fmt.Errorf("mcp: --label %q: want KEY=VALUE", kv)
+		}
+		lbl[k] = v
+	}
+	c, err := f.conn()
+	if err != nil {
+		return mcpgateway.Config{}, "", fmt.Errorf("mcp: %w", err)
+	}
+	cs, err := csclient.New(csclient.Config{URL: c.url, Token: c.token})
+	if err != nil {
+		return mcpgateway.Config{}, "", fmt.Errorf("mcp: %w", err)
+	}
+	base := mcpgateway.Config{Countersign: cs, Agent: f.agent, RequestedBy: f.requestedBy, Tenant: f.tenant, Labels: lbl,
+		MaxWait: f.maxWait, InputWait: f.inputWait, ProgressEvery: f.progress, MaxArguments: f.maxArgs, Logger: log}
+	// A client that cancels a call (notifications/cancelled) cancels the
+	// approval it opened, as the agent that submitted it.
+	base.Cancel = cs.Cancel
+	return base, c.url, nil
 }
 
 // mcpStdio runs the gateway of cfg on stdio, in front of the server that
