@@ -7,6 +7,11 @@
  */
 import { compactVerify, createLocalJWKSet, createRemoteJWKSet, decodeProtectedHeader, errors as joseErrors } from 'jose';
 import type { JSONWebKeySet, JWSHeaderParameters, FlattenedJWSInput } from 'jose';
+import { checkDuplicates, parseStrict } from './strict-json.js';
+import { CLOCK_SKEW_SECONDS, constantTimeEqual, effectiveSha256, statementTime, verifyAssertion } from './passkey.js';
+import type { JWK, PasskeyAssertion } from './passkey.js';
+
+export type { JWK, PasskeyAssertion, PasskeyParty, Statement } from './passkey.js';
 
 export const RECEIPT_TYPE = 'countersign-receipt+jwt';
 export const RECEIPT_HEADER = 'countersign-receipt';
@@ -24,6 +29,8 @@ export const ReceiptCodes = {
   wrongTool: 'receipt_wrong_tool',
   basisNotAccepted: 'receipt_basis_not_accepted',
   argumentsDiffer: 'receipt_arguments_differ',
+  signaturesMissing: 'receipt_signatures_missing',
+  signatureInvalid: 'receipt_signature_invalid',
   replayed: 'receipt_replayed',
   unavailable: 'receipt_unavailable',
 } as const;
@@ -32,6 +39,7 @@ export type ReceiptCode = (typeof ReceiptCodes)[keyof typeof ReceiptCodes];
 const statusOf: Record<ReceiptCode, number> = {
   receipt_missing: 401, receipt_malformed: 401, receipt_unknown_key: 401, receipt_bad_signature: 401,
   receipt_wrong_issuer: 401, receipt_expired: 401, receipt_wrong_tool: 403, receipt_basis_not_accepted: 403, receipt_arguments_differ: 403,
+  receipt_signatures_missing: 403, receipt_signature_invalid: 403,
   receipt_replayed: 409, receipt_unavailable: 503,
 };
 
@@ -65,6 +73,10 @@ export interface ReceiptClaims {
   grant?: string;
   rule?: string;
   policy_version?: string;
+  /** The rule's step_up ("passkey"): every approval that decided was signed by the approver's own passkey. */
+  step_up?: string;
+  /** The approvers' WebAuthn assertions over their approval statements (see VerifyReceiptOptions.humans). */
+  signatures?: PasskeyAssertion[];
 }
 
 /** Finds the key a receipt's header names (jose's key-resolving function). */
@@ -193,6 +205,13 @@ export interface VerifyReceiptOptions {
    * calls under a standing grant.
    */
   bases?: ReceiptClaims['basis'][];
+  /**
+   * Requires the approvers' own passkey signatures: a tool that runs only
+   * what named people signed, which neither a compromised agent runtime nor
+   * the server's key alone can mint (receipt_signatures_missing,
+   * receipt_signature_invalid).
+   */
+  humans?: Humans;
 }
 
 /** RFC 8785 canonical JSON of a parsed JSON value. */
@@ -237,6 +256,7 @@ export async function verifyReceipt(receipt: string | undefined | null, tool: st
     throw new ReceiptError(ReceiptCodes.argumentsDiffer, `the arguments are not valid JSON: ${(e as Error).message}`);
   }
   if (sha !== claims.args_sha256) throw new ReceiptError(ReceiptCodes.argumentsDiffer, `the arguments' SHA-256 is ${sha}, the receipt allows ${claims.args_sha256}`);
+  if (options.humans) await checkHumans(claims, options.humans, options.leewaySeconds ?? 0);
   await (options.replay ?? defaultReplayStore).use(claims.jti, claims.exp + (options.leewaySeconds ?? 0));
   return claims;
 }
@@ -301,6 +321,20 @@ function checkClaims(c: ReceiptClaims): void {
   if (c.exp <= c.iat) throw new ReceiptError(ReceiptCodes.malformed, 'exp must be after iat');
   if (!['approval', 'grant', 'policy'].includes(c.basis)) throw new ReceiptError(ReceiptCodes.malformed, `basis ${JSON.stringify(c.basis)} is not approval, grant or policy`);
   if (!/^[0-9a-f]{64}$/.test(c.args_sha256)) throw new ReceiptError(ReceiptCodes.malformed, 'args_sha256 must be 64 lowercase hex digits');
+  if (rec.quorum != null) {
+    const q = rec.quorum as Record<string, unknown>;
+    if (typeof q !== 'object' || Array.isArray(q) || !['required', 'approvals'].every((n) => q[n] == null || Number.isInteger(q[n]))) {
+      throw new ReceiptError(ReceiptCodes.malformed, 'quorum must be an object of integers required and approvals');
+    }
+  }
+  if (rec.step_up != null && rec.step_up !== '' && rec.step_up !== 'passkey') throw new ReceiptError(ReceiptCodes.malformed, `step_up ${JSON.stringify(rec.step_up)} is not passkey`);
+  if (rec.signatures != null) {
+    const sigs = rec.signatures;
+    const fields = ['statement', 'credential_id', 'authenticator_data', 'client_data_json', 'signature'];
+    const wellFormed = (a: unknown) => a === null || (typeof a === 'object' && !Array.isArray(a) && fields.every((f) => (a as Record<string, unknown>)[f] == null || typeof (a as Record<string, unknown>)[f] === 'string'));
+    if (!Array.isArray(sigs) || !sigs.every(wellFormed)) throw new ReceiptError(ReceiptCodes.malformed, 'signatures must be a list of passkey assertions');
+    if (sigs.length > 0 && c.basis !== 'approval') throw new ReceiptError(ReceiptCodes.malformed, `signatures on a ${c.basis} receipt: only humans' approvals are signed`);
+  }
 }
 
 function b64text(s: string): string {
@@ -309,58 +343,246 @@ function b64text(s: string): string {
   return new TextDecoder().decode(Uint8Array.from(b, (ch) => ch.charCodeAt(0)));
 }
 
-/** JSON.parse that refuses duplicate object keys: two readers must never see different claims. */
-function parseStrict(text: string): unknown {
-  checkDuplicates(text);
-  return JSON.parse(text);
+/** The typ header of the approvers document: refused as a receipt, as a receipt is refused as it. */
+export const APPROVERS_TYPE = 'countersign-approvers+jwt';
+
+/** One person's passkey in the approvers document. */
+export interface ApproverKey {
+  person: string;
+  credential_id: string;
+  public_key: JWK;
+  created_at: string;
+  /** Set when the passkey was revoked: its signatures no longer count. */
+  revoked_at?: string | null;
 }
 
-/** 2^53−1 as decimal digits: the largest integer a double holds exactly. */
-const MAX_SAFE_DIGITS = String(Number.MAX_SAFE_INTEGER);
+/**
+ * The approvers document (`/.well-known/countersign-approvers`): every
+ * enrolled passkey, revoked ones included, and the relying party they are
+ * bound to, signed with a receipt key.
+ */
+export interface Approvers {
+  iss: string;
+  iat: number;
+  exp: number;
+  rp_id: string;
+  origins: string[];
+  approvers: ApproverKey[];
+}
 
-function checkDuplicates(text: string): void {
-  // A scan of the JSON text: a stack of key sets, one per open object. It
-  // also refuses an integer beyond ±(2^53−1), as the server does: JSON.parse
-  // would round it to the double that was hashed, while a handler that reads
-  // the text exactly would run another number.
-  const stack: (Set<string> | null)[] = [];
-  let expectKey = false;
-  for (let i = 0; i < text.length; i++) {
-    const ch = text.charAt(i);
-    if (ch === '-' || (ch >= '0' && ch <= '9')) {
-      let j = i;
-      while (j < text.length && /[0-9+\-.eE]/.test(text.charAt(j))) j++;
-      const tok = text.slice(i, j);
-      if (!/[.eE]/.test(tok)) {
-        const digits = tok.replace(/^-?0*/, '');
-        if (digits.length > MAX_SAFE_DIGITS.length || (digits.length === MAX_SAFE_DIGITS.length && digits > MAX_SAFE_DIGITS)) {
-          throw new Error(`the integer ${tok} is beyond ±(2^53−1); a double would round it`);
-        }
-      }
-      i = j - 1;
-    } else if (ch === '"') {
-      let j = i + 1;
-      while (j < text.length && text[j] !== '"') j += text[j] === '\\' ? 2 : 1;
-      const raw = text.slice(i, j + 1);
-      const top = stack[stack.length - 1];
-      if (expectKey && top) {
-        const key = JSON.parse(raw) as string;
-        if (top.has(key)) throw new Error(`duplicate key ${raw}`);
-        top.add(key);
-      }
-      expectKey = false;
-      i = j;
-    } else if (ch === '{') {
-      stack.push(new Set());
-      expectKey = true;
-    } else if (ch === '[') {
-      stack.push(null);
-    } else if (ch === '}' || ch === ']') {
-      stack.pop();
-    } else if (ch === ',') {
-      expectKey = stack[stack.length - 1] != null;
+/** Gives the approvers document to check signatures against (an ApproversFetcher). */
+export interface ApproversSource {
+  approvers(): Promise<Approvers>;
+}
+
+/**
+ * What VerifyReceiptOptions.humans requires: at least `min` distinct people
+ * (and at least the quorum the receipt says the rule required) each
+ * signed, with a passkey listed and not revoked in `approvers`, the
+ * approval statement of exactly this call: this event and tool, the
+ * arguments about to run, the decision approve or edit. A receipt without
+ * them (a policy or grant receipt, or one the server's key signed alone) is
+ * refused with receipt_signatures_missing, and one with any signature that
+ * does not hold with receipt_signature_invalid.
+ */
+export interface Humans {
+  /** How many distinct people must have signed (at least 1). */
+  min: number;
+  /**
+   * The published passkeys: an ApproversFetcher, or a document parsed once
+   * with parseApprovers and pinned (against a compromised server, which
+   * could publish a key of its own).
+   */
+  approvers: Approvers | ApproversSource;
+  /** When set, the only person ids whose signatures count. */
+  people?: string[];
+  /** How long before the receipt was issued a statement may have been signed, seconds (default 24 hours). */
+  maxAgeSeconds?: number;
+}
+
+const RFC3339 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/;
+
+/**
+ * Checks an approvers document's signature with `keys` (the receipt keys),
+ * its type, its issuer (default "countersign") and that it is current at
+ * `now`, and returns it. Throws a ReceiptError: receipt_malformed,
+ * receipt_unknown_key, receipt_bad_signature, receipt_wrong_issuer or
+ * receipt_expired.
+ */
+export async function parseApprovers(token: string, keys: KeySource, options?: { issuer?: string; now?: number | Date }): Promise<Approvers> {
+  const jws = token.trim();
+  const parts = jws.split('.');
+  if (parts.length !== 3) throw new ReceiptError(ReceiptCodes.malformed, 'approvers document: not a compact JWS');
+  let header: JWSHeaderParameters;
+  try {
+    checkDuplicates(b64text(parts[0]!), false);
+    header = decodeProtectedHeader(jws) as JWSHeaderParameters;
+  } catch (e) {
+    throw new ReceiptError(ReceiptCodes.malformed, `approvers header: ${(e as Error).message}`);
+  }
+  if (header.alg !== 'EdDSA' || header.typ !== APPROVERS_TYPE || typeof header.kid !== 'string' || !header.kid || header.crit !== undefined) {
+    throw new ReceiptError(ReceiptCodes.malformed, `approvers document: header alg ${JSON.stringify(header.alg)} typ ${JSON.stringify(header.typ)}, want EdDSA ${APPROVERS_TYPE} with a kid`);
+  }
+  let payload: Uint8Array;
+  try {
+    ({ payload } = await compactVerify(jws, keys, { algorithms: ['EdDSA', 'Ed25519'] }));
+  } catch (e) {
+    throw mapJoseError(e, header.kid);
+  }
+  let d: Approvers;
+  try {
+    d = parseStrict(new TextDecoder().decode(payload), { safeIntegers: false }) as Approvers;
+  } catch (e) {
+    throw new ReceiptError(ReceiptCodes.malformed, `approvers payload: ${(e as Error).message}`);
+  }
+  checkApprovers(d);
+  const issuer = options?.issuer || DEFAULT_ISSUER;
+  if (d.iss !== issuer) throw new ReceiptError(ReceiptCodes.wrongIssuer, `approvers document of issuer ${JSON.stringify(d.iss)}, want ${JSON.stringify(issuer)}`);
+  if (nowSeconds(options?.now) >= d.exp) throw new ReceiptError(ReceiptCodes.expired, `the approvers document expired at ${new Date(d.exp * 1000).toISOString()}`);
+  if (!d.rp_id || d.origins.length === 0) throw new ReceiptError(ReceiptCodes.malformed, 'approvers document: rp_id and origins are required');
+  return d;
+}
+
+function checkApprovers(d: Approvers): void {
+  const bad = (what: string) => new ReceiptError(ReceiptCodes.malformed, `approvers document: ${what}`);
+  if (typeof d !== 'object' || d === null || Array.isArray(d)) throw bad('the payload is not a JSON object');
+  const str = (v: unknown) => v == null || typeof v === 'string';
+  if (!str(d.iss) || !str(d.rp_id)) throw bad('iss and rp_id must be strings');
+  if (!Number.isInteger(d.iat ?? 0) || !Number.isInteger(d.exp ?? 0)) throw bad('iat and exp must be integers');
+  d.iss ??= '';
+  d.rp_id ??= '';
+  d.iat ??= 0;
+  d.exp ??= 0;
+  d.origins ??= [];
+  d.approvers ??= [];
+  if (!Array.isArray(d.origins) || !d.origins.every((o) => typeof o === 'string')) throw bad('origins must be a list of strings');
+  if (!Array.isArray(d.approvers)) throw bad('approvers must be a list');
+  for (const k of d.approvers) {
+    if (typeof k !== 'object' || k === null || Array.isArray(k)) throw bad('approvers must be a list of objects');
+    const pk = k.public_key as unknown as Record<string, unknown> | null;
+    if (!str(k.person) || !str(k.credential_id) || (pk != null && (typeof pk !== 'object' || Array.isArray(pk) || !['kty', 'crv', 'alg', 'x', 'y'].every((f) => str(pk[f]))))) {
+      throw bad('an approver is not {person, credential_id, public_key}');
+    }
+    if ((k.created_at != null && !RFC3339.test(String(k.created_at))) || (k.revoked_at != null && !RFC3339.test(String(k.revoked_at)))) {
+      throw bad('created_at and revoked_at must be RFC 3339 times');
     }
   }
+}
+
+function nowSeconds(now: number | Date | undefined): number {
+  return now === undefined ? Date.now() / 1000 : now instanceof Date ? now.getTime() / 1000 : now;
+}
+
+/** Options of ApproversFetcher. */
+export interface ApproversFetcherOptions {
+  /** The document's URL, e.g. https://countersign.example.com/.well-known/countersign-approvers. */
+  url: string | URL;
+  /** The keys that verify it: the receipt keys (remoteKeys or localKeys). */
+  keys: KeySource;
+  /** The iss the document must carry (default "countersign"). */
+  issuer?: string;
+  /** How long a fetched document is used, seconds (default 60): a revoked passkey stops passing at most this long after its revocation. */
+  ttlSeconds?: number;
+  /** How long to wait for the document, milliseconds (default 10 000). */
+  timeoutMs?: number;
+  /** The fetch to send requests with (default: the platform's). */
+  fetch?: typeof fetch;
+  /** The clock, unix seconds (default now). */
+  now?: () => number;
+}
+
+const MAX_APPROVERS_BYTES = 4 << 20;
+
+/**
+ * Fetches the approvers document over HTTP, verifies it (parseApprovers)
+ * and caches it for ttlSeconds. It fails closed: a document that cannot be
+ * fetched (receipt_unavailable) or does not verify is an error, and a
+ * cached copy is not used past its TTL or its exp.
+ */
+export class ApproversFetcher implements ApproversSource {
+  private readonly url: string;
+  private readonly send: typeof fetch;
+  private readonly clock: () => number;
+  private doc: Approvers | undefined;
+  private fetchedAt = 0;
+  private inflight: Promise<Approvers> | undefined;
+
+  constructor(private readonly options: ApproversFetcherOptions) {
+    const url = new URL(options.url);
+    if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new TypeError(`ApproversFetcher: url ${url.href} is not an http(s) URL`);
+    if (!options.keys) throw new TypeError('ApproversFetcher: keys are required');
+    this.url = url.href;
+    this.send = options.fetch ?? globalThis.fetch.bind(globalThis);
+    this.clock = options.now ?? (() => Date.now() / 1000);
+  }
+
+  async approvers(): Promise<Approvers> {
+    const now = this.clock();
+    if (this.doc && now - this.fetchedAt < (this.options.ttlSeconds ?? 60) && now < this.doc.exp) return this.doc;
+    this.inflight ??= this.fetchDocument(now).finally(() => {
+      this.inflight = undefined;
+    });
+    return this.inflight;
+  }
+
+  private async fetchDocument(now: number): Promise<Approvers> {
+    let text: string;
+    try {
+      const resp = await this.send(this.url, { headers: { Accept: 'application/jwt' }, signal: AbortSignal.timeout(this.options.timeoutMs ?? 10_000) });
+      text = await resp.text();
+      if (resp.status !== 200) throw new Error(`HTTP ${resp.status}`);
+      if (text.length > MAX_APPROVERS_BYTES) throw new Error(`longer than ${MAX_APPROVERS_BYTES} bytes`);
+    } catch (e) {
+      throw new ReceiptError(ReceiptCodes.unavailable, `fetch approvers ${this.url}: ${(e as Error).message}`);
+    }
+    const doc = await parseApprovers(text, this.options.keys, { issuer: this.options.issuer, now });
+    this.doc = doc;
+    this.fetchedAt = now;
+    return doc;
+  }
+}
+
+async function checkHumans(c: ReceiptClaims, h: Humans, leeway: number): Promise<void> {
+  if (!h.approvers) throw new ReceiptError(ReceiptCodes.unavailable, 'humans.approvers is required');
+  const need = Math.max(1, h.min || 0, c.quorum?.required ?? 0);
+  if (c.basis !== 'approval' || c.step_up !== 'passkey' || !c.signatures?.length) {
+    throw new ReceiptError(ReceiptCodes.signaturesMissing, `the tool requires ${need} approver signature(s) and the receipt (basis ${c.basis}) carries none`);
+  }
+  const source = h.approvers;
+  const doc = typeof (source as ApproversSource).approvers === 'function' ? await (source as ApproversSource).approvers() : (source as Approvers);
+  const maxAge = h.maxAgeSeconds || 24 * 3600;
+  const people: string[] = [];
+  for (const [i, a] of c.signatures.entries()) {
+    let person: string;
+    try {
+      person = await checkSignature(a ?? ({} as PasskeyAssertion), c, doc, h, maxAge, leeway);
+    } catch (e) {
+      throw new ReceiptError(ReceiptCodes.signatureInvalid, `signature ${i}: ${(e as Error).message}`);
+    }
+    if (!people.includes(person)) people.push(person);
+  }
+  if (people.length < need) {
+    throw new ReceiptError(ReceiptCodes.signaturesMissing, `${people.length} distinct approver(s) signed (${people.join(', ')}); the tool requires ${need}`);
+  }
+}
+
+/** Checks one assertion of c against doc and returns whose it is. */
+async function checkSignature(a: PasskeyAssertion, c: ReceiptClaims, doc: Approvers, h: Humans, maxAge: number, leeway: number): Promise<string> {
+  const id = new TextEncoder().encode(a.credential_id ?? '');
+  const k = doc.approvers.find((k) => constantTimeEqual(new TextEncoder().encode(k.credential_id ?? ''), id));
+  if (!k) throw new Error('by a passkey the approvers document does not list');
+  if (k.revoked_at != null) throw new Error(`by ${k.person}'s passkey revoked at ${k.revoked_at}`);
+  if (h.people?.length && !h.people.includes(k.person)) throw new Error(`by ${k.person}, whom this tool does not accept`);
+  const assertion = { statement: a.statement ?? '', credential_id: a.credential_id ?? '', authenticator_data: a.authenticator_data ?? '', client_data_json: a.client_data_json ?? '', signature: a.signature ?? '' };
+  const st = await verifyAssertion(assertion, k.public_key ?? ({} as JWK), { rp_id: doc.rp_id, origins: doc.origins });
+  if (st.approver !== k.person) throw new Error(`the statement names ${st.approver}, the passkey is ${k.person}'s`);
+  if (st.event_id !== (c.event_id ?? '') || st.tool !== c.tool) throw new Error(`the statement is for ${st.tool} on ${st.event_id}, the receipt for ${c.tool} on ${c.event_id ?? ''}`);
+  if (st.decision !== 'approve' && st.decision !== 'edit') throw new Error(`the statement's decision is ${st.decision}`);
+  if (effectiveSha256(st) !== c.args_sha256) throw new Error(`the statement approves arguments ${effectiveSha256(st)}, the receipt allows ${c.args_sha256}`);
+  const t = statementTime(st);
+  if (t > c.iat + CLOCK_SKEW_SECONDS + leeway) throw new Error(`the statement (${st.at}) is dated after the receipt was issued`);
+  if (c.iat - t > maxAge + leeway) throw new Error(`the statement (${st.at}) is more than ${maxAge} s older than the receipt`);
+  return k.person;
 }
 
 /** The parts of a Node request the middleware uses (node:http, Express, Fastify's raw request). */
