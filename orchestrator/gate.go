@@ -934,34 +934,50 @@ func (p *Permit) Claim(ctx context.Context) error {
 		Spec: contracts.SpecCommand, CommandID: claimID, EventID: p.eventID, Command: contracts.CommandClaim,
 		By: p.by, ClaimID: claimID, IssuedAt: p.g.cfg.Now().UTC(),
 	}
-	// Asked by request, the arbiter answers once it has applied the claim
-	// and stored the record: one read of the record tells how it went.
 	data, err := claimData(cmd)
 	if err != nil {
 		return err
 	}
-	handled, err := p.g.askClaim(ctx, p.eventID, data)
-	if err != nil {
+	if done, err := p.claimByRequest(ctx, claimID, data); done {
 		return err
 	}
-	if handled {
-		entry, err := p.g.kv.Get(ctx, p.eventID)
-		if err != nil {
-			return fmt.Errorf("orchestrator: read record %s: %w", p.eventID, err)
-		}
-		rec, err := p.g.waiter.decoded.decode(p.eventID, entry.Value(), entry.Revision())
-		if err != nil {
-			return fmt.Errorf("orchestrator: record %s is unreadable: %w", p.eventID, err)
-		}
-		if done, err := p.claimed(rec, claimID); done {
-			if err != nil {
-				return err
-			}
-			return p.keepReceipt(ctx, rec.Claim)
-		}
-		// Approved and not claimed: a claim the arbiter could not apply at
-		// once. It goes through the command subject, as below.
+	return p.claimByCommand(ctx, claimID, cmd, data)
+}
+
+// claimByRequest asks the arbiter for the claim by request. Asked so, the
+// arbiter answers once it has applied the claim and stored the record: one
+// read of the record tells how it went. done is false when the claim is
+// left to the command subject (see claimByCommand): no arbiter answered,
+// or the record is approved and not claimed, a claim the arbiter could not
+// apply at once.
+func (p *Permit) claimByRequest(ctx context.Context, claimID string, data []byte) (done bool, err error) {
+	handled, err := p.g.askClaim(ctx, p.eventID, data)
+	if err != nil {
+		return true, err
 	}
+	if !handled {
+		return false, nil
+	}
+	entry, err := p.g.kv.Get(ctx, p.eventID)
+	if err != nil {
+		return true, fmt.Errorf("orchestrator: read record %s: %w", p.eventID, err)
+	}
+	rec, err := p.g.waiter.decoded.decode(p.eventID, entry.Value(), entry.Revision())
+	if err != nil {
+		return true, fmt.Errorf("orchestrator: record %s is unreadable: %w", p.eventID, err)
+	}
+	if done, err := p.claimed(rec, claimID); done {
+		if err != nil {
+			return true, err
+		}
+		return true, p.keepReceipt(ctx, rec.Claim)
+	}
+	return false, nil
+}
+
+// claimByCommand publishes the claim cmd (data) on the command subject and
+// waits for the record to tell how it went.
+func (p *Permit) claimByCommand(ctx context.Context, claimID string, cmd contracts.Command, data []byte) error {
 	result := make(chan error, 1)
 	// The record is approved (terminal) already: the arbiter tells of the
 	// claim it records, or refuses, on the changed announcement alone.
