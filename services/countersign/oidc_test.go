@@ -11,7 +11,7 @@ import (
 func TestOIDCConfigIsValidated(t *testing.T) {
 	for _, c := range []struct {
 		name, yaml, dir string
-		want           []string
+		want            []string
 	}{
 		{"absent", "", "", nil},
 		{"complete", "oidc: {issuer: https://id.example.com, client_id: inbox, client_secret: s, match: email, groups_claim: groups, tenants_claim: tenants}\n", "d.yaml", nil},

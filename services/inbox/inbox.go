@@ -690,10 +690,14 @@ func (in *Inbox) postLogout(w http.ResponseWriter, r *http.Request, sess *sessio
 	})
 	in.log.Info("inbox sign-out", "method", sess.method, "subject", sess.p.Subject)
 	// An OIDC session's sign-out continues at the provider, when it offers
-	// one, so that the browser's next sign-in asks the person again.
+	// one, so that the browser's next sign-in asks the person again. Not
+	// by a redirect: the page's form-action 'self' forbids a form's
+	// navigation to leave the site, so the page that answers the form
+	// sends the browser on (Refresh), with a link in case it does not.
 	if sess.method == methodOIDC && in.oidc != nil {
 		if end := in.oidc.endSessionURL(sess.idToken); end != "" {
-			http.Redirect(w, r, end, http.StatusSeeOther)
+			w.Header().Set("Refresh", "0; url="+end)
+			in.render(w, http.StatusOK, "signedout", signedOutPage{Page: Page{Title: "Signed out"}, Provider: in.oidc.cfg.Name, EndURL: end})
 			return
 		}
 	}

@@ -25,7 +25,7 @@ var webFS embed.FS
 // the page's content.
 var inboxPages = func() map[string]*template.Template {
 	out := map[string]*template.Template{}
-	for _, name := range []string{"login", "list", "detail", "message", "batch", "grants"} {
+	for _, name := range []string{"login", "list", "detail", "message", "batch", "grants", "signedout"} {
 		out[name] = template.Must(template.New(name).ParseFS(webFS, "web/layout.html", "web/"+name+".html"))
 	}
 	return out
@@ -51,6 +51,13 @@ type loginPage struct {
 	StartURL string
 	// TokenForm shows the API token form.
 	TokenForm bool
+}
+
+// signedOutPage continues a sign-out at the identity provider.
+type signedOutPage struct {
+	Page
+	Provider string
+	EndURL   string
 }
 
 type messagePage struct {
