@@ -223,6 +223,8 @@ func (l Limits) CheckVote(v *Vote) *FieldError {
 		return malformed("comment", "comment must be UTF-8 text without control characters")
 	case len(v.ArgumentsSHA256) > 64:
 		return malformed("arguments_sha256", "arguments_sha256 must be a hex SHA-256")
+	case v.Passkey != nil && v.Passkey.size() > MaxPasskeyAssertionBytes:
+		return tooLarge("passkey", v.Passkey.size(), MaxPasskeyAssertionBytes)
 	}
 	switch v.Decision {
 	case DecisionEdit:

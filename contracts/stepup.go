@@ -44,6 +44,15 @@ type PasskeyAssertion struct {
 	Signature         string `json:"signature"`
 }
 
+// MaxPasskeyAssertionBytes bounds a vote's passkey assertion, all its
+// fields together: a statement is some 400 bytes, the WebAuthn parts a few
+// hundred more.
+const MaxPasskeyAssertionBytes = 8 << 10
+
+func (a *PasskeyAssertion) size() int {
+	return len(a.Statement) + len(a.CredentialID) + len(a.AuthenticatorData) + len(a.ClientDataJSON) + len(a.Signature)
+}
+
 // PasskeyParty is the WebAuthn relying party every passkey is bound to:
 // the RP ID (a host name) and the origins the inbox is served from.
 type PasskeyParty struct {

@@ -122,6 +122,9 @@ type Config struct {
 	// true. Its public key is served with ReceiptKeys. Without it those
 	// calls get no receipt, and a tool that requires receipts refuses them.
 	Receipts *receipt.Signer
+	// Passkeys binds passkeys to the inbox (the WebAuthn relying party);
+	// zero: passkeys are off.
+	Passkeys PasskeyConfig
 }
 
 func (c *Config) setDefaults() {
@@ -160,6 +163,9 @@ func (c *Config) validate() error {
 	}
 	if c.Gate == nil {
 		errs = append(errs, errors.New("api: Config.Gate is required"))
+	}
+	if err := c.Passkeys.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	switch c.Metrics {
 	case MetricsToken, MetricsOpen, MetricsOff:

@@ -54,6 +54,8 @@ type Server struct {
 	dirPoke    chan struct{}
 	// uses is the hitl_receipt_uses bucket (receiptuses.go).
 	uses receiptUses
+	// pk is the passkey side (passkeys.go).
+	pk passkeys
 }
 
 //go:embed openapi.json
@@ -108,6 +110,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if _, err := s.PublishDirectory(ctx); err != nil {
 		return nil, err
 	}
+	if err := s.publishParty(ctx); err != nil {
+		return nil, err
+	}
 	if err := s.index.start(ctx); err != nil {
 		return nil, err
 	}
@@ -158,6 +163,10 @@ func (s *Server) routes() {
 	mux.HandleFunc("GET /openapi.json", s.openAPI)
 	mux.HandleFunc("GET /.well-known/jwks.json", s.getJWKS)
 	mux.HandleFunc("POST /v1/receipts/use", s.authed(s.postReceiptUse))
+	mux.HandleFunc("GET /v1/passkeys", s.authed(s.getPasskeys))
+	mux.HandleFunc("POST /v1/passkeys/{credential_id}/revoke", s.authed(s.postRevokePasskey))
+	mux.HandleFunc("POST /v1/approvals/{event_id}/statement", s.authed(s.postStatement, RoleApprover))
+	mux.HandleFunc("GET /.well-known/countersign-approvers", s.getApprovers)
 	s.mux = mux
 	s.handler = s.observe(s.recoverPanics(http.HandlerFunc(s.route)))
 }

@@ -31,6 +31,9 @@ type voteBody struct {
 	Via             string          `json:"via"`
 	// Grant asks, with an approval, to approve more than this call.
 	Grant *contracts.GrantRequest `json:"grant"`
+	// Passkey is the approver's assertion over the vote's statement, for a
+	// request whose rule says step_up passkey.
+	Passkey *contracts.PasskeyAssertion `json:"passkey"`
 	// Approver is refused: identity comes from the token.
 	Approver json.RawMessage `json:"approver"`
 }
@@ -163,7 +166,7 @@ func (s *Server) vote(ctx context.Context, p *Principal, id string, body voteBod
 		Spec: contracts.SpecVote, VoteID: body.VoteID, EventID: id, Decision: body.Decision,
 		Approver: contracts.Approver{ID: p.Subject, Via: body.Via}, Comment: body.Comment,
 		Arguments: body.Arguments, ArgumentsSHA256: body.ArgumentsSHA256, DecidedAt: s.cfg.Now().UTC(),
-		ApproverTenants: p.Tenants, Grant: body.Grant,
+		ApproverTenants: p.Tenants, Grant: body.Grant, Passkey: body.Passkey,
 	}
 	vote.Answer = body.contractAnswer()
 	// The arbiter decides, but an approver's edit or answer that fails the

@@ -120,6 +120,6 @@ func receiptClaims(rec contracts.Record) (receipt.Claims, bool) {
 		DecidedBy: rec.Outcome.DecidedBy,
 		Quorum:    &receipt.Quorum{Required: max(1, req.Quorum.Required), Approvals: approvals},
 		Rule:      req.Policy.Rule, PolicyVersion: req.Policy.Version,
-		StepUp:    req.StepUp, Signatures: approval.Signatures(rec),
+		StepUp: req.StepUp, Signatures: approval.Signatures(rec),
 	}, true
 }

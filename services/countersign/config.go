@@ -56,6 +56,8 @@ type fileConfig struct {
 	Metrics metricsConfig `yaml:"metrics"`
 	// OIDC is sign-in to the inbox through an OpenID Connect provider (oidc.go).
 	OIDC oidcConfig `yaml:"oidc"`
+	// Passkeys is the WebAuthn relying party (passkeys.go).
+	Passkeys passkeysConfig `yaml:"passkeys"`
 }
 
 type natsConfig struct {

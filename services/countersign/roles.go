@@ -247,11 +247,19 @@ func (n *node) startAPI(ctx context.Context, out *os.File) error {
 		return err
 	}
 	nc := n.cs.api
+	passkeys, off, err := cfg.Passkeys.resolve(n.publicURL)
+	if err != nil {
+		return err
+	}
+	if off != "" {
+		n.log.Info("passkeys are off: rules with step_up passkey can only be rejected", "why", off)
+	}
 	srv, err := api.New(ctx, api.Config{
 		JS: js, Gate: gate, Waiter: waiter, Policies: policies, Tokens: tokens, Directory: n.dir, Logger: n.log.With("role", "api"),
 		Registerer: n.reg, Gatherer: n.reg, ReceiptKeys: n.receipts.public, Receipts: n.receipts.apiSigner,
 		IndexRecent: n.cfg.IndexRecent, Budgets: cfg.Budgets.Budgets, BudgetRefusals: n.budgetRefusals,
 		Metrics: cfg.Metrics.access(cfg.Addr), MetricsTokens: cfg.Metrics.hashes(),
+		Passkeys: passkeys,
 		Ready: func(context.Context) error {
 			if !nc.IsConnected() {
 				return errors.New("NATS is not connected")
