@@ -16,6 +16,13 @@
 // neither the session id nor the token: its key is the SHA-256 of the
 // session id, its value the SHA-256 of the token, looked up again on every
 // request, so a token removed from the configuration or the directory ends
-// its sessions at once. Every POST carries the session's CSRF token, and
-// every answer a strict Content-Security-Policy.
+// its sessions at once. With Config.OIDC, people also sign in through an
+// OpenID Connect provider (oidc.go): such a session holds its person's
+// directory id, is matched to the live directory again on every request
+// (a person removed there has no session from that moment), and lasts
+// while the provider's ID token does or the provider refreshes it. Who
+// someone is comes from the provider; what they may do, from the
+// directory, which the provider's claims only narrow. Every POST carries
+// the session's CSRF token, and every answer a strict
+// Content-Security-Policy.
 package inbox
