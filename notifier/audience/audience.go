@@ -16,12 +16,12 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/approval"
+	"github.com/countersign/countersign/events/livekey"
 	"github.com/countersign/countersign/notifier"
 )
 
@@ -49,52 +49,26 @@ func New(js jetstream.JetStream, log *slog.Logger) *Directory {
 // Run watches the directory until ctx ends, watching again a second after
 // a watch fails.
 func (d *Directory) Run(ctx context.Context) {
-	for {
-		if err := d.watch(ctx); err != nil && ctx.Err() == nil {
+	w := livekey.Watcher{
+		Bucket: func(ctx context.Context) (jetstream.KeyValue, error) {
+			return d.js.KeyValue(ctx, contracts.BucketPolicy)
+		},
+		Keys:    []string{contracts.DirectoryKey},
+		Install: d.install,
+		Ready:   d.setReady,
+		Failed: func(err error) {
 			d.log.Warn("watching the live directory failed; reading it instead until the watch is back", "err", err)
-		}
-		t := time.NewTimer(time.Second)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
+		},
 	}
+	w.Run(ctx)
 }
 
-func (d *Directory) watch(ctx context.Context) error {
-	kv, err := d.js.KeyValue(ctx, contracts.BucketPolicy)
-	if err != nil {
-		return err
-	}
-	w, err := kv.Watch(ctx, contracts.DirectoryKey)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		_ = w.Stop()
-		d.mu.Lock()
-		d.ready = false
-		d.mu.Unlock()
-	}()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok := <-w.Updates():
-			if !ok {
-				return errors.New("the watch ended")
-			}
-			if e == nil {
-				d.mu.Lock()
-				d.ready = true
-				d.mu.Unlock()
-				continue
-			}
-			d.install(e)
-		}
-	}
+// setReady records whether the watch vouches for the directory it
+// installed.
+func (d *Directory) setReady(ok bool) {
+	d.mu.Lock()
+	d.ready = ok
+	d.mu.Unlock()
 }
 
 // install takes one change of the key.
