@@ -292,9 +292,8 @@ func TestOIDCCallbackRefusesForeignSignIns(t *testing.T) {
 	})
 	t.Run("code used twice", func(t *testing.T) {
 		w := newWebClient(t, o.url)
-		start := w.c.Jar.Cookies(mustURL(t, o.url+"/oidc/"))
 		cb := o.atProvider(t, w, o.authURL(t, w), "alice", "alice-pw")
-		start = w.c.Jar.Cookies(mustURL(t, o.url+"/oidc/"))
+		start := w.c.Jar.Cookies(mustURL(t, o.url+"/oidc/"))
 		if r := o.callback(t, w, cb); r.status != http.StatusSeeOther {
 			t.Fatalf("first callback: %d %s", r.status, r.body)
 		}
