@@ -283,3 +283,13 @@ test('the middleware runs the handler only for a receipt the approvers signed', 
   }
   assert.equal(APPROVERS_TYPE, 'countersign-approvers+jwt');
 });
+
+test("the README's example of humans imports what the package exports", async () => {
+  const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+  const block = [...readme.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]!).find((b) => b.includes('humans:'));
+  assert.ok(block, 'the README shows humans');
+  const names = /import \{([^}]*)\} from '@countersign\/client\/receipts'/.exec(block)![1]!.split(',').map((n) => n.trim());
+  const mod = (await import('@countersign/client/receipts')) as Record<string, unknown>;
+  for (const n of names) assert.equal(typeof mod[n], 'function', n);
+  assert.ok(block.split('\n').length <= 11, 'a short example');
+});
