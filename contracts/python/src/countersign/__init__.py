@@ -24,8 +24,8 @@ from .errors import (Aborted, AlreadyClaimed, ApprovalLapsed, ArgumentsChanged, 
                      UnknownApprover, WebhookVerificationError, codes)
 from .gated import AsyncGatedTool, CallDenied, Denied, GatedTool, current_receipt, gated, receipt_headers
 from .ids import event_id_for, new_claim_id, new_vote_id
-from .receipts import (JWKSFetcher, KeySet, MemoryReplayStore, ReceiptError, ServerReplayStore, arguments_sha256,
-                       inspect_receipt, verify_receipt)
+from .receipts import (ApproversFetcher, Humans, JWKSFetcher, KeySet, MemoryReplayStore, ReceiptError,
+                       ServerReplayStore, arguments_sha256, inspect_receipt, parse_approvers, verify_receipt)
 from .toolcalls import ToolCallLike, to_tool_call
 from .types import Answer, Decision, Event, Question, Record, Result, Run, Status, ToolCall, Verdict, VoteDecision
 from .webhooks import Webhook, WebhookReceiver, parse_secret, sign, verify_webhook
@@ -45,4 +45,5 @@ __all__ = [
     "sign", "to_tool_call", "verify_webhook",
     "JWKSFetcher", "KeySet", "MemoryReplayStore", "ReceiptError", "ServerReplayStore", "arguments_sha256",
     "inspect_receipt", "verify_receipt", "current_receipt", "receipt_headers",
+    "ApproversFetcher", "Humans", "parse_approvers",
 ]
