@@ -220,53 +220,11 @@ func (n *node) startAPI(ctx context.Context, out *os.File) error {
 	if err != nil {
 		return err
 	}
-	// The API's listing index watches the approvals bucket and hands every
-	// change to the gate's waiter: one watch of the bucket per process.
-	waiter, err := orchestrator.NewFedWaiter(ctx, js, n.log.With("role", "waiter"))
+	og, err := n.startGate(ctx, js)
 	if err != nil {
 		return err
 	}
-	n.closers = append(n.closers, func() { waiter.Close() })
-	if n.polSource != nil {
-		if err := seedPolicy(ctx, js, n.polSource, cfg.Policy, n.log); err != nil {
-			return err
-		}
-	}
-	policies, err := orchestrator.OpenPolicyStore(ctx, orchestrator.PolicyStoreConfig{
-		JS: js, Fallback: n.pol, Logger: n.log.With("role", "orchestrator"),
-	})
-	if err != nil {
-		return err
-	}
-	n.closers = append(n.closers, func() { policies.Close() })
-	gate, err := orchestrator.NewGate(ctx, orchestrator.Config{
-		JS: js, Policy: policies, Waiter: waiter, Directory: n.dir,
-		Logger: n.log.With("role", "orchestrator"), Retention: cfg.retention, Registerer: n.reg,
-	})
-	if err != nil {
-		return err
-	}
-	nc := n.cs.api
-	passkeys, off, err := cfg.Passkeys.resolve(n.publicURL)
-	if err != nil {
-		return err
-	}
-	if off != "" {
-		n.log.Info("passkeys are off: rules with step_up passkey can only be rejected", "why", off)
-	}
-	srv, err := api.New(ctx, api.Config{
-		JS: js, Gate: gate, Waiter: waiter, Policies: policies, Tokens: tokens, Directory: n.dir, Logger: n.log.With("role", "api"),
-		Registerer: n.reg, Gatherer: n.reg, ReceiptKeys: n.receipts.public, Receipts: n.receipts.apiSigner,
-		IndexRecent: n.cfg.IndexRecent, Budgets: cfg.Budgets.Budgets, BudgetRefusals: n.budgetRefusals,
-		Metrics: cfg.Metrics.access(cfg.Addr), MetricsTokens: cfg.Metrics.hashes(),
-		Passkeys: passkeys,
-		Ready: func(context.Context) error {
-			if !nc.IsConnected() {
-				return errors.New("NATS is not connected")
-			}
-			return nil
-		},
-	})
+	srv, err := n.newAPIServer(ctx, js, tokens, og)
 	if err != nil {
 		return err
 	}
@@ -289,8 +247,74 @@ func (n *node) startAPI(ctx context.Context, out *os.File) error {
 	if err := writeJSON(filepath.Join(cfg.Data, fileServe), info, 0o600); err != nil {
 		return err
 	}
-	n.printBanner(out, devToken, policies)
+	n.printBanner(out, devToken, og.policies)
 	return nil
+}
+
+// apiGate is the orchestrator the API role reviews through.
+type apiGate struct {
+	waiter   *orchestrator.Waiter
+	policies *orchestrator.PolicyStore
+	gate     *orchestrator.Gate
+}
+
+// startGate starts the API role's waiter, policy store (seeded from the
+// policy file when one is given) and gate, each closed with the node.
+func (n *node) startGate(ctx context.Context, js jetstream.JetStream) (apiGate, error) {
+	// The API's listing index watches the approvals bucket and hands every
+	// change to the gate's waiter: one watch of the bucket per process.
+	waiter, err := orchestrator.NewFedWaiter(ctx, js, n.log.With("role", "waiter"))
+	if err != nil {
+		return apiGate{}, err
+	}
+	n.closers = append(n.closers, func() { waiter.Close() })
+	if n.polSource != nil {
+		if err := seedPolicy(ctx, js, n.polSource, n.cfg.Policy, n.log); err != nil {
+			return apiGate{}, err
+		}
+	}
+	policies, err := orchestrator.OpenPolicyStore(ctx, orchestrator.PolicyStoreConfig{
+		JS: js, Fallback: n.pol, Logger: n.log.With("role", "orchestrator"),
+	})
+	if err != nil {
+		return apiGate{}, err
+	}
+	n.closers = append(n.closers, func() { policies.Close() })
+	gate, err := orchestrator.NewGate(ctx, orchestrator.Config{
+		JS: js, Policy: policies, Waiter: waiter, Directory: n.dir,
+		Logger: n.log.With("role", "orchestrator"), Retention: n.cfg.retention, Registerer: n.reg,
+	})
+	if err != nil {
+		return apiGate{}, err
+	}
+	return apiGate{waiter: waiter, policies: policies, gate: gate}, nil
+}
+
+// newAPIServer is the HTTP API over og, with passkeys bound to the public
+// URL when they can be.
+func (n *node) newAPIServer(ctx context.Context, js jetstream.JetStream, tokens []api.Token, og apiGate) (*api.Server, error) {
+	cfg := n.cfg
+	nc := n.cs.api
+	passkeys, off, err := cfg.Passkeys.resolve(n.publicURL)
+	if err != nil {
+		return nil, err
+	}
+	if off != "" {
+		n.log.Info("passkeys are off: rules with step_up passkey can only be rejected", "why", off)
+	}
+	return api.New(ctx, api.Config{
+		JS: js, Gate: og.gate, Waiter: og.waiter, Policies: og.policies, Tokens: tokens, Directory: n.dir, Logger: n.log.With("role", "api"),
+		Registerer: n.reg, Gatherer: n.reg, ReceiptKeys: n.receipts.public, Receipts: n.receipts.apiSigner,
+		IndexRecent: n.cfg.IndexRecent, Budgets: cfg.Budgets.Budgets, BudgetRefusals: n.budgetRefusals,
+		Metrics: cfg.Metrics.access(cfg.Addr), MetricsTokens: cfg.Metrics.hashes(),
+		Passkeys: passkeys,
+		Ready: func(context.Context) error {
+			if !nc.IsConnected() {
+				return errors.New("NATS is not connected")
+			}
+			return nil
+		},
+	})
 }
 
 // channelHandlers are the HTTP endpoints of the Slack and email channels
