@@ -27,7 +27,8 @@ var errorCodes = map[string]bool{
 	api.CodeUnknownEvent: true, api.CodeUnavailable: true, api.CodeNotReady: true, api.CodeInternal: true,
 	api.CodeInvalidPolicy: true, api.CodeVersionExists: true, api.CodePolicyConflict: true, api.CodeNoLivePolicy: true,
 	api.CodeRateLimited: true, api.CodeTooManyStreams: true, api.CodePendingQuota: true, api.CodeTooManyConnections: true,
-	api.CodeReceiptReplayed: true,
+	api.CodeReceiptReplayed: true, api.CodePasskeysOff: true, api.CodeEnrolmentExpired: true,
+	api.CodeEnrolmentInvalid: true, api.CodeUnknownPasskey: true, api.CodeStepUpNotApplicable: true,
 }
 
 func init() {

@@ -35,6 +35,9 @@ var apiCodes = map[string]string{
 	"CodeUnknownGrant": api.CodeUnknownGrant, "CodeReceiptReplayed": api.CodeReceiptReplayed,
 	"CodeRateLimited": api.CodeRateLimited, "CodeTooManyStreams": api.CodeTooManyStreams,
 	"CodePendingQuota": api.CodePendingQuota, "CodeTooManyConnections": api.CodeTooManyConnections,
+	"CodePasskeysOff": api.CodePasskeysOff, "CodeEnrolmentExpired": api.CodeEnrolmentExpired,
+	"CodeEnrolmentInvalid": api.CodeEnrolmentInvalid, "CodeUnknownPasskey": api.CodeUnknownPasskey,
+	"CodeStepUpNotApplicable": api.CodeStepUpNotApplicable,
 }
 
 // readOpenAPI reads openapi.json, the document the server embeds and
