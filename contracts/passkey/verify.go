@@ -85,19 +85,27 @@ func Verify(a contracts.PasskeyAssertion, key contracts.JWK, party contracts.Pas
 }
 
 type clientData struct {
-	Type        string `json:"type"`
-	Challenge   string `json:"challenge"`
-	Origin      string `json:"origin"`
-	CrossOrigin bool   `json:"crossOrigin"`
+	Type, Challenge, Origin string
+	CrossOrigin             bool
 }
 
 func checkClientData(data []byte, st Statement, party contracts.PasskeyParty) error {
 	if err := contracts.CheckDuplicateKeys(data); err != nil {
 		return fail(contracts.ReasonPasskeyInvalid, "client data: %v", err)
 	}
+	// Fields are read by their exact names (encoding/json would match
+	// "Type" for "type"), as the TypeScript and Python verifiers read them.
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(data, &fields); err != nil {
+		return fail(contracts.ReasonPasskeyInvalid, "client data is not a JSON object: %v", err)
+	}
 	var cd clientData
-	if err := json.Unmarshal(data, &cd); err != nil {
-		return fail(contracts.ReasonPasskeyInvalid, "client data is not JSON: %v", err)
+	for name, dst := range map[string]any{"type": &cd.Type, "challenge": &cd.Challenge, "origin": &cd.Origin, "crossOrigin": &cd.CrossOrigin} {
+		if raw, ok := fields[name]; ok {
+			if err := json.Unmarshal(raw, dst); err != nil {
+				return fail(contracts.ReasonPasskeyInvalid, "client data %s: %v", name, err)
+			}
+		}
 	}
 	if cd.Type != "webauthn.get" {
 		return fail(contracts.ReasonPasskeyInvalid, "client data type %q, want webauthn.get", cd.Type)

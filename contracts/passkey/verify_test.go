@@ -97,6 +97,8 @@ func TestVerifyRefusesWithACode(t *testing.T) {
 			raw, _ := base64.RawURLEncoding.DecodeString(c.ClientDataJSON)
 			c.ClientDataJSON = base64.RawURLEncoding.EncodeToString([]byte(strings.Replace(string(raw), "webauthn.get", "webauthn.create", 1)))
 		}), a.JWK(), contracts.ReasonPasskeyInvalid},
+		{"the type in another case, signed", a.SignClientData(statement().Canonical(),
+			[]byte(`{"type":"webauthn.create","Type":"webauthn.get","challenge":"`+statement().ChallengeB64()+`","origin":"`+origin+`"}`)), a.JWK(), contracts.ReasonPasskeyInvalid},
 		{"an RSA key", good, contracts.JWK{Kty: "RSA", Alg: "RS256", X: "AQAB"}, contracts.ReasonPasskeyInvalid},
 	} {
 		_, err := passkey.Verify(c.a, c.key, party)

@@ -88,6 +88,12 @@ func (a *Authenticator) Sign(st passkey.Statement) contracts.PasskeyAssertion {
 // test makes a challenge that is not the statement's this way.
 func (a *Authenticator) SignText(statement, challenge string) contracts.PasskeyAssertion {
 	client, _ := json.Marshal(map[string]any{"type": "webauthn.get", "challenge": challenge, "origin": a.Origin, "crossOrigin": false})
+	return a.SignClientData(statement, client)
+}
+
+// SignClientData signs client data given as it is: a test makes client
+// data no browser would.
+func (a *Authenticator) SignClientData(statement string, client []byte) contracts.PasskeyAssertion {
 	rp := sha256.Sum256([]byte(a.RPID))
 	a.count++
 	auth := append(rp[:], a.Flags)
