@@ -41,6 +41,10 @@ rules:
     action: require_approval
     approvers: [alice, bob]
     step_up: passkey
+  - name: plain
+    tools: ["plain.*"]
+    action: require_approval
+    approvers: [alice, bob]
 `
 
 const (
@@ -72,7 +76,7 @@ type passkeyEnv struct {
 	runs  int
 }
 
-func setupPasskeys(t *testing.T) *passkeyEnv {
+func setupPasskeys(t testing.TB) *passkeyEnv {
 	t.Helper()
 	srv := eventstest.NewServer(t)
 	srv.Provision(srv.JetStream())
@@ -112,7 +116,7 @@ func setupPasskeys(t *testing.T) *passkeyEnv {
 }
 
 // principal is the API's principal of a test person.
-func (e *passkeyEnv) principal(t *testing.T, name string) *api.Principal {
+func (e *passkeyEnv) principal(t testing.TB, name string) *api.Principal {
 	t.Helper()
 	p, ok := e.api.AuthenticateSum(sumOf(e.tokens[name]))
 	if !ok {
@@ -122,7 +126,7 @@ func (e *passkeyEnv) principal(t *testing.T, name string) *api.Principal {
 }
 
 // enrol enrols a passkey for name through the enrolment ceremony.
-func (e *passkeyEnv) enrol(t *testing.T, name string, a *passkeytest.Authenticator) contracts.Passkey {
+func (e *passkeyEnv) enrol(t testing.TB, name string, a *passkeytest.Authenticator) contracts.Passkey {
 	t.Helper()
 	p := e.principal(t, name)
 	options, id, aerr := e.api.BeginPasskeyEnrolment(context.Background(), p)
@@ -141,7 +145,7 @@ func (e *passkeyEnv) enrol(t *testing.T, name string, a *passkeytest.Authenticat
 }
 
 // statement asks the API for the statement name signs to approve id.
-func (e *passkeyEnv) statement(t *testing.T, name, id string) passkey.Statement {
+func (e *passkeyEnv) statement(t testing.TB, name, id string) passkey.Statement {
 	t.Helper()
 	r := e.call(t, "POST", "/v1/approvals/"+id+"/statement", name, map[string]any{"decision": "approve"})
 	if r.status != http.StatusOK {
@@ -159,7 +163,7 @@ func (e *passkeyEnv) statement(t *testing.T, name, id string) passkey.Statement 
 	return st
 }
 
-func (e *passkeyEnv) pending(t *testing.T, tool, args string) string {
+func (e *passkeyEnv) pending(t testing.TB, tool, args string) string {
 	t.Helper()
 	e.runs++
 	res := e.review(t, "", contracts.Run{ID: fmt.Sprintf("run-%d", e.runs), Agent: "billing-bot"}, toolCall{ID: "c1", Name: tool, Arguments: json.RawMessage(args)})
