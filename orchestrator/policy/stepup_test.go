@@ -49,9 +49,9 @@ func TestStepUpIsCheckedInEveryRequest(t *testing.T) {
 	d := p.Evaluate(call("bot", "payments.send"))
 	req := &contracts.ApprovalRequested{
 		Kind: contracts.KindToolApproval, Run: contracts.Run{Agent: "bot"},
-		ToolCall: &contracts.ToolCall{Name: "payments.send", ArgumentsSHA256: strings.Repeat("0", 64)},
-		Policy:   contracts.PolicyRef{Rule: d.Rule, Version: d.Version},
-		Quorum:   contracts.Quorum{Required: 1, Approvers: []string{"alice", "bob"}, Veto: true, Order: contracts.OrderAny},
+		ToolCall:         &contracts.ToolCall{Name: "payments.send", ArgumentsSHA256: strings.Repeat("0", 64)},
+		Policy:           contracts.PolicyRef{Rule: d.Rule, Version: d.Version},
+		Quorum:           contracts.Quorum{Required: 1, Approvers: []string{"alice", "bob"}, Veto: true, Order: contracts.OrderAny},
 		AllowedDecisions: []string{contracts.DecisionApprove, contracts.DecisionReject}, OnTimeout: contracts.OnTimeoutReject,
 	}
 	err := policy.VerifyRequest(req, d, policy.VerifyOptions{})

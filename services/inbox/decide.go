@@ -106,6 +106,12 @@ func (in *Inbox) readVote(f url.Values, sess *session, id string) webVote {
 	default:
 		wv.formErr = "Unknown decision."
 	}
+	if v.Decision == contracts.DecisionApprove || v.Decision == contracts.DecisionEdit {
+		var msg string
+		if v.Passkey, msg = passkeyFromForm(f); msg != "" && wv.formErr == "" {
+			wv.formErr = msg
+		}
+	}
 	if len(v.Comment) > contracts.MaxCommentBytes {
 		wv.formErr = "The comment must be at most 16 KiB."
 	}

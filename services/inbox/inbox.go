@@ -324,6 +324,7 @@ type Backend interface {
 	Oversight(ctx context.Context, p api.Principal, q api.OversightQuery) (*oversight.Report, *api.Error)
 	Grants(ctx context.Context, p *api.Principal, status, agent, tool string) []api.GrantView
 	RevokeGrant(ctx context.Context, p *api.Principal, id string) (api.GrantView, *api.Error)
+	PasskeyBackend
 }
 
 // Config wires an Inbox.
@@ -433,6 +434,7 @@ func (in *Inbox) register() {
 	mux.Handle("POST /decide", in.page(in.postBatch))
 	mux.Handle("GET /grants", in.page(in.getGrants))
 	mux.Handle("POST /grants/{grant_id}/revoke", in.page(in.postRevokeGrant))
+	in.registerPasskeys(mux)
 	mux.Handle("GET /inbox/events", in.secure(in.getEvents))
 	mux.Handle("GET /login", in.secure(in.getLogin))
 	mux.Handle("POST /login", in.secure(in.postLogin))

@@ -25,7 +25,7 @@ var webFS embed.FS
 // the page's content.
 var inboxPages = func() map[string]*template.Template {
 	out := map[string]*template.Template{}
-	for _, name := range []string{"login", "list", "detail", "message", "batch", "grants", "signedout"} {
+	for _, name := range []string{"login", "list", "detail", "message", "batch", "grants", "signedout", "passkeys"} {
 		out[name] = template.Must(template.New(name).ParseFS(webFS, "web/layout.html", "web/"+name+".html"))
 	}
 	return out
@@ -385,6 +385,9 @@ type statusView struct {
 	GrantMaxTTL    string
 	GrantTTL       string // what the form proposes: an hour, or less when the rule allows less
 	GrantCondition bool
+	// StepUp, when the request's rule says step_up: passkey, is what the
+	// approve and edit forms say about signing with a passkey.
+	StepUp *stepUpView
 }
 
 // grantOption is a grant scope the approve form offers.
@@ -520,6 +523,7 @@ func (in *Inbox) status(ctx context.Context, rec *contracts.Record, sess *sessio
 	if len(args) > 0 {
 		sv.EditArgs = notifier.FormatJSON(args, 0)
 	}
+	sv.StepUp = in.stepUp(ctx, rec, sess)
 	sv.Timeline = in.timeline(ctx, rec, sess)
 	return sv
 }
