@@ -212,3 +212,20 @@ func HeldLine(until time.Time) string {
 	return "More approval requests are waiting for you than Countersign sends at once. They are listed in the inbox; " +
 		"new ones are sent to you again from " + until.UTC().Format("15:04 UTC on 2 January") + "."
 }
+
+// NeedsPasskey reports whether an approval of req counts only when the
+// approver signs it with a passkey (its rule says step_up: passkey). Only
+// the web inbox can sign, so a channel offers no approve (or edit) for
+// such a request: it links to the inbox page to sign instead, and keeps
+// the decisions that need no signature (reject, respond).
+func NeedsPasskey(req *contracts.ApprovalRequested) bool {
+	return req.StepUp == contracts.StepUpPasskey && req.Kind != contracts.KindHumanInput
+}
+
+// SignInInbox labels the link that replaces Approve on a channel's
+// message for a request that NeedsPasskey.
+const SignInInbox = "Open in the inbox to sign"
+
+// PasskeyNote explains, on a channel's message for a request that
+// NeedsPasskey, why it offers no Approve.
+const PasskeyNote = "This rule asks approvers to sign with their passkey: approve in the Countersign inbox."

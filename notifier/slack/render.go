@@ -366,6 +366,9 @@ func contextText(req *contracts.ApprovalRequested, opts RenderOptions, link bool
 	if req.Policy.Error != "" {
 		s += " · policy condition error: " + escapeCut(req.Policy.Error, 1000)
 	}
+	if !link && notifier.NeedsPasskey(req) {
+		s += " · :closed_lock_with_key: " + escape(notifier.PasskeyNote)
+	}
 	return cutEscaped(s, maxContextText)
 }
 
@@ -406,8 +409,11 @@ func allows(req *contracts.ApprovalRequested, d string) bool {
 }
 
 // requestButtons are the buttons of a pending request.
+// A request whose approvals need a passkey (notifier.NeedsPasskey) has no
+// Approve, Edit or run button: its link to the inbox says to sign there.
 func requestButtons(req *contracts.ApprovalRequested, sha, version string, opts RenderOptions) []slackgo.BlockElement {
 	var els []slackgo.BlockElement
+	stepUp := notifier.NeedsPasskey(req)
 	bv := ButtonValue{EventID: req.EventID}
 	switch {
 	case req.Kind == contracts.KindHumanInput:
@@ -428,7 +434,7 @@ func requestButtons(req *contracts.ApprovalRequested, sha, version string, opts 
 					button(ActionDecline, "Decline"))
 			}
 		} else {
-			if allows(req, contracts.DecisionApprove) {
+			if allows(req, contracts.DecisionApprove) && !stepUp {
 				approve := button(ActionApprove, "Approve").WithStyle(slackgo.StylePrimary)
 				if req.Risk == contracts.RiskHigh || req.Risk == contracts.RiskCritical {
 					approve.WithConfirm(approveConfirm(req))
@@ -438,7 +444,7 @@ func requestButtons(req *contracts.ApprovalRequested, sha, version string, opts 
 			if allows(req, contracts.DecisionReject) {
 				els = append(els, button(ActionReject, "Reject").WithStyle(slackgo.StyleDanger))
 			}
-			if allows(req, contracts.DecisionEdit) && req.ToolCall != nil {
+			if allows(req, contracts.DecisionEdit) && req.ToolCall != nil && !stepUp {
 				els = append(els, button(ActionEdit, "Edit…"))
 			}
 			if allows(req, contracts.DecisionRespond) {
@@ -451,7 +457,14 @@ func requestButtons(req *contracts.ApprovalRequested, sha, version string, opts 
 		}
 	}
 	if u := notifier.ApprovalURL(opts.PublicURL, req.EventID); u != "" && len(u) <= maxButtonURL {
-		els = append(els, slackgo.NewButtonBlockElement(ActionOpen, "", plain("Open in Countersign")).WithURL(u))
+		if stepUp {
+			// Approving is signing, which only the inbox can do: its
+			// link comes first, where Approve would be.
+			open := slackgo.NewButtonBlockElement(ActionOpen, "", plain(notifier.SignInInbox)).WithURL(u).WithStyle(slackgo.StylePrimary)
+			els = append([]slackgo.BlockElement{open}, els...)
+		} else {
+			els = append(els, slackgo.NewButtonBlockElement(ActionOpen, "", plain("Open in Countersign")).WithURL(u))
+		}
 	}
 	return els
 }
@@ -459,7 +472,7 @@ func requestButtons(req *contracts.ApprovalRequested, sha, version string, opts 
 // runButton reports whether a request's message carries "Approve all of
 // run …": a tool call of a run, which its rule lets be approved.
 func runButton(req *contracts.ApprovalRequested) bool {
-	return req.Kind != contracts.KindHumanInput && req.Run.ID != "" && allows(req, contracts.DecisionApprove)
+	return req.Kind != contracts.KindHumanInput && req.Run.ID != "" && allows(req, contracts.DecisionApprove) && !notifier.NeedsPasskey(req)
 }
 
 // approveRunConfirm is the dialog before approving a whole run: the click
