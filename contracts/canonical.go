@@ -212,39 +212,11 @@ func (p *jcsParser) object(dst []byte) ([]byte, error) {
 		seen    = make(map[string]struct{})
 	)
 	for {
-		p.skipSpace()
-		if p.pos >= len(p.data) {
-			return nil, p.errorf("unexpected end of input in object, expected a key")
-		}
-		if p.data[p.pos] != '"' {
-			return nil, p.errorf("unexpected %s in object, expected a string key", p.describe())
-		}
-		keyPos := p.pos
-		key, err := p.str()
+		m, next, err := p.member(values, seen)
 		if err != nil {
 			return nil, err
 		}
-		if _, dup := seen[key]; dup {
-			p.pos = keyPos
-			return nil, p.errorf("duplicate object key %q", key)
-		}
-		seen[key] = struct{}{}
-		p.skipSpace()
-		if p.pos >= len(p.data) || p.data[p.pos] != ':' {
-			return nil, p.errorf("unexpected %s after object key, expected ':'", p.describe())
-		}
-		p.pos++
-		p.skipSpace()
-		start := len(values)
-		if values, err = p.value(values); err != nil {
-			return nil, err
-		}
-		members = append(members, jcsMember{
-			key:   key,
-			units: utf16.Encode([]rune(key)),
-			start: start,
-			end:   len(values),
-		})
+		members, values = append(members, m), next
 		p.skipSpace()
 		if p.pos >= len(p.data) {
 			return nil, p.errorf("unexpected end of input in object")
@@ -261,6 +233,45 @@ func (p *jcsParser) object(dst []byte) ([]byte, error) {
 		p.depth--
 		break
 	}
+	return appendMembers(dst, members, values), nil
+}
+
+// member parses one "key": value of an object, appending the value's
+// canonical form to values; seen holds the object's keys so far.
+func (p *jcsParser) member(values []byte, seen map[string]struct{}) (jcsMember, []byte, error) {
+	p.skipSpace()
+	if p.pos >= len(p.data) {
+		return jcsMember{}, nil, p.errorf("unexpected end of input in object, expected a key")
+	}
+	if p.data[p.pos] != '"' {
+		return jcsMember{}, nil, p.errorf("unexpected %s in object, expected a string key", p.describe())
+	}
+	keyPos := p.pos
+	key, err := p.str()
+	if err != nil {
+		return jcsMember{}, nil, err
+	}
+	if _, dup := seen[key]; dup {
+		p.pos = keyPos
+		return jcsMember{}, nil, p.errorf("duplicate object key %q", key)
+	}
+	seen[key] = struct{}{}
+	p.skipSpace()
+	if p.pos >= len(p.data) || p.data[p.pos] != ':' {
+		return jcsMember{}, nil, p.errorf("unexpected %s after object key, expected ':'", p.describe())
+	}
+	p.pos++
+	p.skipSpace()
+	start := len(values)
+	if values, err = p.value(values); err != nil {
+		return jcsMember{}, nil, err
+	}
+	return jcsMember{key: key, units: utf16.Encode([]rune(key)), start: start, end: len(values)}, values, nil
+}
+
+// appendMembers appends the object of members, sorted by their keys' UTF-16
+// code units, with their values' canonical forms from values.
+func appendMembers(dst []byte, members []jcsMember, values []byte) []byte {
 	// Keys are unique, so the order is total.
 	slices.SortFunc(members, func(a, b jcsMember) int {
 		return slices.Compare(a.units, b.units)
@@ -274,7 +285,7 @@ func (p *jcsParser) object(dst []byte) ([]byte, error) {
 		dst = append(dst, ':')
 		dst = append(dst, values[m.start:m.end]...)
 	}
-	return append(dst, '}'), nil
+	return append(dst, '}')
 }
 
 // str parses the JSON string at the current position (which holds the

@@ -218,7 +218,7 @@ func (a *Arbiter) Run(ctx context.Context) error {
 	const loops = 4
 	errc := make(chan error, loops)
 	// The directory and live policy version, followed as they change.
-	go a.policies.keys.watch(ctx, a.policies)
+	go a.policies.keys.watch(ctx, a.policies, a.cfg.Logger)
 	go func() { errc <- a.serveClaims(ctx) }()
 	go func() {
 		errc <- events.Consume(ctx, a.cfg.JS, events.ConsumerConfig{
@@ -416,15 +416,9 @@ func (a *Arbiter) handleResolution(ctx context.Context, msg jetstream.Msg) error
 // handleCommand applies a command on the approval subjectID names, from
 // HITL_RESOLUTIONS or, claims only (claimOnly), from a claim request.
 func (a *Arbiter) handleCommand(ctx context.Context, msg jetstream.Msg, subjectID string, claimOnly bool) error {
-	var c contracts.Command
-	if err := contracts.Decode(msg.Data(), &c); err != nil {
-		return events.Poison(fmt.Errorf("decode command: %w", err))
-	}
-	if err := validateCommand(&c, subjectID); err != nil {
-		return events.Poison(err)
-	}
-	if claimOnly && c.Command != contracts.CommandClaim {
-		return events.Poison(fmt.Errorf("only claim commands are asked for on %s, not %q", contracts.SubjectClaimPrefix+"<event_id>", c.Command))
+	c, err := readCommand(msg, subjectID, claimOnly)
+	if err != nil {
+		return err
 	}
 	if c.Command == contracts.CommandRevokeGrant {
 		return a.revokeGrant(ctx, msg, c)
@@ -440,7 +434,31 @@ func (a *Arbiter) handleCommand(ctx context.Context, msg jetstream.Msg, subjectI
 	if err != nil {
 		return err
 	}
-	o := op{
+	o := a.commandOp(c, roster)
+	if c.Command == contracts.CommandClaim {
+		a.claimSteps(&o, c)
+	}
+	return a.apply(ctx, msg, o)
+}
+
+// readCommand decodes and checks a command; every error is for good.
+func readCommand(msg jetstream.Msg, subjectID string, claimOnly bool) (contracts.Command, error) {
+	var c contracts.Command
+	if err := contracts.Decode(msg.Data(), &c); err != nil {
+		return c, events.Poison(fmt.Errorf("decode command: %w", err))
+	}
+	if err := validateCommand(&c, subjectID); err != nil {
+		return c, events.Poison(err)
+	}
+	if claimOnly && c.Command != contracts.CommandClaim {
+		return c, events.Poison(fmt.Errorf("only claim commands are asked for on %s, not %q", contracts.SubjectClaimPrefix+"<event_id>", c.Command))
+	}
+	return c, nil
+}
+
+// commandOp is the operation that applies c, its issuer judged by roster.
+func (a *Arbiter) commandOp(c contracts.Command, roster *approval.Roster) op {
+	return op{
 		eventID: c.EventID,
 		apply: func(rec contracts.Record) approval.Result {
 			if c.Command == contracts.CommandExtend && c.Until.After(rec.Request.CreatedAt.Add(a.cfg.Retention)) {
@@ -471,31 +489,30 @@ func (a *Arbiter) handleCommand(ctx context.Context, msg jetstream.Msg, subjectI
 		},
 		tooLarge: func(contracts.Record) approval.Result { return approval.Result{Refusal: contracts.ReasonTooLarge} },
 	}
-	if c.Command == contracts.CommandClaim {
-		// A claim's announcements carry its command id: a claim asked
-		// for by request and then published as a command (its reply was
-		// lost) is announced once within the duplicate window, and one
-		// whose announcement was lost to a crash is announced when it
-		// comes back.
-		o.changedID = "claim:" + c.CommandID
-		// The receipt is stored before the claim is announced or
-		// answered: whoever learns of the claim finds it.
-		o.settle = func(ctx context.Context, rec contracts.Record) error {
-			if rec.Claim == nil || rec.Claim.ClaimID != c.ClaimID {
-				return nil
-			}
-			return a.issueReceipt(ctx, rec, c.By)
+}
+
+// claimSteps adds a claim's own steps to o: its announcements carry its
+// command id (a claim asked for by request and then published as a
+// command, its reply lost, is announced once within the duplicate window,
+// and one whose announcement was lost to a crash is announced when it
+// comes back); its receipt is stored before the claim is announced or
+// answered, so whoever learns of the claim finds it.
+func (a *Arbiter) claimSteps(o *op, c contracts.Command) {
+	o.changedID = "claim:" + c.CommandID
+	o.settle = func(ctx context.Context, rec contracts.Record) error {
+		if rec.Claim == nil || rec.Claim.ClaimID != c.ClaimID {
+			return nil
 		}
-		o.again = func(ctx context.Context, rec contracts.Record, rev uint64) error {
-			if rec.Claim == nil || rec.Claim.ClaimID != c.ClaimID {
-				return nil
-			}
-			ch := o.counted()
-			ch.Status = rec.Status
-			return a.publishChanged(ctx, c.EventID, ch, rev, o.changedID)
-		}
+		return a.issueReceipt(ctx, rec, c.By)
 	}
-	return a.apply(ctx, msg, o)
+	o.again = func(ctx context.Context, rec contracts.Record, rev uint64) error {
+		if rec.Claim == nil || rec.Claim.ClaimID != c.ClaimID {
+			return nil
+		}
+		ch := o.counted()
+		ch.Status = rec.Status
+		return a.publishChanged(ctx, c.EventID, ch, rev, o.changedID)
+	}
 }
 
 // validateVote checks what ties a vote to its approval and approver

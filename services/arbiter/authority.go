@@ -3,14 +3,15 @@ package arbiter
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/approval"
+	"github.com/countersign/countersign/events/livekey"
 	"github.com/countersign/countersign/orchestrator"
 )
 
@@ -47,52 +48,25 @@ func newLiveKeys(reg prometheus.Registerer) *liveKeys {
 }
 
 // watch follows the two keys until ctx ends, watching again a second after
-// a watch fails.
-func (k *liveKeys) watch(ctx context.Context, b *policyBook) {
-	for {
-		k.watchOnce(ctx, b)
-		t := time.NewTimer(time.Second)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
+// a watch fails (events/livekey).
+func (k *liveKeys) watch(ctx context.Context, b *policyBook, log *slog.Logger) {
+	w := livekey.Watcher{
+		Bucket:  b.bucket,
+		Keys:    []string{contracts.DirectoryKey, orchestrator.PolicyKey},
+		Install: k.install,
+		Ready:   k.setReady,
+		Failed: func(err error) {
+			log.Warn("the watch of the directory and the live policy stopped; reading the keys until it is back", "err", err)
+		},
 	}
+	w.Run(ctx)
 }
 
-func (k *liveKeys) watchOnce(ctx context.Context, b *policyBook) {
-	kv, err := b.bucket(ctx)
-	if err != nil {
-		return
-	}
-	w, err := kv.WatchFiltered(ctx, []string{contracts.DirectoryKey, orchestrator.PolicyKey})
-	if err != nil {
-		return
-	}
-	defer func() {
-		_ = w.Stop()
-		k.mu.Lock()
-		k.ready = false
-		k.mu.Unlock()
-	}()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case e, ok := <-w.Updates():
-			if !ok {
-				return
-			}
-			if e == nil {
-				k.mu.Lock()
-				k.ready = true
-				k.mu.Unlock()
-				continue
-			}
-			k.install(e)
-		}
-	}
+// setReady says whether the watch vouches for the copy.
+func (k *liveKeys) setReady(ok bool) {
+	k.mu.Lock()
+	k.ready = ok
+	k.mu.Unlock()
 }
 
 // install takes one change of a watched key.
