@@ -78,6 +78,9 @@ func (c *Channel) Notify(ctx context.Context, n notifier.Notification) (notifier
 	} else {
 		view.InboxURL = notifier.ApprovalURL(c.cfg.PublicURL, req.EventID)
 	}
+	if notifier.NeedsPasskey(req) {
+		view.SignURL = notifier.ApprovalURL(c.cfg.PublicURL, req.EventID)
+	}
 	text, html, err := render("request", view)
 	if err != nil {
 		return c.failed(ctx, n, now, fmt.Errorf("%w: email: render: %v", notifier.ErrPermanent, err))

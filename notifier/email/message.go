@@ -55,6 +55,10 @@ type requestView struct {
 	ReviewURL string
 	Approver  string
 	InboxURL  string
+	// SignURL, for a request whose approvals need a passkey
+	// (notifier.NeedsPasskey), is its inbox page, where approving is
+	// signing; the email offers no other way to approve.
+	SignURL string
 }
 
 // decidedView is what the outcome email shows.

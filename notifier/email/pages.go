@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -113,7 +114,11 @@ type pageForm struct {
 	Approve    bool
 	Reject     bool
 	Respond    bool
-	Approver   string
+	// SignURL, for a request whose approvals need a passkey, is its inbox
+	// page (on the same server as these pages), where approving is
+	// signing; the form then offers no Approve.
+	SignURL  string
+	Approver string
 	// Values typed before an error, shown again.
 	Comment, Response, Answer string
 }
@@ -405,6 +410,9 @@ func newForm(rec *contracts.Record, claims Claims) *pageForm {
 		f.Hash = currentHash(rec)
 	}
 	f.Approve = allowed(req, contracts.DecisionApprove)
+	if f.Approve && notifier.NeedsPasskey(req) {
+		f.Approve, f.SignURL = false, "/approvals/"+url.PathEscape(req.EventID)
+	}
 	f.Reject = allowed(req, contracts.DecisionReject)
 	f.Respond = allowed(req, contracts.DecisionRespond)
 	return f
@@ -503,6 +511,9 @@ func (p *pages) buildVote(r *http.Request, rec *contracts.Record, claims Claims,
 	}
 	if !allowed(req, v.Decision) {
 		return v, "This decision is not allowed for this request."
+	}
+	if v.Decision == contracts.DecisionApprove && notifier.NeedsPasskey(req) {
+		return v, "This rule asks approvers to sign with their passkey, which a link cannot carry: open the request in the Countersign inbox to approve it. Nothing was sent."
 	}
 	switch decision {
 	case formRespond:
