@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -42,6 +43,9 @@ type CaseResult struct {
 	// Diff says what differed, one "field: got X, want Y" per line; empty
 	// when the case passed.
 	Diff string
+	// Shadow is what the policy's shadow rules would have decided (see
+	// EvaluateShadow); cases are held to the enforced decision only.
+	Shadow []ShadowVerdict
 }
 
 var (
@@ -313,7 +317,9 @@ func RunCases(p *Policy, cases []Case) []CaseResult {
 	}
 	out := make([]CaseResult, 0, len(cases))
 	for _, c := range cases {
-		d, steps := p.Explain(Input{Run: c.Run, Tool: c.Tool, Arguments: c.Arguments})
+		in := Input{Run: c.Run, Tool: c.Tool, Arguments: c.Arguments}
+		d, steps := p.Explain(in)
+		_, shadow := p.EvaluateShadow(context.Background(), in)
 		var diff []string
 		check := func(field, got, want string) {
 			if want != "" && got != want {
@@ -333,7 +339,7 @@ func RunCases(p *Policy, cases []Case) []CaseResult {
 		if c.Expect.Error != "" && !strings.Contains(d.Error, c.Expect.Error) {
 			diff = append(diff, fmt.Sprintf("error: got %s, want one containing %q", show(d.Error), c.Expect.Error))
 		}
-		out = append(out, CaseResult{Case: c, Got: d, Steps: steps, Pass: len(diff) == 0, Diff: strings.Join(diff, "\n")})
+		out = append(out, CaseResult{Case: c, Got: d, Steps: steps, Pass: len(diff) == 0, Diff: strings.Join(diff, "\n"), Shadow: shadow})
 	}
 	return out
 }

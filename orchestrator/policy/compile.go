@@ -56,7 +56,12 @@ func compile(data []byte) (*Policy, problems) {
 	fallback := fallbackSettings(fs, dRisk)
 	lines := strings.Split(string(data), "\n")
 	for _, rs := range fs.rules {
-		p.rules = append(p.rules, compileRule(rs, fs, fallback, p.version, lines, &ps))
+		r := compileRule(rs, fs, fallback, p.version, lines, &ps)
+		if rs.shadow {
+			p.shadow = append(p.shadow, shadowRule{rule: r, pos: len(p.rules)})
+			continue
+		}
+		p.rules = append(p.rules, r)
 	}
 	shadowWarnings(fs.rules, &ps)
 	layers := append([]*gateSpec{&fs.defaultRule}, riskTiers(fs)...)

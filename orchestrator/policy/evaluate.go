@@ -18,6 +18,9 @@ type Step struct {
 	// Why reads like "tool payments.send matches payments.*; condition
 	// args.amount > 100 is false".
 	Why string `json:"why"`
+	// Shadow marks a shadow rule's step: it never decides; Why says what
+	// it would have decided (see EvaluateShadow).
+	Shadow bool `json:"shadow,omitempty"`
 }
 
 // Evaluate decides one call: the first rule whose tools, agents, tenants
@@ -50,13 +53,15 @@ func (p *Policy) EvaluateContext(ctx context.Context, in Input) Decision {
 // deciding one (rule "default" when no rule matched). Where a condition
 // errored, its step says so, the later steps are the branch where it did
 // not hold, and a last step names the rule whose settings won and what the
-// others added.
+// others added. A shadow rule the walk reaches gets a step of its own,
+// marked Shadow, saying what it would have decided; it never decides.
 func (p *Policy) Explain(in Input) (Decision, []Step) {
 	var steps []Step
 	var act *activation // built at the first condition
 	var why strings.Builder
 	var e errored
 	for i := range p.rules {
+		steps = p.explainShadow(&in, i, steps)
 		r := &p.rules[i]
 		why.Reset()
 		step := Step{Rule: r.name, Line: r.line}
@@ -98,6 +103,7 @@ func (p *Policy) Explain(in Input) (Decision, []Step) {
 		e.add(r.decision)
 		return e.d, append(steps, e.step(""))
 	}
+	steps = p.explainShadow(&in, len(p.rules), steps)
 	steps = append(steps, Step{Rule: defaultRuleName, Matched: true, Why: withTimers("no rule matched; the default is "+p.dflt.Action, p.dflt)})
 	if !e.any() {
 		return p.dflt.clone(), steps
@@ -109,39 +115,84 @@ func (p *Policy) Explain(in Input) (Decision, []Step) {
 // evaluate decides without explaining: only the rules whose tool globs
 // match are looked at (see candidates), and only their conditions run.
 func (p *Policy) evaluate(ctx context.Context, in *Input) Decision {
-	var act *activation // built at the first condition
-	var e errored
-	for _, i := range p.candidates(in.Tool) {
-		r := &p.rules[i]
-		if !r.matchesRun(in) {
-			continue
-		}
-		if r.cond != nil {
-			if act == nil {
-				act = &activation{in: *in}
+	w := pass{ctx: ctx, in: in}
+	d, _ := p.decide(&w, nil)
+	return d
+}
+
+// pass is one walk down the rules for one call; act is shared by the
+// passes of one call (see EvaluateShadow).
+type pass struct {
+	ctx context.Context
+	in  *Input
+	act *activation // built at the first condition
+	e   errored
+}
+
+// decide walks the enforcing rules; with promote, the shadow rule is taken
+// as an enforcing rule at its place. It returns the decision and where the
+// walk stopped: the index of the enforcing rule that decided, or
+// len(p.rules) for the default (a promoted rule that decides stops at its
+// place).
+func (p *Policy) decide(w *pass, promote *shadowRule) (Decision, int) {
+	for _, i := range p.candidates(w.in.Tool) {
+		if promote != nil && int(i) >= promote.pos {
+			if d, ok := w.visitPromoted(promote); ok {
+				return d, promote.pos
 			}
-			ok, err := r.cond.run(ctx, act)
-			if err != nil {
-				if e.add(r.onError(err)) {
-					return e.d
-				}
-				continue
-			}
-			if !ok {
-				continue
-			}
+			promote = nil
 		}
-		if !e.any() {
-			return r.decision.clone()
+		if d, ok := w.visit(&p.rules[i]); ok {
+			return d, int(i)
 		}
-		e.add(r.decision)
-		return e.d
 	}
-	if !e.any() {
-		return p.dflt.clone()
+	if promote != nil {
+		if d, ok := w.visitPromoted(promote); ok {
+			return d, promote.pos
+		}
 	}
-	e.add(p.dflt)
-	return e.d
+	if !w.e.any() {
+		return p.dflt.clone(), len(p.rules)
+	}
+	w.e.add(p.dflt)
+	return w.e.d, len(p.rules)
+}
+
+// visit applies rule r, whose tool globs match, to the call; ok says the
+// walk ends with d.
+func (w *pass) visit(r *rule) (d Decision, ok bool) {
+	if !r.matchesRun(w.in) {
+		return Decision{}, false
+	}
+	if r.cond != nil {
+		if w.act == nil {
+			w.act = &activation{in: *w.in}
+		}
+		holds, err := r.cond.run(w.ctx, w.act)
+		if err != nil {
+			if w.e.add(r.onError(err)) {
+				return w.e.d, true
+			}
+			return Decision{}, false
+		}
+		if !holds {
+			return Decision{}, false
+		}
+	}
+	if !w.e.any() {
+		return r.decision.clone(), true
+	}
+	w.e.add(r.decision)
+	return w.e.d, true
+}
+
+// visitPromoted is visit for a shadow rule, whose tool globs are checked
+// here (candidates lists enforcing rules only).
+func (w *pass) visitPromoted(s *shadowRule) (Decision, bool) {
+	if len(s.rule.tools) > 0 && !matchGlobs(s.rule.tools, w.in.Tool) {
+		return Decision{}, false
+	}
+	return w.visit(&s.rule)
 }
 
 // onError is what the rule decides when its condition errors with err, as

@@ -28,12 +28,13 @@ func WithoutGroupsOf(ps []Problem, defined func(group string) bool) []Problem {
 	return out
 }
 
-// shadowWarnings warns about every rule that an earlier unconditional rule
-// shadows.
+// shadowWarnings warns about every rule that an earlier unconditional
+// enforcing rule shadows (a shadow rule decides nothing, so it hides no
+// rule below it; a shadow rule hidden so never records).
 func shadowWarnings(rules []*ruleSpec, ps *problems) {
 	for j, b := range rules {
 		for _, a := range rules[:j] {
-			if shadows(a, b) {
+			if !a.shadow && shadows(a, b) {
 				ps.add(b.line, b.col, SeverityWarning, "%s is unreachable: rule %q (line %d) comes first and matches every call it matches",
 					b.where, a.name, a.line)
 				break

@@ -142,6 +142,9 @@ type Policy struct {
 	sum     [sha256.Size]byte
 	def     string
 	rules   []rule
+	// shadow are the shadow rules, in file order (see shadow.go); rules
+	// holds the enforcing ones only.
+	shadow []shadowRule
 	// dflt decides calls no rule matches.
 	dflt  Decision
 	index toolIndex
@@ -204,7 +207,8 @@ func (p *Policy) Source() []byte {
 // SHA256 is the hex SHA-256 of the file the policy was parsed from.
 func (p *Policy) SHA256() string { return hex.EncodeToString(p.sum[:]) }
 
-// RuleNames lists the rules in file order.
+// RuleNames lists the enforcing rules in file order (ShadowRules lists
+// the others).
 func (p *Policy) RuleNames() []string {
 	names := make([]string, len(p.rules))
 	for i := range p.rules {

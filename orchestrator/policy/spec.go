@@ -24,7 +24,7 @@ var (
 		"channels", "timeout", "on_timeout", "claim_within", "allowed_decisions",
 		"reminders", "escalation", "escalation_repeat", "step_up"}
 	tierKeys  = []string{"after", "approvers", "channels"}
-	matchKeys = []string{"name", "agents", "tools", "tenants", "labels", "when", "action"}
+	matchKeys = []string{"name", "agents", "tools", "tenants", "labels", "when", "action", "mode"}
 	ruleKeys  = append(append(append([]string{}, matchKeys...), gateKeys...), "receipt")
 )
 
@@ -127,7 +127,16 @@ type ruleSpec struct {
 	// allows (receipt: true); receiptKey is where it was set.
 	receipt    bool
 	receiptKey *yaml.Node
+	// shadow: the rule is evaluated and recorded, never enforced (mode:
+	// shadow).
+	shadow bool
 }
+
+// Rule modes.
+const (
+	ModeEnforce = "enforce"
+	ModeShadow  = "shadow"
+)
 
 func readPolicy(root *yaml.Node, ps *problems) *fileSpec {
 	fs := &fileSpec{}
@@ -307,6 +316,8 @@ func readRule(i int, n *yaml.Node, ps *problems) *ruleSpec {
 		case "receipt":
 			r.receipt, _ = ps.boolean(f.val, what)
 			r.receiptKey = f.key
+		case "mode":
+			r.shadow = readMode(f, what, r.where, ps)
 		default:
 			if !readGateField(f, &r.gateSpec, ps, gateKeys) {
 				ps.unknownField(f, r.where, ruleKeys)
@@ -320,6 +331,18 @@ func readRule(i int, n *yaml.Node, ps *problems) *ruleSpec {
 		ps.add(r.line, r.col, SeverityError, "%s matches nothing in particular: set tools (tools: [\"*\"] for every tool), agents, tenants, labels or when", r.where)
 	}
 	return r
+}
+
+// readMode reads a rule's mode and reports whether it is shadow.
+func readMode(f field, what, where string, ps *problems) bool {
+	switch m := ps.str(f.val, what); m {
+	case ModeEnforce:
+	case ModeShadow:
+		return true
+	default:
+		ps.add(f.val.Line, f.val.Column, SeverityError, "%s: unknown mode %q (enforce, shadow)", where, m)
+	}
+	return false
 }
 
 // globList reads a list of globs.
