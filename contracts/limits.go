@@ -296,6 +296,8 @@ func CheckCommandFields(c *Command) *FieldError {
 		if c.Until.IsZero() {
 			return malformed("until", "until is required")
 		}
+	case CommandOutcome:
+		return checkOutcome(c)
 	default:
 		return malformed("command", "unknown command %q", truncateText(c.Command, 32))
 	}
@@ -543,4 +545,31 @@ func compactLen(raw json.RawMessage, limit int) int {
 		return len(raw)
 	}
 	return b.Len()
+}
+
+// checkOutcome checks an outcome report's fields.
+func checkOutcome(c *Command) *FieldError {
+	switch {
+	case c.Status != ExecutionSucceeded && c.Status != ExecutionFailed:
+		return malformed("status", "status must be succeeded or failed")
+	case len(c.Summary) > MaxExecutionSummaryBytes:
+		return tooLarge("summary", len(c.Summary), MaxExecutionSummaryBytes)
+	case !ValidText(c.Summary):
+		return malformed("summary", "summary must be UTF-8 text without control characters")
+	case c.ResultSHA256 != "" && !validHexSHA256(c.ResultSHA256):
+		return malformed("result_sha256", "result_sha256 must be 64 lowercase hex digits")
+	}
+	return nil
+}
+
+func validHexSHA256(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := range len(s) {
+		if !('0' <= s[i] && s[i] <= '9' || 'a' <= s[i] && s[i] <= 'f') {
+			return false
+		}
+	}
+	return true
 }

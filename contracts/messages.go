@@ -50,6 +50,9 @@ const (
 	ViaCLI   = "cli"
 	ViaAPI   = "api"
 	ViaNATS  = "nats"
+	// ViaPush is a one-tap action of a Web Push notification on a phone
+	// (see notifier/push).
+	ViaPush = "push"
 )
 
 // Commands on an approval.
@@ -57,7 +60,19 @@ const (
 	CommandCancel = "cancel"
 	CommandExtend = "extend"
 	CommandClaim  = "claim"
+	// CommandOutcome reports, after a claim, how the call ended: only the
+	// claimant may, once (Command.Status, Summary, ResultSHA256).
+	CommandOutcome = "outcome"
 )
+
+// Outcome statuses of a claimed call (CommandOutcome).
+const (
+	ExecutionSucceeded = "succeeded"
+	ExecutionFailed    = "failed"
+)
+
+// MaxExecutionSummaryBytes bounds an outcome's summary.
+const MaxExecutionSummaryBytes = 1024
 
 // Actions of a human_input answer (MCP elicitation).
 const (
@@ -179,6 +194,28 @@ type ApprovalRequested struct {
 	// StepUp is what an approval must carry beyond the approver's identity
 	// (an extension of the contract): StepUpPasskey, or empty for nothing.
 	StepUp string `json:"step_up,omitempty"`
+	// Notify is the rule's ordered notification (an extension of the
+	// contract): each stage's route is notified After the request was
+	// created, if it is still pending and the person has not opened it.
+	// Channels, when set too, are notified at once.
+	Notify []NotifyStage `json:"notify,omitempty"`
+}
+
+// NotifyStage is one stage of a staggered notification: a route (as in
+// Channels, see ParseRoute) and how long after the request it is told (a
+// Go duration; empty or "0s": at once).
+type NotifyStage struct {
+	Channel string `json:"channel"`
+	After   string `json:"after,omitempty"`
+}
+
+// Delay is the stage's After as a duration (0 when empty or invalid).
+func (s NotifyStage) Delay() time.Duration {
+	d, err := time.ParseDuration(s.After)
+	if err != nil || d < 0 {
+		return 0
+	}
+	return d
 }
 
 // Read records on hitl.approval.read.<event_id> that someone read an
@@ -200,6 +237,10 @@ type Read struct {
 const (
 	ReadRecord = "record"
 	ReadExport = "export"
+	// ReadOpened records that a person opened the approval (its inbox page,
+	// or a push notification's action): a staggered notification does not
+	// chase them on the later channels.
+	ReadOpened = "opened"
 )
 
 // Approver is the verified identity behind a vote and the channel it came through.
@@ -249,6 +290,12 @@ type Command struct {
 	Until     time.Time `json:"until,omitzero"`
 	ClaimID   string    `json:"claim_id,omitempty"`
 	IssuedAt  time.Time `json:"issued_at,omitzero"`
+	// Status, Summary and ResultSHA256 are an outcome's report: succeeded
+	// or failed, a short text for people, and the lowercase hex SHA-256 of
+	// the call's result (optional).
+	Status       string `json:"status,omitempty"`
+	Summary      string `json:"summary,omitempty"`
+	ResultSHA256 string `json:"result_sha256,omitempty"`
 }
 
 // Receipt statuses.

@@ -72,6 +72,10 @@ const (
 	// signature, the client data (type, challenge, origin) or the
 	// authenticator data (RP ID, user presence and verification).
 	ReasonPasskeyInvalid = "passkey_invalid"
+	// ReasonNotClaimed refuses an outcome for an approval nobody claimed.
+	ReasonNotClaimed = "not_claimed"
+	// ReasonOutcomeReported refuses a second, different outcome report.
+	ReasonOutcomeReported = "outcome_reported"
 )
 
 // DefaultClaimWithin is how long an approval may be claimed after it was
@@ -162,6 +166,21 @@ type Claim struct {
 	// The stored record never holds it: the API fills it in for the
 	// claimant alone, in the claim's answer and its reads of the record.
 	Receipt string `json:"receipt,omitempty"`
+	// By is who claimed: the only one who may report the outcome.
+	By string `json:"by,omitempty"`
+}
+
+// Execution is how a claimed call ended, as its claimant reported it once
+// (CommandOutcome). A record claimed without one is "claimed, no outcome":
+// the runner died, or never reports.
+type Execution struct {
+	Status       string    `json:"status"`
+	Summary      string    `json:"summary,omitempty"`
+	ResultSHA256 string    `json:"result_sha256,omitempty"`
+	ReportedBy   string    `json:"reported_by"`
+	ReportedAt   time.Time `json:"reported_at"`
+	// CommandID is the report's command id: a retried report is one.
+	CommandID string `json:"command_id"`
 }
 
 // Record is the value under <event_id> in the hitl_approvals bucket. Only the
@@ -185,6 +204,8 @@ type Record struct {
 	// not be computed). Absent while only the request's are known.
 	Sensitive []string `json:"sensitive,omitempty"`
 	Claim     *Claim   `json:"claim,omitempty"`
+	// Execution is the claimant's report of how the call ended.
+	Execution *Execution `json:"execution,omitempty"`
 	// LapsedAt is when a claim found the approval lapsed (see
 	// ReasonApprovalLapsed); the approval can no longer be claimed.
 	LapsedAt  *time.Time `json:"lapsed_at,omitempty"`
@@ -230,6 +251,10 @@ const (
 	// ChangeEscalated announces that the request reached escalation level
 	// Step: that tier's approvers may now decide and are told.
 	ChangeEscalated = "escalated"
+	// ChangeOutcome announces the claimant's report of how the call ended;
+	// ChangeOutcomeRefused a report that was refused.
+	ChangeOutcome        = "outcome"
+	ChangeOutcomeRefused = "outcome_refused"
 )
 
 // Changed is published on hitl.approval.changed.<event_id> for every change of

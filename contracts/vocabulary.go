@@ -70,6 +70,8 @@ var reasons = map[Reason]reasonInfo{
 	ReasonPasskeyMismatch:    {http.StatusForbidden, "the passkey signed a different statement than this vote (another request, tool, arguments or decision)"},
 	ReasonPasskeyStale:       {http.StatusForbidden, "the passkey signature is too old (or dated in the future); sign again"},
 	ReasonPasskeyInvalid:     {http.StatusForbidden, "the passkey signature does not verify"},
+	ReasonNotClaimed:         {http.StatusConflict, "nobody claimed this approval, so there is no outcome to report"},
+	ReasonOutcomeReported:    {http.StatusConflict, "the outcome of this call was reported already"},
 }
 
 // Reasons lists every refusal reason.
@@ -80,6 +82,7 @@ func Reasons() []Reason {
 		ReasonMalformed, ReasonTooLarge, ReasonUnknownEvent, ReasonWrongTenant, ReasonGrantNotAllowed, ReasonUnknownGrant,
 		ReasonUnknownApprover, ReasonNotPermitted, ReasonDeadlineNotLater, ReasonApprovalLapsed,
 		ReasonStepUpRequired, ReasonPasskeyUnknown, ReasonPasskeyMismatch, ReasonPasskeyStale, ReasonPasskeyInvalid,
+		ReasonNotClaimed, ReasonOutcomeReported,
 	}
 }
 

@@ -490,8 +490,10 @@ func ApplyCommandAs(rec contracts.Record, cmd contracts.Command, now time.Time, 
 		}
 		next := clone(rec)
 		next.UpdatedAt = now
-		next.Claim = &contracts.Claim{ClaimID: cmd.ClaimID, At: now}
+		next.Claim = &contracts.Claim{ClaimID: cmd.ClaimID, At: now, By: cmd.By}
 		return Result{Record: next, Changed: true}
+	case contracts.CommandOutcome:
+		return applyOutcome(rec, cmd, now, r)
 	case contracts.CommandCancel:
 		if rec.Status == contracts.StatusCancelled && rec.Outcome != nil && rec.Outcome.Reason == "cancel:"+cmd.CommandID {
 			return Result{Duplicate: true}
@@ -565,4 +567,45 @@ func Escalate(rec contracts.Record, level int, now time.Time) Result {
 	next.EscalationLevel = level
 	next.UpdatedAt = now
 	return Result{Record: next, Changed: true}
+}
+
+// applyOutcome records the claimant's report of how the call ended: once,
+// after a claim, from whoever claimed (or, for a claim recorded without
+// its claimant, from whoever may claim). A report retried with its command
+// id is a duplicate.
+func applyOutcome(rec contracts.Record, cmd contracts.Command, now time.Time, r *Roster) Result {
+	if rec.Execution != nil {
+		if rec.Execution.CommandID == cmd.CommandID {
+			return Result{Duplicate: true}
+		}
+		return Result{Refusal: contracts.ReasonOutcomeReported}
+	}
+	if rec.Claim == nil {
+		return Result{Refusal: contracts.ReasonNotClaimed}
+	}
+	if reason := OutcomeRefusal(r, &rec, r.Issuer(cmd.By)); reason != "" {
+		return Result{Refusal: reason}
+	}
+	next := clone(rec)
+	next.UpdatedAt = now
+	next.Execution = &contracts.Execution{
+		Status: cmd.Status, Summary: cmd.Summary, ResultSHA256: cmd.ResultSHA256,
+		ReportedBy: cmd.By, ReportedAt: now, CommandID: cmd.CommandID,
+	}
+	return Result{Record: next, Changed: true}
+}
+
+// OutcomeRefusal says why who may not report the outcome of rec's call: ""
+// for its claimant.
+func OutcomeRefusal(r *Roster, rec *contracts.Record, who Issuer) string {
+	if rec.Claim == nil {
+		return contracts.ReasonNotClaimed
+	}
+	if rec.Claim.By != "" {
+		if r.Same(who.ID, rec.Claim.By) {
+			return ""
+		}
+		return contracts.ReasonNotPermitted
+	}
+	return CommandRefusal(r, rec, contracts.CommandClaim, who)
 }

@@ -45,6 +45,7 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/countersign/countersign/contracts"
 )
@@ -175,6 +176,9 @@ type Result struct {
 	// Record.Claim.Receipt). Pass it to the tool (the Countersign-Receipt
 	// header; see Receipt and SetReceiptHeader).
 	Receipt string `json:"receipt,omitempty"`
+	// OutcomeErr, in Run's answer, says why the call's outcome could not
+	// be reported after it ran (nil when it was, or there was no claim).
+	OutcomeErr error `json:"-"`
 }
 
 // Terminal reports whether the result is final (not pending).
@@ -370,7 +374,65 @@ func (c *Client) Run(ctx context.Context, run contracts.Run, call ToolCall,
 			res.Receipt = rec.Claim.Receipt
 		}
 	}
-	return res, fn(WithReceipt(ctx, res.Receipt), res.Arguments)
+	err = fn(WithReceipt(ctx, res.Receipt), res.Arguments)
+	if res.EventID != "" {
+		res.OutcomeErr = c.reportRun(ctx, res.EventID, err)
+	}
+	return res, err
+}
+
+// reportRun reports how fn ended for the claimed approval eventID: after
+// fn, even when ctx has ended meanwhile (within a minute of its own).
+func (c *Client) reportRun(ctx context.Context, eventID string, fnErr error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	status, summary := Succeeded, ""
+	if fnErr != nil {
+		status, summary = Failed, truncateUTF8(fnErr.Error(), contracts.MaxExecutionSummaryBytes)
+	}
+	return c.Report(ctx, eventID, NewClaimID(), Outcome{Status: status, Summary: summary})
+}
+
+// Outcome statuses (Outcome.Status).
+const (
+	Succeeded = contracts.ExecutionSucceeded
+	Failed    = contracts.ExecutionFailed
+)
+
+// Outcome is how a claimed call ended.
+type Outcome struct {
+	// Status is Succeeded or Failed.
+	Status string `json:"status"`
+	// Summary is a short text for people (at most 1 KiB).
+	Summary string `json:"summary,omitempty"`
+	// ResultSHA256 is the lowercase hex SHA-256 of the call's result
+	// (optional; see contracts.ArgumentsSHA256 for JSON results).
+	ResultSHA256 string `json:"result_sha256,omitempty"`
+}
+
+// Report tells Countersign how the claimed call eventID ended, as its
+// claimant, once: retried with the same reportID (after a lost answer, a
+// restart) it succeeds again; another report fails (ErrClosed family:
+// outcome_reported). Run reports by itself; a runner that claims with
+// Claim reports with Report after the tool ran.
+func (c *Client) Report(ctx context.Context, eventID, reportID string, o Outcome) error {
+	body := struct {
+		CommandID string `json:"command_id"`
+		Outcome
+	}{reportID, o}
+	_, err := c.do(ctx, http.MethodPost, "/v1/approvals/"+url.PathEscape(eventID)+"/outcome", 0, body, nil, retryTransient|retryAccepted)
+	return err
+}
+
+// truncateUTF8 cuts s to at most n bytes on a character boundary.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // Question asks a human (request_human_input).

@@ -260,6 +260,7 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 		"/v1/approvals/{event_id}/cancel":     {"post"},
 		"/v1/approvals/{event_id}/extend":     {"post"},
 		"/v1/approvals/{event_id}/claim":      {"post"},
+		"/v1/approvals/{event_id}/outcome":    {"post"},
 		"/v1/approvals/{event_id}/events":     {"get"},
 		"/v1/events":                          {"get"},
 		"/v1/policy":                          {"get", "post"},

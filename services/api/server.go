@@ -148,6 +148,7 @@ func (s *Server) routes() {
 	mux.HandleFunc("POST /v1/approvals/{event_id}/cancel", s.authed(s.postCancel, RoleApprover, RoleAgent))
 	mux.HandleFunc("POST /v1/approvals/{event_id}/extend", s.authed(s.postExtend, RoleApprover))
 	mux.HandleFunc("POST /v1/approvals/{event_id}/claim", s.authed(s.postClaim, RoleAgent))
+	mux.HandleFunc("POST /v1/approvals/{event_id}/outcome", s.authed(s.postOutcome, RoleAgent))
 	mux.HandleFunc("GET /v1/approvals/{event_id}/events", s.authed(s.getTimeline))
 	mux.HandleFunc("GET /v1/events", s.authed(s.getEvents))
 	mux.HandleFunc("GET /v1/grants", s.authed(s.listGrants))

@@ -475,6 +475,8 @@ func (a *Arbiter) commandOp(c contracts.Command, roster *approval.Roster) op {
 				return &contracts.Changed{Change: contracts.ChangeClaimed, By: c.By}
 			case contracts.CommandExtend:
 				return &contracts.Changed{Change: contracts.ChangeExtended, By: c.By}
+			case contracts.CommandOutcome:
+				return &contracts.Changed{Change: contracts.ChangeOutcome, By: c.By}
 			}
 			return nil // a cancel always decides
 		},
@@ -553,6 +555,8 @@ func commandRefusedChange(command string) string {
 		return contracts.ChangeCancelRefused
 	case contracts.CommandExtend:
 		return contracts.ChangeExtendRefused
+	case contracts.CommandOutcome:
+		return contracts.ChangeOutcomeRefused
 	}
 	return contracts.ChangeClaimRefused
 }
