@@ -178,6 +178,10 @@ type ApprovalRequested struct {
 	// subject of the agent's token (an extension of the contract; empty for
 	// a request a library gate published). That token may read the request.
 	Submitter string `json:"submitter,omitempty"`
+	// Shadow is what the policy's shadow rules would have decided for the
+	// call (an extension of the contract; see ShadowVerdict). A report
+	// only: the arbiter checks and trusts none of it.
+	Shadow []ShadowVerdict `json:"shadow,omitempty"`
 	// ClaimWithin is how long after its decision the approval may be
 	// claimed (a Go duration; empty: DefaultClaimWithin). An approval not
 	// claimed by then lapses (ReasonApprovalLapsed).
