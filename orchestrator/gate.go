@@ -102,6 +102,9 @@ type Verdict struct {
 	// GrantID names the standing grant that allowed the call without a
 	// new request (its use is in the grant's timeline); "" otherwise.
 	GrantID string `json:"grant_id,omitempty"`
+	// Shadow is what the policy's shadow rules would have decided for the
+	// call (never enforced); a gated call's request records it too.
+	Shadow []contracts.ShadowVerdict `json:"shadow,omitempty"`
 	// Permit must be claimed right before an allowed call runs. Only an
 	// allowed verdict carries one; every other verdict has none.
 	Permit *Permit `json:"-"`
@@ -156,6 +159,7 @@ type Gate struct {
 	grants    *GrantBook
 	ownGrants bool
 	gm        grantMetrics
+	sm        shadowMetrics
 	claims    claimPath
 	// store is the live policy the gate follows when Config.Policy was
 	// not set.
@@ -219,7 +223,7 @@ func NewGate(ctx context.Context, cfg Config) (*Gate, error) {
 		closeStore()
 		return nil, fmt.Errorf("orchestrator: open bucket %s: %w", contracts.BucketApprovals, err)
 	}
-	g := &Gate{cfg: cfg, kv: kv, waiter: cfg.Waiter, grants: cfg.Grants, gm: newGrantMetrics(cfg.Registerer), store: store}
+	g := &Gate{cfg: cfg, kv: kv, waiter: cfg.Waiter, grants: cfg.Grants, gm: newGrantMetrics(cfg.Registerer), sm: newShadowMetrics(cfg.Registerer), store: store}
 	if g.grants == nil {
 		if g.grants, err = NewGrantBook(ctx, cfg.JS, cfg.Logger); err != nil {
 			closeStore()
@@ -452,7 +456,9 @@ func (g *Gate) submit(ctx context.Context, run contracts.Run, calls []ToolCall, 
 	for i, c := range calls {
 		args, sha := canon[i], hashes[i]
 		var err error
-		d := pol.Evaluate(policy.Input{Run: run, Tool: c.Name, Arguments: args})
+		// Shadow rules never change d (see policy.EvaluateShadow).
+		d, shadow := pol.EvaluateShadow(context.Background(), policy.Input{Run: run, Tool: c.Name, Arguments: args})
+		g.sm.count(d, shadow)
 		v := Verdict{ToolCallID: c.ID, Rule: d.Rule}
 		switch d.Action {
 		case policy.ActionAllow:
@@ -467,11 +473,12 @@ func (g *Gate) submit(ctx context.Context, run contracts.Run, calls []ToolCall, 
 			if arm != nil {
 				armCall = func(eventID string) (*wait, error) { return arm(i, eventID) }
 			}
-			v, err = g.gate(ctx, run, c, args, sha, d, armCall)
+			v, err = g.gate(ctx, run, c, args, sha, d, policy.ShadowContracts(shadow), armCall)
 			if err != nil {
 				return nil, fmt.Errorf("orchestrator: tool_calls[%d]: %w", i, err)
 			}
 		}
+		v.Shadow = policy.ShadowContracts(shadow)
 		out[i] = v
 	}
 	return out, nil
@@ -500,7 +507,8 @@ func canonicalArgs(raw json.RawMessage) (json.RawMessage, string, *Error) {
 // the call's wait registers before the record is read; a call left pending
 // keeps it, handed the record read if there was one, and every other
 // outcome ends it.
-func (g *Gate) gate(ctx context.Context, run contracts.Run, c ToolCall, args json.RawMessage, sha string, d policy.Decision, arm func(string) (*wait, error)) (v Verdict, err error) {
+func (g *Gate) gate(ctx context.Context, run contracts.Run, c ToolCall, args json.RawMessage, sha string, d policy.Decision,
+	shadow []contracts.ShadowVerdict, arm func(string) (*wait, error)) (v Verdict, err error) {
 	eventID := EventID(run, c.ID)
 	v = Verdict{ToolCallID: c.ID, EventID: eventID, Rule: d.Rule, Verdict: VerdictPending, sha: sha}
 	var a *wait
@@ -545,7 +553,14 @@ func (g *Gate) gate(ctx context.Context, run contracts.Run, c ToolCall, args jso
 	req := g.request(run, c, args, sha, d, eventID)
 	req.Traceparent = contracts.TraceparentFrom(ctx)
 	req.Submitter = submitterFrom(ctx)
+	req.Shadow = shadow
 	data, err := g.limits().EncodeRequest(&req)
+	if errors.Is(err, ErrTooLarge) && req.Shadow != nil {
+		// The shadow verdicts are a report: a request they would make too
+		// large goes without them, as it would without shadow rules.
+		req.Shadow = nil
+		data, err = g.limits().EncodeRequest(&req)
+	}
 	if err != nil {
 		return v, err
 	}

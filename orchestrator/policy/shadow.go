@@ -2,7 +2,10 @@ package policy
 
 import (
 	"context"
+	"slices"
 	"strings"
+
+	"github.com/countersign/countersign/contracts"
 )
 
 // This file runs shadow rules (mode: shadow): rules that are evaluated on
@@ -133,4 +136,31 @@ func (p *Policy) explainShadow(in *Input, i int, steps []Step) []Step {
 		steps = append(steps, step)
 	}
 	return steps
+}
+
+// Contract is the verdict as a request and a review's result record it.
+func (v ShadowVerdict) Contract() contracts.ShadowVerdict {
+	d := v.Decision
+	out := contracts.ShadowVerdict{Rule: v.Rule, Action: d.Action, Error: d.Error}
+	if d.Rule != v.Rule {
+		out.DecidedBy = d.Rule
+	}
+	if d.Action == ActionRequireApproval {
+		out.Risk, out.Quorum, out.StepUp = d.Risk, max(1, d.Quorum), d.StepUp
+		out.Approvers = slices.Clone(d.Approvers)
+	}
+	return out
+}
+
+// ShadowContracts is Contract of each verdict, at most
+// contracts.MaxShadowVerdicts of them; nil for none.
+func ShadowContracts(vs []ShadowVerdict) []contracts.ShadowVerdict {
+	if len(vs) == 0 {
+		return nil
+	}
+	out := make([]contracts.ShadowVerdict, 0, min(len(vs), contracts.MaxShadowVerdicts))
+	for _, v := range vs[:min(len(vs), contracts.MaxShadowVerdicts)] {
+		out = append(out, v.Contract())
+	}
+	return out
 }
