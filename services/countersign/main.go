@@ -66,6 +66,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return cmdReceipts(args[1:], stdout)
 	case "mcp":
 		return cmdMCP(args[1:], stdout, stderr)
+	case "hook":
+		return cmdHook(args[1:], os.Stdin, stdout, stderr)
 	case "version":
 		if err := newFlagSet("version", stdout).Parse(args[1:]); err != nil {
 			return err
