@@ -13,6 +13,9 @@ const (
 	ChannelEmail   = "email"
 	ChannelWebhook = "webhook"
 	ChannelInbox   = "inbox"
+	// ChannelPush is Web Push to the phones and browsers a person
+	// subscribed (see notifier/push).
+	ChannelPush = "push"
 )
 
 // Route kinds: what a channel entry of a policy rule names.
@@ -87,6 +90,9 @@ func (r Route) String() string {
 //	email:ops@example.com    an email to an address
 //	webhook                  every configured webhook endpoint
 //	webhook:audit            the configured endpoint named audit
+//	push                     a Web Push notification to every approver's subscribed devices
+//	push:group:oncall        to the devices of every member of a group
+//	push:alice               to the devices of a directory user
 //
 // Channel secrets never appear here; they come from the configuration.
 func ParseRoute(s string) (Route, error) {
@@ -154,8 +160,19 @@ func ParseRoute(s string) (Route, error) {
 			return bad("endpoint names are 1 to 32 characters of a-z, 0-9, '_' and '-'")
 		}
 		return Route{Channel: ch, Kind: RouteEndpoint, Value: rest}, nil
+	case ChannelPush:
+		switch {
+		case !has:
+			return Route{Channel: ch, Kind: RouteApprovers}, nil
+		case isGroup:
+			return Route{Channel: ch, Kind: RouteGroup, Value: group}, nil
+		case validName(rest):
+			return Route{Channel: ch, Kind: RouteUser, Value: rest}, nil
+		default:
+			return bad("use push, push:group:NAME or push:USER")
+		}
 	default:
-		return bad("unknown channel %q (slack, email, webhook, inbox)", ch)
+		return bad("unknown channel %q (slack, email, push, webhook, inbox)", ch)
 	}
 }
 

@@ -52,6 +52,9 @@ const (
 	// the n-th reminder and escalation tier: "remind-1", "escalate-2".
 	TimerRemindPrefix   = "remind-"
 	TimerEscalatePrefix = "escalate-"
+	// TimerNotifyPrefix starts the timer kind of the n-th stage of a
+	// staggered notification (ApprovalRequested.Notify): "notify-2".
+	TimerNotifyPrefix = "notify-"
 )
 
 // AgentToken turns an agent name into the token used in subjects: lower case,

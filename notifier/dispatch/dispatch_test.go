@@ -386,7 +386,7 @@ func TestTargetsResolveEveryRouteKind(t *testing.T) {
 	wantProblems := []string{
 		"slack:@carol: carol has no Slack user id in the directory",
 		`email:group:nosuch: no group "nosuch" in the directory`,
-		`sms:1: channel "sms:1": unknown channel "sms" (slack, email, webhook, inbox)`,
+		`sms:1: channel "sms:1": unknown channel "sms" (slack, email, push, webhook, inbox)`,
 	}
 	if fmt.Sprint(reasons) != fmt.Sprint(wantProblems) {
 		t.Errorf("problems:\n got %q\nwant %q", reasons, wantProblems)
