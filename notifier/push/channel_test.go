@@ -115,8 +115,10 @@ func TestPushCarriesSignedActionsAndNoSensitiveValue(t *testing.T) {
 
 func TestPushOffersOnlyOpenWithoutAOneTapDecision(t *testing.T) {
 	for name, change := range map[string]func(*contracts.ApprovalRequested){
-		"step_up passkey":  func(r *contracts.ApprovalRequested) { r.StepUp = contracts.StepUpPasskey },
-		"edit only":        func(r *contracts.ApprovalRequested) { r.AllowedDecisions = []string{contracts.DecisionEdit, contracts.DecisionReject} },
+		"step_up passkey": func(r *contracts.ApprovalRequested) { r.StepUp = contracts.StepUpPasskey },
+		"edit only": func(r *contracts.ApprovalRequested) {
+			r.AllowedDecisions = []string{contracts.DecisionEdit, contracts.DecisionReject}
+		},
 		"no reject":        func(r *contracts.ApprovalRequested) { r.AllowedDecisions = []string{contracts.DecisionApprove} },
 		"a human question": func(r *contracts.ApprovalRequested) { r.Kind, r.ToolCall = contracts.KindHumanInput, nil },
 	} {
