@@ -1,0 +1,172 @@
+package audit
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/countersign/countersign/contracts/receipt"
+)
+
+// A bundle is JSON Lines: a Header, then the log's lines in stream order,
+// each checkpoint after the entries it covers. It is self-contained: a
+// verifier needs nothing else, though it should check signatures against
+// the keys the server publishes rather than the bundle's own copy.
+
+// Header is a bundle's first line.
+type Header struct {
+	Format     string    `json:"format"`
+	ExportedAt time.Time `json:"exported_at"`
+	// Since and Until are the time range asked for; the bundle holds
+	// every checkpoint whose entries meet it, whole, so it may hold
+	// entries beyond it.
+	Since *time.Time `json:"since,omitempty"`
+	Until *time.Time `json:"until,omitempty"`
+	// Keys are the server's receipt keys at export (its JWKS).
+	Keys receipt.JWKS `json:"keys"`
+}
+
+// Line is an entry line (Seq, Chain, Entry) or a checkpoint line.
+type Line struct {
+	Seq uint64 `json:"seq,omitempty"`
+	// Chain is the chain hash after the entry, as the exporter computed it.
+	Chain string          `json:"chain,omitempty"`
+	Entry json.RawMessage `json:"entry,omitempty"`
+	// Checkpoint is a signed checkpoint token.
+	Checkpoint string `json:"checkpoint,omitempty"`
+}
+
+// Writer writes a bundle.
+type Writer struct {
+	w   *bufio.Writer
+	enc *json.Encoder
+}
+
+// NewWriter writes h (its Format set) and returns a Writer for the lines.
+func NewWriter(w io.Writer, h Header) (*Writer, error) {
+	bw := bufio.NewWriter(w)
+	enc := json.NewEncoder(bw)
+	enc.SetEscapeHTML(false)
+	h.Format = BundleFormat
+	if h.Keys.Keys == nil {
+		h.Keys.Keys = []receipt.JWK{}
+	}
+	if err := enc.Encode(h); err != nil {
+		return nil, err
+	}
+	return &Writer{w: bw, enc: enc}, nil
+}
+
+// Entry writes an entry line.
+func (w *Writer) Entry(seq uint64, chain string, entry []byte) error {
+	return w.enc.Encode(Line{Seq: seq, Chain: chain, Entry: entry})
+}
+
+// Checkpoint writes a checkpoint line.
+func (w *Writer) Checkpoint(token string) error {
+	return w.enc.Encode(Line{Checkpoint: token})
+}
+
+// Flush writes what is buffered.
+func (w *Writer) Flush() error { return w.w.Flush() }
+
+// Exporter turns the stream's messages, read in order, into a bundle: it
+// holds entries until the checkpoint that covers them arrives, then writes
+// them and it when any of them falls in the range, and the entries no
+// checkpoint covers yet at the end.
+type Exporter struct {
+	w            *Writer
+	since, until time.Time
+	// firstSeq is the stream's first sequence: a checkpoint covering
+	// entries before it lost them to retention, and is left out.
+	firstSeq uint64
+	pending  []held
+	head     Hash
+	known    bool // whether head is the chain before pending[0]
+}
+
+type held struct {
+	seq  uint64
+	data []byte
+	at   time.Time
+}
+
+// NewExporter returns an Exporter writing to w the entries of [since,
+// until] (a zero time leaves that end open) from a stream whose first
+// sequence is firstSeq.
+func NewExporter(w *Writer, since, until time.Time, firstSeq uint64) *Exporter {
+	return &Exporter{w: w, since: since, until: until, firstSeq: firstSeq, known: firstSeq <= 1}
+}
+
+// Entry takes the entry stored at seq.
+func (x *Exporter) Entry(seq uint64, data []byte) {
+	var e struct {
+		At time.Time `json:"at"`
+	}
+	_ = json.Unmarshal(data, &e) // an unreadable entry is written as it is, for the verifier to judge
+	x.pending = append(x.pending, held{seq: seq, data: data, at: e.At})
+}
+
+// Checkpoint takes a stored checkpoint token.
+func (x *Exporter) Checkpoint(token string) error {
+	c, err := PayloadOf(token)
+	if err != nil {
+		return fmt.Errorf("audit: stored checkpoint: %w", err)
+	}
+	n := 0
+	for n < len(x.pending) && x.pending[n].seq <= c.Last() {
+		n++
+	}
+	window := x.pending[:n]
+	x.pending = x.pending[n:]
+	head, _ := ParseHex(c.Head)
+	defer func() { x.head, x.known = head, true }()
+	if c.First() < x.firstSeq || !x.meets(window) {
+		return nil
+	}
+	prev, _ := ParseHex(c.PrevHead)
+	if err := x.write(window, prev, true); err != nil {
+		return err
+	}
+	return x.w.Checkpoint(token)
+}
+
+// Close writes the entries no checkpoint covers yet, when they meet the
+// range, and flushes.
+func (x *Exporter) Close() error {
+	if x.meets(x.pending) {
+		if err := x.write(x.pending, x.head, x.known); err != nil {
+			return err
+		}
+	}
+	return x.w.Flush()
+}
+
+func (x *Exporter) meets(entries []held) bool {
+	for _, e := range entries {
+		if (x.since.IsZero() || !e.at.Before(x.since)) && (x.until.IsZero() || !e.at.After(x.until)) {
+			return true
+		}
+	}
+	return false
+}
+
+// write writes entries with their chain hashes from prev (none when the
+// start is not known).
+func (x *Exporter) write(entries []held, prev Hash, known bool) error {
+	for _, e := range entries {
+		chain := ""
+		if leaf, err := LeafHash(e.data); err == nil && known {
+			prev = Next(prev, leaf, e.seq)
+			chain = Hex(prev)
+		} else {
+			known = false
+		}
+		if err := x.w.Entry(e.seq, chain, e.data); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,289 @@
+package audit
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/countersign/countersign/contracts/receipt"
+)
+
+// Kinds of Problem.
+const (
+	ProblemAltered    = "altered"
+	ProblemRemoved    = "removed"
+	ProblemReordered  = "reordered"
+	ProblemInserted   = "inserted"
+	ProblemDuplicate  = "duplicate"
+	ProblemCheckpoint = "checkpoint"
+	ProblemMalformed  = "malformed"
+)
+
+// Problem is one thing wrong with a bundle. Seq and ID name the entry (0
+// and "" for a checkpoint's problem).
+type Problem struct {
+	Kind    string `json:"kind"`
+	Seq     uint64 `json:"seq,omitempty"`
+	ID      string `json:"id,omitempty"`
+	Message string `json:"message"`
+}
+
+// Report is what Verify found.
+type Report struct {
+	Entries int `json:"entries"`
+	// Checkpoints counts those that verify; Signed the entries they cover.
+	Checkpoints int `json:"checkpoints"`
+	Signed      int `json:"signed"`
+	// Unsigned counts the entries after the last checkpoint: appended
+	// since, not signed yet.
+	Unsigned int `json:"unsigned"`
+	// Head is the last verified checkpoint's chain hash, and HeadSeq the
+	// entry it ends at: publish it elsewhere to pin this history.
+	Head    string `json:"head,omitempty"`
+	HeadSeq uint64 `json:"head_seq,omitempty"`
+	// KeyIDs are the keys that signed the checkpoints that verify.
+	KeyIDs   []string  `json:"key_ids,omitempty"`
+	Problems []Problem `json:"problems"`
+}
+
+// OK reports whether the bundle verified without a problem.
+func (r *Report) OK() bool { return len(r.Problems) == 0 }
+
+// bundleEntry is an entry line as read.
+type bundleEntry struct {
+	Line
+	id     string
+	leaf   Hash
+	leafOK bool
+}
+
+// ReadBundle reads a bundle's header and lines.
+func ReadBundle(r io.Reader) (*Header, []Line, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 64<<20)
+	var h Header
+	if !sc.Scan() {
+		if err := sc.Err(); err != nil {
+			return nil, nil, err
+		}
+		return nil, nil, errors.New("audit: empty bundle")
+	}
+	if err := json.Unmarshal(sc.Bytes(), &h); err != nil || h.Format != BundleFormat {
+		return nil, nil, fmt.Errorf("audit: not a bundle of format %s", BundleFormat)
+	}
+	var lines []Line
+	for n := 2; sc.Scan(); n++ {
+		if len(sc.Bytes()) == 0 {
+			continue
+		}
+		var l Line
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			return nil, nil, fmt.Errorf("audit: bundle line %d: %w", n, err)
+		}
+		lines = append(lines, l)
+	}
+	return &h, lines, sc.Err()
+}
+
+// HeaderKeys are the keys a bundle carries.
+func HeaderKeys(h *Header) (*receipt.KeySet, error) {
+	raw, err := json.Marshal(h.Keys)
+	if err != nil {
+		return nil, err
+	}
+	return receipt.ParseJWKS(raw)
+}
+
+// Verify checks a bundle: every checkpoint's signature against keys (the
+// bundle's own keys when nil) and chain, that checkpoints follow one
+// another, and that every entry is the one its checkpoint signed at its
+// place. It reports each entry altered, removed, reordered or inserted by
+// sequence and id. The error is for a bundle that cannot be read at all.
+func Verify(ctx context.Context, r io.Reader, keys receipt.KeySource) (*Header, *Report, error) {
+	h, lines, err := ReadBundle(r)
+	if err != nil {
+		return nil, nil, err
+	}
+	if keys == nil {
+		ks, err := HeaderKeys(h)
+		if err != nil {
+			return h, nil, fmt.Errorf("audit: the bundle's keys: %w", err)
+		}
+		keys = ks
+	}
+	v := &verifier{rep: &Report{Problems: []Problem{}}, bySeq: map[uint64]*bundleEntry{}}
+	v.entries(lines)
+	v.checkpoints(ctx, lines, keys)
+	v.uncovered()
+	return h, v.rep, nil
+}
+
+type verifier struct {
+	rep     *Report
+	order   []*bundleEntry
+	bySeq   map[uint64]*bundleEntry
+	covered map[uint64]bool
+	// lastSigned is the last entry a verified checkpoint covers; head its
+	// chain hash.
+	lastSigned uint64
+	head       Hash
+	signed     bool
+}
+
+func (v *verifier) problem(kind string, seq uint64, id, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if seq != 0 {
+		msg = fmt.Sprintf("entry %d (%s) %s: %s", seq, orNone(id), kind, msg)
+	}
+	v.rep.Problems = append(v.rep.Problems, Problem{Kind: kind, Seq: seq, ID: id, Message: msg})
+}
+
+func orNone(id string) string {
+	if id == "" {
+		return "no id"
+	}
+	return id
+}
+
+// entries reads the entry lines and checks their order.
+func (v *verifier) entries(lines []Line) {
+	var prev *bundleEntry
+	for _, l := range lines {
+		if l.Checkpoint != "" {
+			continue
+		}
+		e := &bundleEntry{Line: l}
+		var ids struct {
+			EventID string `json:"event_id"`
+			GrantID string `json:"grant_id"`
+		}
+		_ = json.Unmarshal(l.Entry, &ids)
+		e.id = ids.EventID
+		if e.id == "" {
+			e.id = ids.GrantID
+		}
+		e.leaf, e.leafOK = leafOf(l.Entry)
+		v.rep.Entries++
+		if l.Seq == 0 {
+			v.problem(ProblemMalformed, 0, e.id, "an entry line of %s has no sequence", orNone(e.id))
+			continue
+		}
+		if _, dup := v.bySeq[l.Seq]; dup {
+			v.problem(ProblemDuplicate, l.Seq, e.id, "the bundle holds it twice")
+			continue
+		}
+		if prev != nil && l.Seq < prev.Seq {
+			v.problem(ProblemReordered, l.Seq, e.id, "it comes after entry %d (%s); the log's order is by sequence", prev.Seq, orNone(prev.id))
+		}
+		v.bySeq[l.Seq] = e
+		v.order = append(v.order, e)
+		prev = e
+	}
+}
+
+func leafOf(raw json.RawMessage) (Hash, bool) {
+	if len(raw) == 0 {
+		return Hash{}, false
+	}
+	h, err := LeafHash(raw)
+	return h, err == nil
+}
+
+// checkpoints verifies each checkpoint and the entries it covers.
+func (v *verifier) checkpoints(ctx context.Context, lines []Line, keys receipt.KeySource) {
+	v.covered = map[uint64]bool{}
+	var prev *Checkpoint
+	for _, l := range lines {
+		if l.Checkpoint == "" {
+			continue
+		}
+		c, kid, err := ParseCheckpoint(ctx, l.Checkpoint, keys)
+		if err != nil {
+			span := "a checkpoint"
+			if p, perr := PayloadOf(l.Checkpoint); perr == nil {
+				span = "the checkpoint of " + p.Span()
+			}
+			v.problem(ProblemCheckpoint, 0, "", "%s does not verify: %v", span, err)
+			continue
+		}
+		if prev != nil && (c.PrevHead != prev.Head || c.First() <= prev.Last()) {
+			v.problem(ProblemCheckpoint, 0, "", "the checkpoint of %s does not continue the one of %s: a checkpoint between them is missing, or they are out of order",
+				c.Span(), prev.Span())
+		}
+		v.rep.Checkpoints++
+		if !slices.Contains(v.rep.KeyIDs, kid) {
+			v.rep.KeyIDs = append(v.rep.KeyIDs, kid)
+		}
+		v.leaves(c)
+		if c.Last() > v.lastSigned {
+			v.lastSigned, v.head, v.signed = c.Last(), mustHex(c.Head), true
+			v.rep.Head, v.rep.HeadSeq = c.Head, c.Last()
+		}
+		prev = c
+	}
+}
+
+func mustHex(s string) Hash {
+	h, _ := ParseHex(s) // checked by Checkpoint.Check
+	return h
+}
+
+// leaves checks the entries c signed against the bundle's.
+func (v *verifier) leaves(c *Checkpoint) {
+	signedAt := map[string]Leaf{}
+	for _, l := range c.Leaves {
+		signedAt[l.SHA256] = l
+	}
+	for _, l := range c.Leaves {
+		v.covered[l.Seq] = true
+		e, ok := v.bySeq[l.Seq]
+		switch {
+		case !ok:
+			v.problem(ProblemRemoved, l.Seq, l.ID, "the checkpoint of %s signed it; the bundle does not hold it", c.Span())
+		case e.leafOK && Hex(e.leaf) == l.SHA256:
+			v.rep.Signed++
+		case e.leafOK && signedAt[Hex(e.leaf)].Seq != 0:
+			at := signedAt[Hex(e.leaf)]
+			v.problem(ProblemReordered, l.Seq, l.ID, "it holds the entry signed at %d (%s)", at.Seq, orNone(at.ID))
+		default:
+			v.problem(ProblemAltered, l.Seq, l.ID, "its content is not what the checkpoint of %s signed", c.Span())
+		}
+	}
+}
+
+// uncovered judges the entries no verified checkpoint covers: after the
+// last one they are the log's newest, not signed yet, and must follow its
+// chain; before it they were added or lost their checkpoint.
+func (v *verifier) uncovered() {
+	head, known := v.head, v.signed
+	for _, e := range v.order {
+		if v.covered[e.Seq] {
+			continue
+		}
+		if v.signed && e.Seq < v.lastSigned {
+			v.problem(ProblemInserted, e.Seq, e.id, "no checkpoint that verifies lists it")
+			continue
+		}
+		v.rep.Unsigned++
+		if !e.leafOK {
+			v.problem(ProblemMalformed, e.Seq, e.id, "it is not canonical JSON")
+			known = false
+			continue
+		}
+		next := Next(head, e.leaf, e.Seq)
+		if known && Hex(next) != e.Chain {
+			v.problem(ProblemAltered, e.Seq, e.id, "it does not follow the chain (not signed yet, so only the chain speaks for it)")
+		}
+		// Without a signed start, the exporter's chain hash is the start.
+		if !known {
+			if h, err := ParseHex(e.Chain); err == nil {
+				next, known = h, true
+			}
+		}
+		head = next
+	}
+}
