@@ -200,6 +200,14 @@ func PasskeysBucketConfig(cfg ProvisionConfig) jetstream.KeyValueConfig {
 	return bucketConfig(cfg, contracts.BucketPasskeys, "Countersign passkeys (public keys); written by the API only", 16, 0)
 }
 
+// PushBucketConfig returns the configuration of the hitl_push bucket:
+// each person's Web Push subscriptions, written by the API (subscribe,
+// remove) and by the notifier (which drops a subscription its push service
+// says is gone), read by the notifier when it delivers.
+func PushBucketConfig(cfg ProvisionConfig) jetstream.KeyValueConfig {
+	return bucketConfig(cfg, contracts.BucketPush, "Countersign Web Push subscriptions; written by the API and the notifier", 4, 0)
+}
+
 // Provision creates or updates every stream and bucket of the contract. It is
 // idempotent and safe to run from several processes at once.
 func Provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig) error {
@@ -249,6 +257,8 @@ func provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig)
 		{ReceiptUsesBucketConfig(cfg), replicated, false},
 		// A revoked passkey must stop counting at once on every arbiter.
 		{PasskeysBucketConfig(cfg), replicated, false},
+		// A removed subscription must stop getting pushes at once.
+		{PushBucketConfig(cfg), replicated, false},
 	} {
 		if _, err := js.CreateOrUpdateKeyValue(ctx, b.cfg); err != nil {
 			return fmt.Errorf("events: provision bucket %s: %w", b.cfg.Bucket, err)

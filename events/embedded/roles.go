@@ -68,6 +68,7 @@ const (
 	streamReceipts    = "KV_" + contracts.BucketReceipts
 	streamReceiptUses = "KV_" + contracts.BucketReceiptUses
 	streamPasskeys    = "KV_" + contracts.BucketPasskeys
+	streamPush        = "KV_" + contracts.BucketPush
 )
 
 // Permissions returns the NATS permissions of role: a fresh value each call.
@@ -76,8 +77,9 @@ const (
 // Every role but admin is denied stream management (create, update, delete,
 // purge, message delete, snapshot, restore) and deleting consumers of the
 // Countersign streams; every role but admin and arbiter is denied writing
-// approval records, standing grants and receipts, and every role but admin
-// and api writing the policy, the inbox sessions or the passkeys.
+// approval records, standing grants and receipts, every role but admin
+// and api writing the policy, the inbox sessions or the passkeys, and every
+// role but admin, api and notifier writing the push subscriptions.
 func Permissions(r Role) *server.Permissions {
 	var g grant
 	switch r {
@@ -113,6 +115,9 @@ func Permissions(r Role) *server.Permissions {
 	}
 	if r != RoleAPI {
 		g.denyPub(kvWrite(contracts.BucketPolicy), kvWrite(contracts.BucketSessions), kvWrite(contracts.BucketPasskeys))
+	}
+	if r != RoleAPI && r != RoleNotifier {
+		g.denyPub(kvWrite(contracts.BucketPush))
 	}
 	return g.permissions()
 }
@@ -173,6 +178,9 @@ func (g *grant) api() {
 	g.pub(kvWrite(contracts.BucketPasskeys))
 	g.pub(kvRead(streamPasskeys)...)
 	g.pub(kvWatch(streamPasskeys)...)
+	// Push subscriptions: added and removed by their people.
+	g.pub(kvWrite(contracts.BucketPush))
+	g.pub(kvRead(streamPush)...)
 }
 
 // notifier is the notifier's grant.
@@ -187,6 +195,12 @@ func (g *grant) notifier() {
 	// Who may be told of a request is judged by the live directory:
 	// read and watch its one key in hitl_policy, nothing else there.
 	g.pub(keyRead(streamPolicy, contracts.BucketPolicy, contracts.DirectoryKey)...)
+	// Push subscriptions: read to deliver, and a subscription the push
+	// service says is gone is dropped.
+	g.pub(kvWrite(contracts.BucketPush))
+	g.pub(kvRead(streamPush)...)
+	// Openings of an approval (hitl.approval.read) hold back the later
+	// stages of a staggered notification: read with message gets.
 }
 
 // subjectTimerPrefix is where the arbiter schedules and receives its timers.
