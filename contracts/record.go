@@ -251,6 +251,10 @@ const (
 	// ChangeEscalated announces that the request reached escalation level
 	// Step: that tier's approvers may now decide and are told.
 	ChangeEscalated = "escalated"
+	// ChangeNotifyDue announces that stage Step (from 1) of a staggered
+	// notification (ApprovalRequested.Notify) of a pending request is due:
+	// the notifier tells that stage's route, except those who opened it.
+	ChangeNotifyDue = "notify_due"
 	// ChangeOutcome announces the claimant's report of how the call ended;
 	// ChangeOutcomeRefused a report that was refused.
 	ChangeOutcome        = "outcome"
