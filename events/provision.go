@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/audit"
 )
 
 // ProvisionConfig sizes the streams and buckets.
@@ -73,6 +74,11 @@ func StreamConfigs(cfg ProvisionConfig) []jetstream.StreamConfig {
 	timers := base(contracts.StreamTimers, "Countersign durable timers (JetStream message schedules)",
 		contracts.SubjectTimerPrefix+">")
 	timers.AllowMsgSchedules = true
+	// The audit log is append-only: no message of it may be deleted and
+	// the stream may not be purged; only its age retires entries.
+	auditLog := base(audit.Stream, "Countersign tamper-evident audit log: entries and signed checkpoints; written by the arbiter only",
+		audit.SubjectPrefix+">")
+	auditLog.DenyDelete, auditLog.DenyPurge = true, true
 	return []jetstream.StreamConfig{
 		base(contracts.StreamRequests, "Countersign approval and human input requests",
 			contracts.SubjectToolRequestedPrefix+">", contracts.SubjectInputRequestedPrefix+">"),
@@ -84,6 +90,7 @@ func StreamConfigs(cfg ProvisionConfig) []jetstream.StreamConfig {
 		timers,
 		base(contracts.StreamDeadLetter, "Countersign messages no consumer could process",
 			contracts.SubjectDeadLetterPrefix+">"),
+		auditLog,
 	}
 }
 

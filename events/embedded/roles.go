@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/audit"
 )
 
 // Role is what a NATS user may do on the Countersign bus.
@@ -150,6 +151,10 @@ func (g *grant) arbiter() {
 		contracts.SubjectDeadLetterPrefix+">",
 		subjectTimerPrefix+">",
 	)
+	// The audit log: appended by the arbiter alone, which reads it back
+	// to sign checkpoints.
+	g.pub(audit.SubjectPrefix + ">")
+	g.pub(orderedConsumer(audit.Stream)...)
 	// Claim requests: answered once each, on the requester's inbox.
 	g.sub(contracts.SubjectClaimPrefix + ">")
 	g.responses = true
@@ -164,6 +169,8 @@ func (g *grant) api() {
 	// and the decided and changed events with ordered consumers.
 	g.pub(orderedConsumer(contracts.StreamRequests)...)
 	g.pub(orderedConsumer(contracts.StreamEvents)...)
+	// The audit log is read for exports, never written.
+	g.pub(orderedConsumer(audit.Stream)...)
 	g.pub(kvWrite(contracts.BucketPolicy))
 	g.pub(kvWrite(contracts.BucketSessions))
 	// Reads of sensitive approvals and audit exports are recorded.
@@ -220,7 +227,7 @@ var managementDeny = func() []string {
 	}
 	for _, stream := range []string{
 		contracts.StreamRequests, contracts.StreamResolutions, contracts.StreamEvents,
-		contracts.StreamTimers, contracts.StreamDeadLetter,
+		contracts.StreamTimers, contracts.StreamDeadLetter, audit.Stream,
 	} {
 		s = append(s, "$JS.API.CONSUMER.DELETE."+stream+".>")
 	}

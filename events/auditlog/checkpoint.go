@@ -1,0 +1,166 @@
+package auditlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/countersign/countersign/contracts/audit"
+)
+
+// CheckpointConfig configures the signing of checkpoints.
+type CheckpointConfig struct {
+	JS     jetstream.JetStream
+	Signer audit.Signer
+	// Every is how many entries make a checkpoint due (default 1000, at
+	// most audit.MaxLeaves); Interval how old the oldest entry not signed
+	// yet may grow before one is due however few there are (default one
+	// minute).
+	Every    int
+	Interval time.Duration
+	// Now is the clock (default time.Now); Logger defaults to discarding.
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+func (c *CheckpointConfig) setDefaults() {
+	if c.Every == 0 {
+		c.Every = 1000
+	}
+	if c.Interval == 0 {
+		c.Interval = time.Minute
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Validate reports what is wrong with c, naming the field.
+func (c *CheckpointConfig) Validate() error {
+	var errs []error
+	if c.Every < 0 || c.Every > audit.MaxLeaves {
+		errs = append(errs, fmt.Errorf("auditlog: CheckpointConfig.Every must be 1 to %d", audit.MaxLeaves))
+	}
+	if c.Interval < 0 {
+		errs = append(errs, errors.New("auditlog: CheckpointConfig.Interval must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// last is the log's last checkpoint: its stream sequence (0 when there is
+// none), the entry it ends at and its head.
+type last struct {
+	seq, after uint64
+	head       audit.Hash
+}
+
+func lastCheckpoint(ctx context.Context, st jetstream.Stream) (last, error) {
+	m, err := st.GetLastMsgForSubject(ctx, audit.SubjectCheckpoint)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return last{head: audit.Genesis}, nil
+	}
+	if err != nil {
+		return last{}, err
+	}
+	c, err := audit.PayloadOf(string(m.Data))
+	if err != nil {
+		return last{}, fmt.Errorf("auditlog: the last checkpoint (sequence %d): %w", m.Sequence, err)
+	}
+	head, err := audit.ParseHex(c.Head)
+	return last{seq: m.Sequence, after: c.Last(), head: head}, err
+}
+
+// Checkpoint signs the entries after the last checkpoint when a checkpoint
+// is due (Every of them, or the oldest older than Interval), and returns
+// how many it covered: 0 when none was due, or another replica stored its
+// checkpoint first.
+func Checkpoint(ctx context.Context, cfg CheckpointConfig) (int, error) {
+	cfg.setDefaults()
+	st, err := cfg.JS.Stream(ctx, audit.Stream)
+	if err != nil {
+		return 0, err
+	}
+	prev, err := lastCheckpoint(ctx, st)
+	if err != nil {
+		return 0, err
+	}
+	end := st.CachedInfo().State.LastSeq
+	now := cfg.Now()
+	cp := audit.NewCheckpoint(prev.head, now)
+	var oldest time.Time
+	err = Read(ctx, cfg.JS, prev.after+1, end, func(seq uint64, m jetstream.Msg) error {
+		if !strings.HasPrefix(m.Subject(), audit.SubjectEntryPrefix) {
+			return nil
+		}
+		if md, err := m.Metadata(); err == nil && oldest.IsZero() {
+			oldest = md.Timestamp
+		}
+		if err := cp.Append(seq, m.Data()); err != nil {
+			return err
+		}
+		if len(cp.Leaves) == cfg.Every {
+			return errStop
+		}
+		return nil
+	})
+	if err != nil || len(cp.Leaves) == 0 || len(cp.Leaves) < cfg.Every && now.Sub(oldest) < cfg.Interval {
+		return 0, err
+	}
+	token, err := audit.Sign(cfg.Signer, *cp)
+	if err != nil {
+		return 0, err
+	}
+	msg := &nats.Msg{Subject: audit.SubjectCheckpoint, Data: []byte(token), Header: nats.Header{}}
+	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(prev.seq, 10))
+	if _, err := cfg.JS.PublishMsg(ctx, msg, jetstream.WithExpectStream(audit.Stream)); err != nil {
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+			return 0, nil // another replica's checkpoint continues the last one
+		}
+		return 0, err
+	}
+	cfg.Logger.Info("audit checkpoint signed", "entries", cp.Span(), "head", cp.Head)
+	return len(cp.Leaves), nil
+}
+
+// RunCheckpoints signs checkpoints as they fall due until ctx ends: it
+// looks every half Interval, and when told on due (an appender that has
+// appended Every entries since it last told).
+func RunCheckpoints(ctx context.Context, cfg CheckpointConfig, due <-chan struct{}) error {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	tick := time.NewTicker(max(cfg.Interval/2, time.Millisecond))
+	defer tick.Stop()
+	for {
+		for {
+			n, err := Checkpoint(ctx, cfg)
+			if err != nil {
+				if ctx.Err() == nil {
+					cfg.Logger.Warn("audit checkpoint failed; trying again", "err", err)
+				}
+				break
+			}
+			if n == 0 {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		case <-due:
+		}
+	}
+}
