@@ -150,8 +150,8 @@ func (in *Inbox) postRevokePasskey(w http.ResponseWriter, r *http.Request, sess 
 // enrolBegun is the answer of POST /passkeys/enrol/begin.
 type enrolBegun struct {
 	EnrolmentID string `json:"enrolment_id"`
-	// Options are navigator.credentials.create's, as JSON ({"publicKey":
-	// {...}}, binary fields base64url).
+	// Options are navigator.credentials.create's publicKey member, as
+	// the API gives them (JSON, binary fields base64url).
 	Options json.RawMessage `json:"options"`
 }
 

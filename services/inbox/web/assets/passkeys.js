@@ -106,7 +106,9 @@
       show(err, null);
       button.disabled = true;
       post("/passkeys/enrol/begin", { csrf: csrf }).then(function (begun) {
-        return navigator.credentials.create({ publicKey: creationOptions(begun.options.publicKey) }).then(function (cred) {
+        // The API's options are the publicKey member, or wrap it.
+        var json = begun.options.publicKey || begun.options;
+        return navigator.credentials.create({ publicKey: creationOptions(json) }).then(function (cred) {
           if (!cred) throw { name: "NotAllowedError" };
           return post("/passkeys/enrol/finish", {
             csrf: csrf, enrolment_id: begun.enrolment_id, name: name, credential: JSON.stringify(credentialJSON(cred))
