@@ -96,6 +96,9 @@ func Checkpoint(ctx context.Context, cfg CheckpointConfig) (int, error) {
 	}
 	end := st.CachedInfo().State.LastSeq
 	now := cfg.Now()
+	if due, err := isDue(ctx, st, cfg, prev, end, now); err != nil || !due {
+		return 0, err
+	}
 	cp := audit.NewCheckpoint(prev.head, now)
 	var oldest time.Time
 	err = Read(ctx, cfg.JS, prev.after+1, end, func(seq uint64, m jetstream.Msg) error {
@@ -131,6 +134,30 @@ func Checkpoint(ctx context.Context, cfg CheckpointConfig) (int, error) {
 	}
 	cfg.Logger.Info("audit checkpoint signed", "entries", cp.Span(), "head", cp.Head)
 	return len(cp.Leaves), nil
+}
+
+// isDue tells, without reading the entries, whether a checkpoint is due:
+// the entries after prev's are every message after its last entry but the
+// checkpoint message itself, and the oldest of them is the first.
+func isDue(ctx context.Context, st jetstream.Stream, cfg CheckpointConfig, prev last, end uint64, now time.Time) (bool, error) {
+	first := prev.after + 1
+	if first == prev.seq {
+		first++
+	}
+	if end < first {
+		return false, nil
+	}
+	if n := end - prev.after - min(prev.seq, 1); n >= uint64(cfg.Every) {
+		return true, nil
+	}
+	m, err := st.GetMsg(ctx, first)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return true, nil // retention took it: read what is there
+	}
+	if err != nil {
+		return false, err
+	}
+	return now.Sub(m.Time) >= cfg.Interval, nil
 }
 
 // RunCheckpoints signs checkpoints as they fall due until ctx ends: it

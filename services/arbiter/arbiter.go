@@ -16,6 +16,7 @@ import (
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/approval"
+	"github.com/countersign/countersign/contracts/audit"
 	"github.com/countersign/countersign/contracts/receipt"
 	"github.com/countersign/countersign/events"
 )
@@ -62,6 +63,9 @@ type Config struct {
 	// Receipts signs the receipt of every accepted claim (see receipts.go);
 	// nil issues none.
 	Receipts *receipt.Signer
+	// Audit configures the audit log's checkpoints, signed with Receipts
+	// (see audit.go).
+	Audit AuditConfig
 }
 
 func (c *Config) setDefaults() {
@@ -124,6 +128,7 @@ type Arbiter struct {
 	receipts   jetstream.KeyValue
 	passkeysMu sync.Mutex
 	passkeys   jetstream.KeyValue
+	audit      *auditTrail
 }
 
 type metrics struct {
@@ -205,6 +210,7 @@ func New(ctx context.Context, cfg Config) (*Arbiter, error) {
 		commits: newCommits(),
 		records: newRecordCache(),
 		gm:      newGrantMetrics(cfg.Registerer),
+		audit:   newAuditTrail(),
 	}, nil
 }
 
@@ -215,8 +221,9 @@ func (a *Arbiter) Run(ctx context.Context) error {
 	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	const loops = 4
+	const loops = 5
 	errc := make(chan error, loops)
+	go func() { errc <- a.runCheckpoints(ctx) }()
 	// The directory and live policy version, followed as they change.
 	go a.policies.keys.watch(ctx, a.policies, a.cfg.Logger)
 	go func() { errc <- a.serveClaims(ctx) }()
@@ -323,6 +330,9 @@ func (a *Arbiter) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 		return err
 	}
 	a.records.put(req.EventID, rec, rev, len(data))
+	if err := a.auditRecord(ctx, audit.ChangeCreated, &rec, rev); err != nil {
+		return err // redelivered: the record exists, and existing appends again
+	}
 	a.m.created.Inc()
 	// Waiters of the approval read its record on this; a lost message is
 	// covered by their own read after they register, and after reconnects.
@@ -349,6 +359,11 @@ func (a *Arbiter) existing(ctx context.Context, eventID string) (contracts.Recor
 	var cur contracts.Record
 	if err := contracts.Decode(entry.Value(), &cur); err != nil {
 		return cur, events.Poison(fmt.Errorf("record %s is unreadable: %w", eventID, err))
+	}
+	// The creation's entry may have been lost with the attempt that wrote
+	// the record; within the duplicate window this appends nothing.
+	if err := a.auditRecord(ctx, audit.ChangeCreated, &cur, entry.Revision()); err != nil {
+		return cur, err
 	}
 	if cur.Status != contracts.StatusPending {
 		return cur, a.reannounce(ctx, cur, entry.Revision())
@@ -948,6 +963,9 @@ func (a *Arbiter) requestBacklog() (bool, error) {
 // announce publishes the decided event of a record that has just turned
 // terminal, de-duplicated by event id within the stream's duplicate window.
 func (a *Arbiter) announce(ctx context.Context, rec contracts.Record, rev uint64) error {
+	if err := a.auditRecord(ctx, audit.ChangeDecided, &rec, rev); err != nil {
+		return err
+	}
 	_, err := events.Publish(ctx, a.cfg.JS, contracts.DecidedSubject(rec.Request.EventID), decided(rec, rev),
 		decidedMsgID(rec.Request.EventID), traceHeader(rec))
 	return err
@@ -972,6 +990,9 @@ func traceHeader(rec contracts.Record) nats.Header {
 // store a second decided event, and a decision whose announce was lost is
 // still announced.
 func (a *Arbiter) reannounce(ctx context.Context, rec contracts.Record, rev uint64) error {
+	if err := a.auditRecord(ctx, audit.ChangeDecided, &rec, rev); err != nil {
+		return err
+	}
 	hdr := traceHeader(rec)
 	if hdr == nil {
 		hdr = nats.Header{}
@@ -1012,6 +1033,11 @@ func (a *Arbiter) publishChanged(ctx context.Context, eventID string, ch *contra
 	ch.Revision = rev
 	ch.At = a.cfg.Now()
 	id := "changed:" + eventID + ":" + ch.Change + ":" + key
+	// The change is logged before it is announced: a failed announcement
+	// is retried, and the log de-duplicates by the same id.
+	if err := a.auditChange(ctx, eventID, ch, rev, id); err != nil {
+		return err
+	}
 	_, err := events.Publish(ctx, a.cfg.JS, contracts.ChangedSubject(eventID), ch, id, nil)
 	return err
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/approval"
+	"github.com/countersign/countersign/contracts/audit"
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/orchestrator/policy"
 )
@@ -74,6 +75,9 @@ func (a *Arbiter) issueGrant(ctx context.Context, rec contracts.Record) error {
 		Spec: contracts.SpecGrantEvent, GrantID: g.GrantID, Event: contracts.GrantEventIssued, By: g.GrantedBy,
 		RunID: rec.Request.Run.ID, ToolCallID: rec.Request.ToolCall.ID, Tool: g.Tool,
 		ArgumentsSHA256: rec.Outcome.ArgumentsSHA256, Grant: data, At: g.GrantedAt,
+	}
+	if err := a.auditGrant(ctx, audit.ChangeGrantIssued, &g, rec.Request.EventID, g.GrantedBy, g.GrantedAt); err != nil {
+		return err
 	}
 	if _, err := events.Publish(ctx, a.cfg.JS, contracts.GrantIssuedSubject(g.GrantID), ev, "grant-issued:"+g.GrantID, nil); err != nil {
 		return err
@@ -153,6 +157,9 @@ func (a *Arbiter) revokeGrant(ctx context.Context, msg jetstream.Msg, c contract
 		ev := contracts.GrantEvent{
 			Spec: contracts.SpecGrantEvent, GrantID: g.GrantID, Event: contracts.GrantEventRevoked,
 			By: []string{r.By}, Tool: g.Tool, At: r.At,
+		}
+		if err := a.auditGrant(ctx, audit.ChangeGrantRevoked, &g, "", ev.By, r.At); err != nil {
+			return err
 		}
 		_, err = events.Publish(ctx, a.cfg.JS, contracts.GrantRevokedSubject(g.GrantID), ev, "grant-revoked:"+g.GrantID, nil)
 		return err

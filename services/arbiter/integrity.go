@@ -13,6 +13,7 @@ import (
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/approval"
+	"github.com/countersign/countersign/contracts/audit"
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/orchestrator"
 	"github.com/countersign/countersign/orchestrator/policy"
@@ -301,5 +302,8 @@ func (a *Arbiter) refuse(ctx context.Context, req contracts.ApprovalRequested, r
 	}
 	a.m.requestsRefused.WithLabelValues(ref.reason).Inc()
 	log.Warn("approval request refused: it does not match the policy version it names; recorded as rejected")
+	if err := a.auditRecord(ctx, audit.ChangeCreated, &rec, rev); err != nil {
+		return err
+	}
 	return a.announce(ctx, rec, rev)
 }

@@ -1,0 +1,123 @@
+package arbiter
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/audit"
+	"github.com/countersign/countersign/events/auditlog"
+)
+
+// This file is the arbiter's side of the audit log (contracts/audit): every
+// change it announces is appended to HITL_AUDIT in the same step, before the
+// announcement, de-duplicated by the announcement's own id, and checkpoints
+// are signed with the receipt key as they fall due.
+
+// AuditConfig configures the audit log's checkpoints.
+type AuditConfig struct {
+	// CheckpointEvery is how many entries make a checkpoint due (default
+	// 1000); CheckpointInterval how long an entry may wait to be signed
+	// however few there are (default one minute).
+	CheckpointEvery    int
+	CheckpointInterval time.Duration
+}
+
+// auditTrail counts this arbiter's appends, and tells the checkpointer
+// when it has appended enough for a checkpoint.
+type auditTrail struct {
+	appended atomic.Int64
+	due      chan struct{}
+}
+
+func newAuditTrail() *auditTrail { return &auditTrail{due: make(chan struct{}, 1)} }
+
+// runCheckpoints signs checkpoints until ctx ends; without a receipt key
+// entries are appended and chained but not signed.
+func (a *Arbiter) runCheckpoints(ctx context.Context) error {
+	if a.cfg.Receipts == nil {
+		<-ctx.Done()
+		return nil
+	}
+	return auditlog.RunCheckpoints(ctx, auditlog.CheckpointConfig{
+		JS: a.cfg.JS, Signer: a.cfg.Receipts, Every: a.cfg.Audit.CheckpointEvery,
+		Interval: a.cfg.Audit.CheckpointInterval, Logger: a.cfg.Logger,
+	}, a.audit.due)
+}
+
+// appendAudit appends e, de-duplicated by msgID, and tells the
+// checkpointer when a checkpoint's worth has been appended.
+func (a *Arbiter) appendAudit(ctx context.Context, e *audit.Entry, msgID string) error {
+	if _, err := auditlog.Append(ctx, a.cfg.JS, e, "audit:"+msgID); err != nil {
+		return err
+	}
+	every := int64(a.cfg.Audit.CheckpointEvery)
+	if every <= 0 {
+		every = 1000
+	}
+	if a.audit.appended.Add(1)%every == 0 {
+		select {
+		case a.audit.due <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// auditChange appends the change ch announces, at the record's revision
+// rev (0 when none was written), under the announcement's msgID.
+func (a *Arbiter) auditChange(ctx context.Context, eventID string, ch *contracts.Changed, rev uint64, msgID string) error {
+	e := audit.Entry{
+		Change: ch.Change, EventID: eventID, Revision: rev, Status: ch.Status, By: ch.By,
+		VoteID: ch.VoteID, Reason: ch.Reason, Step: ch.Step, At: ch.At,
+	}
+	if ch.Approver != nil {
+		e.By, e.Via = ch.Approver.ID, ch.Approver.Via
+	}
+	if rev != 0 {
+		e.RecordSHA256 = a.recordSHA256(ctx, eventID, rev)
+	}
+	return a.appendAudit(ctx, &e, msgID)
+}
+
+// auditRecord appends change (created, decided) of rec at revision rev.
+func (a *Arbiter) auditRecord(ctx context.Context, change string, rec *contracts.Record, rev uint64) error {
+	e := audit.Entry{
+		Change: change, EventID: rec.Request.EventID, Revision: rev, Status: rec.Status,
+		By: rec.Request.Run.Agent, At: rec.Request.CreatedAt,
+	}
+	if change == audit.ChangeDecided && rec.Outcome != nil {
+		e.By, e.Reason, e.At = strings.Join(rec.Outcome.DecidedBy, ","), rec.Outcome.Reason, rec.Outcome.DecidedAt
+	}
+	if data, err := contracts.Marshal(rec); err == nil {
+		e.RecordSHA256, _ = audit.RecordSHA256(data)
+	}
+	return a.appendAudit(ctx, &e, change+":"+rec.Request.EventID)
+}
+
+// auditGrant appends a grant's issue or revocation.
+func (a *Arbiter) auditGrant(ctx context.Context, change string, g *contracts.Grant, eventID string, by []string, at time.Time) error {
+	e := audit.Entry{Change: change, EventID: eventID, GrantID: g.GrantID, By: strings.Join(by, ","), At: at}
+	return a.appendAudit(ctx, &e, change+":"+g.GrantID)
+}
+
+// recordSHA256 is the hash of the record of eventID at revision rev: the
+// one this arbiter wrote last when it is that revision, else the bucket's
+// when it still holds that revision; "" when neither does (a later change
+// replaced it: its own entry carries the newer hash).
+func (a *Arbiter) recordSHA256(ctx context.Context, eventID string, rev uint64) string {
+	if rec, at, ok := a.records.get(eventID); ok && at == rev {
+		if data, err := contracts.Marshal(rec); err == nil {
+			sum, _ := audit.RecordSHA256(data)
+			return sum
+		}
+	}
+	entry, err := a.kv.Get(ctx, eventID)
+	if err != nil || entry.Revision() != rev {
+		return ""
+	}
+	sum, _ := audit.RecordSHA256(entry.Value())
+	return sum
+}

@@ -1,0 +1,138 @@
+package arbiter_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/audit"
+	"github.com/countersign/countersign/contracts/receipt"
+	"github.com/countersign/countersign/events"
+	"github.com/countersign/countersign/events/auditlog"
+	"github.com/countersign/countersign/services/arbiter"
+)
+
+// TestAuditLogsEveryChangeOnceInOneSignedChain: two replicas share the
+// receipt key; every change they make (the request, its decision, a claim
+// and a refused one) is logged once, a vote sent again logs nothing new,
+// each entry's record hash is the hash of the record at its revision, and
+// the checkpoints both replicas sign make one chain that verifies.
+func TestAuditLogsEveryChangeOnceInOneSignedChain(t *testing.T) {
+	t.Parallel()
+	b := newBus(t, events.ProvisionConfig{})
+	key, err := receipt.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := receipt.NewSigner(receipt.SignerConfig{Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkpoints, err := b.srv.Connect().SubscribeSync(audit.SubjectCheckpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		b.startArbiter(arbiter.Config{Receipts: signer, Audit: arbiter.AuditConfig{CheckpointEvery: 2, CheckpointInterval: 50 * time.Millisecond}})
+	}
+	req := request(t, anyApprover)
+	b.create(req)
+	v := vote("vote-1", "alice", contracts.DecisionApprove)
+	b.vote(v)
+	b.waitRecord(eventID, terminal)
+	b.acks.wait(t, b.vote(v), "+ACK") // sent again: the decision is announced and logged once
+	claim := func(id string) {
+		b.command(contracts.Command{Spec: contracts.SpecCommand, CommandID: id, EventID: eventID, Command: contracts.CommandClaim,
+			By: req.Run.Agent, ClaimID: id, IssuedAt: busNow().UTC()})
+	}
+	claim("claim-1")
+	b.waitChanged(eventID, contracts.ChangeClaimed)
+	claim("claim-2")
+	b.waitChanged(eventID, contracts.ChangeClaimRefused)
+
+	entries := b.auditEntries()
+	var changes []string
+	for _, e := range entries {
+		changes = append(changes, e.entry.Change)
+	}
+	if got := strings.Join(changes, " "); got != "created decided claimed claim_refused" {
+		t.Fatalf("logged changes %q, want created decided claimed claim_refused", got)
+	}
+	rec, rev := b.kvEntry(eventID)
+	for _, e := range entries[2:] { // a refused claim writes nothing: both name the claim's revision
+		if e.entry.Revision != rev || e.entry.RecordSHA256 != rec {
+			t.Errorf("%s logged revision %d hash %s; the record at %d hashes %s", e.entry.Change, e.entry.Revision, e.entry.RecordSHA256, rev, rec)
+		}
+	}
+	if entries[0].entry.Revision == 0 || entries[0].entry.RecordSHA256 == "" || entries[0].entry.By != req.Run.Agent {
+		t.Errorf("created entry %+v: want its revision, record hash and agent", entries[0].entry)
+	}
+
+	// Every entry is signed, in one chain, whichever replica signed.
+	last := entries[len(entries)-1].seq
+	for {
+		m, err := checkpoints.NextMsg(busWait)
+		if err != nil {
+			t.Fatalf("no checkpoint covers entry %d: %v", last, err)
+		}
+		c, err := audit.PayloadOf(string(m.Data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Last() >= last {
+			break
+		}
+	}
+	var bundle bytes.Buffer
+	if err := auditlog.Export(context.Background(), b.js, &bundle, audit.Header{Keys: signer.Keys().JWKS()}, time.Time{}, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	_, rep, err := audit.Verify(context.Background(), &bundle, signer.Keys())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() || rep.Entries != 4 || rep.Signed != 4 || rep.Unsigned != 0 {
+		t.Fatalf("verify: %+v, want 4 entries all signed and no problem", rep)
+	}
+}
+
+type loggedEntry struct {
+	seq   uint64
+	entry audit.Entry
+}
+
+// auditEntries reads every entry of the audit log.
+func (b *bus) auditEntries() []loggedEntry {
+	b.t.Helper()
+	var out []loggedEntry
+	for _, m := range b.messages(audit.Stream, audit.SubjectEntryPrefix+">") {
+		var e audit.Entry
+		if err := json.Unmarshal(m.Data(), &e); err != nil {
+			b.t.Fatal(err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		out = append(out, loggedEntry{seq: md.Sequence.Stream, entry: e})
+	}
+	return out
+}
+
+// kvEntry is the hash of the record of id as stored, and its revision.
+func (b *bus) kvEntry(id string) (string, uint64) {
+	b.t.Helper()
+	entry, err := b.kv.Get(context.Background(), id)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	sum, err := audit.RecordSHA256(entry.Value())
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return sum, entry.Revision()
+}
