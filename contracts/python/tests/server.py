@@ -54,21 +54,23 @@ def binary() -> str:
 
 
 def approver_tokens() -> Dict[str, str]:
-    """A token per test approver (alice, bob, carol), made by `countersign token new`."""
+    """A token per test approver (alice, bob, carol) and for another agent (other-agent), made by
+    `countersign token new`."""
     global _tokens
     with _build_lock:
         if _tokens is None:
             toks: Dict[str, str] = {}
             users = []
-            for who in ("alice", "bob", "carol"):
-                out = subprocess.run([binary(), "token", "new", "--subject", who, "--roles", "approver"],
+            for who, role in (("alice", "approver"), ("bob", "approver"), ("carol", "approver"),
+                              ("other-agent", "agent")):
+                out = subprocess.run([binary(), "token", "new", "--subject", who, "--roles", role],
                                      check=True, capture_output=True, text=True).stdout
                 token = re.search(r"^\s+(cs_\S+)\s*$", out, re.M)
                 sha = re.search(r"sha256: ([0-9a-f]{64})", out)
                 assert token and sha, out
                 toks[who] = token.group(1)
                 users.append(f"  - id: {who}\n    tokens:\n      - name: {who}\n        sha256: {sha.group(1)}\n"
-                             f"        roles: [approver]\n")
+                             f"        roles: [{role}]\n")
             with open(os.path.join(_workdir, "directory.yaml"), "w") as f:
                 f.write("users:\n" + "".join(users))
             _tokens = toks

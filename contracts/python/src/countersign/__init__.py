@@ -19,15 +19,16 @@ from .aio import AsyncClient, AsyncDecisionStream, AsyncEventStream
 from .client import Abort, Client, DecisionStream, EventStream
 from .errors import (Aborted, AlreadyClaimed, ApprovalLapsed, ArgumentsChanged, Closed, CountersignError,
                      DeadlineNotLater, DecisionNotAllowed, DuplicateVote, Forbidden, InFlight, InvalidRequest,
-                     InvalidToolCall, NetworkError, NotAnApprover, NotApproved, NotFound, NotPermitted, OutOfOrder,
+                     InvalidToolCall, NetworkError, NotAnApprover, NotApproved, NotClaimed, NotFound, NotPermitted,
+                     OutcomeReported, OutOfOrder,
                      Refused, SelfApproval, StaleArguments, TooManyRequests, Unauthenticated, Unavailable,
                      UnknownApprover, WebhookVerificationError, codes)
 from .gated import AsyncGatedTool, CallDenied, Denied, GatedTool, current_receipt, gated, receipt_headers
-from .ids import event_id_for, new_claim_id, new_vote_id
+from .ids import event_id_for, new_claim_id, new_report_id, new_vote_id
 from .receipts import (ApproversFetcher, Humans, JWKSFetcher, KeySet, MemoryReplayStore, ReceiptError,
                        ServerReplayStore, arguments_sha256, inspect_receipt, parse_approvers, verify_receipt)
 from .toolcalls import ToolCallLike, to_tool_call
-from .types import Answer, Decision, Event, Question, Record, Result, Run, Status, ToolCall, Verdict, VoteDecision
+from .types import Answer, Decision, Event, Outcome, Question, Record, Result, Run, Status, ToolCall, Verdict, VoteDecision
 from .webhooks import Webhook, WebhookReceiver, parse_secret, sign, verify_webhook
 
 __version__ = "0.1.0"
@@ -46,4 +47,5 @@ __all__ = [
     "JWKSFetcher", "KeySet", "MemoryReplayStore", "ReceiptError", "ServerReplayStore", "arguments_sha256",
     "inspect_receipt", "verify_receipt", "current_receipt", "receipt_headers",
     "ApproversFetcher", "Humans", "parse_approvers",
+    "NotClaimed", "OutcomeReported", "Outcome", "new_report_id",
 ]

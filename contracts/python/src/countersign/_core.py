@@ -7,6 +7,7 @@ import json
 import math
 import os
 import random
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from urllib.parse import quote, urlsplit
 
 from .errors import CountersignError, InFlight, NetworkError, api_error, codes
 from .toolcalls import ToolCallLike, to_tool_call
-from .types import Event, Question, Run, ToolCall
+from .types import Event, Outcome, Question, Run, ToolCall
 
 MAX_WAIT = 60.0
 """The longest wait the API grants one request, in seconds."""
@@ -129,6 +130,36 @@ def review_body(run: Run, calls: Sequence[ToolCallLike], with_ids: bool = False)
             if not tc.get("id"):
                 tc["id"] = f"call-{i}-{uuid.uuid4().hex}"
     return encode({"run": body_run, "tool_calls": tcs}), tcs
+
+
+MAX_SUMMARY_BYTES = 1024
+"""The most bytes of UTF-8 an outcome's summary may hold."""
+
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def summary_text(text: str) -> str:
+    """text fit for an outcome's summary: control characters (other than tab and line breaks) become
+    spaces, and text longer than MAX_SUMMARY_BYTES of UTF-8 is cut on a character boundary."""
+    data = _CONTROL.sub(" ", text).encode("utf-8", "replace")
+    return data[:MAX_SUMMARY_BYTES].decode("utf-8", "ignore")
+
+
+def outcome_body(outcome: Outcome, command_id: str) -> bytes:
+    status = outcome.get("status")
+    if status not in ("succeeded", "failed"):
+        raise ValueError("countersign: an outcome's status is succeeded or failed")
+    body: Dict[str, Any] = {"command_id": command_id, "status": status}
+    if outcome.get("summary"):
+        body["summary"] = summary_text(outcome["summary"])
+    if outcome.get("result_sha256"):
+        body["result_sha256"] = outcome["result_sha256"]
+    return encode(body)
+
+
+def error_text(err: BaseException) -> str:
+    """A failed call's summary: the exception's message, or its type's name."""
+    return str(err) or type(err).__name__
 
 
 def question_body(run: Run, question: "str | Question", question_id: Optional[str]) -> bytes:

@@ -24,9 +24,9 @@ from . import _core
 from .client import (_check_cancel_on_abort, _check_claim_id, _deadline, _first, _left, _log, _min, _pending_ids,
                      _record_of, _report)
 from .errors import Closed, CountersignError, InFlight, NetworkError, NotFound, codes
-from .ids import new_vote_id
+from .ids import new_report_id, new_vote_id
 from .toolcalls import ToolCallLike
-from .types import Answer, Decision, Event, Question, Record, Result, Run, results_from
+from .types import Answer, Decision, Event, Outcome, Question, Record, Result, Run, results_from
 
 _LINE_LIMIT = 4 << 20  # the longest header or event line read
 
@@ -93,6 +93,13 @@ class AsyncClient:
         _check_claim_id(claim_id)
         _, answer = await self._do("POST", _core.approval_path(event_id, "/claim"),
                                    _core.encode({"claim_id": claim_id}), accepted_is_transient=True, persist=persist)
+        return _record_of(answer)
+
+    async def report(self, event_id: str, outcome: Outcome, *, command_id: Optional[str] = None) -> Record:
+        """See :meth:`countersign.Client.report`."""
+        body = _core.outcome_body(outcome, command_id or new_report_id())
+        _, answer = await self._do("POST", _core.approval_path(event_id, "/outcome"), body,
+                                   accepted_is_transient=True)
         return _record_of(answer)
 
     async def ask(self, run: Run, question: "str | Question", *, id: Optional[str] = None,

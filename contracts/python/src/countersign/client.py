@@ -15,9 +15,9 @@ from typing import Any, Callable, Collection, Deque, Iterator, List, Mapping, Op
 
 from . import _core
 from .errors import Aborted, Closed, CountersignError, InFlight, NetworkError, NotFound, codes
-from .ids import new_vote_id
+from .ids import new_report_id, new_vote_id
 from .toolcalls import ToolCallLike
-from .types import Answer, Decision, Event, Question, Record, Result, Run, results_from
+from .types import Answer, Decision, Event, Outcome, Question, Record, Result, Run, results_from
 
 
 _log = logging.getLogger("countersign")
@@ -177,6 +177,22 @@ class Client:
         _check_claim_id(claim_id)
         _, answer = self._do("POST", _core.approval_path(event_id, "/claim"),
                              _core.encode({"claim_id": claim_id}), accepted_is_transient=True, persist=persist)
+        return _record_of(answer)
+
+    def report(self, event_id: str, outcome: Outcome, *, command_id: Optional[str] = None) -> Record:
+        """Tells Countersign how the claimed call ``event_id`` ended, as its claimant, once.
+
+        ``outcome`` is ``{"status": "succeeded" | "failed", "summary": ..., "result_sha256": ...}``; the
+        summary is cut to 1 KiB of UTF-8 on a character boundary. A gated function reports by itself; a
+        runner that claims with :meth:`claim` reports with this after the tool ran. Sent again with the
+        same ``command_id`` (keep it with the run: after a lost answer, a restart) it is the same report;
+        another report raises :class:`OutcomeReported`, one before a claim :class:`NotClaimed`, one by
+        anyone but the claimant :class:`NotPermitted`. Transient failures, and a report the arbiter has
+        not applied yet (202), are retried with the same id for ``retry_for`` seconds. Returns the
+        record.
+        """
+        body = _core.outcome_body(outcome, command_id or new_report_id())
+        _, answer = self._do("POST", _core.approval_path(event_id, "/outcome"), body, accepted_is_transient=True)
         return _record_of(answer)
 
     def ask(self, run: Run, question: "str | Question", *, id: Optional[str] = None,

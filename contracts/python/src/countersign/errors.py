@@ -34,6 +34,10 @@ class codes:
     """A vote or command from someone the live directory does not list."""
     DEADLINE_NOT_LATER = "deadline_not_later"
     """An extend that would not move the deadline later."""
+    NOT_CLAIMED = "not_claimed"
+    """An outcome report for an approval nobody claimed."""
+    OUTCOME_REPORTED = "outcome_reported"
+    """An outcome report after another report (another command id) of the same call."""
     # Errors of the HTTP API.
     ARGUMENTS_CHANGED = "arguments_changed"
     UNAUTHENTICATED = "unauthenticated"
@@ -130,6 +134,14 @@ class UnknownApprover(Refused):
 
 class DeadlineNotLater(Refused):
     """An extend would not move the deadline later."""
+
+
+class NotClaimed(Refused):
+    """An outcome report for an approval that nobody claimed."""
+
+
+class OutcomeReported(Refused):
+    """An outcome report after another one: each claimed call's outcome is reported once."""
 
 
 class NotAnApprover(Refused):
@@ -244,6 +256,8 @@ _BY_CODE: Dict[str, Type[CountersignError]] = {
     codes.NOT_PERMITTED: NotPermitted,
     codes.UNKNOWN_APPROVER: UnknownApprover,
     codes.DEADLINE_NOT_LATER: DeadlineNotLater,
+    codes.NOT_CLAIMED: NotClaimed,
+    codes.OUTCOME_REPORTED: OutcomeReported,
     codes.NOT_AN_APPROVER: NotAnApprover,
     codes.SELF_APPROVAL: SelfApproval,
     codes.DUPLICATE_VOTE: DuplicateVote,

@@ -6,6 +6,11 @@ after the policy allows the call or a human approves it, with the approved
 process that runs it. A call that may not run returns a :class:`Denied`
 (or raises :class:`CallDenied`) whose text is meant for the model.
 
+After the function of a claimed call returns or raises, the outcome is
+reported (``Client.report``): ``succeeded``, or ``failed`` with the
+exception's message. The report never changes what the function returned
+or raised: one that fails is logged on the ``countersign`` logger.
+
 While the function runs, :func:`current_receipt` returns the call's
 receipt (the claim's, or the API's for a grant or a ``receipt: true``
 rule) and :func:`receipt_headers` the header that carries it, for a tool
@@ -20,6 +25,7 @@ import functools
 import hashlib
 import inspect
 import json
+import logging
 from dataclasses import dataclass
 from typing import (Any, Awaitable, Callable, Coroutine, Dict, Generic, Mapping, Optional, ParamSpec, TypeVar, Union,
                     cast, overload)
@@ -27,9 +33,10 @@ from typing import (Any, Awaitable, Callable, Coroutine, Dict, Generic, Mapping,
 from .aio import AsyncClient
 from .client import Abort, Client
 from .errors import AlreadyClaimed, ApprovalLapsed, InvalidToolCall, NotApproved
-from .ids import new_claim_id
+from . import _core
+from .ids import new_claim_id, new_report_id
 from .toolcalls import ToolCallLike, to_tool_call
-from .types import JSONObject, Record, Result, Run, ToolCall
+from .types import JSONObject, Outcome, Record, Result, Run, ToolCall
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -88,6 +95,19 @@ def _lapsed(res: Result) -> Result:
     return Result(res.tool_call_id, "expired", res.event_id,
                   "This call was approved, but not run in time: the approval lapsed and the call was not run. "
                   "Propose it again for a new decision.", res.rule, code="approval_lapsed")
+
+
+_log = logging.getLogger("countersign")
+
+
+def _outcome_of(err: Optional[BaseException]) -> Outcome:
+    if err is None:
+        return {"status": "succeeded"}
+    return {"status": "failed", "summary": _core.error_text(err)}
+
+
+def _report_failed(event_id: str, e: Exception) -> None:
+    _log.warning("countersign: could not report the outcome of approval %s: %s", event_id, e)
 
 
 _receipt: "contextvars.ContextVar[str]" = contextvars.ContextVar("countersign_receipt", default="")
@@ -221,9 +241,23 @@ class GatedTool(_Base[P, R]):
                 return self._deny(_lapsed(res))
         token = _receipt.set(receipt)
         try:
-            return cast(R, self._fn(**args))
+            out = cast(R, self._fn(**args))
+        except Exception as e:
+            self._report(res.event_id, e)
+            raise
         finally:
             _receipt.reset(token)
+        self._report(res.event_id, None)
+        return out
+
+    def _report(self, event_id: str, err: Optional[BaseException]) -> None:
+        """Reports how the function of the claimed call event_id ended; it never raises."""
+        if not event_id:
+            return
+        try:
+            self._client.report(event_id, _outcome_of(err), command_id=new_report_id())
+        except Exception as e:
+            _report_failed(event_id, e)
 
 
 class AsyncGatedTool(_Base[P, R]):
@@ -290,9 +324,27 @@ class AsyncGatedTool(_Base[P, R]):
                 return self._deny(_lapsed(res))
         token = _receipt.set(receipt)
         try:
-            return cast(R, await self._fn(**args))
+            out = cast(R, await self._fn(**args))
+        except Exception as e:
+            await self._report(res.event_id, e)
+            raise
         finally:
             _receipt.reset(token)
+        await self._report(res.event_id, None)
+        return out
+
+    async def _report(self, event_id: str, err: Optional[BaseException]) -> None:
+        """As GatedTool._report."""
+        if not event_id:
+            return
+        c, outcome, command_id = self._client, _outcome_of(err), new_report_id()
+        try:
+            if isinstance(c, AsyncClient):
+                await c.report(event_id, outcome, command_id=command_id)
+            else:
+                await asyncio.to_thread(c.report, event_id, outcome, command_id=command_id)
+        except Exception as e:
+            _report_failed(event_id, e)
 
 
 class _Gate:

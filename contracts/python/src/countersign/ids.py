@@ -17,6 +17,12 @@ def new_claim_id() -> str:
     return "claim-" + secrets.token_hex(16)
 
 
+def new_report_id() -> str:
+    """A fresh id for an outcome report (``Client.report``'s ``command_id``): a report sent again
+    with it is the same report."""
+    return "outcome-" + secrets.token_hex(16)
+
+
 def new_vote_id() -> str:
     """A fresh vote id: a vote sent again with it is counted once."""
     return "vote-" + secrets.token_hex(16)

@@ -56,6 +56,21 @@ class ToolCall(_ToolCallRequired, total=False):
     tool_schema: JSONObject
 
 
+class _OutcomeRequired(TypedDict):
+    status: Literal["succeeded", "failed"]
+
+
+class Outcome(_OutcomeRequired, total=False):
+    """How a claimed call ended, as its claimant reports it once (``Client.report``; the record's
+    ``execution``)."""
+
+    summary: str
+    """A short text for people: at most 1 KiB of UTF-8 (``report`` cuts a longer one on a character
+    boundary)."""
+    result_sha256: str
+    """The lowercase hex SHA-256 of the call's result (optional)."""
+
+
 class Question(TypedDict, total=False):
     """A question for a human (``request_human_input``)."""
 
