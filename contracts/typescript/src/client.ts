@@ -5,6 +5,7 @@ import {
   terminalStatuses,
   type ApprovalState,
   type Decided,
+  type ExecutionOutcome,
   type HumanAnswer,
   type QuestionInput,
   type Result,
@@ -41,6 +42,12 @@ export interface CountersignOptions {
    * does), e.g. when another worker will resume the run.
    */
   cancelOnAbort?: false | CancelOnAbortOptions;
+  /**
+   * Told when the outcome of a call that ran could not be reported (see
+   * run): the tool's own result or error goes on regardless. Default:
+   * ignored (run's answer carries it as `outcomeError`).
+   */
+  onReportError?: (err: unknown, eventId: string) => void;
 }
 
 /** How an aborted wait cancels the approvals it was waiting on. */
@@ -168,6 +175,65 @@ export interface RunOutcome<T> {
   output?: T;
   /** The receipt the function was given, when it ran (see RunContext). */
   receipt?: string;
+  /**
+   * Why the call's outcome could not be reported after the function ran
+   * (undefined when it was, or when there was no claim to report on).
+   */
+  outcomeError?: unknown;
+}
+
+/** Options of run. */
+export interface RunOptions<T> {
+  /** The claim's id (default: a fresh one); keep it with the run to retry a claim whose answer was lost. */
+  claimId?: string;
+  /** Aborting it while run waits for the decision cancels the approval (see review). */
+  signal?: AbortSignal;
+  /**
+   * What the outcome report of a call that succeeded says besides its
+   * status: a summary for people and the result's SHA-256 (default:
+   * nothing). A failed call's summary is its error's message.
+   */
+  summarize?: (output: T) => Omit<ExecutionOutcome, 'status'>;
+  /**
+   * false: fn does not run the tool but hands the arguments on to whatever
+   * does, and that reports the outcome (report). Default true.
+   */
+  report?: boolean;
+}
+
+/** Options of report. */
+export interface ReportOptions {
+  /**
+   * The report's id (default: a fresh one). The same id again is the same
+   * report: keep it with the run to retry a report whose answer was lost.
+   */
+  commandId?: string;
+  signal?: AbortSignal;
+}
+
+/** The most bytes of UTF-8 an outcome's summary may hold. */
+export const maxSummaryBytes = 1024;
+
+/**
+ * summaryText makes text fit an outcome's summary: control characters
+ * (other than tab and line breaks) become spaces, and text longer than
+ * maxSummaryBytes of UTF-8 is cut on a character boundary.
+ */
+export function summaryText(text: string): string {
+  // A lone surrogate is not UTF-8: toWellFormed's U+FFFD, by hand for Node 20.
+  const clean = text
+    .replace(/[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f]/g, ' ')
+    .replace(/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g, '\ufffd');
+  const bytes = new TextEncoder().encode(clean);
+  if (bytes.length <= maxSummaryBytes) return clean;
+  let n = maxSummaryBytes;
+  while (n > 0 && (bytes[n]! & 0xc0) === 0x80) n--;
+  return new TextDecoder().decode(bytes.subarray(0, n));
+}
+
+/** newReportId returns a fresh id for an outcome report (ReportOptions.commandId). */
+export function newReportId(): string {
+  return 'outcome-' + globalThis.crypto.randomUUID();
 }
 
 /** The HTTP header a tool reads a receipt from (receiptMiddleware, the Go and Python verifiers). */
@@ -225,6 +291,7 @@ export class Countersign {
   readonly #retry: Required<RetryOptions>;
   readonly #pollMs: number;
   readonly #cancelOnAbort: { withinMs: number; onError: (err: unknown, eventId: string) => void } | undefined;
+  readonly #onReportError: (err: unknown, eventId: string) => void;
 
   constructor(options: CountersignOptions = {}) {
     const url = options.url ?? env('COUNTERSIGN_URL');
@@ -261,6 +328,7 @@ export class Countersign {
       }
       this.#cancelOnAbort = { withinMs, onError: c.onError ?? (() => {}) };
     }
+    this.#onReportError = options.onReportError ?? (() => {});
   }
 
   /** The run with the client's agent filled in. */
@@ -342,6 +410,32 @@ export class Countersign {
       'POST',
       `/v1/approvals/${encodeURIComponent(eventId)}/claim`,
       { claim_id: options.claimId },
+      { transient: true, accepted: true, signal: options.signal },
+    );
+    return out.data!.record;
+  }
+
+  /**
+   * report tells Countersign how the claimed call eventId ended, as its
+   * claimant, once (`POST /v1/approvals/{id}/outcome`): `succeeded` or
+   * `failed`, a short summary (cut to 1 KiB on a character boundary) and
+   * optionally the result's SHA-256. run and every adapter report by
+   * themselves; a runner that claims with claim reports with report after
+   * the tool ran. Retried with the same commandId (after a lost answer, a
+   * restart) it succeeds again; another report is refused with
+   * "outcome_reported", one before a claim with "not_claimed", and one by
+   * anyone but the claimant with "not_permitted". Network failures,
+   * 502/503/504 and a report the arbiter has not applied yet (202) are
+   * retried with the same id.
+   */
+  async report(eventId: string, outcome: ExecutionOutcome, options: ReportOptions = {}): Promise<ApprovalRecord> {
+    const body: Record<string, unknown> = { command_id: options.commandId ?? newReportId(), status: outcome.status };
+    if (outcome.summary) body.summary = summaryText(outcome.summary);
+    if (outcome.result_sha256) body.result_sha256 = outcome.result_sha256;
+    const out = await this.#request<{ record: ApprovalRecord }>(
+      'POST',
+      `/v1/approvals/${encodeURIComponent(eventId)}/outcome`,
+      body,
       { transient: true, accepted: true, signal: options.signal },
     );
     return out.data!.record;
@@ -494,12 +588,18 @@ export class Countersign {
    * fn gets the arguments and a RunContext whose `receipt` is the call's
    * receipt, for a tool that verifies receipts: pass it along with
    * receiptHeaders(context.receipt).
+   *
+   * After fn of a claimed call returns or throws, run reports the outcome
+   * (report): `succeeded` (with `summarize`'s summary), or `failed` with the
+   * error's message. The report never changes what fn returned or threw:
+   * one that fails is `outcomeError` in the answer and is given to the
+   * client's onReportError.
    */
   async run<T>(
     run: RunInfo,
     call: AnyToolCall | Call,
     fn: (args: Record<string, unknown>, context: RunContext) => T | Promise<T>,
-    options: { claimId?: string; signal?: AbortSignal } = {},
+    options: RunOptions<T> = {},
   ): Promise<RunOutcome<T>> {
     const [result] = await this.review(run, [call], { wait: true, signal: options.signal });
     if (result!.verdict !== 'allowed') return { result: result!, ran: false };
@@ -536,8 +636,45 @@ export class Countersign {
       }
     }
     const args = result!.arguments ?? toCall(call).arguments ?? {};
-    const output = await fn(args, context);
-    return context.receipt ? { result: result!, ran: true, output, receipt: context.receipt } : { result: result!, ran: true, output };
+    const eventId = options.report === false ? undefined : result!.event_id;
+    let output: T;
+    try {
+      output = await fn(args, context);
+    } catch (err) {
+      if (eventId) await this.#reportRun(eventId, { status: 'failed', summary: errorText(err) });
+      throw err;
+    }
+    const out: RunOutcome<T> = { result: result!, ran: true, output };
+    if (context.receipt) out.receipt = context.receipt;
+    if (eventId) {
+      let extra: Omit<ExecutionOutcome, 'status'> = {};
+      try {
+        extra = options.summarize?.(output) ?? {};
+      } catch {
+        /* a summary that cannot be made leaves the report without one */
+      }
+      const reportError = await this.#reportRun(eventId, { ...extra, status: 'succeeded' });
+      if (reportError !== undefined) out.outcomeError = reportError;
+    }
+    return out;
+  }
+
+  /**
+   * #reportRun reports how a claimed call's function ended; it never throws.
+   * It answers the report's error (undefined when it was reported).
+   */
+  async #reportRun(eventId: string, outcome: ExecutionOutcome): Promise<unknown> {
+    try {
+      await this.report(eventId, outcome);
+      return undefined;
+    } catch (err) {
+      try {
+        this.#onReportError(err, eventId);
+      } catch {
+        /* a logger's failure does not change the tool's result */
+      }
+      return err ?? new Error('the outcome report failed');
+    }
   }
 
   /**
@@ -811,6 +948,17 @@ class Opened {
   dispose(): void {
     this.signal.removeEventListener('abort', this.#onAbort);
     clearTimeout(this.#timer);
+  }
+}
+
+/** The text of a thrown value, for a failed call's summary. */
+function errorText(err: unknown): string {
+  if (err instanceof Error) return err.message || err.name;
+  if (typeof err === 'string') return err;
+  try {
+    return JSON.stringify(err) ?? String(err);
+  } catch {
+    return String(err);
   }
 }
 

@@ -56,6 +56,10 @@ export const Codes = {
   selfApproval: 'self_approval',
   duplicateVote: 'duplicate_vote',
   closed: 'closed',
+  /** An outcome report for an approval nobody claimed. */
+  notClaimed: 'not_claimed',
+  /** An outcome report after another report (another command id) of the same call. */
+  outcomeReported: 'outcome_reported',
   staleArguments: 'stale_arguments',
   decisionNotAllowed: 'decision_not_allowed',
   unknownEvent: 'unknown_event',

@@ -4,8 +4,8 @@
  * Framework adapters live in the subpaths ./openai-agents, ./ai-sdk and
  * ./langgraph.
  */
-export { Countersign, newClaimId, blockedMessage, findCallId, decidedOf, receiptHeader, receiptHeaders } from './client.js';
-export type { CountersignOptions, RetryOptions, ReviewOptions, GuardOptions, DecisionsOptions, RunOutcome, RunContext } from './client.js';
+export { Countersign, newClaimId, newReportId, summaryText, maxSummaryBytes, blockedMessage, findCallId, decidedOf, receiptHeader, receiptHeaders } from './client.js';
+export type { CountersignOptions, RetryOptions, ReviewOptions, GuardOptions, DecisionsOptions, RunOutcome, RunOptions, ReportOptions, RunContext } from './client.js';
 export { CountersignError, Codes } from './errors.js';
 export { toCall } from './toolcalls.js';
 export type { Call, AnyToolCall, OpenAIToolCall, OpenAIFunctionCallItem, AnthropicToolUse } from './toolcalls.js';

@@ -180,8 +180,9 @@ export function gate(cs: Countersign, options: GateOptions = {}): Gate {
             sends.push(new Send(tools, { ...state, lg_tool_call: tc }));
           } else if (r.event_id) {
             // Nothing in the tool claims: the node does, once, and sends
-            // the approved arguments.
-            const out = await cs.run(run, calls[i]!, (args) => args, { signal: config?.signal });
+            // the approved arguments. The tool runs in the tools node, out
+            // of the node's sight: its outcome is not reported.
+            const out = await cs.run(run, calls[i]!, (args) => args, { signal: config?.signal, report: false });
             if (out.ran) sends.push(new Send(tools, { ...state, lg_tool_call: { ...tc, args: out.output! } }));
             else block(out.result, tc);
           } else {

@@ -85,6 +85,18 @@ export interface VoteInput {
   answer?: { action: 'accept' | 'decline' | 'cancel'; content?: Record<string, unknown> };
 }
 
+/**
+ * How a claimed call ended, as its claimant reports it once
+ * (`POST /v1/approvals/{event_id}/outcome`; the record's `execution`).
+ */
+export interface ExecutionOutcome {
+  status: 'succeeded' | 'failed';
+  /** A short text for people: at most 1 KiB of UTF-8 (report cuts a longer one on a character boundary). */
+  summary?: string;
+  /** The lowercase hex SHA-256 of the call's result (optional). */
+  result_sha256?: string;
+}
+
 /** A terminal outcome as `decisions()` and webhooks deliver it. */
 export type Decided = ApprovalDecided;
 

@@ -67,6 +67,8 @@ export class Server {
   token = '';
   /** alice's approver token, from the directory. */
   readonly aliceToken = 'alice-' + randomBytes(24).toString('hex');
+  /** An agent token of another subject (other-agent), from the directory. */
+  readonly otherAgentToken = 'other-' + randomBytes(24).toString('hex');
   dataDir = '';
   #proc: ChildProcess | undefined;
   #stderr: string[] = [];
@@ -93,9 +95,11 @@ export class Server {
     const config = path.join(this.dataDir, 'countersign.yaml');
     await writeFile(policy, this.options.policy ?? testPolicy);
     const hash = createHash('sha256').update(this.aliceToken).digest('hex');
+    const other = createHash('sha256').update(this.otherAgentToken).digest('hex');
     await writeFile(
       directory,
-      `users:\n  - id: alice\n    name: Alice\n    email: alice@example.com\n    tokens:\n      - {name: alice-test, sha256: ${hash}, roles: [approver]}\n`,
+      `users:\n  - id: alice\n    name: Alice\n    email: alice@example.com\n    tokens:\n      - {name: alice-test, sha256: ${hash}, roles: [approver]}\n` +
+        `  - id: other-agent\n    name: Other Agent\n    tokens:\n      - {name: other-agent-test, sha256: ${other}, roles: [agent]}\n`,
     );
     await writeFile(config, `retention: 720h\n${this.options.config ?? ''}`);
     const proc = spawn(
@@ -191,6 +195,11 @@ export class Server {
   /** A client with the development token (the agent). */
   agentClient(agent = 'ts-agent'): Countersign {
     return new Countersign({ url: this.url, token: this.token, agent });
+  }
+
+  /** A client with the token of another agent (other-agent). */
+  otherAgent(agent = 'ts-agent'): Countersign {
+    return new Countersign({ url: this.url, token: this.otherAgentToken, agent });
   }
 
   /** A client with alice's approver token. */
