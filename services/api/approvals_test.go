@@ -264,6 +264,7 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 		"/v1/approvals/{event_id}/events":     {"get"},
 		"/v1/events":                          {"get"},
 		"/v1/policy":                          {"get", "post"},
+		"/v1/policy/replay":                   {"post"},
 		"/v1/grants":                          {"get"},
 		"/v1/grants/{grant_id}":               {"get"},
 		"/v1/grants/{grant_id}/revoke":        {"post"},

@@ -25,6 +25,7 @@ type overseen struct {
 	rule, risk string
 	votes      []oversight.Vote
 	timedOut   bool
+	shadow     []oversight.Shadow
 }
 
 // overseenJSON and overseenRequestJSON are the parts of a record the index
@@ -45,6 +46,10 @@ type overseenRequestJSON struct {
 	Policy struct {
 		Rule string `json:"rule"`
 	} `json:"policy"`
+	Shadow []struct {
+		Rule   string `json:"rule"`
+		Action string `json:"action"`
+	} `json:"shadow"`
 }
 
 // overseenOf is what the index keeps of a decoded record for oversight.
@@ -58,6 +63,12 @@ func overseenOf(sj *summaryJSON) overseen {
 	}
 	if sj.Outcome != nil {
 		o.timedOut = slices.Contains(sj.Outcome.DecidedBy, contracts.DecidedByTimeout)
+	}
+	for i, sh := range sj.Request.Shadow {
+		if i == contracts.MaxShadowVerdicts {
+			break
+		}
+		o.shadow = append(o.shadow, oversight.Shadow{Rule: sh.Rule, Action: sh.Action})
 	}
 	return o
 }
@@ -76,7 +87,7 @@ func (ix *index) overseen(reader approval.Reader, o oversight.Options) []oversig
 		}
 		out = append(out, oversight.Request{
 			EventID: s.eventID, Rule: s.over.rule, Risk: s.over.risk, CreatedAt: s.createdAt,
-			Approvers: s.approvers, Votes: s.over.votes, TimedOut: s.over.timedOut,
+			Approvers: s.approvers, Votes: s.over.votes, TimedOut: s.over.timedOut, Shadow: s.over.shadow,
 		})
 	}
 	return out

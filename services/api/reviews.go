@@ -73,6 +73,9 @@ type reviewResult struct {
 	// Receipt is the receipt the API signed for a call allowed without an
 	// approval: under a standing grant, or by a rule with receipt: true.
 	Receipt string `json:"receipt,omitempty"`
+	// Shadow is what the policy's shadow rules would have decided for the
+	// call (never enforced; see docs/policy.md#shadow-rules).
+	Shadow []contracts.ShadowVerdict `json:"shadow,omitempty"`
 	// Explain (with ?explain=1) says how the policy in force decides the
 	// call, rule by rule.
 	Explain *explanation `json:"explain,omitempty"`
@@ -191,7 +194,7 @@ func (s *Server) reviewAnswer(in *reviewInput, verdicts []orchestrator.Verdict) 
 	for i, v := range verdicts {
 		ans.Results[i] = reviewResult{
 			ToolCallID: v.ToolCallID, Verdict: v.Verdict, EventID: v.EventID, Reason: v.Reason, Code: v.Code, Rule: v.Rule,
-			Arguments: v.Arguments, Edited: v.Edited, Diff: v.Diff, GrantID: v.GrantID,
+			Arguments: v.Arguments, Edited: v.Edited, Diff: v.Diff, GrantID: v.GrantID, Shadow: v.Shadow,
 		}
 		if c, ok := v.Permit.ReceiptClaims(); ok {
 			ans.Results[i].Receipt = s.signReceipt(c)

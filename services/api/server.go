@@ -157,6 +157,7 @@ func (s *Server) routes() {
 	mux.HandleFunc("GET /v1/grants/{grant_id}/events", s.authed(s.getGrantTimeline))
 	mux.HandleFunc("GET /v1/policy", s.authed(s.getPolicy))
 	mux.HandleFunc("POST /v1/policy", s.authed(s.postPolicy, RoleAdmin))
+	mux.HandleFunc("POST /v1/policy/replay", s.authed(s.postPolicyReplay, ReplayRoles...))
 	mux.HandleFunc("GET /v1/oversight", s.authed(s.getOversight, OversightRoles...))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)

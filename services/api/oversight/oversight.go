@@ -40,6 +40,16 @@ type Request struct {
 	// TimedOut is set when time decided it (its outcome's decided_by names
 	// "timeout"): expired, or approved by on_timeout: approve.
 	TimedOut bool
+	// Shadow is what the policy's shadow rules would have decided for it,
+	// as its request records.
+	Shadow []Shadow
+}
+
+// Shadow is what one shadow rule would have decided for a request: its
+// action (allow, require_approval or deny).
+type Shadow struct {
+	Rule   string
+	Action string
 }
 
 // Options are the window and the fast-decision threshold.
@@ -65,10 +75,34 @@ type Report struct {
 	// Rules has a row for each rule with a request in the window: most
 	// requests first.
 	Rules []RuleStats `json:"rules"`
+	// Shadow has a row for each shadow rule that recorded a verdict on a
+	// request in the window: most requests first. Records hold gated
+	// calls only, so every flip here is from require_approval; the
+	// countersign_policy_shadow_flips_total counters also count the calls
+	// the policy allowed or denied outright.
+	Shadow []ShadowStats `json:"shadow"`
 	// Partial is true when decided requests of the window were left out:
 	// an API replica keeps the newest decided records only (its
 	// index_recent), and older ones created in the window are not counted.
 	Partial bool `json:"partial,omitempty"`
+}
+
+// ShadowStats are one shadow rule's figures: the requests it would have
+// matched before the enforcing decision, and of those, how many it would
+// have decided otherwise, by direction.
+type ShadowStats struct {
+	Rule     string `json:"rule"`
+	Requests int    `json:"requests"`
+	Flipped  int    `json:"flipped"`
+	Flips    []Flip `json:"flips"`
+}
+
+// Flip counts the requests a shadow rule would have moved from one action
+// to another.
+type Flip struct {
+	From  string `json:"from"`
+	To    string `json:"to"`
+	Count int    `json:"count"`
 }
 
 // ApproverStats are one approver's figures.
@@ -216,6 +250,7 @@ func Compute(reqs []Request, o Options) Report {
 			}
 		}
 	}
+	rep.Shadow = shadowRows(reqs, o)
 	rep.Total.finish()
 	for _, a := range approvers {
 		a.finish()
@@ -238,6 +273,47 @@ func Compute(reqs []Request, o Options) Report {
 		rep.Rules = []RuleStats{}
 	}
 	return rep
+}
+
+// gated is the action of every request: a call the policy gated.
+const gated = "require_approval"
+
+// shadowRows are the shadow rules' figures over the requests in o's
+// window. A request was gated: its enforced action is require_approval.
+func shadowRows(reqs []Request, o Options) []ShadowStats {
+	rows := map[string]*ShadowStats{}
+	for i := range reqs {
+		if !o.InWindow(reqs[i].CreatedAt) {
+			continue
+		}
+		for _, sh := range reqs[i].Shadow {
+			row := rows[sh.Rule]
+			if row == nil {
+				row = &ShadowStats{Rule: sh.Rule, Flips: []Flip{}}
+				rows[sh.Rule] = row
+			}
+			row.Requests++
+			if sh.Action == gated {
+				continue
+			}
+			row.Flipped++
+			j := slices.IndexFunc(row.Flips, func(f Flip) bool { return f.To == sh.Action })
+			if j < 0 {
+				row.Flips = append(row.Flips, Flip{From: gated, To: sh.Action})
+				j = len(row.Flips) - 1
+			}
+			row.Flips[j].Count++
+		}
+	}
+	out := []ShadowStats{}
+	for _, r := range rows {
+		slices.SortFunc(r.Flips, func(a, b Flip) int { return cmp.Compare(a.To, b.To) })
+		out = append(out, *r)
+	}
+	slices.SortFunc(out, func(a, b ShadowStats) int {
+		return cmp.Or(cmp.Compare(b.Requests, a.Requests), cmp.Compare(a.Rule, b.Rule))
+	})
+	return out
 }
 
 func voted(req *Request, id string) bool {
