@@ -59,9 +59,9 @@ func readHookInput(r io.Reader) (*hookInput, error) {
 		return nil, fmt.Errorf("the hook event on stdin is not JSON: %w", err)
 	}
 	var missing []string
-	for name, v := range map[string]string{"session_id": in.SessionID, "tool_name": in.ToolName, "tool_use_id": in.ToolUseID} {
-		if v == "" {
-			missing = append(missing, name)
+	for _, f := range []struct{ name, v string }{{"session_id", in.SessionID}, {"cwd", in.Cwd}, {"tool_name", in.ToolName}, {"tool_use_id", in.ToolUseID}} {
+		if f.v == "" {
+			missing = append(missing, f.name)
 		}
 	}
 	switch {

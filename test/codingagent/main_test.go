@@ -1,0 +1,147 @@
+package codingagent
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// pinnedClaude is the Claude Code release these tests drive
+// (package.json pins the same).
+const pinnedClaude = "2.1.332"
+
+// binary is the countersign binary built once for the package's tests.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "countersign-hook")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "countersign")
+	build := exec.Command("go", "build", "-o", binary, "../../services/countersign")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building countersign:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+var (
+	claudeOnce sync.Once
+	claudePath string
+	claudeErr  error
+)
+
+// claudeBin is the pinned Claude Code, installed by install-claude.sh when
+// it is missing or another version.
+func claudeBin(t *testing.T) string {
+	t.Helper()
+	claudeOnce.Do(func() {
+		path, err := filepath.Abs("node_modules/.bin/claude")
+		if err != nil {
+			claudeErr = err
+			return
+		}
+		if claudeVersion(path) == pinnedClaude {
+			claudePath = path
+			return
+		}
+		if out, err := exec.Command("sh", "install-claude.sh").CombinedOutput(); err != nil {
+			claudeErr = fmt.Errorf("sh test/codingagent/install-claude.sh: %v\n%s", err, out)
+			return
+		}
+		if v := claudeVersion(path); v != pinnedClaude {
+			claudeErr = fmt.Errorf("claude --version says %q after install-claude.sh, want %s", v, pinnedClaude)
+			return
+		}
+		claudePath = path
+	})
+	if claudeErr != nil {
+		t.Fatal(claudeErr)
+	}
+	return claudePath
+}
+
+func claudeVersion(path string) string {
+	out, err := exec.Command(path, "--version").Output()
+	if err != nil {
+		return ""
+	}
+	v, _, _ := strings.Cut(strings.TrimSpace(string(out)), " ")
+	return v
+}
+
+// serveProc is a running `countersign serve`.
+type serveProc struct {
+	cmd        *exec.Cmd
+	url, token string
+	exit       chan error
+}
+
+// startServe runs `countersign serve` on a new data directory under the
+// coding agent policy and waits until it prints its URL.
+func startServe(t *testing.T) *serveProc {
+	t.Helper()
+	data := t.TempDir()
+	cmd := exec.Command(binary, "serve", "--data", data, "--addr", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0",
+		"--log-level", "warn", "--policy", "../../deploy/policies/coding-agent.yaml")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &serveProc{cmd: cmd, exit: make(chan error, 1)}
+	urls := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if line := strings.TrimSpace(sc.Text()); strings.HasPrefix(line, "API:") {
+				urls <- strings.TrimSuffix(strings.Fields(strings.TrimPrefix(line, "API:"))[0], "/v1")
+			}
+		}
+	}()
+	go func() { p.exit <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGKILL); <-p.exit })
+	select {
+	case p.url = <-urls:
+	case err := <-p.exit:
+		p.exit <- err
+		t.Fatalf("serve exited before it was ready: %v\n%s", err, stderr.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("serve did not become ready:\n%s", stderr.String())
+	}
+	tok, err := os.ReadFile(filepath.Join(data, "dev-token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.token = strings.TrimSpace(string(tok))
+	return p
+}
+
+// cli runs the countersign CLI against p.
+func (p *serveProc) cli(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), "COUNTERSIGN_URL="+p.url, "COUNTERSIGN_TOKEN="+p.token)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("countersign %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
