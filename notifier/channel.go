@@ -11,7 +11,7 @@ import (
 
 // DeliveringChannels are the built-in channels that deliver and publish
 // receipts (the inbox lists every request and delivers nothing).
-var DeliveringChannels = []string{contracts.ChannelSlack, contracts.ChannelEmail, contracts.ChannelWebhook}
+var DeliveringChannels = []string{contracts.ChannelSlack, contracts.ChannelEmail, contracts.ChannelPush, contracts.ChannelWebhook}
 
 // Kinds of notification. A kind is part of the idempotency key: two
 // notifications of different kinds to the same target are both delivered.

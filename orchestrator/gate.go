@@ -594,6 +594,7 @@ func (g *Gate) request(run contracts.Run, c ToolCall, args json.RawMessage, sha 
 		Reminders:        durations(d.Reminders),
 		AllowedDecisions: nonNil(d.AllowedDecisions),
 		Channels:         nonNil(d.Channels),
+		Notify:           slices.Clone(d.Notify),
 		ExpiresAt:        now.Add(timeout),
 		OnTimeout:        d.OnTimeout,
 		ClaimWithin:      claimWithin(d.ClaimWithin),

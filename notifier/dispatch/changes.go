@@ -20,7 +20,7 @@ func (d *Dispatcher) handleChange(ctx context.Context, msg jetstream.Msg) error 
 	if err := contracts.Decode(msg.Data(), &ch); err != nil {
 		return events.Poison(fmt.Errorf("decode changed event: %w", err))
 	}
-	if ch.Change != contracts.ChangeReminded && ch.Change != contracts.ChangeEscalated {
+	if ch.Change != contracts.ChangeReminded && ch.Change != contracts.ChangeEscalated && ch.Change != contracts.ChangeNotifyDue {
 		return nil
 	}
 	if !contracts.ValidEventID(ch.EventID) || ch.Step < 1 {
@@ -52,7 +52,7 @@ func (d *Dispatcher) handleChange(ctx context.Context, msg jetstream.Msg) error 
 		for _, v := range rec.Votes {
 			voted[v.Approver.ID] = true
 		}
-		targets, _ := d.everyone(who)
+		targets, _ := d.everyone(who, d.cfg.Now())
 		for _, t := range targets {
 			if t.Approver != "" && voted[t.Approver] {
 				continue // reminders go to those who have not voted
@@ -70,9 +70,13 @@ func (d *Dispatcher) handleChange(ctx context.Context, msg jetstream.Msg) error 
 		}
 		tier := req.Escalation[ch.Step-1]
 		var targets []notifier.Target
-		targets, problems = d.routing(who, tier.Approvers, tierRoutes(req, tier))
+		targets, problems = d.routing(who, tier.Approvers, tierRoutes(req, tier, d.cfg.Now()))
 		for _, t := range targets {
 			notes = append(notes, notifier.Notification{Kind: notifier.KindEscalation(ch.Step), Target: t, Request: req})
+		}
+	case contracts.ChangeNotifyDue:
+		if notes, problems, err = d.stageNotes(ctx, rec, who, ch.Step); err != nil {
+			return err
 		}
 	}
 	return d.detach(ctx, msg, func() (time.Duration, error) {
@@ -81,23 +85,23 @@ func (d *Dispatcher) handleChange(ctx context.Context, msg jetstream.Msg) error 
 }
 
 // tierRoutes are where an escalation tier's approvers are told: the tier's
-// channels, else the request's.
-func tierRoutes(req contracts.ApprovalRequested, tier contracts.EscalationTier) []string {
+// channels, else the request's routes told so far (see reached).
+func tierRoutes(req contracts.ApprovalRequested, tier contracts.EscalationTier, at time.Time) []string {
 	if len(tier.Channels) > 0 {
 		return tier.Channels
 	}
-	return req.Channels
+	return reached(&req, at)
 }
 
 // everyone returns the targets of a record that who's read rule lets be
-// told: the request's own and those of every escalation tier reached,
-// without duplicates.
-func (d *Dispatcher) everyone(who *readers) ([]notifier.Target, []Problem) {
+// told by at: the request's own (its channels and the notify stages due)
+// and those of every escalation tier reached, without duplicates.
+func (d *Dispatcher) everyone(who *readers, at time.Time) ([]notifier.Target, []Problem) {
 	rec := who.rec
 	req := &rec.Request
-	targets, problems := d.routing(who, req.Quorum.Approvers, req.Channels)
+	targets, problems := d.routing(who, req.Quorum.Approvers, reached(req, at))
 	for i := 0; i < rec.EscalationLevel && i < len(req.Escalation); i++ {
-		more, p := d.routing(who, req.Escalation[i].Approvers, tierRoutes(*req, req.Escalation[i]))
+		more, p := d.routing(who, req.Escalation[i].Approvers, tierRoutes(*req, req.Escalation[i], at))
 		problems = append(problems, p...)
 		for _, t := range more {
 			if !slices.ContainsFunc(targets, func(x notifier.Target) bool { return x.Channel == t.Channel && x.Address == t.Address }) {

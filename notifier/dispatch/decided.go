@@ -37,6 +37,7 @@ func (d *Dispatcher) handleDecided(ctx context.Context, msg jetstream.Msg) error
 		d.log.Info("outcome without a terminal record; no updates", "event_id", ev.EventID)
 		return nil
 	}
+	d.observeDecision(rec)
 	have, err := d.receipts(ctx, ev.EventID)
 	if err != nil {
 		return err
@@ -112,7 +113,11 @@ func (d *Dispatcher) outcomeUpdates(rec *contracts.Record, ev *contracts.Decided
 // were not shown the request and whose delivery of it did not fail for
 // good.
 func (d *Dispatcher) unshown(rec *contracts.Record, have receiptSet, who *readers, shownAt map[string]bool) []notifier.Target {
-	targets, _ := d.everyone(who)
+	at := d.cfg.Now()
+	if rec.Outcome != nil && !rec.Outcome.DecidedAt.IsZero() {
+		at = rec.Outcome.DecidedAt // stages that came due after the decision were never told
+	}
+	targets, _ := d.everyone(who, at)
 	var unshown []notifier.Target
 	for _, t := range targets {
 		if shownAt[targetKey(t)] {
@@ -142,4 +147,21 @@ func failedForGood(have receiptSet, req contracts.ApprovalRequested, t notifier.
 		}
 	}
 	return false
+}
+
+// observeDecision counts rec's time to decision by its deciding channel,
+// once per approval in this process (an outcome handled again, waiting for
+// deliveries in flight, is not counted again).
+func (d *Dispatcher) observeDecision(rec *contracts.Record) {
+	id := rec.Request.EventID
+	d.decidedMu.Lock()
+	defer d.decidedMu.Unlock()
+	if d.decidedSeen[id] {
+		return
+	}
+	if len(d.decidedSeen) >= 10_000 {
+		clear(d.decidedSeen)
+	}
+	d.decidedSeen[id] = true
+	d.m.decision.WithLabelValues(notifier.DecisionChannel(rec)).Observe(notifier.TimeToDecision(rec).Seconds())
 }

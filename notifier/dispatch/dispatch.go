@@ -132,6 +132,9 @@ type Dispatcher struct {
 	dir    *audience.Directory
 	ownDir bool
 	fan    *fanout
+	// decidedSeen are the approvals whose time to decision was counted.
+	decidedMu   sync.Mutex
+	decidedSeen map[string]bool
 }
 
 // New validates cfg and opens the approvals bucket.
@@ -163,7 +166,7 @@ func New(ctx context.Context, cfg Config) (*Dispatcher, error) {
 	}
 	d := &Dispatcher{cfg: cfg, log: cfg.Logger, channels: map[string]notifier.Channel{},
 		events: &events.StreamHandle{JS: cfg.JS, Name: contracts.StreamEvents},
-		dir:    cfg.Directory, fan: newFanout(cfg.Fanout)}
+		dir:    cfg.Directory, fan: newFanout(cfg.Fanout), decidedSeen: map[string]bool{}}
 	if d.dir == nil {
 		d.dir, d.ownDir = audience.New(cfg.JS, cfg.Logger.With("part", "directory")), true
 	}
@@ -337,7 +340,7 @@ func (d *Dispatcher) handleRequest(ctx context.Context, msg jetstream.Msg) error
 	if err != nil {
 		return err
 	}
-	targets, problems := d.routing(who, req.Quorum.Approvers, req.Channels)
+	targets, problems := d.routing(who, req.Quorum.Approvers, reached(&req, req.CreatedAt))
 	if decided {
 		// Decided before anyone was told: people need not be asked any
 		// more (they get the outcome), but webhooks, which feed automation

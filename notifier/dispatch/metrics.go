@@ -11,6 +11,9 @@ type metrics struct {
 	attempts      *prometheus.CounterVec
 	seconds       *prometheus.HistogramVec
 	held          *prometheus.CounterVec
+	// decision is the time from request to outcome by the channel of the
+	// deciding vote (notifier.DecisionChannel).
+	decision *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -32,6 +35,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "countersign_notifications_held_total",
 			Help: "Requests, reminders and escalations not sent because their destination reached the fan-out cap (they wait in the inbox), by channel.",
 		}, []string{"channel"}),
+		decision: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "countersign_time_to_decision_seconds",
+			Help:    "Time from a request to its outcome, by the channel of the deciding vote (web, slack, email, push, api, cli, nats; timeout; cancelled).",
+			Buckets: []float64{5, 15, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 12 * 3600, 24 * 3600},
+		}, []string{"channel"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -47,6 +55,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.held, err = register(reg, m.held); err != nil {
+		return nil, err
+	}
+	if m.decision, err = register(reg, m.decision); err != nil {
 		return nil, err
 	}
 	return m, nil

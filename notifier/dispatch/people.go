@@ -251,6 +251,9 @@ func (rt *router) person(r contracts.Route, raw, id string) {
 			return
 		}
 		rt.personal(r, raw, p, notifier.Target{Channel: r.Channel, Address: p.Email, Approver: p.ID})
+	case contracts.ChannelPush:
+		// The person's subscribed devices, which the channel looks up.
+		rt.personal(r, raw, p, notifier.Target{Channel: r.Channel, Address: p.ID, Approver: p.ID})
 	}
 }
 

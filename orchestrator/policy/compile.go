@@ -183,6 +183,7 @@ type settings struct {
 	claimWithin time.Duration
 	onTimeout   string
 	stepUp      string
+	notify      []contracts.NotifyStage
 	allowed     []string
 	summary     string
 	reason      string
@@ -247,6 +248,9 @@ func settingsFor(risk string, layers ...*gateSpec) settings {
 		if s.stepUp == "" && g.stepUp != "" {
 			s.stepUp = g.stepUp
 		}
+		if s.notify == nil && g.notifySet {
+			s.notify = g.notify
+		}
 		if s.grants == nil && g.grants != nil {
 			s.grants = g.grants
 		}
@@ -278,7 +282,7 @@ func (s settings) decision(action, rule, version string, line int) Decision {
 		AllowSelfApproval: s.self, Order: s.order, Timeout: s.timeout, OnTimeout: s.onTimeout, ClaimWithin: s.claimWithin,
 		AllowedDecisions: slices.Clone(s.allowed), Channels: slices.Clone(s.channels), Summary: s.summary,
 		Reminders: slices.Clone(s.reminders), Sensitive: slices.Clone(s.sensitive), sensitiveFields: s.fields,
-		Grants: limitsOf(s.grants), StepUp: s.stepUp,
+		Grants: limitsOf(s.grants), StepUp: s.stepUp, Notify: slices.Clone(s.notify),
 	}
 	d.Escalation, _ = s.ladder()
 	switch {

@@ -76,6 +76,10 @@ type Decision struct {
 	ClaimWithin      time.Duration
 	AllowedDecisions []string
 	Channels         []string
+	// Notify is the rule's staggered notification (notify:): routes told
+	// in order, each after its delay while the request is pending and the
+	// person has not opened it; nil when the rule sets none.
+	Notify []contracts.NotifyStage
 	// Summary is the rule's summary template ({{args.NAME}}, {{tool}},
 	// {{agent}}), not yet rendered.
 	Summary string

@@ -19,10 +19,10 @@ var (
 	topKeys  = []string{"version", "default", "default_rule", "groups", "risk_defaults", "rules"}
 	gateKeys = []string{"risk", "approvers", "quorum", "veto", "allow_self_approval", "order",
 		"channels", "timeout", "on_timeout", "claim_within", "allowed_decisions", "summary", "reason",
-		"reminders", "escalation", "escalation_repeat", "sensitive", "sensitive_fields", "grants", "step_up"}
+		"reminders", "escalation", "escalation_repeat", "sensitive", "sensitive_fields", "grants", "step_up", "notify"}
 	riskDefaultKeys = []string{"approvers", "quorum", "veto", "allow_self_approval", "order",
 		"channels", "timeout", "on_timeout", "claim_within", "allowed_decisions",
-		"reminders", "escalation", "escalation_repeat", "step_up"}
+		"reminders", "escalation", "escalation_repeat", "step_up", "notify"}
 	tierKeys  = []string{"after", "approvers", "channels"}
 	matchKeys = []string{"name", "agents", "tools", "tenants", "labels", "when", "action", "mode"}
 	ruleKeys  = append(append(append([]string{}, matchKeys...), gateKeys...), "receipt")
@@ -78,6 +78,9 @@ type gateSpec struct {
 	grants *grantsSpec
 	// stepUp is what an approval must carry beyond identity ("" not set).
 	stepUp string
+	// notify is the staggered notification, set when its key is.
+	notify    []contracts.NotifyStage
+	notifySet bool
 	// reminders and escalation are set when their key is (an empty list
 	// included: it turns off what a lower layer sets).
 	reminders     []time.Duration
@@ -397,6 +400,7 @@ var gateFieldReaders = map[string]func(g *gateSpec, f field, what string, ps *pr
 	"channels": func(g *gateSpec, f field, what string, ps *problems) {
 		g.channels = readChannels(f.val, what, g.where, ps)
 	},
+	"notify": readNotifyField,
 	"timeout": func(g *gateSpec, f field, what string, ps *problems) {
 		g.timeout, _ = ps.duration(f.val, what)
 	},

@@ -92,6 +92,7 @@ func strictest(a, b Decision) Decision {
 	}
 	d.AllowedDecisions = bothAllow(d.AllowedDecisions, o.AllowedDecisions)
 	d.Channels = union(d.Channels, o.Channels)
+	d.Notify = unionStages(d.Notify, o.Notify)
 	d.Sensitive = union(d.Sensitive, o.Sensitive)
 	for _, f := range o.sensitiveFields {
 		if !slices.Contains(d.sensitiveFields, f) {

@@ -80,6 +80,15 @@ func timerPoints(req *contracts.ApprovalRequested, expiresAt time.Time) []timerP
 			}
 		}
 	}
+	// The later stages of a staggered notification (the notifier tells
+	// the first ones, due at once, when the request arrives).
+	for i, s := range req.Notify {
+		if d := s.Delay(); d > 0 {
+			if at := req.CreatedAt.Add(d); at.Before(expiresAt) {
+				out = append(out, timerPoint{Kind: contracts.TimerNotifyPrefix + strconv.Itoa(i+1), Step: i + 1, At: at})
+			}
+		}
+	}
 	return out
 }
 
@@ -118,7 +127,8 @@ func (a *Arbiter) handleTimer(ctx context.Context, msg jetstream.Msg) error {
 	var step int
 	switch {
 	case kind == contracts.TimerExpire:
-	case strings.HasPrefix(kind, contracts.TimerRemindPrefix), strings.HasPrefix(kind, contracts.TimerEscalatePrefix):
+	case strings.HasPrefix(kind, contracts.TimerRemindPrefix), strings.HasPrefix(kind, contracts.TimerEscalatePrefix),
+		strings.HasPrefix(kind, contracts.TimerNotifyPrefix):
 		_, n, _ := strings.Cut(kind, "-")
 		var err error
 		if step, err = strconv.Atoi(n); err != nil || step < 1 {
@@ -139,7 +149,9 @@ func (a *Arbiter) handleTimer(ctx context.Context, msg jetstream.Msg) error {
 	}
 	switch {
 	case strings.HasPrefix(kind, contracts.TimerRemindPrefix):
-		return a.remind(ctx, msg, id, step, t)
+		return a.remind(ctx, msg, id, step, t, contracts.ChangeReminded)
+	case strings.HasPrefix(kind, contracts.TimerNotifyPrefix):
+		return a.remind(ctx, msg, id, step, t, contracts.ChangeNotifyDue)
 	case strings.HasPrefix(kind, contracts.TimerEscalatePrefix):
 		return a.escalate(ctx, msg, id, step, t)
 	}
@@ -168,11 +180,12 @@ func (a *Arbiter) handleTimer(ctx context.Context, msg jetstream.Msg) error {
 	return err
 }
 
-// remind announces reminder step of a pending request (the notifier does
-// the re-notifying). The record does not change; the announcement is
-// de-duplicated by the fired timer's message, so a redelivered fire
-// announces once.
-func (a *Arbiter) remind(ctx context.Context, msg jetstream.Msg, id string, step int, t timer) error {
+// remind announces reminder step of a pending request (change
+// ChangeReminded), or that stage step of its staggered notification is due
+// (ChangeNotifyDue); the notifier does the notifying. The record does not
+// change; the announcement is de-duplicated by the fired timer's message,
+// so a redelivered fire announces once.
+func (a *Arbiter) remind(ctx context.Context, msg jetstream.Msg, id string, step int, t timer, change string) error {
 	entry, err := a.kv.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil // aged out
@@ -190,8 +203,10 @@ func (a *Arbiter) remind(ctx context.Context, msg jetstream.Msg, id string, step
 	if now := a.cfg.Now(); now.Before(t.At) {
 		return events.Retry(max(t.At.Sub(now), 10*time.Millisecond), errors.New("reminder fired before it was due"))
 	}
-	a.m.reminders.Inc()
-	return a.publishChanged(ctx, id, &contracts.Changed{Change: contracts.ChangeReminded, Status: rec.Status, Step: step}, entry.Revision(), msgKey(msg))
+	if change == contracts.ChangeReminded {
+		a.m.reminders.Inc()
+	}
+	return a.publishChanged(ctx, id, &contracts.Changed{Change: change, Status: rec.Status, Step: step}, entry.Revision(), msgKey(msg))
 }
 
 // escalate raises a pending request to escalation level step with
