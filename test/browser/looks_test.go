@@ -354,6 +354,9 @@ func TestBrowserLooks(t *testing.T) {
 		{name: "approval rejected", who: "alice", path: "/approvals/" + rejected, ready: "outcome", expect: detailRules},
 		{name: "grants", who: "alice", path: "/grants", ready: "revoke-" + granted, desktopShot: "grants.png"},
 		{name: "grants, none", who: "alice", path: "/grants?status=revoked", ready: "grants"},
+		// With passkeys set up (enrolled, listed, revoked) the page is
+		// checked by TestBinaryPasskeyStepUpApprovalRunsTheToolOnce.
+		{name: "passkeys, not set up", who: "alice", path: "/passkeys", ready: "passkeys-off"},
 		{name: "oversight", who: "lead", path: "/oversight", ready: "oversight-rules", desktopShot: "oversight.png", phoneShot: "oversight-phone.png", full: true},
 		{name: "no such approval", who: "alice", path: "/approvals/no-such-approval", ready: "main"},
 		{name: "oversight refused", who: "alice", path: "/oversight", ready: "main"},
