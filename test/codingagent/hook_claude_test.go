@@ -102,3 +102,27 @@ func TestClaudeCodeDeniedCommandNeverRuns(t *testing.T) {
 		t.Fatalf("the denied command ran: %v", err)
 	}
 }
+
+// TestClaudeCodeUndecidedCallLapses: a held call nobody decides within
+// --wait is denied with "not approved within …; ask again", and its request
+// is withdrawn so nobody approves a call no one waits for.
+func TestClaudeCodeUndecidedCallLapses(t *testing.T) {
+	a := newAgent(t, startServe(t))
+	a.wait = "3s"
+	if err := os.Mkdir(filepath.Join(a.project, "build"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rm := toolUse{ID: "toolu_rm_lapse", Name: "Bash", Input: map[string]any{"command": "rm -rf build"}}
+	a.model.play(rm)
+	a.runToEnd("Clean the build.", "--session-id", a.session)
+	r := a.resultFor(rm.ID)
+	if !r.IsError || !strings.Contains(r.Text, "not approved within 3s; ask again") {
+		t.Fatalf("the model got %+v, want the lapse", r)
+	}
+	if _, err := os.Stat(filepath.Join(a.project, "build")); err != nil {
+		t.Fatalf("the undecided rm -rf ran: %v", err)
+	}
+	if out := a.serve.cli(t, "approvals", "ls", "--run", a.session, "--status", "cancelled", "--json"); !strings.Contains(out, `"event_id"`) {
+		t.Fatalf("the lapsed request was not withdrawn:\n%s", out)
+	}
+}
