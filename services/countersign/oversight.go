@@ -97,6 +97,7 @@ func printOversight(out io.Writer, rep *oversight.Report) {
 		names, rows = append(names, rep.Rules[i].Rule), append(rows, &rep.Rules[i].Stats)
 	}
 	table("RULE", names, rows)
+	printOversightShadow(out, rep.Shadow)
 }
 
 func rateText(s *oversight.Stats) string {

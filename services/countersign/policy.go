@@ -76,10 +76,11 @@ func printStoppedGrants(out io.Writer, gs []stoppedGrant, dryRun bool) {
 
 // policySubs are the policy subcommands.
 var policySubs = map[string]func(fs *flagSet, args []string, out io.Writer) error{
-	"lint":  cmdPolicyLint,
-	"test":  cmdPolicyTest,
-	"apply": cmdPolicyApply,
-	"show":  cmdPolicyShow,
+	"lint":   cmdPolicyLint,
+	"test":   cmdPolicyTest,
+	"apply":  cmdPolicyApply,
+	"show":   cmdPolicyShow,
+	"replay": cmdPolicyReplay,
 }
 
 func cmdPolicy(args []string, out io.Writer) error {
@@ -88,12 +89,12 @@ func cmdPolicy(args []string, out io.Writer) error {
 		return flag.ErrHelp
 	}
 	if len(args) == 0 {
-		return errors.New("policy: want lint, test, apply or show (see 'countersign policy --help')")
+		return errors.New("policy: want lint, test, apply, show or replay (see 'countersign policy --help')")
 	}
 	sub, args := args[0], args[1:]
 	run, ok := policySubs[sub]
 	if !ok {
-		return fmt.Errorf("policy: unknown command %q (want lint, test, apply or show)", sub)
+		return fmt.Errorf("policy: unknown command %q (want lint, test, apply, show or replay)", sub)
 	}
 	return run(newFlagSet("policy "+sub, out), args, out)
 }
@@ -279,6 +280,7 @@ func policyLint(out io.Writer, files []string, strict bool, groups func(string) 
 			continue
 		}
 		fmt.Fprintf(out, "%s: ok (version %s, %d warning(s))\n", f, p.Version(), len(problems))
+		printShadowRules(out, f, p)
 	}
 	if failed {
 		return exitError(1)
@@ -319,6 +321,7 @@ func policyTest(out io.Writer, policyFile, casesFile string, verbose bool) error
 		if r.Got.Error != "" {
 			fmt.Fprintf(out, "      condition error (the call gates): %s\n", r.Got.Error)
 		}
+		printShadowVerdicts(out, r)
 		if verbose || !r.Pass {
 			for _, s := range r.Steps {
 				mark := "  "
@@ -334,10 +337,37 @@ func policyTest(out io.Writer, policyFile, casesFile string, verbose bool) error
 		}
 	}
 	fmt.Fprintf(out, "%d of %d case(s) passed against policy version %s\n", passed, len(cases), p.Version())
+	printShadowRules(out, policyFile, p)
 	if passed != len(cases) {
 		return exitError(1)
 	}
 	return nil
+}
+
+// printShadowRules names the policy's shadow rules, which are evaluated
+// and recorded but never enforced.
+func printShadowRules(out io.Writer, file string, p *policy.Policy) {
+	rules := p.ShadowRules()
+	if len(rules) == 0 {
+		return
+	}
+	names := make([]string, len(rules))
+	for i, r := range rules {
+		names[i] = fmt.Sprintf("%s (line %d, %s)", r.Name, r.Line, r.Action)
+	}
+	fmt.Fprintf(out, "%s: %d shadow rule(s), evaluated and recorded, never enforced: %s\n", file, len(rules), strings.Join(names, ", "))
+}
+
+// printShadowVerdicts says what the shadow rules would have decided for a
+// case, and whether that flips its verdict.
+func printShadowVerdicts(out io.Writer, r policy.CaseResult) {
+	for _, v := range r.Shadow {
+		flip := "same verdict"
+		if v.Flips(r.Got) {
+			flip = "a flip from " + r.Got.Action
+		}
+		fmt.Fprintf(out, "      shadow rule %s would decide %s (%s)\n", v.Rule, v.Decision.Action, flip)
+	}
 }
 
 func problemsOf(ps []policy.Problem, severity string) []policy.Problem {

@@ -45,6 +45,7 @@ var commands = []command{
 	{path: "policy test", synopsis: "POLICY CASES [-v]", about: "run a table of tool calls against a policy"},
 	{path: "policy apply", synopsis: "FILE [--dry-run]", about: "validate and make it the fleet's live policy"},
 	{path: "policy show", synopsis: "[--source]", about: "the live policy"},
+	{path: "policy replay", synopsis: "CANDIDATE [--since 30d] [--until T] [--json] [--quiet]", about: "replay recorded requests against a candidate policy: what would change, per rule (admins, auditors)"},
 	{path: "provision", synopsis: "--nats-url URLS [--user U] [--creds FILE] [--replicas N] [--retention D]", about: "create the streams and buckets on an external NATS (as admin)"},
 	{path: "demo", synopsis: "[--session NAME] [--no-wait] [--rounds N] [--fleet]", about: "a simulated agent fleet proposing tool calls; run it again to re-attach"},
 	{path: "bench", synopsis: "[flags]", about: "measure cycles/s, latency and pending capacity", long: benchAbout},
