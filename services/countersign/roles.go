@@ -54,8 +54,10 @@ type node struct {
 	ln         net.Listener // the HTTP listener of the API
 	url        string       // http:// address of ln
 	publicURL  string       // where links in notifications point
-	parts      *notifierParts
-	receipts   *receiptKeys
+	// passkeyOrigin is the inbox's origin passkeys are bound to ("": off).
+	passkeyOrigin string
+	parts         *notifierParts
+	receipts      *receiptKeys
 
 	// budgetRefusals counts what the budgets refused, the listener's
 	// connections and the API's requests alike.
@@ -195,7 +197,7 @@ func (n *node) startArbiter(ctx context.Context) ([]events.Consumer, error) {
 	arb, err := arbiter.New(ctx, arbiter.Config{
 		JS: js, Logger: n.log.With("role", "arbiter"), Registerer: n.reg,
 		Retention: n.cfg.retention, OnDeadLetter: n.onDeadLetter, Policies: trusted,
-		Receipts: n.receipts.signer,
+		Receipts: n.receipts.signer, Audit: n.cfg.Audit.arbiter(),
 	})
 	if err != nil {
 		return nil, err
@@ -299,6 +301,9 @@ func (n *node) newAPIServer(ctx context.Context, js jetstream.JetStream, tokens 
 	if err != nil {
 		return nil, err
 	}
+	if len(passkeys.Origins) > 0 {
+		n.passkeyOrigin = passkeys.Origins[0]
+	}
 	if off != "" {
 		n.log.Info("passkeys are off: rules with step_up passkey can only be rejected", "why", off)
 	}
@@ -354,6 +359,9 @@ func (n *node) printBanner(out *os.File, devToken string, policies *orchestrator
 	cfg, url := n.cfg, n.url
 	fmt.Fprintf(out, "Countersign is running.\n")
 	fmt.Fprintf(out, "  Inbox:          %s/  (sign in with a token)\n", url)
+	if o := n.passkeyOrigin; o != "" && o != url {
+		fmt.Fprintf(out, "  Passkeys:       enrol and sign at %s/ (passkeys are bound to that address)\n", o)
+	}
 	fmt.Fprintf(out, "  API:            %s/v1  (OpenAPI at %s/openapi.json)\n", url, url)
 	if n.cs.natsURL != "" {
 		fmt.Fprintf(out, "  NATS:           %s (credentials in %s)\n", n.cs.natsURL, filepath.Join(cfg.Data, fileResolver))
