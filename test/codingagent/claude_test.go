@@ -38,13 +38,26 @@ func newAgent(t *testing.T, p *serveProc) *agent {
 		session: uuid.NewString(), wait: "2m"}
 }
 
-// settings registers the hook as docs/coding-agents.md shows.
+// settings are the hook settings of docs/coding-agents.md, as written,
+// with the built binary for countersign and the test's --wait.
 func (a *agent) settings() string {
-	hook := map[string]any{"type": "command", "command": binary + " hook --wait " + a.wait,
-		"timeout": 300, "onFailure": "block", "statusMessage": "Waiting for approval in Countersign"}
-	b, _ := json.Marshal(map[string]any{"hooks": map[string]any{
-		"PreToolUse": []any{map[string]any{"matcher": "*", "hooks": []any{hook}}}}})
-	return string(b)
+	a.t.Helper()
+	doc, err := os.ReadFile("../../docs/coding-agents.md")
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(doc), "```json\n")
+	block, _, _ = strings.Cut(block, "```")
+	const command = `"command": "countersign hook --wait 10m"`
+	if !ok || !strings.Contains(block, command) || !strings.Contains(block, `"onFailure": "block"`) {
+		a.t.Fatalf("docs/coding-agents.md: the first json block is not the hook settings this test runs:\n%s", block)
+	}
+	quoted, _ := json.Marshal(binary + " hook --wait " + a.wait)
+	block = strings.Replace(block, command, `"command": `+string(quoted), 1)
+	if !json.Valid([]byte(block)) {
+		a.t.Fatalf("docs/coding-agents.md: the settings are not JSON:\n%s", block)
+	}
+	return block
 }
 
 // command is `claude -p PROMPT --output-format json` in the project, with
