@@ -280,6 +280,10 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 		"/v1/passkeys/{credential_id}/revoke": {"post"},
 		"/v1/approvals/{event_id}/statement":  {"post"},
 		"/.well-known/countersign-approvers":  {"get"},
+		"/v1/push/key":                        {"get"},
+		"/v1/push/subscriptions":              {"get", "post"},
+		"/v1/push/subscriptions/{id}":         {"delete"},
+		"/v1/push/actions":                    {"post"},
 	}
 	for path, methods := range routes {
 		for _, m := range methods {

@@ -46,10 +46,16 @@ func (s *Server) Record(ctx context.Context, p Principal, id string, wait time.D
 	return s.shown(rec, &p), nil
 }
 
-// RecordOpened records that p opened record rec in the inbox, when its
-// arguments have sensitive values.
+// RecordOpened records that p opened record rec in the inbox: a read when
+// its arguments have sensitive values, and, while it is pending, an
+// opening (contracts.ReadOpened), which holds back the later stages of a
+// staggered notification.
 func (s *Server) RecordOpened(ctx context.Context, p Principal, rec *contracts.Record) {
 	s.recordRead(ctx, SurfaceInbox, &p, rec, contracts.ReadRecord)
+	if rec.Status == contracts.StatusPending {
+		// A staggered notification stops chasing whoever opened it.
+		s.recordOpening(ctx, SurfaceInbox, p.Subject, rec.Request.EventID)
+	}
 }
 
 // Query selects records for Records; empty fields match every record.

@@ -125,6 +125,8 @@ type Config struct {
 	// Passkeys binds passkeys to the inbox (the WebAuthn relying party);
 	// zero: passkeys are off.
 	Passkeys PasskeyConfig
+	// Push turns on Web Push subscriptions and one-tap actions; zero: off.
+	Push PushConfig
 }
 
 func (c *Config) setDefaults() {

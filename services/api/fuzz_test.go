@@ -29,6 +29,7 @@ var errorCodes = map[string]bool{
 	api.CodeRateLimited: true, api.CodeTooManyStreams: true, api.CodePendingQuota: true, api.CodeTooManyConnections: true,
 	api.CodeReceiptReplayed: true, api.CodePasskeysOff: true, api.CodeEnrolmentExpired: true,
 	api.CodeEnrolmentInvalid: true, api.CodeUnknownPasskey: true, api.CodeStepUpNotApplicable: true,
+	api.CodePushOff: true, api.CodeInvalidToken: true, api.CodeTooManyDevices: true,
 }
 
 func init() {

@@ -38,6 +38,7 @@ var apiCodes = map[string]string{
 	"CodePasskeysOff": api.CodePasskeysOff, "CodeEnrolmentExpired": api.CodeEnrolmentExpired,
 	"CodeEnrolmentInvalid": api.CodeEnrolmentInvalid, "CodeUnknownPasskey": api.CodeUnknownPasskey,
 	"CodeStepUpNotApplicable": api.CodeStepUpNotApplicable,
+	"CodePushOff":             api.CodePushOff, "CodeInvalidToken": api.CodeInvalidToken, "CodeTooManyDevices": api.CodeTooManyDevices,
 }
 
 // readOpenAPI reads openapi.json, the document the server embeds and

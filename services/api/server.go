@@ -16,6 +16,7 @@ import (
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events"
+	"github.com/countersign/countersign/notifier/push"
 )
 
 // Server is the HTTP API. Create it with New, serve Handler, stop it with Close.
@@ -48,6 +49,9 @@ type Server struct {
 	// noSigner is logged once: a review allowed a call with a receipt
 	// while this API holds no signing key.
 	noSigner sync.Once
+	// push is the Web Push subscriptions bucket, opened on first use.
+	pushMu sync.Mutex
+	push   *push.Store
 	// The directory this server last published (see directory.go).
 	dirMu      sync.Mutex
 	dirVersion string
@@ -169,6 +173,11 @@ func (s *Server) routes() {
 	mux.HandleFunc("POST /v1/passkeys/{credential_id}/revoke", s.authed(s.postRevokePasskey))
 	mux.HandleFunc("POST /v1/approvals/{event_id}/statement", s.authed(s.postStatement, RoleApprover))
 	mux.HandleFunc("GET /.well-known/countersign-approvers", s.getApprovers)
+	mux.HandleFunc("GET /v1/push/key", s.getPushKey)
+	mux.HandleFunc("POST /v1/push/subscriptions", s.authed(s.postPushSubscription))
+	mux.HandleFunc("GET /v1/push/subscriptions", s.authed(s.getPushSubscriptions))
+	mux.HandleFunc("DELETE /v1/push/subscriptions/{id}", s.authed(s.deletePushSubscription))
+	mux.HandleFunc("POST /v1/push/actions", s.postPushAction)
 	s.mux = mux
 	s.handler = s.observe(s.recoverPanics(http.HandlerFunc(s.route)))
 }

@@ -1,0 +1,120 @@
+package api_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/notifier/push"
+	"github.com/countersign/countersign/notifier/push/pushtest"
+	"github.com/countersign/countersign/services/api"
+)
+
+// setupPush is the test server with Web Push on: its VAPID key and the
+// action keys the notifier would sign with.
+func setupPush(t *testing.T) (*env, *push.Actions, string) {
+	t.Helper()
+	e := setup(t)
+	acts, err := push.NewActions([]push.Key{{ID: "k1", Secret: []byte("0123456789abcdef0123456789abcdef-api")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := push.GenerateVAPIDKey()
+	vapid, err := push.NewVAPID(key, "mailto:ops@example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	on := *e
+	on.url = e.replica(t, func(c *api.Config) {
+		c.Push = api.PushConfig{PublicKey: vapid.PublicKey(), Actions: acts, AllowInsecure: true}
+	})
+	return &on, acts, vapid.PublicKey()
+}
+
+func TestPushSubscriptionsArePerPersonAndChecked(t *testing.T) {
+	e, _, key := setupPush(t)
+	var k struct {
+		PublicKey string `json:"public_key"`
+	}
+	e.call(t, "GET", "/v1/push/key", "", nil).decode(t, &k)
+	if k.PublicKey != key {
+		t.Fatalf("key %q, want %q", k.PublicKey, key)
+	}
+	ps := pushtest.New()
+	defer ps.Close()
+	sub := ps.Subscribe()
+	body := func(endpoint, p256dh, auth, name string) map[string]any {
+		return map[string]any{"endpoint": endpoint, "keys": map[string]string{"p256dh": p256dh, "auth": auth}, "device_name": name}
+	}
+	for _, c := range []struct {
+		body  map[string]any
+		field string
+	}{
+		{body("http://push.example.com/x", sub.P256DH, sub.Auth, ""), "endpoint"},
+		{body("ftp://push.example.com/x", sub.P256DH, sub.Auth, ""), "endpoint"},
+		{body(sub.Endpoint, sub.P256DH[:20], sub.Auth, ""), "keys.p256dh"},
+		{body(sub.Endpoint, sub.P256DH, "AAAA", ""), "keys.auth"},
+		{body(sub.Endpoint, sub.P256DH, sub.Auth, "a\nb"), "device_name"},
+	} {
+		e.call(t, "POST", "/v1/push/subscriptions", "alice", c.body).wantError(t, http.StatusBadRequest, api.CodeInvalidField, c.field)
+	}
+	r := e.call(t, "POST", "/v1/push/subscriptions", "alice", body(sub.Endpoint, sub.P256DH, sub.Auth, "Pixel"))
+	var dev api.PushDevice
+	r.decode(t, &dev)
+	if r.status != http.StatusCreated || dev.ID == "" || dev.Name != "Pixel" {
+		t.Fatalf("subscribe: %d %s", r.status, r.body)
+	}
+	var list struct {
+		Devices []api.PushDevice `json:"devices"`
+	}
+	e.call(t, "GET", "/v1/push/subscriptions", "alice", nil).decode(t, &list)
+	if len(list.Devices) != 1 || list.Devices[0].ID != dev.ID {
+		t.Fatalf("alice's devices: %+v", list.Devices)
+	}
+	e.call(t, "GET", "/v1/push/subscriptions", "bob", nil).decode(t, &list)
+	if len(list.Devices) != 0 {
+		t.Fatalf("bob sees devices: %+v", list.Devices)
+	}
+	e.call(t, "DELETE", "/v1/push/subscriptions/"+dev.ID, "bob", nil).wantError(t, http.StatusNotFound, api.CodeNotFound, "")
+	if r := e.call(t, "DELETE", "/v1/push/subscriptions/"+dev.ID, "alice", nil); r.status != http.StatusNoContent {
+		t.Fatalf("remove: %d %s", r.status, r.body)
+	}
+	e.call(t, "DELETE", "/v1/push/subscriptions/"+dev.ID, "alice", nil).wantError(t, http.StatusNotFound, api.CodeNotFound, "")
+}
+
+func TestPushActionVotesOnceAsItsPersonOverTheArgumentsShown(t *testing.T) {
+	e, acts, _ := setupPush(t)
+	id := e.pendingApproval(t, "run-push", "payments.send")
+	var rec recordAnswer
+	e.call(t, "GET", "/v1/approvals/"+id, "alice", nil).decode(t, &rec)
+	sha := rec.Record.Request.ToolCall.ArgumentsSHA256
+	sign := func(who, decision, sha string, exp time.Time) string {
+		tok, err := acts.Sign(push.Action{EventID: id, Approver: who, Decision: decision, ArgumentsSHA256: sha, Expires: exp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	later := time.Now().Add(time.Hour)
+	post := func(tok string) response {
+		return e.call(t, "POST", "/v1/push/actions", "", map[string]string{"token": tok})
+	}
+
+	post(sign("alice", contracts.DecisionApprove, sha, time.Now().Add(-time.Second))).wantError(t, http.StatusForbidden, api.CodeInvalidToken, "token")
+	post("v1.k1.e30.AAAA").wantError(t, http.StatusForbidden, api.CodeInvalidToken, "token")
+	post(sign("alice", contracts.DecisionApprove, "00"+sha[2:], later)).wantError(t, http.StatusConflict, contracts.ReasonStaleArguments, "")
+	post(sign("bob", contracts.DecisionApprove, sha, later)).wantError(t, http.StatusForbidden, contracts.ReasonNotAnApprover, "")
+
+	tok := sign("alice", contracts.DecisionApprove, sha, later)
+	for range 2 { // a second tap counts nothing more and answers the same
+		r := post(tok)
+		if r.status != http.StatusOK {
+			t.Fatalf("action: %d %s", r.status, r.body)
+		}
+	}
+	e.call(t, "GET", "/v1/approvals/"+id, "alice", nil).decode(t, &rec)
+	if rec.Record.Status != contracts.StatusApproved || len(rec.Record.Votes) != 1 || rec.Record.Votes[0].Approver != (contracts.Approver{ID: "alice", Via: contracts.ViaPush}) {
+		t.Fatalf("record after the tap: %s, votes %+v", rec.Record.Status, rec.Record.Votes)
+	}
+}
