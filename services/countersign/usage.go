@@ -50,7 +50,7 @@ var commands = []command{
 	{path: "demo", synopsis: "[--session NAME] [--no-wait] [--rounds N] [--fleet]", about: "a simulated agent fleet proposing tool calls; run it again to re-attach"},
 	{path: "bench", synopsis: "[flags]", about: "measure cycles/s, latency and pending capacity", long: benchAbout},
 	{path: "mcp", synopsis: "--name NAME [flags] -- COMMAND [ARGS...] | --listen ADDR --callers FILE --upstream NAME=URL...", about: "an MCP gateway: approvals in front of any MCP server's tools", long: mcpAbout},
-	{path: "hook", synopsis: "[--for claude-code|codex] [--wait 10m] [--agent A] [--label K=V]", about: "a coding agent's PreToolUse permission hook: each tool use reviewed, held ones wait for a human", long: hookAbout},
+	{path: "hook", synopsis: "[--for claude-code|codex] [--wait 10m] [flags] < EVENT", about: "a coding agent's PreToolUse permission hook: each tool use reviewed, held ones wait for a human", long: hookAbout},
 	{path: "token new", synopsis: "--subject ID [--name LABEL] [--roles agent,approver]", about: "a new API token and its hash"},
 	{path: "receipts keygen", synopsis: "[--into FILE [--public FILE]]", about: "a new receipt signing key; --into puts it first in a key file (rotation)"},
 	{path: "receipts public", synopsis: "FILE", about: "the public keys (JWKS) of a private key file"},
