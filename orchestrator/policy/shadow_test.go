@@ -127,3 +127,45 @@ rules:
 		t.Errorf("Parse: %v", err)
 	}
 }
+
+// TestVerifyRequestIgnoresShadow: the check of a request is the same
+// against a policy with shadow rules as without them, and no shadow
+// verdict a request carries (an honest one or a forged one that would
+// allow the call) changes it.
+func TestVerifyRequestIgnoresShadow(t *testing.T) {
+	base, err := policy.Parse([]byte(verifyPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shadowed, err := policy.Parse([]byte(strings.Replace(verifyPolicy, "rules:\n", `rules:
+  - {name: allow-all, mode: shadow, tools: ["*"], action: allow}
+  - {name: deny-payments, mode: shadow, tools: [payments.send], action: deny}
+`, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	members := map[string][]string{"ops": {"oli"}}
+	forged := []contracts.ShadowVerdict{{Rule: "allow-all", Action: policy.ActionAllow}, {Rule: "payments", Action: policy.ActionRequireApproval, Quorum: 1}}
+	for _, req := range []contracts.ApprovalRequested{
+		toolRequest("payments.send", `{"amount": 5000}`), toolRequest("payments.send", `{"amount": 5}`),
+		toolRequest("payments.send", `{"amount": "x"}`), question("Which account?"),
+	} {
+		honest := snapshot(t, base, req, members)
+		weak := honest
+		weak.Quorum.Required = 0
+		weak.Quorum.Veto = false
+		for _, r := range []contracts.ApprovalRequested{honest, weak} {
+			want := policy.VerifyRequest(&r, base.Evaluate(policy.RequestInput(&r)), verifyOpts)
+			for _, shadow := range [][]contracts.ShadowVerdict{nil, forged} {
+				r.Shadow = shadow
+				got := policy.VerifyRequest(&r, shadowed.Evaluate(policy.RequestInput(&r)), verifyOpts)
+				if fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Errorf("%s %s, shadow %v: %v, want %v", r.Policy.Rule, policy.RequestInput(&r).Arguments, shadow, got, want)
+				}
+			}
+		}
+		if err := policy.VerifyRequest(&weak, shadowed.Evaluate(policy.RequestInput(&weak)), verifyOpts); err == nil && base.Evaluate(policy.RequestInput(&weak)).Quorum > 1 {
+			t.Errorf("a weakened request passes: %+v", weak.Quorum)
+		}
+	}
+}

@@ -126,7 +126,7 @@ func TestPolicyReplayRoute(t *testing.T) {
 
 	for _, tc := range []struct {
 		token, query, body, code string
-		status               int
+		status                   int
 	}{
 		{"agent", "", replayCandidate, api.CodeForbidden, http.StatusForbidden},
 		{"alice", "", replayCandidate, api.CodeForbidden, http.StatusForbidden},
