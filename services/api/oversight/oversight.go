@@ -197,7 +197,7 @@ func Compute(reqs []Request, o Options) Report {
 	if o.Fast <= 0 {
 		o.Fast = DefaultFast
 	}
-	rep := Report{Since: o.Since, Until: o.Until, FastThresholdSeconds: o.Fast.Seconds()}
+	rep := Report{Since: o.Since, Until: o.Until, FastThresholdSeconds: o.Fast.Seconds(), Shadow: shadowRows(reqs, o)}
 	approvers := map[string]*ApproverStats{}
 	rules := map[string]*RuleStats{}
 	approverRow := func(id string) *Stats {
@@ -250,7 +250,6 @@ func Compute(reqs []Request, o Options) Report {
 			}
 		}
 	}
-	rep.Shadow = shadowRows(reqs, o)
 	rep.Total.finish()
 	for _, a := range approvers {
 		a.finish()
