@@ -36,12 +36,22 @@ type Line struct {
 	Entry json.RawMessage `json:"entry,omitempty"`
 	// Checkpoint is a signed checkpoint token.
 	Checkpoint string `json:"checkpoint,omitempty"`
+	// End is the last line: what the exporter wrote. A bundle without it
+	// was cut short.
+	End *End `json:"end,omitempty"`
+}
+
+// End closes a bundle.
+type End struct {
+	Entries     int `json:"entries"`
+	Checkpoints int `json:"checkpoints"`
 }
 
 // Writer writes a bundle.
 type Writer struct {
 	w   *bufio.Writer
 	enc *json.Encoder
+	end End
 }
 
 // NewWriter writes h (its Format set) and returns a Writer for the lines.
@@ -61,16 +71,27 @@ func NewWriter(w io.Writer, h Header) (*Writer, error) {
 
 // Entry writes an entry line.
 func (w *Writer) Entry(seq uint64, chain string, entry []byte) error {
+	w.end.Entries++
 	return w.enc.Encode(Line{Seq: seq, Chain: chain, Entry: entry})
 }
 
 // Checkpoint writes a checkpoint line.
 func (w *Writer) Checkpoint(token string) error {
+	w.end.Checkpoints++
 	return w.enc.Encode(Line{Checkpoint: token})
 }
 
 // Flush writes what is buffered.
 func (w *Writer) Flush() error { return w.w.Flush() }
+
+// Close writes the end line and flushes.
+func (w *Writer) Close() error {
+	end := w.end
+	if err := w.enc.Encode(Line{End: &end}); err != nil {
+		return err
+	}
+	return w.w.Flush()
+}
 
 // Exporter turns the stream's messages, read in order, into a bundle: it
 // holds entries until the checkpoint that covers them arrives, then writes
@@ -130,18 +151,21 @@ func (x *Exporter) Checkpoint(token string) error {
 	if err := x.write(window, prev, true); err != nil {
 		return err
 	}
-	return x.w.Checkpoint(token)
+	if err := x.w.Checkpoint(token); err != nil {
+		return err
+	}
+	return x.w.Flush()
 }
 
 // Close writes the entries no checkpoint covers yet, when they meet the
-// range, and flushes.
+// range, and the end line.
 func (x *Exporter) Close() error {
 	if x.meets(x.pending) {
 		if err := x.write(x.pending, x.head, x.known); err != nil {
 			return err
 		}
 	}
-	return x.w.Flush()
+	return x.w.Close()
 }
 
 func (x *Exporter) meets(entries []held) bool {

@@ -21,6 +21,7 @@ const (
 	ProblemDuplicate  = "duplicate"
 	ProblemCheckpoint = "checkpoint"
 	ProblemMalformed  = "malformed"
+	ProblemTruncated  = "truncated"
 )
 
 // Problem is one thing wrong with a bundle. Seq and ID name the entry (0
@@ -119,7 +120,27 @@ func Verify(ctx context.Context, r io.Reader, keys receipt.KeySource) (*Header, 
 	v.entries(lines)
 	v.checkpoints(ctx, lines, keys)
 	v.uncovered()
+	v.end(lines)
 	return h, v.rep, nil
+}
+
+// end checks the end line: a bundle without one was cut short.
+func (v *verifier) end(lines []Line) {
+	n := len(lines)
+	if n == 0 || lines[n-1].End == nil {
+		v.problem(ProblemTruncated, 0, "", "the bundle has no end line: it was cut short, and entries or checkpoints after its last line are missing")
+		return
+	}
+	end, cps := lines[n-1].End, 0
+	for _, l := range lines {
+		if l.Checkpoint != "" {
+			cps++
+		}
+	}
+	if end.Entries != v.rep.Entries || end.Checkpoints != cps {
+		v.problem(ProblemTruncated, 0, "", "the bundle holds %d entries and %d checkpoints; its end line says %d and %d were written",
+			v.rep.Entries, cps, end.Entries, end.Checkpoints)
+	}
 }
 
 type verifier struct {
@@ -153,7 +174,7 @@ func orNone(id string) string {
 func (v *verifier) entries(lines []Line) {
 	var prev *bundleEntry
 	for _, l := range lines {
-		if l.Checkpoint != "" {
+		if l.Checkpoint != "" || l.End != nil {
 			continue
 		}
 		e := &bundleEntry{Line: l}

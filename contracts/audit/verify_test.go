@@ -173,7 +173,14 @@ func TestRemovedEntryIsNamed(t *testing.T) {
 	ls := lines(export(t, s, logOf(t, s, 8, 4), time.Time{}, time.Time{}))
 	i := entryLine(t, ls, 2)
 	ls = append(ls[:i], ls[i+1:]...)
-	wantOnly(t, verify(t, join(ls), nil), "entry 2 (ev_02) removed")
+	wantOnly(t, verify(t, join(ls), nil), "entry 2 (ev_02) removed", "its end line says 8 and 2 were written")
+}
+
+func TestCutShortBundleIsRefused(t *testing.T) {
+	s := signer(t, "k1")
+	ls := lines(export(t, s, logOf(t, s, 8, 4), time.Time{}, time.Time{}))
+	// Cut after the first checkpoint: what is left verifies, but the end is missing.
+	wantOnly(t, verify(t, join(ls[:6]), nil), "the bundle has no end line: it was cut short")
 }
 
 func TestSwappedLinesAreNamed(t *testing.T) {
@@ -286,7 +293,8 @@ func TestRemovedCheckpointIsNamed(t *testing.T) {
 	}
 	wantOnly(t, verify(t, join(kept), nil),
 		"the checkpoint of entries 11–14 does not continue the one of entries 1–4",
-		"entry 6 (ev_05) inserted", "entry 7 (ev_06) inserted", "entry 8 (ev_07) inserted", "entry 9 (ev_08) inserted")
+		"entry 6 (ev_05) inserted", "entry 7 (ev_06) inserted", "entry 8 (ev_07) inserted", "entry 9 (ev_08) inserted",
+		"its end line says 12 and 3 were written")
 }
 
 func TestExportOfATimeRangeHoldsWholeCheckpoints(t *testing.T) {

@@ -2,7 +2,9 @@ package arbiter
 
 import (
 	"context"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,9 +32,51 @@ type AuditConfig struct {
 type auditTrail struct {
 	appended atomic.Int64
 	due      chan struct{}
+	// hashes are the record hashes computed lately, by event id and
+	// revision: the operations of one group share a revision, and a
+	// record is hashed once for all of them.
+	mu     sync.Mutex
+	hashes map[string]*recordHash
 }
 
-func newAuditTrail() *auditTrail { return &auditTrail{due: make(chan struct{}, 1)} }
+type recordHash struct {
+	once sync.Once
+	sum  string
+}
+
+// maxRecordHashes bounds the hashes kept; past it they are forgotten.
+const maxRecordHashes = 4096
+
+func newAuditTrail() *auditTrail {
+	return &auditTrail{due: make(chan struct{}, 1), hashes: map[string]*recordHash{}}
+}
+
+// hash is the record hash of eventID at rev, computed by sum once.
+func (t *auditTrail) hash(eventID string, rev uint64, sum func() string) string {
+	key := eventID + "@" + strconv.FormatUint(rev, 10)
+	t.mu.Lock()
+	h, ok := t.hashes[key]
+	if !ok {
+		if len(t.hashes) >= maxRecordHashes {
+			clear(t.hashes)
+		}
+		h = &recordHash{}
+		t.hashes[key] = h
+	}
+	t.mu.Unlock()
+	h.once.Do(func() { h.sum = sum() })
+	return h.sum
+}
+
+// sumRecord is the record hash of rec.
+func sumRecord(rec *contracts.Record) string {
+	data, err := contracts.Marshal(rec)
+	if err != nil {
+		return ""
+	}
+	sum, _ := audit.RecordSHA256(data)
+	return sum
+}
 
 // runCheckpoints signs checkpoints until ctx ends; without a receipt key
 // entries are appended and chained but not signed.
@@ -91,9 +135,7 @@ func (a *Arbiter) auditRecord(ctx context.Context, change string, rec *contracts
 	if change == audit.ChangeDecided && rec.Outcome != nil {
 		e.By, e.Reason, e.At = strings.Join(rec.Outcome.DecidedBy, ","), rec.Outcome.Reason, rec.Outcome.DecidedAt
 	}
-	if data, err := contracts.Marshal(rec); err == nil {
-		e.RecordSHA256, _ = audit.RecordSHA256(data)
-	}
+	e.RecordSHA256 = a.audit.hash(e.EventID, rev, func() string { return sumRecord(rec) })
 	return a.appendAudit(ctx, &e, change+":"+rec.Request.EventID)
 }
 
@@ -108,16 +150,15 @@ func (a *Arbiter) auditGrant(ctx context.Context, change string, g *contracts.Gr
 // when it still holds that revision; "" when neither does (a later change
 // replaced it: its own entry carries the newer hash).
 func (a *Arbiter) recordSHA256(ctx context.Context, eventID string, rev uint64) string {
-	if rec, at, ok := a.records.get(eventID); ok && at == rev {
-		if data, err := contracts.Marshal(rec); err == nil {
-			sum, _ := audit.RecordSHA256(data)
-			return sum
+	return a.audit.hash(eventID, rev, func() string {
+		if rec, at, ok := a.records.get(eventID); ok && at == rev {
+			return sumRecord(&rec)
 		}
-	}
-	entry, err := a.kv.Get(ctx, eventID)
-	if err != nil || entry.Revision() != rev {
-		return ""
-	}
-	sum, _ := audit.RecordSHA256(entry.Value())
-	return sum
+		entry, err := a.kv.Get(ctx, eventID)
+		if err != nil || entry.Revision() != rev {
+			return ""
+		}
+		sum, _ := audit.RecordSHA256(entry.Value())
+		return sum
+	})
 }
