@@ -20,6 +20,7 @@ import (
 	"github.com/countersign/countersign/notifier/slack"
 	"github.com/countersign/countersign/notifier/webhook"
 	"github.com/countersign/countersign/orchestrator/directory"
+	"github.com/countersign/countersign/services/api"
 )
 
 // notifyConfig is the notify: section of countersign.yaml: the channels the
@@ -29,6 +30,7 @@ type notifyConfig struct {
 	Slack    *slackConfig    `yaml:"slack"`
 	Email    *emailConfig    `yaml:"email"`
 	Webhooks []webhookConfig `yaml:"webhooks"`
+	Push     *pushConfig     `yaml:"push"`
 	Retry    retryConfig     `yaml:"retry"`
 	Fanout   fanoutConfig    `yaml:"fanout"`
 }
@@ -120,6 +122,10 @@ type notifierParts struct {
 	slackCfg  *slack.InteractionsConfig // nil without Slack
 	links     *email.Links              // nil without email
 	summary   []string
+	// push is what the API serves of the push channel (zero without it);
+	// pushDevices its subscriptions, bound to the notifier's connection.
+	push        api.PushConfig
+	pushDevices *lazyDevices
 }
 
 // buildChannels creates the configured channels.
@@ -196,6 +202,9 @@ func buildChannels(cfg serveConfig, publicURL string, log *slog.Logger) (*notifi
 		}
 		p.channels = append(p.channels, ch)
 		p.summary = append(p.summary, fmt.Sprintf("webhooks %s", strings.Join(p.endpoints, ", ")))
+	}
+	if err := buildPush(cfg, publicURL, log, p); err != nil {
+		return nil, err
 	}
 	return p, nil
 }

@@ -162,6 +162,9 @@ func (n *node) startNotifier(ctx context.Context) ([]events.Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
+	if n.parts.pushDevices != nil {
+		n.parts.pushDevices.use(js)
+	}
 	// The dispatcher follows the live directory itself, through js: who
 	// may be told of a request is judged by what the arbiter judges by.
 	d, err := dispatch.New(ctx, dispatch.Config{
@@ -312,7 +315,7 @@ func (n *node) newAPIServer(ctx context.Context, js jetstream.JetStream, tokens 
 		Registerer: n.reg, Gatherer: n.reg, ReceiptKeys: n.receipts.public, Receipts: n.receipts.apiSigner,
 		IndexRecent: n.cfg.IndexRecent, Budgets: cfg.Budgets.Budgets, BudgetRefusals: n.budgetRefusals,
 		Metrics: cfg.Metrics.access(cfg.Addr), MetricsTokens: cfg.Metrics.hashes(),
-		Passkeys: passkeys,
+		Passkeys: passkeys, Push: n.parts.push,
 		Ready: func(context.Context) error {
 			if !nc.IsConnected() {
 				return errors.New("NATS is not connected")
