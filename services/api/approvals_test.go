@@ -270,6 +270,7 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 		"/v1/grants/{grant_id}/revoke":        {"post"},
 		"/v1/grants/{grant_id}/events":        {"get"},
 		"/v1/oversight":                       {"get"},
+		"/v1/audit/export":                    {"get"},
 		"/healthz":                            {"get"},
 		"/readyz":                             {"get"},
 		"/metrics":                            {"get"},

@@ -163,6 +163,7 @@ func (s *Server) routes() {
 	mux.HandleFunc("POST /v1/policy", s.authed(s.postPolicy, RoleAdmin))
 	mux.HandleFunc("POST /v1/policy/replay", s.authed(s.postPolicyReplay, ReplayRoles...))
 	mux.HandleFunc("GET /v1/oversight", s.authed(s.getOversight, OversightRoles...))
+	mux.HandleFunc("GET /v1/audit/export", s.authed(s.getAuditExport, AuditLogRoles...))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", MetricsHandler(s.cfg.Gatherer, s.cfg.Metrics, s.mayScrape))
