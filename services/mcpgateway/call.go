@@ -394,6 +394,9 @@ func (g *Gateway) forward(ctx context.Context, l *link, up *mcp.ClientSession, r
 	out, err := up.CallTool(context.WithValue(ctx, callingKey{}, req.Params.Name),
 		&mcp.CallToolParams{Meta: g.upstreamMeta(req.Params.Meta, res), Name: req.Params.Name, Arguments: args})
 	done()
+	if res.EventID != "" {
+		g.reportOutcome(ctx, res.EventID, out, err)
+	}
 	if err != nil {
 		l.lost(up, err)
 		if ctx.Err() != nil && res.EventID == "" {

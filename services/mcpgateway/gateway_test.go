@@ -85,6 +85,10 @@ func TestListReadOnlyAndApprovedDestructive(t *testing.T) {
 	if rec.Claim == nil {
 		t.Fatal("the approval was not claimed before the call ran")
 	}
+	// The gateway reported how the call ended, as its claimant.
+	if x := rec.Execution; x == nil || x.Status != contracts.ExecutionSucceeded || x.ReportedBy != rec.Claim.By || len(x.ResultSHA256) != 64 {
+		t.Fatalf("the approved call's outcome: %+v", rec.Execution)
+	}
 	// The same call again is a new request, not a second run of the first.
 	again := r.callAsync(t, "delete_note", `{"id":"b"}`)
 	id2 := r.serve.pending(t, r.runID, "notes.delete_note")
