@@ -19,6 +19,14 @@ import (
 // every vote and refusal with approver and channel, the outcome and the
 // execution claim.
 func cmdAudit(args []string, out io.Writer) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "export":
+			return cmdAuditExport(args[1:], out)
+		case "verify":
+			return cmdAuditVerify(args[1:], out)
+		}
+	}
 	fs := newFlagSet("audit", out)
 	newClient := clientFlags(fs.FlagSet)
 	jsonOut := fs.Bool("json", false, "print the API's JSON")

@@ -58,6 +58,8 @@ type fileConfig struct {
 	OIDC oidcConfig `yaml:"oidc"`
 	// Passkeys is the WebAuthn relying party (passkeys.go).
 	Passkeys passkeysConfig `yaml:"passkeys"`
+	// Audit is when the audit log's checkpoints are signed (auditlog.go).
+	Audit auditConfig `yaml:"audit"`
 }
 
 type natsConfig struct {
@@ -164,6 +166,7 @@ func (c *serveConfig) validate() error {
 	}
 	errs = append(errs, c.Metrics.validate()...)
 	errs = append(errs, c.OIDC.validate(c.Directory)...)
+	errs = append(errs, c.Audit.validate()...)
 	for i, t := range c.Tokens {
 		if len(t.SHA256) != 64 || t.Subject == "" || len(t.Roles) == 0 {
 			errs = append(errs, fmt.Errorf("config: tokens[%d]: sha256 (64 hex), subject and roles are required", i))
