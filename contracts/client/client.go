@@ -424,6 +424,25 @@ func (c *Client) Report(ctx context.Context, eventID, reportID string, o Outcome
 	return err
 }
 
+// RunApprovals lists the approvals of run runID the caller may read, newest
+// first (at most 100).
+func (c *Client) RunApprovals(ctx context.Context, runID string) ([]contracts.Record, error) {
+	var out struct {
+		Items []struct {
+			Record contracts.Record `json:"record"`
+		} `json:"items"`
+	}
+	q := url.Values{"run_id": {runID}, "limit": {"100"}}
+	if _, err := c.do(ctx, http.MethodGet, "/v1/approvals?"+q.Encode(), 0, nil, &out, retryTransient); err != nil {
+		return nil, err
+	}
+	recs := make([]contracts.Record, 0, len(out.Items))
+	for _, it := range out.Items {
+		recs = append(recs, it.Record)
+	}
+	return recs, nil
+}
+
 // truncateUTF8 cuts s to at most n bytes on a character boundary.
 func truncateUTF8(s string, n int) string {
 	if len(s) <= n {

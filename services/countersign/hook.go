@@ -108,6 +108,10 @@ func cmdHook(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return exitError(2)
 	}
 	ctx := context.Background()
+	if in.HookEventName == eventPostToolUse {
+		f.report(ctx, in, stderr)
+		return nil // nothing to decide: the tool ran
+	}
 	d := f.decide(ctx, in, stderr)
 	out, err := encodeHookDecision(f.host, d)
 	if err != nil {

@@ -43,7 +43,16 @@ type hookInput struct {
 	ToolUseID      string          `json:"tool_use_id"`
 	PermissionMode string          `json:"permission_mode"`
 	AgentType      string          `json:"agent_type"`
+	// ToolResponse is what the tool answered (PostToolUse only).
+	ToolResponse json.RawMessage `json:"tool_response"`
 }
+
+// Hook events countersign hook reads: before a tool use (the decision) and
+// after it (the outcome of a claimed call).
+const (
+	eventPreToolUse  = "PreToolUse"
+	eventPostToolUse = "PostToolUse"
+)
 
 // readHookInput reads and checks one PreToolUse event.
 func readHookInput(r io.Reader) (*hookInput, error) {
@@ -65,8 +74,8 @@ func readHookInput(r io.Reader) (*hookInput, error) {
 		}
 	}
 	switch {
-	case in.HookEventName != "PreToolUse":
-		return nil, fmt.Errorf("hook_event_name is %q: countersign hook answers PreToolUse events only", in.HookEventName)
+	case in.HookEventName != eventPreToolUse && in.HookEventName != eventPostToolUse:
+		return nil, fmt.Errorf("hook_event_name is %q: countersign hook answers PreToolUse and PostToolUse events only", in.HookEventName)
 	case len(missing) > 0:
 		return nil, fmt.Errorf("the hook event has no %v", missing)
 	case !isJSONObject(in.ToolInput):

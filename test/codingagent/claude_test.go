@@ -54,6 +54,12 @@ func (a *agent) settings() string {
 	}
 	quoted, _ := json.Marshal(binary + " hook --wait " + a.wait)
 	block = strings.Replace(block, command, `"command": `+string(quoted), 1)
+	const report = `"command": "countersign hook"`
+	if !strings.Contains(block, report) {
+		a.t.Fatalf("docs/coding-agents.md: the hook settings do not report outcomes (PostToolUse):\n%s", block)
+	}
+	quoted, _ = json.Marshal(binary + " hook")
+	block = strings.Replace(block, report, `"command": `+string(quoted), 1)
 	if !json.Valid([]byte(block)) {
 		a.t.Fatalf("docs/coding-agents.md: the settings are not JSON:\n%s", block)
 	}

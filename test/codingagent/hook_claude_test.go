@@ -1,10 +1,13 @@
 package codingagent
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/countersign/countersign/contracts"
 )
 
 // TestClaudeCodeAllowedReadRunsAtOnce: a read the policy allows runs with no
@@ -59,6 +62,16 @@ func TestClaudeCodeApprovedDeleteRunsOnce(t *testing.T) {
 	}
 	if out := a.serve.cli(t, "approvals", "show", id); !strings.Contains(out, "claim") {
 		t.Fatalf("the approval was not claimed:\n%s", out)
+	}
+	// The PostToolUse hook reported how it ended, once.
+	var shown struct {
+		Record contracts.Record `json:"record"`
+	}
+	if err := json.Unmarshal([]byte(a.serve.cli(t, "approvals", "show", id, "--json")), &shown); err != nil {
+		t.Fatal(err)
+	}
+	if x := shown.Record.Execution; x == nil || x.Status != contracts.ExecutionSucceeded || len(x.ResultSHA256) != 64 {
+		t.Fatalf("the approved command's outcome: %+v", x)
 	}
 
 	// The session resumed, and the model replays the same tool use: Claude
