@@ -31,6 +31,8 @@ const hookAbout = `Reads one PreToolUse event of a coding agent's permission hoo
   Every failure denies (fail closed): Countersign unreachable after
   --retry-for, a malformed event. A failure before an event could be read
   exits 2 with the reason on stderr, which both agents take as a block.
+  A PostToolUse event (the tool ran) reports the outcome of the session's
+  claimed approval of that tool use, once, and prints nothing.
   Run labels for the policy: hook.cwd (the project directory),
   hook.host, hook.permission_mode, hook.agent_type. Countersign is found
   through --url/--token, COUNTERSIGN_URL and COUNTERSIGN_TOKEN, or the local
