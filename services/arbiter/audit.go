@@ -133,7 +133,9 @@ func (a *Arbiter) auditRecord(ctx context.Context, change string, rec *contracts
 		By: rec.Request.Run.Agent, At: rec.Request.CreatedAt,
 	}
 	if change == audit.ChangeDecided && rec.Outcome != nil {
-		e.By, e.Reason, e.At = strings.Join(rec.Outcome.DecidedBy, ","), rec.Outcome.Reason, rec.Outcome.DecidedAt
+		// Not the outcome's reason: a rejection's reason is the approver's
+		// own words, which stay in the record.
+		e.By, e.At = strings.Join(rec.Outcome.DecidedBy, ","), rec.Outcome.DecidedAt
 	}
 	e.RecordSHA256 = a.audit.hash(e.EventID, rev, func() string { return sumRecord(rec) })
 	return a.appendAudit(ctx, &e, change+":"+rec.Request.EventID)
