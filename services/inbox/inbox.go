@@ -325,6 +325,7 @@ type Backend interface {
 	Grants(ctx context.Context, p *api.Principal, status, agent, tool string) []api.GrantView
 	RevokeGrant(ctx context.Context, p *api.Principal, id string) (api.GrantView, *api.Error)
 	PasskeyBackend
+	PushBackend
 }
 
 // Config wires an Inbox.
@@ -435,6 +436,8 @@ func (in *Inbox) register() {
 	mux.Handle("GET /grants", in.page(in.getGrants))
 	mux.Handle("POST /grants/{grant_id}/revoke", in.page(in.postRevokeGrant))
 	in.registerPasskeys(mux)
+	in.registerDevices(mux)
+	in.registerApp(mux)
 	mux.Handle("GET /inbox/events", in.secure(in.getEvents))
 	mux.Handle("GET /login", in.secure(in.getLogin))
 	mux.Handle("POST /login", in.secure(in.postLogin))

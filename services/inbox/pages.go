@@ -25,7 +25,7 @@ var webFS embed.FS
 // the page's content.
 var inboxPages = func() map[string]*template.Template {
 	out := map[string]*template.Template{}
-	for _, name := range []string{"login", "list", "detail", "message", "batch", "grants", "signedout", "passkeys"} {
+	for _, name := range []string{"login", "list", "detail", "message", "batch", "grants", "signedout", "passkeys", "devices", "offline"} {
 		out[name] = template.Must(template.New(name).ParseFS(webFS, "web/layout.html", "web/"+name+".html"))
 	}
 	return out

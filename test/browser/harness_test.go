@@ -13,10 +13,12 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/events/eventstest"
+	"github.com/countersign/countersign/notifier/push"
 	"github.com/countersign/countersign/services/api"
 	"github.com/countersign/countersign/services/arbiter"
 	"github.com/countersign/countersign/services/countersigntest"
@@ -64,6 +66,16 @@ const refundSchema = `{"type":"object","properties":{"amount":{"type":"number","
 type stack struct {
 	url    string
 	tokens map[string]string
+	// push is what the server's Web Push channel needs: the VAPID key the
+	// API hands browsers, the one-tap actions' keys, and the notifier's
+	// view of the bus.
+	push stackPush
+}
+
+type stackPush struct {
+	vapid   *push.VAPID
+	actions *push.Actions
+	js      jetstream.JetStream
 }
 
 func startStack(t *testing.T) *stack {
@@ -94,8 +106,10 @@ func startStack(t *testing.T) *stack {
 		st.tokens[u.name] = tok
 		tokens = append(tokens, api.Token{Name: u.name, Subject: u.subject, SHA256: hash, Roles: []string{u.role}, Tenants: u.tenants})
 	}
+	st.push = newStackPush(t, srv.JetStreamAs(embedded.RoleNotifier))
 	reg := prometheus.NewRegistry()
-	s, err := api.New(ctx, api.Config{JS: srv.JetStreamAs(embedded.RoleAPI), Gate: gate, Policies: policies, Tokens: tokens, Registerer: reg})
+	s, err := api.New(ctx, api.Config{JS: srv.JetStreamAs(embedded.RoleAPI), Gate: gate, Policies: policies, Tokens: tokens, Registerer: reg,
+		Push: api.PushConfig{PublicKey: st.push.vapid.PublicKey(), Actions: st.push.actions, AllowInsecure: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,6 +121,24 @@ func startStack(t *testing.T) *stack {
 	t.Cleanup(func() { _ = s.Close(); hs.CloseClientConnections(); hs.Close() })
 	st.url = hs.URL
 	return st
+}
+
+// newStackPush makes a VAPID key and one-tap action keys for the stack.
+func newStackPush(t *testing.T, js jetstream.JetStream) stackPush {
+	t.Helper()
+	priv, err := push.GenerateVAPIDKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vapid, err := push.NewVAPID(priv, "mailto:ops@example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	actions, err := push.NewActions([]push.Key{{ID: "k1", Secret: bytes.Repeat([]byte("push-action-key!"), 2)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stackPush{vapid: vapid, actions: actions, js: js}
 }
 
 // call is one tool call an agent proposes.
