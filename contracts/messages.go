@@ -182,6 +182,10 @@ type ApprovalRequested struct {
 	// call (an extension of the contract; see ShadowVerdict). A report
 	// only: the arbiter checks and trusts none of it.
 	Shadow []ShadowVerdict `json:"shadow,omitempty"`
+	// History are the figures the policy's history conditions read for
+	// the call (an extension of the contract; see HistoryFigure): the
+	// arbiter decides the request with the same figures.
+	History []HistoryFigure `json:"history,omitempty"`
 	// ClaimWithin is how long after its decision the approval may be
 	// claimed (a Go duration; empty: DefaultClaimWithin). An approval not
 	// claimed by then lapses (ReasonApprovalLapsed).

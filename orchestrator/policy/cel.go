@@ -45,7 +45,7 @@ const (
 // celEnv is the one environment every condition is compiled in. An Env is
 // immutable and safe for concurrent use.
 var celEnv = sync.OnceValues(func() (*cel.Env, error) {
-	return cel.NewEnv(
+	return cel.NewEnv(append(historyEnvOptions(),
 		cel.Variable(varArgs, cel.MapType(cel.StringType, cel.DynType)),
 		cel.Variable(varRun, cel.MapType(cel.StringType, cel.DynType)),
 		cel.Variable(varTool, cel.StringType),
@@ -56,7 +56,7 @@ var celEnv = sync.OnceValues(func() (*cel.Env, error) {
 		cel.OptionalTypes(),
 		cel.ParserExpressionSizeLimit(maxConditionSize),
 		ext.Strings(),
-	)
+	)...)
 })
 
 // condition is a compiled `when:`.
@@ -70,6 +70,8 @@ type condition struct {
 	tracked   cel.Program
 	readsArgs bool // the condition reads args
 	readsRun  bool // the condition reads run
+	// history are the history functions it calls (see history.go).
+	history []HistoryQuery
 	// ast and the program built from it on the first error, which records
 	// every value, explain what failed (see explain).
 	ast         *cel.Ast
@@ -115,6 +117,7 @@ func compileCondition(src string) (*condition, []celIssue) {
 	// size that keeps the bound within the limit: calls whose inputs are
 	// that small (almost all) run untracked too, larger ones are tracked and
 	// stopped at the limit.
+	var iss2 []celIssue
 	unbounded, err := env.EstimateCost(ast, sizeBound(0))
 	if err != nil {
 		return nil, []celIssue{{line: 1, msg: "cost estimate: " + err.Error()}}
@@ -123,6 +126,9 @@ func compileCondition(src string) (*condition, []celIssue) {
 		return nil, []celIssue{{line: 1, msg: fmt.Sprintf("condition always costs at least %d, over the limit of %d", unbounded.Min, CostLimit)}}
 	}
 	c := &condition{src: strings.Join(strings.Fields(src), " "), fastUpTo: math.MaxUint64, ast: ast}
+	if c.history, iss2 = historyQueries(ast); len(iss2) > 0 {
+		return nil, iss2
+	}
 	if unbounded.Max > CostLimit {
 		c.fastUpTo = 0
 		for m := uint64(64); m <= 1<<24; m *= 2 {
@@ -261,6 +267,9 @@ func (a *activation) ResolveName(name string) (any, bool) {
 		return a.in.Run.Tenant, true
 	case varLabels:
 		return labelsOf(a.in.Run.Labels), true
+	}
+	if scope, ok := historyVars[name]; ok {
+		return historyVal{h: a.in.History, scope: scope}, true
 	}
 	return nil, false
 }

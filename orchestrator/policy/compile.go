@@ -64,6 +64,14 @@ func compile(data []byte) (*Policy, problems) {
 		p.rules = append(p.rules, r)
 	}
 	shadowWarnings(fs.rules, &ps)
+	var conds []*condition
+	for i := range p.rules {
+		conds = append(conds, p.rules[i].cond)
+	}
+	for i := range p.shadow {
+		conds = append(conds, p.shadow[i].cond)
+	}
+	p.history = historyUseOf(conds)
 	layers := append([]*gateSpec{&fs.defaultRule}, riskTiers(fs)...)
 	for _, rs := range fs.rules {
 		layers = append(layers, &rs.gateSpec)

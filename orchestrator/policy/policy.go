@@ -42,6 +42,10 @@ type Input struct {
 	Tool string
 	// Arguments is a JSON object; nil or empty means {}.
 	Arguments json.RawMessage
+	// History answers the conditions' history functions (history.count,
+	// ...) for this call; nil: they error, and the call gets the strictest
+	// of the rules it could fall under.
+	History History
 }
 
 // Decision is what the policy says about one call.
@@ -152,6 +156,8 @@ type Policy struct {
 	// dflt decides calls no rule matches.
 	dflt  Decision
 	index toolIndex
+	// history is what the conditions read of the history of calls.
+	history HistoryUse
 }
 
 // Parse reads, validates and compiles a policy; every CEL condition is

@@ -22,8 +22,12 @@ const HumanInputTool = "request_human_input"
 // RequestInput is the call a request asks about, as the orchestrator put it
 // to the policy: the tool call of a tool approval; for a question, a call of
 // HumanInputTool with arguments {"question": text}.
+//
+// The history functions answer from the figures the request carries
+// (FiguresHistory): a figure it does not carry errors, and the condition is
+// taken both ways.
 func RequestInput(req *contracts.ApprovalRequested) Input {
-	in := Input{Run: req.Run}
+	in := Input{Run: req.Run, History: FiguresHistory(req.History)}
 	switch {
 	case req.Kind == contracts.KindHumanInput:
 		in.Tool = HumanInputTool
