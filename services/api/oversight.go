@@ -10,6 +10,7 @@ import (
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/approval"
+	"github.com/countersign/countersign/notifier"
 	"github.com/countersign/countersign/services/api/oversight"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -26,6 +27,11 @@ type overseen struct {
 	votes      []oversight.Vote
 	timedOut   bool
 	shadow     []oversight.Shadow
+	// channel decided the record after decidedAfter (notifier.DecisionChannel).
+	channel      string
+	decidedAfter time.Duration
+	claimed      bool
+	execution    string
 }
 
 // overseenJSON and overseenRequestJSON are the parts of a record the index
@@ -37,8 +43,13 @@ type overseenJSON struct {
 		DecidedAt time.Time          `json:"decided_at"`
 	} `json:"votes"`
 	Outcome *struct {
-		DecidedBy []string `json:"decided_by"`
+		DecidedBy []string  `json:"decided_by"`
+		DecidedAt time.Time `json:"decided_at"`
 	} `json:"outcome"`
+	Claim     *struct{} `json:"claim"`
+	Execution *struct {
+		Status string `json:"status"`
+	} `json:"execution"`
 }
 
 type overseenRequestJSON struct {
@@ -64,6 +75,11 @@ func overseenOf(sj *summaryJSON) overseen {
 	if sj.Outcome != nil {
 		o.timedOut = slices.Contains(sj.Outcome.DecidedBy, contracts.DecidedByTimeout)
 	}
+	o.channel, o.decidedAfter = decidedVia(sj)
+	o.claimed = sj.Claim != nil
+	if sj.Execution != nil {
+		o.execution = sj.Execution.Status
+	}
 	for i, sh := range sj.Request.Shadow {
 		if i == contracts.MaxShadowVerdicts {
 			break
@@ -71,6 +87,24 @@ func overseenOf(sj *summaryJSON) overseen {
 		o.shadow = append(o.shadow, oversight.Shadow{Rule: sh.Rule, Action: sh.Action})
 	}
 	return o
+}
+
+// decidedVia is the channel that decided a record and how long after its
+// request, as notifier.DecisionChannel and TimeToDecision say of it ("", 0
+// while it is pending).
+func decidedVia(sj *summaryJSON) (string, time.Duration) {
+	if !contracts.Terminal(sj.Status) {
+		return "", 0
+	}
+	rec := &contracts.Record{Status: sj.Status, Request: contracts.ApprovalRequested{CreatedAt: sj.Request.CreatedAt}}
+	if sj.Outcome != nil {
+		rec.Outcome = &contracts.Outcome{DecidedBy: sj.Outcome.DecidedBy, DecidedAt: sj.Outcome.DecidedAt}
+	}
+	rec.Votes = make([]contracts.Vote, len(sj.Votes))
+	for i, v := range sj.Votes {
+		rec.Votes[i] = contracts.Vote{Approver: v.Approver, DecidedAt: v.DecidedAt}
+	}
+	return notifier.DecisionChannel(rec), notifier.TimeToDecision(rec)
 }
 
 // overseen returns the requests created in o's window that reader may read.
@@ -88,6 +122,8 @@ func (ix *index) overseen(reader approval.Reader, o oversight.Options) []oversig
 		out = append(out, oversight.Request{
 			EventID: s.eventID, Rule: s.over.rule, Risk: s.over.risk, CreatedAt: s.createdAt,
 			Approvers: s.approvers, Votes: s.over.votes, TimedOut: s.over.timedOut, Shadow: s.over.shadow,
+			Status: s.status, Channel: s.over.channel, DecidedAfter: s.over.decidedAfter,
+			Claimed: s.over.claimed, Execution: s.over.execution,
 		})
 	}
 	return out

@@ -234,6 +234,12 @@ func TestOversightFromRealDecisions(t *testing.T) {
 	if mails := ruleRow(t, rep, "mails"); mails.Requests != 1 || mails.Decisions != 0 || mails.ExpiredUndecided != 1 || mails.TimeToDecide != nil || mails.ApprovalRate != nil {
 		t.Fatalf("mails %+v", mails)
 	}
+	// Decided via the API after 4 s and 2 min; the email by its deadline,
+	// found passed when the clock jumped to 1 h 2 min.
+	if ch := rep.Channels; len(ch) != 2 || ch[0].Channel != "api" || ch[0].Decided != 2 || ch[0].TimeToDecision.Min != 4 ||
+		ch[0].TimeToDecision.Max != 120 || ch[1].Channel != "timeout" || ch[1].Decided != 1 || ch[1].TimeToDecision.Median != 3720 {
+		t.Fatalf("channels %+v", ch)
+	}
 
 	// A viewer sees the same; an auditor of acme only acme's requests.
 	if v := o.report(t, "viewer", ""); v.Total.Requests != 3 || len(v.Approvers) != 2 {

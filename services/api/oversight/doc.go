@@ -2,7 +2,9 @@
 // approver and each rule, over a window of requests, the decisions made,
 // the approval rate, the time to decide (median and p90, with the spread a
 // box plot draws), the decisions on high and critical risk made faster
-// than a threshold, and the requests that expired with nobody deciding.
+// than a threshold, and the requests that expired with nobody deciding;
+// per channel, the time from request to outcome; what became of the
+// approved calls (claimed, reported or not); and the shadow rules' verdicts.
 //
 // It is a pure function of records (Compute) with no I/O: the API feeds it
 // the records a caller may read, and serves the Report as JSON, as
@@ -28,4 +30,12 @@
 //     It counts for its rule, and for every approver it named who had not
 //     voted on it (a request that names no approvers, open to any
 //     approver, counts for its rule only).
+//   - A request's channel is what decided it (notifier.DecisionChannel):
+//     the via of the vote that completed it, "timeout" or "cancelled"; its
+//     time to decision runs from its creation to its outcome. Pending
+//     requests have neither.
+//   - Of the approved requests, a claimed one was about to run; its
+//     claimant reports succeeded or failed, and a claimed one without a
+//     report is "not reported" (the runner died, never reports, or the call
+//     is still running).
 package oversight

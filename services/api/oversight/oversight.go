@@ -43,6 +43,19 @@ type Request struct {
 	// Shadow is what the policy's shadow rules would have decided for it,
 	// as its request records.
 	Shadow []Shadow
+	// Status is the record's status (pending, approved, …).
+	Status string
+	// Channel is what decided it (notifier.DecisionChannel): the via of the
+	// vote that completed it (web, slack, email, push, api, cli, nats),
+	// "timeout", "cancelled"; "" while it is pending. DecidedAfter is how
+	// long from the request to its outcome.
+	Channel      string
+	DecidedAfter time.Duration
+	// Claimed is set once the approved call was claimed (it is about to
+	// run); Execution is how it ended as its claimant reported it
+	// (contracts.ExecutionSucceeded or ExecutionFailed), "" before a report.
+	Claimed   bool
+	Execution string
 }
 
 // Shadow is what one shadow rule would have decided for a request: its
@@ -81,6 +94,12 @@ type Report struct {
 	// countersign_policy_shadow_flips_total counters also count the calls
 	// the policy allowed or denied outright.
 	Shadow []ShadowStats `json:"shadow"`
+	// Channels has a row for each channel that decided a request of the
+	// window: most requests first.
+	Channels []ChannelStats `json:"channels"`
+	// Execution says of the approved requests of the window how many were
+	// claimed and what their claimants reported.
+	Execution ExecutionStats `json:"execution"`
 	// Partial is true when decided requests of the window were left out:
 	// an API replica keeps the newest decided records only (its
 	// index_recent), and older ones created in the window are not counted.
@@ -103,6 +122,41 @@ type Flip struct {
 	From  string `json:"from"`
 	To    string `json:"to"`
 	Count int    `json:"count"`
+}
+
+// ChannelStats are the requests one channel decided (see
+// Request.Channel) and the spread of their times from request to outcome.
+type ChannelStats struct {
+	Channel string `json:"channel"`
+	Decided int    `json:"decided"`
+	// TimeToDecision is the spread of the time from each request to its
+	// outcome, in seconds.
+	TimeToDecision Spread `json:"time_to_decision"`
+}
+
+// ExecutionCounts are what became of approved requests: Claimed those
+// whose call was claimed (it was about to run), of which Succeeded and
+// Failed were reported so by their claimant and NotReported never were
+// (the runner died, never reports, or the call is still running).
+type ExecutionCounts struct {
+	Approved    int `json:"approved"`
+	Claimed     int `json:"claimed"`
+	Succeeded   int `json:"succeeded"`
+	Failed      int `json:"failed"`
+	NotReported int `json:"not_reported"`
+}
+
+// ExecutionStats are the ExecutionCounts of the window, and per rule with
+// an approved request: most not reported first.
+type ExecutionStats struct {
+	ExecutionCounts
+	Rules []RuleExecution `json:"rules"`
+}
+
+// RuleExecution are one rule's ExecutionCounts.
+type RuleExecution struct {
+	Rule string `json:"rule"`
+	ExecutionCounts
 }
 
 // ApproverStats are one approver's figures.
@@ -197,7 +251,8 @@ func Compute(reqs []Request, o Options) Report {
 	if o.Fast <= 0 {
 		o.Fast = DefaultFast
 	}
-	rep := Report{Since: o.Since, Until: o.Until, FastThresholdSeconds: o.Fast.Seconds(), Shadow: shadowRows(reqs, o)}
+	rep := Report{Since: o.Since, Until: o.Until, FastThresholdSeconds: o.Fast.Seconds(), Shadow: shadowRows(reqs, o),
+		Channels: channelRows(reqs, o), Execution: executionStats(reqs, o)}
 	approvers := map[string]*ApproverStats{}
 	rules := map[string]*RuleStats{}
 	approverRow := func(id string) *Stats {
@@ -315,6 +370,68 @@ func shadowRows(reqs []Request, o Options) []ShadowStats {
 	return out
 }
 
+// channelRows are the channels' figures over the decided requests of o's
+// window.
+func channelRows(reqs []Request, o Options) []ChannelStats {
+	seconds := map[string][]float64{}
+	for i := range reqs {
+		if r := &reqs[i]; o.InWindow(r.CreatedAt) && r.Channel != "" {
+			seconds[r.Channel] = append(seconds[r.Channel], max(r.DecidedAfter, 0).Seconds())
+		}
+	}
+	out := []ChannelStats{}
+	for ch, s := range seconds {
+		out = append(out, ChannelStats{Channel: ch, Decided: len(s), TimeToDecision: spreadOf(s)})
+	}
+	slices.SortFunc(out, func(a, b ChannelStats) int {
+		return cmp.Or(cmp.Compare(b.Decided, a.Decided), cmp.Compare(a.Channel, b.Channel))
+	})
+	return out
+}
+
+// executionStats counts what became of the approved requests of o's
+// window, in all and per rule.
+func executionStats(reqs []Request, o Options) ExecutionStats {
+	st := ExecutionStats{Rules: []RuleExecution{}}
+	rules := map[string]*ExecutionCounts{}
+	for i := range reqs {
+		r := &reqs[i]
+		if !o.InWindow(r.CreatedAt) || r.Status != contracts.StatusApproved {
+			continue
+		}
+		rule := rules[r.Rule]
+		if rule == nil {
+			rule = &ExecutionCounts{}
+			rules[r.Rule] = rule
+		}
+		st.add(r)
+		rule.add(r)
+	}
+	for name, c := range rules {
+		st.Rules = append(st.Rules, RuleExecution{Rule: name, ExecutionCounts: *c})
+	}
+	slices.SortFunc(st.Rules, func(a, b RuleExecution) int {
+		return cmp.Or(cmp.Compare(b.NotReported, a.NotReported), cmp.Compare(b.Claimed, a.Claimed), cmp.Compare(a.Rule, b.Rule))
+	})
+	return st
+}
+
+func (c *ExecutionCounts) add(r *Request) {
+	c.Approved++
+	if !r.Claimed {
+		return
+	}
+	c.Claimed++
+	switch r.Execution {
+	case contracts.ExecutionSucceeded:
+		c.Succeeded++
+	case contracts.ExecutionFailed:
+		c.Failed++
+	default:
+		c.NotReported++
+	}
+}
+
 func voted(req *Request, id string) bool {
 	return slices.ContainsFunc(req.Votes, func(v Vote) bool { return v.Approver == id })
 }
@@ -351,10 +468,16 @@ func (s *Stats) finish() {
 	if len(s.seconds) == 0 {
 		return
 	}
-	slices.Sort(s.seconds)
-	s.TimeToDecide = &Spread{
-		Min: s.seconds[0], P25: Quantile(s.seconds, 0.25), Median: Quantile(s.seconds, 0.5),
-		P75: Quantile(s.seconds, 0.75), P90: Quantile(s.seconds, 0.9), Max: s.seconds[len(s.seconds)-1],
+	sp := spreadOf(s.seconds)
+	s.TimeToDecide = &sp
+}
+
+// spreadOf sorts seconds (not empty) and returns their spread.
+func spreadOf(seconds []float64) Spread {
+	slices.Sort(seconds)
+	return Spread{
+		Min: seconds[0], P25: Quantile(seconds, 0.25), Median: Quantile(seconds, 0.5),
+		P75: Quantile(seconds, 0.75), P90: Quantile(seconds, 0.9), Max: seconds[len(seconds)-1],
 	}
 }
 
