@@ -97,7 +97,49 @@ func printOversight(out io.Writer, rep *oversight.Report) {
 		names, rows = append(names, rep.Rules[i].Rule), append(rows, &rep.Rules[i].Stats)
 	}
 	table("RULE", names, rows)
+	printOversightChannels(out, rep.Channels)
+	printOversightExecution(out, &rep.Execution)
 	printOversightShadow(out, rep.Shadow)
+}
+
+// printOversightChannels writes the time from request to outcome per
+// channel that decided (the deciding vote's via, timeout, cancelled).
+func printOversightChannels(out io.Writer, rows []oversight.ChannelStats) {
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(out, "\nTime to decision by channel (from the request to its outcome, by the deciding vote's channel):")
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CHANNEL\tDECIDED\tMIN\tMEDIAN\tP90\tMAX")
+	for _, r := range rows {
+		p := r.TimeToDecision
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", r.Channel, r.Decided,
+			oversight.Human(p.Min), oversight.Human(p.Median), oversight.Human(p.P90), oversight.Human(p.Max))
+	}
+	_ = tw.Flush()
+}
+
+// printOversightExecution writes what became of the approved calls; a "!"
+// marks calls claimed and never reported.
+func printOversightExecution(out io.Writer, x *oversight.ExecutionStats) {
+	if x.Approved == 0 {
+		return
+	}
+	fmt.Fprintf(out, "\n%d approved, %d claimed: %d succeeded, %d failed, %s never reported.\n",
+		x.Approved, x.Claimed, x.Succeeded, x.Failed, notReportedText(x.NotReported))
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RULE\tAPPROVED\tCLAIMED\tSUCCEEDED\tFAILED\tNOT REPORTED")
+	for _, r := range x.Rules {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", r.Rule, r.Approved, r.Claimed, r.Succeeded, r.Failed, notReportedText(r.NotReported))
+	}
+	_ = tw.Flush()
+}
+
+func notReportedText(n int) string {
+	if n > 0 {
+		return fmt.Sprint(n, " !")
+	}
+	return "0"
 }
 
 func rateText(s *oversight.Stats) string {

@@ -127,3 +127,39 @@ mails  2         0          -         -       -    -                 2 !        
 		t.Fatalf("got:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+// TestPrintOversightChannelsAndExecution: the channels that decided, with
+// their times to decision, and what became of the approved calls, with
+// the calls never reported marked.
+func TestPrintOversightChannelsAndExecution(t *testing.T) {
+	since := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	rep := oversight.Report{Since: since, Until: since.Add(24 * time.Hour), FastThresholdSeconds: 10,
+		Total:     oversight.Stats{Requests: 5},
+		Approvers: []oversight.ApproverStats{},
+		Rules:     []oversight.RuleStats{{Rule: "refunds", Stats: oversight.Stats{Requests: 5}}},
+		Channels: []oversight.ChannelStats{
+			{Channel: "push", Decided: 3, TimeToDecision: oversight.Spread{Min: 10, Median: 20, P90: 28, Max: 30}},
+			{Channel: "timeout", Decided: 1, TimeToDecision: oversight.Spread{Min: 3600, Median: 3600, P90: 3600, Max: 3600}},
+		},
+		Execution: oversight.ExecutionStats{
+			ExecutionCounts: oversight.ExecutionCounts{Approved: 3, Claimed: 3, Succeeded: 1, NotReported: 2},
+			Rules: []oversight.RuleExecution{{Rule: "refunds",
+				ExecutionCounts: oversight.ExecutionCounts{Approved: 3, Claimed: 3, Succeeded: 1, NotReported: 2}}},
+		},
+	}
+	var b bytes.Buffer
+	printOversight(&b, &rep)
+	want := `
+Time to decision by channel (from the request to its outcome, by the deciding vote's channel):
+CHANNEL  DECIDED  MIN    MEDIAN  P90    MAX
+push     3        10s    20s     28s    30s
+timeout  1        1h00m  1h00m   1h00m  1h00m
+
+3 approved, 3 claimed: 1 succeeded, 0 failed, 2 ! never reported.
+RULE     APPROVED  CLAIMED  SUCCEEDED  FAILED  NOT REPORTED
+refunds  3         3        1          0       2 !
+`
+	if got := b.String(); !strings.HasSuffix(got, want) {
+		t.Fatalf("got:\n%s\nwant it to end with:\n%s", got, want)
+	}
+}
