@@ -189,11 +189,13 @@ export interface RunOptions<T> {
   /** Aborting it while run waits for the decision cancels the approval (see review). */
   signal?: AbortSignal;
   /**
-   * What the outcome report of a call that succeeded says besides its
-   * status: a summary for people and the result's SHA-256 (default:
-   * nothing). A failed call's summary is its error's message.
+   * What the outcome report of a call whose function returned says: a
+   * summary for people, the result's SHA-256, and its status, succeeded
+   * unless this says failed (a tool that returns its failure, such as an
+   * MCP result with isError). Default: succeeded, nothing more. A call
+   * whose function threw is reported failed with the error's message.
    */
-  summarize?: (output: T) => Omit<ExecutionOutcome, 'status'>;
+  summarize?: (output: T) => Partial<ExecutionOutcome>;
   /**
    * false: fn does not run the tool but hands the arguments on to whatever
    * does, and that reports the outcome (report). Default true.
@@ -647,13 +649,13 @@ export class Countersign {
     const out: RunOutcome<T> = { result: result!, ran: true, output };
     if (context.receipt) out.receipt = context.receipt;
     if (eventId) {
-      let extra: Omit<ExecutionOutcome, 'status'> = {};
+      let extra: Partial<ExecutionOutcome> = {};
       try {
         extra = options.summarize?.(output) ?? {};
       } catch {
         /* a summary that cannot be made leaves the report without one */
       }
-      const reportError = await this.#reportRun(eventId, { ...extra, status: 'succeeded' });
+      const reportError = await this.#reportRun(eventId, { ...extra, status: extra.status ?? 'succeeded' });
       if (reportError !== undefined) out.outcomeError = reportError;
     }
     return out;

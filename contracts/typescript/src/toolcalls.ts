@@ -1,6 +1,6 @@
 import type { Countersign } from './client.js';
 import { CountersignError, Codes } from './errors.js';
-import type { Result, RunInfo } from './types.js';
+import type { ExecutionOutcome, Result, RunInfo } from './types.js';
 
 /** A tool call as Countersign reviews it. */
 export interface Call {
@@ -142,7 +142,7 @@ export function guardOf(cs: object, name: string): { toolSchema?: Record<string,
 }
 
 /** How an adapter finds what a guarded call needs in its tool function's arguments (after the input). */
-export interface GuardSpec<A extends unknown[], B> {
+export interface GuardSpec<A extends unknown[], B, R = unknown> {
   name: string;
   run: (...rest: A) => RunInfo;
   /** The tool's JSON Schema, sent with the review so that a human's edit is checked against it. */
@@ -152,6 +152,8 @@ export interface GuardSpec<A extends unknown[], B> {
   /** Which of the rest arguments is the per-call object the receipt rides on. */
   perCall: number;
   onBlocked: (result: Result) => B;
+  /** What the outcome report of a call that returned says (see RunOptions.summarize). */
+  summarize?: (output: R) => Partial<ExecutionOutcome>;
 }
 
 /**
@@ -162,7 +164,7 @@ export interface GuardSpec<A extends unknown[], B> {
 export function guarded<I, A extends unknown[], R, B>(
   cs: Countersign,
   fn: (input: I, ...rest: A) => R | Promise<R>,
-  spec: GuardSpec<A, B>,
+  spec: GuardSpec<A, B, R>,
 ): (input: I, ...rest: A) => Promise<R | B> {
   return async (input: I, ...rest: A) => {
     const call: Call = { id: spec.callId(...rest), name: spec.name, arguments: objectArguments(input) };
@@ -177,7 +179,7 @@ export function guarded<I, A extends unknown[], R, B>(
         passed[spec.perCall] = withReceipt(rest[spec.perCall], context?.receipt);
         return fn(args as I, ...(passed as A));
       },
-      { signal: spec.signal(...rest) },
+      { signal: spec.signal(...rest), summarize: spec.summarize as ((output: unknown) => Partial<ExecutionOutcome>) | undefined },
     );
     return out.ran ? (out.output as R) : spec.onBlocked(out.result);
   };

@@ -42,9 +42,10 @@ export const agentSubject = 'ts-test-developer';
 
 let built: Promise<string> | undefined;
 
-/** The countersign binary, built once per test process with the Go toolchain. */
+/** The countersign binary, built once per test process with the Go toolchain ($COUNTERSIGN_BIN: one built already). */
 export function binary(): Promise<string> {
   built ??= (async () => {
+    if (process.env.COUNTERSIGN_BIN) return process.env.COUNTERSIGN_BIN;
     const dir = await mkdtemp(path.join(tmpdir(), 'countersign-bin-'));
     const bin = path.join(dir, 'countersign');
     await promisify(execFile)('go', ['build', '-o', bin, './services/countersign'], { cwd: repoRoot });
