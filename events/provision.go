@@ -79,6 +79,11 @@ func StreamConfigs(cfg ProvisionConfig) []jetstream.StreamConfig {
 	auditLog := base(audit.Stream, "Countersign tamper-evident audit log: entries and signed checkpoints; written by the arbiter only",
 		audit.SubjectPrefix+">")
 	auditLog.DenyDelete, auditLog.DenyPurge = true, true
+	// The history of reviewed calls, which history conditions read: kept
+	// as long as the longest window a condition may have, and an hour.
+	history := base(contracts.StreamHistory, "Countersign history of reviewed calls (history conditions); appended by every gate",
+		contracts.SubjectHistoryPrefix+">")
+	history.MaxAge = HistoryRetention
 	return []jetstream.StreamConfig{
 		base(contracts.StreamRequests, "Countersign approval and human input requests",
 			contracts.SubjectToolRequestedPrefix+">", contracts.SubjectInputRequestedPrefix+">"),
@@ -91,8 +96,13 @@ func StreamConfigs(cfg ProvisionConfig) []jetstream.StreamConfig {
 		base(contracts.StreamDeadLetter, "Countersign messages no consumer could process",
 			contracts.SubjectDeadLetterPrefix+">"),
 		auditLog,
+		history,
 	}
 }
+
+// HistoryRetention is how long HITL_HISTORY keeps a reviewed call: the
+// longest window of a history condition (30 days), and an hour.
+const HistoryRetention = 30*24*time.Hour + time.Hour
 
 // tuneBucket sets, after a bucket's create-or-update (which sets what
 // KeyValueConfig says and leaves the rest at the server's defaults), the

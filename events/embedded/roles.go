@@ -227,7 +227,7 @@ var managementDeny = func() []string {
 	}
 	for _, stream := range []string{
 		contracts.StreamRequests, contracts.StreamResolutions, contracts.StreamEvents,
-		contracts.StreamTimers, contracts.StreamDeadLetter, audit.Stream,
+		contracts.StreamTimers, contracts.StreamDeadLetter, audit.Stream, contracts.StreamHistory,
 	} {
 		s = append(s, "$JS.API.CONSUMER.DELETE."+stream+".>")
 	}
@@ -272,6 +272,10 @@ func (g *grant) orchestrator() {
 	g.pub(durableConsumer(contracts.StreamEvents)...)
 	// A waiter follows the announcements of the records it waits on.
 	g.sub(contracts.SubjectCreatedPrefix+">", contracts.SubjectChangedPrefix+">", contracts.SubjectDecidedPrefix+">")
+	// The history of reviewed calls: every gate appends the calls it
+	// reviews and follows the others' with an ordered consumer.
+	g.pub(contracts.SubjectHistoryPrefix + ">")
+	g.pub(orderedConsumer(contracts.StreamHistory)...)
 }
 
 // Durable is a durable consumer of a Countersign role.
