@@ -6,6 +6,7 @@ import (
 	"html/template"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/countersign/countersign/services/api"
 	"github.com/countersign/countersign/services/api/oversight"
@@ -45,6 +46,59 @@ type oversightPage struct {
 	Rules       []figures
 	// Charts by approver and by rule.
 	ApproverCharts, RuleCharts charts
+	// Channels are the time to decision by the deciding vote's channel,
+	// ExecutionRules what became of approved calls per rule, Shadow the
+	// shadow rules' verdicts.
+	Channels       []channelRow
+	ExecutionRules []executionRow
+	Shadow         []shadowRow
+}
+
+// channelRow is one channel's requests decided and spread of times to
+// decision, as shown, with the exact seconds for machines.
+type channelRow struct {
+	Name                      string
+	Decided                   int
+	Min, Median, P90, Max     string
+	MinV, MedianV, P90V, MaxV string
+}
+
+// executionRow is one row of what became of approved calls.
+type executionRow struct {
+	Name string
+	oversight.ExecutionCounts
+}
+
+// shadowRow is one shadow rule's verdicts, its flips said in words.
+type shadowRow struct {
+	Rule              string
+	Requests, Flipped int
+	Directions        string
+}
+
+// addSections fills the rows of the sections below the tables.
+func (pg *oversightPage) addSections(rep *oversight.Report) {
+	exact := func(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+	for _, c := range rep.Channels {
+		p := c.TimeToDecision
+		pg.Channels = append(pg.Channels, channelRow{Name: c.Channel, Decided: c.Decided,
+			Min: seconds(p.Min), Median: seconds(p.Median), P90: seconds(p.P90), Max: seconds(p.Max),
+			MinV: exact(p.Min), MedianV: exact(p.Median), P90V: exact(p.P90), MaxV: exact(p.Max)})
+	}
+	for _, r := range rep.Execution.Rules {
+		pg.ExecutionRules = append(pg.ExecutionRules, executionRow{Name: r.Rule, ExecutionCounts: r.ExecutionCounts})
+	}
+	for _, sh := range rep.Shadow {
+		var dirs []string
+		for _, f := range sh.Flips {
+			dirs = append(dirs, fmt.Sprintf("%s → %s: %d", f.From, f.To, f.Count))
+		}
+		directions := strings.Join(dirs, ", ")
+		if directions == "" {
+			directions = "–"
+		}
+		pg.Shadow = append(pg.Shadow, shadowRow{Rule: sh.Rule, Requests: sh.Requests, Flipped: sh.Flipped, Directions: directions})
+	}
 }
 
 // figures are one row's numbers as shown, with their exact values for
@@ -120,6 +174,7 @@ func (in *Inbox) getOversight(w http.ResponseWriter, r *http.Request, sess *sess
 	}
 	pg.ApproverCharts = chartsOf("approvers", pg.Approvers, rep.FastThresholdSeconds)
 	pg.RuleCharts = chartsOf("rules", pg.Rules, rep.FastThresholdSeconds)
+	pg.addSections(rep)
 	var b bytes.Buffer
 	if err := oversightTemplate.ExecuteTemplate(&b, "layout", pg); err != nil {
 		in.log.Error("inbox template", "page", "oversight", "err", err)
