@@ -22,6 +22,7 @@ import (
 	"github.com/countersign/countersign/contracts/receipt"
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/orchestrator/directory"
+	"github.com/countersign/countersign/orchestrator/history"
 	"github.com/countersign/countersign/orchestrator/policy"
 )
 
@@ -148,6 +149,11 @@ type Config struct {
 	Grants *GrantBook
 	// Registerer receives the gate's metrics (grant uses) when set.
 	Registerer prometheus.Registerer
+	// History is the process's window of the history of reviewed calls
+	// (history conditions), shared by every Gate of the process; one is
+	// opened if nil and the HITL_HISTORY stream exists. Without one, a
+	// history condition errors and its call gets the strictest rule.
+	History *history.Store
 }
 
 // Gate reviews tool calls against the policy and waits for humans.
@@ -161,6 +167,8 @@ type Gate struct {
 	gm        grantMetrics
 	sm        shadowMetrics
 	claims    claimPath
+	history   *history.Store
+	ownHist   bool
 	// store is the live policy the gate follows when Config.Policy was
 	// not set.
 	store *PolicyStore
@@ -241,6 +249,10 @@ func NewGate(ctx context.Context, cfg Config) (*Gate, error) {
 		}
 		g.ownWait = true
 	}
+	if err := g.openHistory(ctx); err != nil {
+		_ = g.Close()
+		return nil, err
+	}
 	return g, nil
 }
 
@@ -266,6 +278,9 @@ func (g *Gate) Close() error {
 	}
 	if g.store != nil {
 		errs = append(errs, g.store.Close())
+	}
+	if g.ownHist {
+		errs = append(errs, g.history.Close())
 	}
 	return errors.Join(errs...)
 }
@@ -457,7 +472,8 @@ func (g *Gate) submit(ctx context.Context, run contracts.Run, calls []ToolCall, 
 		args, sha := canon[i], hashes[i]
 		var err error
 		// Shadow rules never change d (see policy.EvaluateShadow).
-		d, shadow := pol.EvaluateShadow(context.Background(), policy.Input{Run: run, Tool: c.Name, Arguments: args})
+		eventID := EventID(run, c.ID)
+		d, shadow, figs := g.decide(ctx, pol, policy.Input{Run: run, Tool: c.Name, Arguments: args}, eventID)
 		g.sm.count(d, shadow)
 		v := Verdict{ToolCallID: c.ID, Rule: d.Rule}
 		switch d.Action {
@@ -473,7 +489,7 @@ func (g *Gate) submit(ctx context.Context, run contracts.Run, calls []ToolCall, 
 			if arm != nil {
 				armCall = func(eventID string) (*wait, error) { return arm(i, eventID) }
 			}
-			v, err = g.gate(ctx, run, c, args, sha, d, policy.ShadowContracts(shadow), armCall)
+			v, err = g.gate(ctx, run, c, args, sha, d, requestExtras{eventID, policy.ShadowContracts(shadow), figs}, armCall)
 			if err != nil {
 				return nil, fmt.Errorf("orchestrator: tool_calls[%d]: %w", i, err)
 			}
@@ -508,8 +524,8 @@ func canonicalArgs(raw json.RawMessage) (json.RawMessage, string, *Error) {
 // keeps it, handed the record read if there was one, and every other
 // outcome ends it.
 func (g *Gate) gate(ctx context.Context, run contracts.Run, c ToolCall, args json.RawMessage, sha string, d policy.Decision,
-	shadow []contracts.ShadowVerdict, arm func(string) (*wait, error)) (v Verdict, err error) {
-	eventID := EventID(run, c.ID)
+	x requestExtras, arm func(string) (*wait, error)) (v Verdict, err error) {
+	eventID := x.eventID
 	v = Verdict{ToolCallID: c.ID, EventID: eventID, Rule: d.Rule, Verdict: VerdictPending, sha: sha}
 	var a *wait
 	if arm != nil {
@@ -553,7 +569,8 @@ func (g *Gate) gate(ctx context.Context, run contracts.Run, c ToolCall, args jso
 	req := g.request(run, c, args, sha, d, eventID)
 	req.Traceparent = contracts.TraceparentFrom(ctx)
 	req.Submitter = submitterFrom(ctx)
-	req.Shadow = shadow
+	req.Shadow = x.shadow
+	req.History = x.history
 	data, err := g.limits().EncodeRequest(&req)
 	if errors.Is(err, ErrTooLarge) && req.Shadow != nil {
 		// The shadow verdicts are a report: a request they would make too
@@ -667,7 +684,11 @@ func (g *Gate) Explain(run contracts.Run, call ToolCall) (policy.Decision, []pol
 	if err != nil {
 		return policy.Decision{}, nil, err
 	}
-	d, steps := g.cfg.Policy.Current().Explain(policy.Input{Run: run, Tool: call.Name, Arguments: args})
+	in := policy.Input{Run: run, Tool: call.Name, Arguments: args}
+	if g.history != nil {
+		in.History = g.history.View(history.Call{ID: EventID(run, call.ID), Tool: call.Name, Run: run, Arguments: args})
+	}
+	d, steps := g.cfg.Policy.Current().Explain(in)
 	return d, steps, nil
 }
 
