@@ -14,6 +14,8 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/countersign/countersign/notifier/push/pushtest"
 )
 
 // How the inbox looks is tested in the browser: every page, at a desktop
@@ -127,10 +129,17 @@ const geometry = `(function () {
     if (a.right > b.right + 1 || a.left < b.left - 1) out.push("table#" + tb.id + " (" + Math.round(a.width) + " px) overflows its card (" + Math.round(b.width) + " px)");
   });
   var controls = Array.prototype.filter.call(document.querySelectorAll("a[href], button, input:not([type=hidden]), select, textarea, summary"), shown);
+  // A sticky bar keeps its place in the flow, so what scrolls under it
+  // can be scrolled out again (stickyBarRules checks the bar at the end of
+  // the page): its controls are compared among themselves only.
+  function bar(el) {
+    for (var p = el; p; p = p.parentElement) if (getComputedStyle(p).position === "sticky") return p;
+    return null;
+  }
   for (var i = 0; i < controls.length; i++) {
     for (var j = i + 1; j < controls.length; j++) {
       var a = controls[i], b = controls[j];
-      if (a.contains(b) || b.contains(a)) continue;
+      if (a.contains(b) || b.contains(a) || bar(a) !== bar(b)) continue;
       var hit = false;
       Array.prototype.forEach.call(a.getClientRects(), function (p) {
         Array.prototype.forEach.call(b.getClientRects(), function (q) {
@@ -259,6 +268,38 @@ var phoneRules = map[string]string{
 	"keyboard hints are hidden on a touch screen": `matchMedia("(hover: none)").matches && Array.prototype.every.call(document.querySelectorAll("kbd"), function (k) { return k.getClientRects().length === 0; })`,
 }
 
+// thumbBarRules hold on a phone on the page of a request the person may
+// decide: Approve and Reject sit in a bar at the foot of the screen, big
+// enough for a thumb, and at the end of the page the bar covers nothing.
+var thumbBarRules = map[string]string{
+	"the decision bar sits at the foot of the screen": `(function () {
+    var r = document.getElementById("thumb-bar").getBoundingClientRect();
+    return Math.abs(r.bottom - innerHeight) < 2 && r.top > 0.8 * innerHeight && r.left >= 0 && r.right <= innerWidth;
+  })()`,
+	"its buttons are at least 44 px tall and side by side": `(function () {
+    var a = document.getElementById("bar-approve").getBoundingClientRect(), b = document.getElementById("bar-reject").getBoundingClientRect();
+    return a.height >= 44 && b.height >= 44 && Math.abs(a.top - b.top) < 2 && a.right <= b.left;
+  })()`,
+	"they submit the approve and reject forms": `document.getElementById("bar-approve").form === document.getElementById("approve-form") && document.getElementById("bar-reject").form === document.getElementById("reject-form")`,
+	"at the end of the page the bar covers no control": `(function () {
+    window.scrollTo(0, document.documentElement.scrollHeight);
+    var bar = document.getElementById("thumb-bar"), r = bar.getBoundingClientRect(), hit = false;
+    Array.prototype.forEach.call(document.querySelectorAll("a[href], button, input:not([type=hidden]), select, textarea, summary"), function (el) {
+      if (bar.contains(el)) return;
+      var q = el.getBoundingClientRect();
+      if (q.width > 0 && Math.min(r.bottom, q.bottom) - Math.max(r.top, q.top) > 1 && Math.min(r.right, q.right) - Math.max(r.left, q.left) > 1) hit = true;
+    });
+    window.scrollTo(0, 0);
+    return !hit;
+  })()`,
+}
+
+// longValues is a call whose arguments are long and unbroken: on a phone
+// they wrap, and the page never scrolls sideways.
+var longValues = call{ID: "c1", Name: "email.send", Arguments: json.RawMessage(`{"to":"accounts-receivable.department.eu-west@globex-holdings.example.com",` +
+	`"subject":"Invoice INV-2026-000184722 (corrected): the amount due is now 12,480.00 EUR",` +
+	`"body":"https://billing.example.com/invoices/INV-2026-000184722/download?token=9f8e7d6c5b4a39281706f5e4d3c2b1a0&format=pdf"}`)}
+
 func merge(a, b map[string]string) map[string]string {
 	out := map[string]string{}
 	for k, v := range a {
@@ -312,6 +353,12 @@ func TestBrowserLooks(t *testing.T) {
 		Arguments: json.RawMessage(`{"service":"ledger","version":"v0.8.0","env":"production"}`)})
 	st.apiCall(t, "POST", "/v1/approvals/"+rejected+"/votes", "bob", `{"decision":"reject","comment":"not during the freeze"}`, nil)
 
+	long := st.pending(t, ctx, "support-mailer", "run-5e90", longValues)
+	// alice gets notifications on her phone.
+	ps := pushtest.New()
+	t.Cleanup(ps.Close)
+	st.subscribeDevice(t, "alice", "Pixel 8", ps.Subscribe())
+
 	detailRules := map[string]string{
 		"the page's title is its heading":             `document.title === document.getElementById("heading").textContent + " · Countersign"`,
 		"a decided request's title says how it ended": `(document.getElementById("outcome") === null) === document.title.startsWith("Approval needed")`,
@@ -338,7 +385,13 @@ func TestBrowserLooks(t *testing.T) {
 			}),
 			desktopExpect: map[string]string{
 				"approve and reject sit side by side": `Math.abs(document.getElementById("approve-form").getBoundingClientRect().top - document.getElementById("reject-form").getBoundingClientRect().top) < 2`,
-			}},
+				"the decision bar is for phones":      `document.getElementById("thumb-bar").getClientRects().length === 0`,
+			},
+			phoneExpect: thumbBarRules},
+		{name: "approval with long values", who: "alice", path: "/approvals/" + long, ready: "approve", phoneShot: "approval-long-phone.png", full: true,
+			expect: detailRules, phoneExpect: merge(thumbBarRules, map[string]string{
+				"every value is shown whole, wrapped": `Array.prototype.every.call(document.querySelectorAll("dl.args dd"), function (dd) { return dd.scrollWidth <= dd.clientWidth + 1; })`,
+			})},
 		{name: "approval pending, no tool schema", who: "alice", path: "/approvals/" + plain, ready: "approve", expect: merge(detailRules, map[string]string{
 			"a number shows with thousands separators": `Array.from(document.querySelectorAll("dl.args dt")).some(function (dt) { return dt.textContent === "amount" && dt.nextElementSibling.textContent.trim() === "12,500"; })`,
 			"a string shows in quotes":                 `Array.from(document.querySelectorAll("dl.args dt")).some(function (dt) { return dt.textContent === "customer" && dt.nextElementSibling.textContent.trim() === '"250"'; })`,
@@ -357,6 +410,11 @@ func TestBrowserLooks(t *testing.T) {
 		// With passkeys set up (enrolled, listed, revoked) the page is
 		// checked by TestBinaryPasskeyStepUpApprovalRunsTheToolOnce.
 		{name: "passkeys, not set up", who: "alice", path: "/passkeys", ready: "passkeys-off"},
+		{name: "devices", who: "alice", path: "/devices", ready: "devices", desktopShot: "devices.png", phoneShot: "devices-phone.png",
+			expect: map[string]string{
+				"the device is listed with its name and service": `(function () { var d = document.querySelector("#devices .device"); return d !== null && d.querySelector(".summary").textContent === "Pixel 8" && d.textContent.includes("127.0.0.1"); })()`,
+			}},
+		{name: "devices, none", who: "bob", path: "/devices", ready: "no-devices"},
 		{name: "oversight", who: "lead", path: "/oversight", ready: "oversight-rules", desktopShot: "oversight.png", phoneShot: "oversight-phone.png", full: true},
 		{name: "no such approval", who: "alice", path: "/approvals/no-such-approval", ready: "main"},
 		{name: "oversight refused", who: "alice", path: "/oversight", ready: "main"},

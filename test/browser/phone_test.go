@@ -281,3 +281,24 @@ func shellOnly(t *testing.T, ctx context.Context) {
 		t.Fatalf("the service worker keeps %v, want %v", cached, want)
 	}
 }
+
+// subscribeDevice subscribes sub as the named person's device through the
+// API.
+func (st *stack) subscribeDevice(t *testing.T, who, name string, sub pushtest.Subscription) {
+	t.Helper()
+	body := fmt.Sprintf(`{"endpoint":%q,"keys":{"p256dh":%q,"auth":%q},"device_name":%q}`, sub.Endpoint, sub.P256DH, sub.Auth, name)
+	req, err := http.NewRequest(http.MethodPost, st.url+"/v1/push/subscriptions", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+st.tokens[who])
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("subscribe %s's %s: %d", who, name, resp.StatusCode)
+	}
+}

@@ -19,6 +19,15 @@
     return out;
   }
 
+  // within settles as p does, or fails after ms (a browser whose push
+  // service cannot be reached never settles).
+  function within(ms, p, what) {
+    return new Promise(function (resolve, reject) {
+      var timer = setTimeout(function () { reject(new Error(what)); }, ms);
+      p.then(function (v) { clearTimeout(timer); resolve(v); }, function (e) { clearTimeout(timer); reject(e); });
+    });
+  }
+
   function post(sub) {
     var body = new URLSearchParams();
     body.set("csrf", form.querySelector("input[name=csrf]").value);
@@ -41,7 +50,8 @@
       return navigator.serviceWorker.register("/sw.js", { scope: "/" }).then(function () { return navigator.serviceWorker.ready; });
     }).then(function (reg) {
       return reg.pushManager.getSubscription().then(function (old) {
-        return old || reg.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: key(form.getAttribute("data-key")) });
+        return old || within(30000, reg.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: key(form.getAttribute("data-key")) }),
+          "the browser's push service did not answer");
       }).catch(function (e) {
         throw new Error("This browser could not subscribe to push notifications (" + (e && e.message || e) + ").");
       });
