@@ -251,8 +251,7 @@ func Compute(reqs []Request, o Options) Report {
 	if o.Fast <= 0 {
 		o.Fast = DefaultFast
 	}
-	rep := Report{Since: o.Since, Until: o.Until, FastThresholdSeconds: o.Fast.Seconds(), Shadow: shadowRows(reqs, o),
-		Channels: channelRows(reqs, o), Execution: executionStats(reqs, o)}
+	rep := newReport(reqs, o)
 	approvers := map[string]*ApproverStats{}
 	rules := map[string]*RuleStats{}
 	approverRow := func(id string) *Stats {
@@ -327,6 +326,13 @@ func Compute(reqs []Request, o Options) Report {
 		rep.Rules = []RuleStats{}
 	}
 	return rep
+}
+
+// newReport is the report of o's window with the rows that are not per
+// approver or rule: shadow rules, channels, executions.
+func newReport(reqs []Request, o Options) Report {
+	return Report{Since: o.Since, Until: o.Until, FastThresholdSeconds: o.Fast.Seconds(), Shadow: shadowRows(reqs, o),
+		Channels: channelRows(reqs, o), Execution: executionStats(reqs, o)}
 }
 
 // gated is the action of every request: a call the policy gated.
