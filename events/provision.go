@@ -80,10 +80,10 @@ func StreamConfigs(cfg ProvisionConfig) []jetstream.StreamConfig {
 		audit.SubjectPrefix+">")
 	auditLog.DenyDelete, auditLog.DenyPurge = true, true
 	// The history of reviewed calls, which history conditions read: kept
-	// as long as the longest window a condition may have, and an hour.
+	// for the retention, which bounds their windows (a gate refuses to
+	// count further back than the stream keeps).
 	history := base(contracts.StreamHistory, "Countersign history of reviewed calls (history conditions); appended by every gate",
 		contracts.SubjectHistoryPrefix+">")
-	history.MaxAge = HistoryRetention
 	return []jetstream.StreamConfig{
 		base(contracts.StreamRequests, "Countersign approval and human input requests",
 			contracts.SubjectToolRequestedPrefix+">", contracts.SubjectInputRequestedPrefix+">"),
@@ -99,10 +99,6 @@ func StreamConfigs(cfg ProvisionConfig) []jetstream.StreamConfig {
 		history,
 	}
 }
-
-// HistoryRetention is how long HITL_HISTORY keeps a reviewed call: the
-// longest window of a history condition (30 days), and an hour.
-const HistoryRetention = 30*24*time.Hour + time.Hour
 
 // tuneBucket sets, after a bucket's create-or-update (which sets what
 // KeyValueConfig says and leaves the rest at the server's defaults), the

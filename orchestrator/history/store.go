@@ -120,7 +120,6 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s := &Store{cfg: cfg, moved: make(chan struct{}), byID: map[string]*entry{}, scopes: map[scopeKey]*scopeList{},
 		approvedIDs: map[string]time.Time{}}
-	from := cfg.Now().Add(-cfg.Horizon)
 	stream, err := cfg.JS.Stream(ctx, contracts.StreamHistory)
 	if err != nil {
 		return nil, fmt.Errorf("history: open stream %s: %w", contracts.StreamHistory, err)
@@ -130,6 +129,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("history: stream %s: %w", contracts.StreamHistory, err)
 	}
+	if age := info.Config.MaxAge; age > 0 && age < s.cfg.Horizon {
+		// A window longer than the stream keeps cannot be counted after
+		// a restart: it errors instead.
+		s.cfg.Horizon = age
+	}
+	from := cfg.Now().Add(-s.cfg.Horizon)
 	if info.State.LastTime.Before(from) {
 		// Nothing recorded since the horizon: no fact will be delivered.
 		s.consumed = info.State.LastSeq
