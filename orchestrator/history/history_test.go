@@ -17,9 +17,11 @@ import (
 )
 
 // bus starts a server with the contract's streams.
-func bus(t *testing.T) *eventstest.Server {
-	t.Helper()
-	srv := eventstest.NewServer(t)
+func bus(t *testing.T) *eventstest.Server { return benchBus(t) }
+
+func benchBus(tb testing.TB) *eventstest.Server {
+	tb.Helper()
+	srv := eventstest.NewServer(tb)
 	srv.Provision(srv.JetStream())
 	return srv
 }
@@ -27,14 +29,23 @@ func bus(t *testing.T) *eventstest.Server {
 // open opens a store as the orchestrator role would.
 func open(t *testing.T, srv *eventstest.Server, cfg history.Config) *history.Store {
 	t.Helper()
+	return openAs(t, srv, cfg)
+}
+
+func benchOpen(tb testing.TB, srv *eventstest.Server) *history.Store {
+	return openAs(tb, srv, history.Config{})
+}
+
+func openAs(tb testing.TB, srv *eventstest.Server, cfg history.Config) *history.Store {
+	tb.Helper()
 	cfg.JS = srv.JetStreamAs(embedded.RoleOrchestrator)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := history.Open(ctx, cfg)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { _ = s.Close() })
+	tb.Cleanup(func() { _ = s.Close() })
 	return s
 }
 
