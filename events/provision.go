@@ -73,7 +73,10 @@ func StreamConfigs(cfg ProvisionConfig) []jetstream.StreamConfig {
 	}
 	timers := base(contracts.StreamTimers, "Countersign durable timers (JetStream message schedules)",
 		contracts.SubjectTimerPrefix+">")
-	timers.AllowMsgSchedules = true
+	// The server allows roll-ups on a stream of message schedules (a
+	// schedule's replacement rolls up its subject); saying so keeps the
+	// configuration the server reports equal to this one.
+	timers.AllowMsgSchedules, timers.AllowRollup = true, true
 	// The audit log is append-only: no message of it may be deleted and
 	// the stream may not be purged; only its age retires entries.
 	auditLog := base(audit.Stream, "Countersign tamper-evident audit log: entries and signed checkpoints; written by the arbiter only",
@@ -246,8 +249,8 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig)
 
 func provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig) error {
 	for _, sc := range StreamConfigs(cfg) {
-		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
-			return fmt.Errorf("events: provision stream %s: %w", sc.Name, err)
+		if err := ensureStream(ctx, js, sc); err != nil {
+			return err
 		}
 	}
 	replicated := cfg.Replicas > 1
@@ -273,10 +276,7 @@ func provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig)
 		// A removed subscription must stop getting pushes at once.
 		{PushBucketConfig(cfg), replicated, false},
 	} {
-		if _, err := js.CreateOrUpdateKeyValue(ctx, b.cfg); err != nil {
-			return fmt.Errorf("events: provision bucket %s: %w", b.cfg.Bucket, err)
-		}
-		if err := tuneBucket(ctx, js, b.cfg.Bucket, b.leaderReads, b.watchers); err != nil {
+		if err := ensureBucket(ctx, js, b.cfg, b.leaderReads, b.watchers); err != nil {
 			return err
 		}
 	}

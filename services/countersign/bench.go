@@ -59,6 +59,9 @@ func cmdBench(args []string, out io.Writer) error {
 	if f.records != "" {
 		return runRecords(ctx, out, f)
 	}
+	if f.serveMemory > 0 {
+		return runServeMemory(ctx, out, f)
+	}
 	if f.fleet != "" {
 		modes, err := fleetModes(f.set, f.syncMode)
 		if err != nil {
@@ -90,6 +93,11 @@ type benchFlags struct {
 	recordsPending     int
 	indexRecent        int
 	recordsQueries     int
+	serveMemory        int
+	serveRoles         string
+	serveClaim         bool
+	serveKeep          bool
+	serveReuse         string
 }
 
 // parseBenchFlags parses and checks the arguments of 'countersign bench'.
@@ -112,6 +120,11 @@ func parseBenchFlags(args []string, out io.Writer) (*benchFlags, error) {
 	fs.IntVar(&f.recordsPending, "records-pending", 1000, "pending approvals among each history's records")
 	fs.IntVar(&f.indexRecent, "index-recent", 0, "decided approvals the API's index keeps (0: the API's default)")
 	fs.IntVar(&f.recordsQueries, "records-queries", 100, "times each listing is timed per restart")
+	fs.IntVar(&f.serveMemory, "serve-memory", 0, "measure the resident memory of 'countersign serve' (this binary) on this many approvals decided through its API, then restarted, instead")
+	fs.StringVar(&f.serveRoles, "serve-roles", "all,notifier,arbiter,api", "role sets restarted on the decided history in -serve-memory, each alone (all: every role)")
+	fs.BoolVar(&f.serveClaim, "serve-claim", true, "in -serve-memory, claim each approved call as an agent does before it runs it")
+	fs.BoolVar(&f.serveKeep, "serve-keep", false, "in -serve-memory, keep the data directory (under -dir) for a later look")
+	fs.StringVar(&f.serveReuse, "serve-reuse", "", "in -serve-memory, restart serve on the history a -serve-keep run left in this directory instead of seeding one")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -149,6 +162,30 @@ func runRecords(ctx context.Context, out io.Writer, f *benchFlags) error {
 	}
 	reps, err := bench.Records(ctx, cfg)
 	return writeJSONIf(out, f.jsonOut, reps, err)
+}
+
+// runServeMemory is bench -serve-memory: serve's resident memory on a
+// decided history, measured from outside the process.
+func runServeMemory(ctx context.Context, out io.Writer, f *benchFlags) error {
+	bin, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cfg := bench.ServeMemoryConfig{Binary: bin, Dir: f.dir, Decided: f.serveMemory, Claim: f.serveClaim, Keep: f.serveKeep, Reuse: f.serveReuse, Out: out}
+	for _, r := range strings.Split(f.serveRoles, ",") {
+		if r = strings.TrimSpace(r); r == "all" {
+			r = ""
+		}
+		cfg.Roles = append(cfg.Roles, r)
+	}
+	if f.jsonOut {
+		cfg.Out = io.Discard
+	}
+	rep, err := bench.ServeMemory(ctx, cfg)
+	if rep == nil {
+		return err
+	}
+	return writeJSONIf(out, f.jsonOut, []*bench.ServeMemoryReport{rep}, err)
 }
 
 // runBench is bench without -records or -fleet: the budgets of every sync
