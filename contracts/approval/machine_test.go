@@ -679,7 +679,7 @@ func TestApplyCommand(t *testing.T) {
 				if !res.Changed || res.Decided || res.Duplicate || res.Refusal != "" {
 					t.Fatalf("result %+v, want the claim applied", res)
 				}
-				want := &contracts.Claim{ClaimID: "claim-1", At: at(14)}
+				want := &contracts.Claim{ClaimID: "claim-1", At: at(14), By: "billing"}
 				if !reflect.DeepEqual(res.Record.Claim, want) {
 					t.Errorf("claim = %+v, want %+v", res.Record.Claim, want)
 				}
