@@ -225,26 +225,43 @@ func PushBucketConfig(cfg ProvisionConfig) jetstream.KeyValueConfig {
 }
 
 // Provision creates or updates every stream and bucket of the contract. It is
-// idempotent and safe to run from several processes at once.
+// idempotent and safe to run from several processes at once. On a cluster
+// (Replicas > 1) it returns once every stream and bucket has a leader and
+// its replicas are current, so that the roles started next find them
+// answering.
+//
+// A cluster that is forming refuses or drops requests for a while (no peers
+// to place replicas on yet, no meta leader, a stream leader being elected);
+// those are retried until ctx ends, each pass bounded by provisionAttempt,
+// and an error then says what was waited for.
 func Provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig) error {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return err
 	}
-	// A cluster that has just formed may not yet see every peer online and
-	// refuses to place replicas; that passes within seconds, so it is
-	// retried until ctx ends.
+	replicated := cfg.Replicas > 1
+	backoff := 50 * time.Millisecond
 	for {
-		err := provision(ctx, js, cfg)
-		if err == nil || !noPeersYet(err) {
+		actx, cancel := context.WithTimeout(ctx, provisionAttempt)
+		err := provision(actx, js, cfg)
+		cancel()
+		if err == nil {
+			break
+		}
+		if !passes(ctx, err, replicated) {
 			return err
 		}
 		select {
 		case <-ctx.Done():
-			return err
-		case <-time.After(100 * time.Millisecond):
+			return fmt.Errorf("events: provision: the servers did not accept every stream and bucket in time (a cluster without a meta leader or without its peers?): %w", err)
+		case <-time.After(backoff):
 		}
+		backoff = min(2*backoff, time.Second)
 	}
+	if !replicated {
+		return nil
+	}
+	return awaitPlaced(ctx, js, streamNames(cfg))
 }
 
 func provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig) error {
@@ -253,16 +270,31 @@ func provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig)
 			return err
 		}
 	}
+	for _, b := range provisionedBuckets(cfg) {
+		if err := ensureBucket(ctx, js, b.cfg, b.leaderReads, b.watchers); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// provisionedBucket is a bucket of the contract and how its stream is
+// tuned (tuneBucket).
+type provisionedBucket struct {
+	cfg                   jetstream.KeyValueConfig
+	leaderReads, watchers bool
+}
+
+// provisionedBuckets are the contract's buckets.
+func provisionedBuckets(cfg ProvisionConfig) []provisionedBucket {
+	cfg.setDefaults()
 	replicated := cfg.Replicas > 1
-	for _, b := range []struct {
-		cfg jetstream.KeyValueConfig
+	return []provisionedBucket{
 		// Reads that must see every acknowledged write go to the leader:
 		// records; sessions (a sign-out on one API replica ends the session
 		// on every other at once); grants (a revocation stops a grant on
 		// every gate at once). Every agent process watches the policy and
 		// the grants.
-		leaderReads, watchers bool
-	}{
 		{ApprovalsBucketConfig(cfg), replicated, false},
 		{PolicyBucketConfig(cfg), false, true},
 		{SessionsBucketConfig(cfg), replicated, false},
@@ -275,12 +307,7 @@ func provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig)
 		{PasskeysBucketConfig(cfg), replicated, false},
 		// A removed subscription must stop getting pushes at once.
 		{PushBucketConfig(cfg), replicated, false},
-	} {
-		if err := ensureBucket(ctx, js, b.cfg, b.leaderReads, b.watchers); err != nil {
-			return err
-		}
 	}
-	return nil
 }
 
 // FleetWatchers is how many consumers the hitl_policy and hitl_grants
@@ -290,14 +317,3 @@ func provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig)
 // server's default of 1,000 consumers per stream would refuse the gates of
 // a fleet past about a thousand processes.
 const FleetWatchers = 100_000
-
-// jsErrCodeClusterNoPeers is the JetStream API error a cluster answers when
-// it cannot place a stream's replicas ("no suitable peers for placement").
-const jsErrCodeClusterNoPeers jetstream.ErrorCode = 10005
-
-// noPeersYet reports whether err is the cluster refusing to place replicas
-// (by the JetStream error code, not the text).
-func noPeersYet(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeClusterNoPeers
-}

@@ -133,29 +133,24 @@ func startStack(ctx context.Context, mode, root string, arbiterConcurrency int) 
 	return st, nil
 }
 
-// jsErrClusterNoPeers is the JetStream error code of a stream that cannot
-// be placed yet: "no suitable peers for placement".
-const jsErrClusterNoPeers = 10005
+// clusterStart bounds how long a store may take to come up: a bound, not
+// a measurement; a loaded machine (a test suite on two cores) can take long
+// to start three servers and elect their leaders.
+const clusterStart = 2 * time.Minute
 
-// provisionWhenPlaced provisions the streams and buckets, retrying while
-// the cluster cannot place them: a freshly formed cluster's leader learns
-// of its peers' JetStream a moment after it is elected.
+// provisionWhenPlaced provisions the streams and buckets; on a cluster,
+// events.Provision retries while the cluster forms and returns once every
+// stream and bucket has a leader and current replicas.
 func provisionWhenPlaced(ctx context.Context, js jetstream.JetStream, replicas int) error {
-	deadline := time.Now().Add(60 * time.Second)
-	backoff := 50 * time.Millisecond
-	for {
-		err := events.Provision(ctx, js, events.ProvisionConfig{Replicas: replicas})
-		var apiErr *jetstream.APIError
-		if err == nil || !errors.As(err, &apiErr) || apiErr.ErrorCode != jsErrClusterNoPeers || time.Now().After(deadline) {
-			return err
+	pctx, cancel := context.WithTimeout(ctx, clusterStart)
+	defer cancel()
+	if err := events.Provision(pctx, js, events.ProvisionConfig{Replicas: replicas}); err != nil {
+		if replicas > 1 {
+			return fmt.Errorf("the %d-node cluster did not come up within %s: %w", replicas, clusterStart, err)
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, time.Second)
+		return err
 	}
+	return nil
 }
 
 // connect opens one role's connection.
@@ -264,13 +259,10 @@ func (st *stack) startServers() error {
 		go ns.Start()
 		st.servers = append(st.servers, ns)
 	}
-	// A bound on start-up, not a measurement: a loaded machine (a test
-	// suite on two cores) can take long to start three servers.
-	const ready = 60 * time.Second
 	var urls []string
 	for _, ns := range st.servers {
-		if !ns.ReadyForConnections(ready) {
-			return fmt.Errorf("embedded server not ready after %s", ready)
+		if !ns.ReadyForConnections(clusterStart) {
+			return fmt.Errorf("embedded server %s not ready for connections within %s", ns.Name(), clusterStart)
 		}
 		urls = append(urls, ns.ClientURL())
 	}
@@ -332,27 +324,45 @@ func (st *stack) serverOptions(i int, users []*server.User, routePorts []int, ro
 }
 
 // awaitCluster waits until the cluster's JetStream has formed: one meta
-// leader, and every node current.
+// leader, every node current with it, and the leader seeing every node's
+// JetStream online (before that it refuses to place replicas). The cluster
+// has no event for it; it is polled, bounded by clusterStart, and the error
+// says which of these was missing.
 func (st *stack) awaitCluster() error {
-	n := len(st.servers)
-	// The cluster has no event for "JetStream formed"; poll it, bounded.
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(clusterStart)
 	for {
-		leaders, current := 0, 0
-		for _, ns := range st.servers {
-			if ns.JetStreamIsLeader() {
-				leaders++
-			}
-			if ns.JetStreamIsCurrent() {
-				current++
-			}
-		}
-		if leaders == 1 && current == n {
+		why := st.clusterForming()
+		if why == "" {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("JetStream cluster did not form: %d leaders, %d of %d current", leaders, current, n)
+			return fmt.Errorf("the %d-node JetStream cluster did not form within %s: %s", len(st.servers), clusterStart, why)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// clusterForming says what the cluster still lacks, or "" once formed.
+func (st *stack) clusterForming() string {
+	n := len(st.servers)
+	var leader *server.Server
+	leaders, current := 0, 0
+	for _, ns := range st.servers {
+		if ns.JetStreamIsLeader() {
+			leaders, leader = leaders+1, ns
+		}
+		if ns.JetStreamIsCurrent() {
+			current++
+		}
+	}
+	switch {
+	case leaders != 1:
+		return fmt.Sprintf("%d meta leaders, want 1", leaders)
+	case current != n:
+		return fmt.Sprintf("%d of %d nodes current with the meta leader", current, n)
+	}
+	if peers := leader.JetStreamClusterPeers(); len(peers) != n {
+		return fmt.Sprintf("the meta leader sees JetStream on %d of %d nodes (%s)", len(peers), n, strings.Join(peers, ", "))
+	}
+	return ""
 }

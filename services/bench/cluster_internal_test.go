@@ -1,0 +1,73 @@
+package bench
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/countersign/countersign/events"
+)
+
+// The 3-node cluster of `countersign bench -sync cluster` comes up every
+// time: each start waits for a meta leader that sees every node's
+// JetStream, provisions while the cluster forms, and returns once every
+// stream and bucket has a leader and current replicas, so the arbiter and
+// the gate open them at once. A start that does not come up fails the
+// test with what it waited for.
+func TestClusterComesUpEveryTime(t *testing.T) {
+	const starts = 5
+	for i := range starts {
+		// A bound for a loaded machine, not a measurement.
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+		st, err := startStack(ctx, SyncCluster, t.TempDir(), 0)
+		if err != nil {
+			cancel()
+			t.Fatalf("start %d of %d: %v", i+1, starts, err)
+		}
+		if err := st.arbiterFailed(); err != nil {
+			t.Errorf("start %d: %v", i+1, err)
+		}
+		if _, err := st.kv.Status(ctx); err != nil {
+			t.Errorf("start %d: the approvals bucket does not answer: %v", i+1, err)
+		}
+		if i == 0 {
+			provisionWritesNothing(ctx, t, st)
+		}
+		st.close()
+		cancel()
+	}
+}
+
+// provisionWritesNothing provisions the running cluster again and checks
+// that no stream configuration is written: the replicated buckets' streams
+// (leader reads, room for the fleet's watchers) read as configured.
+func provisionWritesNothing(ctx context.Context, t *testing.T, st *stack) {
+	t.Helper()
+	nc, js, err := st.connect(roleProvision)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writes := make(chan *nats.Msg, 64)
+	for _, subj := range []string{"$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.UPDATE.>"} {
+		if _, err := nc.ChanSubscribe(subj, writes); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := events.Provision(ctx, js, events.ProvisionConfig{Replicas: st.replicas}); err != nil {
+		t.Fatal(err)
+	}
+	// The requests went out on nc before this round trip: their copies
+	// are in writes once it returns.
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(writes); n != 0 {
+		m := <-writes
+		t.Errorf("provisioning the provisioned cluster wrote %d configurations (first: %s %s), want none", n, m.Subject, m.Data)
+	}
+}
