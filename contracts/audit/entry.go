@@ -56,6 +56,9 @@ type Entry struct {
 	// EventID is the approval's id; GrantID the grant's, for grant entries.
 	EventID string `json:"event_id,omitempty"`
 	GrantID string `json:"grant_id,omitempty"`
+	// Tenant is the approval's or grant's tenant (run.tenant), "" for
+	// none: what scopes a tenant-limited reader and a sink to its tenants.
+	Tenant string `json:"tenant,omitempty"`
 	// Revision is the record's KV revision after the change (0 when the
 	// change wrote none), RecordSHA256 the hex SHA-256 of the record's
 	// RFC 8785 form at that revision.

@@ -2,6 +2,7 @@ package arbiter
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
 	"strings"
 	"sync"
@@ -114,8 +115,8 @@ func (a *Arbiter) appendAudit(ctx context.Context, e *audit.Entry, msgID string)
 // rev (0 when none was written), under the announcement's msgID.
 func (a *Arbiter) auditChange(ctx context.Context, eventID string, ch *contracts.Changed, rev uint64, msgID string) error {
 	e := audit.Entry{
-		Change: ch.Change, EventID: eventID, Revision: rev, Status: ch.Status, By: ch.By,
-		VoteID: ch.VoteID, Reason: ch.Reason, Step: ch.Step, At: ch.At,
+		Change: ch.Change, EventID: eventID, Tenant: a.tenantOf(ctx, eventID), Revision: rev,
+		Status: ch.Status, By: ch.By, VoteID: ch.VoteID, Reason: ch.Reason, Step: ch.Step, At: ch.At,
 	}
 	if ch.Approver != nil {
 		e.By, e.Via = ch.Approver.ID, ch.Approver.Via
@@ -129,8 +130,8 @@ func (a *Arbiter) auditChange(ctx context.Context, eventID string, ch *contracts
 // auditRecord appends change (created, decided) of rec at revision rev.
 func (a *Arbiter) auditRecord(ctx context.Context, change string, rec *contracts.Record, rev uint64) error {
 	e := audit.Entry{
-		Change: change, EventID: rec.Request.EventID, Revision: rev, Status: rec.Status,
-		By: rec.Request.Run.Agent, At: rec.Request.CreatedAt,
+		Change: change, EventID: rec.Request.EventID, Tenant: rec.Request.Run.Tenant, Revision: rev,
+		Status: rec.Status, By: rec.Request.Run.Agent, At: rec.Request.CreatedAt,
 	}
 	if change == audit.ChangeDecided && rec.Outcome != nil {
 		// Not the outcome's reason: a rejection's reason is the approver's
@@ -143,7 +144,7 @@ func (a *Arbiter) auditRecord(ctx context.Context, change string, rec *contracts
 
 // auditGrant appends a grant's issue or revocation.
 func (a *Arbiter) auditGrant(ctx context.Context, change string, g *contracts.Grant, eventID string, by []string, at time.Time) error {
-	e := audit.Entry{Change: change, EventID: eventID, GrantID: g.GrantID, By: strings.Join(by, ","), At: at}
+	e := audit.Entry{Change: change, EventID: eventID, GrantID: g.GrantID, Tenant: g.Tenant, By: strings.Join(by, ","), At: at}
 	return a.appendAudit(ctx, &e, change+":"+g.GrantID)
 }
 
@@ -163,4 +164,27 @@ func (a *Arbiter) recordSHA256(ctx context.Context, eventID string, rev uint64) 
 		sum, _ := audit.RecordSHA256(entry.Value())
 		return sum
 	})
+}
+
+// tenantOf is the tenant of eventID's request: from the record this
+// arbiter holds, else the bucket's; "" when neither has it.
+func (a *Arbiter) tenantOf(ctx context.Context, eventID string) string {
+	if rec, _, ok := a.records.get(eventID); ok {
+		return rec.Request.Run.Tenant
+	}
+	entry, err := a.kv.Get(ctx, eventID)
+	if err != nil {
+		return ""
+	}
+	var rec struct {
+		Request struct {
+			Run struct {
+				Tenant string `json:"tenant"`
+			} `json:"run"`
+		} `json:"request"`
+	}
+	if json.Unmarshal(entry.Value(), &rec) != nil {
+		return ""
+	}
+	return rec.Request.Run.Tenant
 }
