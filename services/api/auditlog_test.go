@@ -3,11 +3,14 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/countersign/countersign/contracts/audit"
+	"github.com/countersign/countersign/contracts/audit/ocsf"
 	"github.com/countersign/countersign/services/api"
 )
 
@@ -41,6 +44,57 @@ func TestAuditExportIsForAuditorsAndVerifies(t *testing.T) {
 		}
 		if !rep.OK() || rep.Entries != 1 || rep.Unsigned != 1 {
 			t.Fatalf("%s: report %+v; want one entry, not signed (this arbiter holds no key)", who, rep)
+		}
+	}
+}
+
+// TestAuditExportOCSFKeepsToTheCallersTenants: format=ocsf streams one OCSF
+// event per entry, each carrying its approval's tenant; an auditor limited
+// to acme gets acme's entries only, an admin every tenant's; none holds the
+// call's arguments or tool; an unknown format is refused.
+func TestAuditExportOCSFKeepsToTheCallersTenants(t *testing.T) {
+	o := setupOversight(t)
+	sub, err := o.srv.Connect().SubscribeSync(audit.SubjectEntryPrefix + ">")
+	if err != nil {
+		t.Fatal(err)
+	}
+	acme := o.propose(t, "acme", "run-1", "payments.send", `{"iban":"DE44500105175407324931"}`)
+	globex := o.propose(t, "globex", "run-2", "payments.send", `{"iban":"DE44500105175407324931"}`)
+	for range 2 {
+		if _, err := sub.NextMsg(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o.call(t, "GET", "/v1/audit/export?format=cef", "admin", nil).wantError(t, http.StatusBadRequest, api.CodeInvalidParameter, "format")
+	for who, want := range map[string][]string{"auditor-acme": {acme}, "admin": {acme, globex}} {
+		r := o.call(t, "GET", "/v1/audit/export?format=ocsf", who, nil)
+		if r.status != http.StatusOK || r.header.Get("Content-Type") != "application/x-ndjson" {
+			t.Fatalf("%s: %d %s", who, r.status, r.body)
+		}
+		if bytes.Contains(r.body, []byte("DE445")) || bytes.Contains(r.body, []byte("payments.send")) {
+			t.Fatalf("%s: the OCSF export holds the call's arguments or tool:\n%s", who, r.body)
+		}
+		var got []string
+		for _, line := range bytes.Split(bytes.TrimSpace(r.body), []byte("\n")) {
+			var ev ocsf.Event
+			if err := json.Unmarshal(line, &ev); err != nil {
+				t.Fatal(err)
+			}
+			if ev.ClassUID != ocsf.ClassAPIActivity || ev.API.Operation != audit.ChangeCreated {
+				t.Fatalf("%s: %s", who, line)
+			}
+			got = append(got, ev.Metadata.CorrelationUID+"@"+ev.Metadata.TenantUID)
+		}
+		var wantIDs []string
+		for _, id := range want {
+			tenant := "acme"
+			if id == globex {
+				tenant = "globex"
+			}
+			wantIDs = append(wantIDs, id+"@"+tenant)
+		}
+		if !slices.Equal(got, wantIDs) {
+			t.Fatalf("%s: events of %v, want %v", who, got, wantIDs)
 		}
 	}
 }

@@ -46,14 +46,16 @@ func (c *auditConfig) arbiter() arbiter.AuditConfig {
 	return arbiter.AuditConfig{CheckpointEvery: c.CheckpointEvery, CheckpointInterval: c.interval}
 }
 
-// cmdAuditExport writes the audit log's bundle (GET /v1/audit/export) to
-// a file or stdout, as the API streams it.
+// cmdAuditExport writes the audit log's bundle (GET /v1/audit/export), or
+// its OCSF events with --format ocsf, to a file or stdout, as the API
+// streams it.
 func cmdAuditExport(args []string, out io.Writer) error {
 	fs := newFlagSet("audit export", out)
 	newClient := clientFlags(fs.FlagSet)
 	since := fs.String("since", "", "start of the range (RFC 3339; default the log's start)")
 	until := fs.String("until", "", "end of the range (RFC 3339; default now)")
 	into := fs.String("o", "", "write the bundle to this file (default stdout)")
+	format := fs.String("format", "native", "native (the bundle audit verify checks) or ocsf (OCSF events, JSON Lines)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -69,6 +71,13 @@ func cmdAuditExport(args []string, out io.Writer) error {
 			return fmt.Errorf("audit export: --%s must be an RFC 3339 time, got %q", name, v)
 		}
 		q.Set(name, v)
+	}
+	switch *format {
+	case "native":
+	case "ocsf":
+		q.Set("format", "ocsf")
+	default:
+		return fmt.Errorf("audit export: --format must be native or ocsf, got %q", *format)
 	}
 	c, err := newClient()
 	if err != nil {

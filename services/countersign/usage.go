@@ -40,7 +40,7 @@ var commands = []command{
 	{path: "grants show", synopsis: "ID", about: "one grant and its timeline: who granted, each call that used it"},
 	{path: "grants revoke", synopsis: "ID", about: "revoke a grant on every gate at once"},
 	{path: "audit", synopsis: "ID [--json]", about: "the full timeline: request, policy, notifications, votes, outcome"},
-	{path: "audit export", synopsis: "[--since T] [--until T] [-o FILE]", about: "the tamper-evident audit log as a bundle: entries, signed checkpoints, keys (admins, auditors)"},
+	{path: "audit export", synopsis: "[--since T] [--until T] [--format native|ocsf] [-o FILE]", about: "the tamper-evident audit log as a bundle: entries, signed checkpoints, keys; or as OCSF events (admins, auditors)"},
 	{path: "audit verify", synopsis: "BUNDLE [--keys jwks.json] [--json]", about: "check a bundle offline: names each entry altered, removed, reordered or inserted"},
 	{path: "oversight", synopsis: "[--since 30d] [--fast 10s] [--json]", about: "how approvals are decided, per approver and rule (admins, viewers, auditors)"},
 	{path: "policy lint", synopsis: "[--directory F] [--strict] FILE...", about: "check syntax, CEL types, unreachable rules, unknown groups"},
