@@ -115,11 +115,24 @@ export function receiptOf(perCall: unknown): string | undefined {
   return typeof perCall === 'object' && perCall !== null ? receipts.get(perCall) : undefined;
 }
 
-/** withReceipt returns a copy of the per-call object on which receiptOf finds receipt. */
+/**
+ * withReceipt returns the per-call object on which receiptOf finds receipt:
+ * a copy of a plain object, or a class instance itself (ADK's tool Context),
+ * whose methods a copy would lose.
+ */
 function withReceipt<T>(perCall: T, receipt: string | undefined): T {
+  if (typeof perCall === 'object' && perCall !== null && !isPlainObject(perCall)) {
+    if (receipt) receipts.set(perCall, receipt);
+    return perCall;
+  }
   const copy = (typeof perCall === 'object' && perCall !== null ? { ...perCall } : {}) as T & object;
   if (receipt) receipts.set(copy, receipt);
   return copy;
+}
+
+function isPlainObject(v: object): boolean {
+  const proto = Object.getPrototypeOf(v);
+  return proto === Object.prototype || proto === null;
 }
 
 /** The tools each client guards with Countersign.guard, by name, and the toolSchema it reviews them with. */
