@@ -206,6 +206,9 @@ type Record struct {
 	Claim     *Claim   `json:"claim,omitempty"`
 	// Execution is the claimant's report of how the call ended.
 	Execution *Execution `json:"execution,omitempty"`
+	// Review is the automated first reviewer of the request and its
+	// opinion, when the rule names one (see Review).
+	Review *Review `json:"review,omitempty"`
 	// LapsedAt is when a claim found the approval lapsed (see
 	// ReasonApprovalLapsed); the approval can no longer be claimed.
 	LapsedAt  *time.Time `json:"lapsed_at,omitempty"`

@@ -99,6 +99,7 @@ func compileDefault(p *Policy, fs *fileSpec, ps *problems) string {
 	if fs.def == ActionRequireApproval {
 		checkQuorum(ds, "default_rule", posOf(fs.defaultRule.quorumNode, fs.defaultRule.node), SeverityError, ps)
 		checkTimers(ds, &fs.defaultRule, "default_rule", ps)
+		checkReviewerAlone(ds, "default_rule", ps)
 		noteRepeat(ds)
 	}
 	checkOrder(ds, "default_rule", fs.defaultRule.node, ps)
@@ -154,6 +155,7 @@ func compileRule(rs *ruleSpec, fs *fileSpec, fallback settings, version string, 
 		checkQuorum(s, rs.where, posOf(rs.quorumNode, rs.node), SeverityError, ps)
 		checkOrder(s, rs.where, rs.node, ps)
 		checkTimers(s, &rs.gateSpec, rs.where, ps)
+		checkReviewerAlone(s, rs.where, ps)
 		if s.stepUp != "" && s.grants != nil {
 			ps.add(rs.line, 1, SeverityError, "%s: step_up passkey and grants cannot go together: a standing grant would run calls no passkey signed", rs.where)
 		}
@@ -198,6 +200,7 @@ type settings struct {
 	sensitive   []string
 	fields      []*fieldMatcher
 	grants      *grantsSpec
+	reviewer    *reviewerSpec
 	// Timers, with the layer each comes from (nil: not set).
 	reminders     []time.Duration
 	remindersFrom *gateSpec
@@ -262,6 +265,9 @@ func settingsFor(risk string, layers ...*gateSpec) settings {
 		if s.grants == nil && g.grants != nil {
 			s.grants = g.grants
 		}
+		if s.reviewer == nil && g.reviewer != nil {
+			s.reviewer = g.reviewer
+		}
 		if !summary && g.summary != "" {
 			summary, s.summary = true, g.summary
 		}
@@ -291,6 +297,7 @@ func (s settings) decision(action, rule, version string, line int) Decision {
 		AllowedDecisions: slices.Clone(s.allowed), Channels: slices.Clone(s.channels), Summary: s.summary,
 		Reminders: slices.Clone(s.reminders), Sensitive: slices.Clone(s.sensitive), sensitiveFields: s.fields,
 		Grants: limitsOf(s.grants), StepUp: s.stepUp, Notify: slices.Clone(s.notify),
+		Reviewer: reviewerOf(s.reviewer),
 	}
 	d.Escalation, _ = s.ladder()
 	switch {

@@ -110,6 +110,11 @@ type Decision struct {
 	// default_rule or the risk tier). Meaningful when Action is
 	// require_approval.
 	StepUp string
+	// Reviewer is the automated first reviewer the rule, default_rule or
+	// the risk tier names (reviewer:), or nil. Meaningful when Action is
+	// require_approval. The arbiter freezes it in the record from the
+	// policy it checks the request against, never from the request.
+	Reviewer *Reviewer
 	// Receipt says the rule allows the call with a receipt (receipt: true):
 	// the HTTP API signs one for the policy decision. Only an allow
 	// decision sets it; an agent's own process never signs.

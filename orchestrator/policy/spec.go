@@ -19,10 +19,10 @@ var (
 	topKeys  = []string{"version", "default", "default_rule", "groups", "risk_defaults", "rules"}
 	gateKeys = []string{"risk", "approvers", "quorum", "veto", "allow_self_approval", "order",
 		"channels", "timeout", "on_timeout", "claim_within", "allowed_decisions", "summary", "reason",
-		"reminders", "escalation", "escalation_repeat", "sensitive", "sensitive_fields", "grants", "step_up", "notify"}
+		"reminders", "escalation", "escalation_repeat", "sensitive", "sensitive_fields", "grants", "step_up", "notify", "reviewer"}
 	riskDefaultKeys = []string{"approvers", "quorum", "veto", "allow_self_approval", "order",
 		"channels", "timeout", "on_timeout", "claim_within", "allowed_decisions",
-		"reminders", "escalation", "escalation_repeat", "step_up", "notify"}
+		"reminders", "escalation", "escalation_repeat", "step_up", "notify", "reviewer"}
 	tierKeys  = []string{"after", "approvers", "channels"}
 	matchKeys = []string{"name", "agents", "tools", "tenants", "labels", "when", "action", "mode"}
 	ruleKeys  = append(append(append([]string{}, matchKeys...), gateKeys...), "receipt")
@@ -78,6 +78,8 @@ type gateSpec struct {
 	grants *grantsSpec
 	// stepUp is what an approval must carry beyond identity ("" not set).
 	stepUp string
+	// reviewer is the automated first reviewer (nil: not set).
+	reviewer *reviewerSpec
 	// notify is the staggered notification, set when its key is.
 	notify    []contracts.NotifyStage
 	notifySet bool
@@ -446,6 +448,7 @@ var gateFieldReaders = map[string]func(g *gateSpec, f field, what string, ps *pr
 	},
 	"escalation_repeat": readEscalationRepeatField,
 	"grants":            readGrantsField,
+	"reviewer":          readReviewerField,
 }
 
 func readRiskField(g *gateSpec, f field, what string, ps *problems) {

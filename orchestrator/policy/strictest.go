@@ -38,7 +38,8 @@ func actionRank(action string) int {
 //     allowed decisions both allow (never none: if they share none, the
 //     primary side's); the sensitive patterns and channels of both; the
 //     reminders of both that fall before the deadline; grants only as far
-//     as both permit them (nil if either permits only the call).
+//     as both permit them (nil if either permits only the call); a
+//     reviewer that decides only as far as both let it (StricterReviewer).
 //   - the deadline is the later of the two. Where time approves (both say
 //     on_timeout approve) the later deadline is the stricter one. Where it
 //     rejects, a longer wait asks the same people for the same quorum and
@@ -101,6 +102,7 @@ func strictest(a, b Decision) Decision {
 	}
 	d.Reminders = reminders(d.Reminders, o.Reminders, d.Timeout)
 	d.Grants = bothGrant(p.Grants, o.Grants)
+	d.Reviewer = StricterReviewer(p.Reviewer, o.Reviewer)
 	return d
 }
 
@@ -250,6 +252,7 @@ func (d Decision) weakerThan(o Decision) []string {
 		add(!slices.Contains(d.sensitiveFields, f), "shows sensitive_fields "+f.src)
 	}
 	out = append(out, grantsWeaker(d.Grants, o.Grants)...)
+	out = append(out, reviewerWeaker(d.Reviewer, o.Reviewer)...)
 	return out
 }
 
