@@ -13,8 +13,9 @@ import (
 )
 
 // TestOnlyArbiterAppendsTheAuditLog: the arbiter appends entries and reads
-// the log back; the API reads it (exports) and may not write it; no other
-// role may write it or read it.
+// the log back; the API reads it (exports) and the notifier with an audit
+// sink's durable consumer, acknowledging what it delivered, and neither may
+// write it; no other role may write it or read it.
 func TestOnlyArbiterAppendsTheAuditLog(t *testing.T) {
 	e := newEnv(t)
 	arb := e.connect(t, embedded.RoleArbiter)
@@ -33,9 +34,34 @@ func TestOnlyArbiterAppendsTheAuditLog(t *testing.T) {
 		t.Fatalf("the API reads the log: %d entries, %v", n, err)
 	}
 	api.noErrors(t)
+	notifier := e.connect(t, embedded.RoleNotifier)
+	cons, err := notifier.js.CreateOrUpdateConsumer(ctx, audit.Stream, jetstream.ConsumerConfig{
+		Durable: "audit-sink-siem", AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: audit.SubjectEntryPrefix + ">",
+	})
+	if err != nil {
+		t.Fatalf("the notifier creates an audit sink's durable: %v", err)
+	}
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(opTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := range batch.Messages() {
+		if err := m.DoubleAck(ctx); err != nil {
+			t.Fatalf("the notifier acknowledges what a sink took: %v", err)
+		}
+		n++
+	}
+	if n != 2 {
+		t.Fatalf("the notifier's sink read %d entries, want 1", n-1)
+	}
+	notifier.noErrors(t)
 	for _, r := range []embedded.Role{embedded.RoleAPI, embedded.RoleOrchestrator, embedded.RoleResolver, embedded.RoleNotifier} {
 		c := api
-		if r != embedded.RoleAPI {
+		switch r {
+		case embedded.RoleNotifier:
+			c = notifier
+		case embedded.RoleAPI:
+		default:
 			c = e.connect(t, r)
 		}
 		for _, subj := range []string{entry.Subject(), audit.SubjectCheckpoint} {
@@ -44,7 +70,7 @@ func TestOnlyArbiterAppendsTheAuditLog(t *testing.T) {
 				return err
 			})
 		}
-		if r == embedded.RoleAPI {
+		if r == embedded.RoleAPI || r == embedded.RoleNotifier {
 			continue
 		}
 		stream := "$JS.API.STREAM.INFO." + audit.Stream

@@ -208,6 +208,12 @@ func (g *grant) notifier() {
 	g.pub(kvRead(streamPush)...)
 	// Openings of an approval (hitl.approval.read) hold back the later
 	// stages of a staggered notification: read with message gets.
+	//
+	// The audit log, never written: each audit sink (notifier/auditsink)
+	// reads it with its own durable consumer, audit-sink-<name>, and
+	// acknowledges an entry once the sink took it. The other roles that
+	// read HITL_AUDIT (arbiter, api) hold no acknowledgment there.
+	g.pub(durableConsumer(audit.Stream)...)
 }
 
 // subjectTimerPrefix is where the arbiter schedules and receives its timers.
