@@ -76,7 +76,7 @@ test('npm pack in a fresh clone builds the package; the tarball installs and imp
   const { stdout } = await npm(clone, 'pack', '--json', '--pack-destination', work);
   const [packed] = JSON.parse(stdout.slice(stdout.search(/^\[/m))) as Array<{ filename: string; files: Array<{ path: string }> }>;
   const files = packed!.files.map((f) => f.path);
-  for (const f of ['dist/index.js', 'dist/index.d.ts', 'dist/receipts.js', 'dist/ai-sdk.js', 'dist/langgraph.js', 'dist/openai-agents.js', 'README.md']) {
+  for (const f of ['dist/index.js', 'dist/index.d.ts', 'dist/receipts.js', 'dist/ai-sdk.js', 'dist/langgraph.js', 'dist/openai-agents.js', 'dist/adk.js', 'dist/mastra.js', 'README.md']) {
     assert.ok(files.includes(f), `the tarball holds ${f}`);
   }
   assert.ok(!files.some((f) => f.startsWith('test/') || f.startsWith('node_modules/')), 'no tests or dependencies in the tarball');
