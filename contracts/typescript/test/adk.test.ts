@@ -14,7 +14,8 @@ import { FunctionTool, InMemorySessionService, LlmAgent, Runner } from '@google/
 import { z } from 'zod';
 import { Countersign, CountersignError } from '@countersign/client';
 import { gate, genaiToJSONSchema, openConfirmations } from '@countersign/client/adk';
-import { Server, runId } from './harness.js';
+import { Server, agentSubject, runId } from './harness.js';
+import { Spy, inLongPoll } from './spy.js';
 import { appName, collect, finalText, makeAdkAgent, userId, type Ran } from './adk-agent.js';
 import { ScriptedAdkModel, type ScriptedCall } from './adk-model.js';
 
@@ -180,6 +181,22 @@ describe('Google ADK', () => {
     const text = finalText(await resuming);
     assert.equal(ran.length, 1);
     assert.match(text, /call_pay: \{"sent":"1250 to Globex GmbH"\}/);
+  });
+
+  test('aborting g.resume while it waits cancels the approvals it waits on; the tool never runs', async () => {
+    const spy = new Spy();
+    const { ran, sessionId, start, g, runner } = await setup([pay], spy.client(server, { agent: 'ts-adk-agent' }));
+    await start();
+    const req = await server.requestFor(sessionId, 'call_pay');
+    const stop = new AbortController();
+    const resuming = collect(g.resume(runner, { userId, sessionId, signal: stop.signal }));
+    await spy.until(inLongPoll);
+    stop.abort(new Error('the user closed the chat'));
+    await assert.rejects(resuming, /the user closed the chat/);
+    const rec = await server.decided(req.event_id);
+    assert.equal(rec.status, 'cancelled');
+    assert.deepEqual(rec.outcome?.decided_by, [agentSubject]);
+    assert.deepEqual(ran, []);
   });
 
   test('resume in a new process: the paused session lives in ADK\'s DatabaseSessionService; another worker resumes it, once', async () => {

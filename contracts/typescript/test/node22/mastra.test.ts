@@ -17,7 +17,8 @@ import { LibSQLStore } from '@mastra/libsql';
 import { z } from 'zod';
 import { Countersign, CountersignError } from '@countersign/client';
 import { gate } from '@countersign/client/mastra';
-import { Server } from '../harness.js';
+import { Server, agentSubject } from '../harness.js';
+import { Spy } from '../spy.js';
 import type { ScriptedCall } from '../models.js';
 import { makeMastraAgent, streamingModel, type Ran } from './mastra-agent.js';
 
@@ -161,6 +162,23 @@ describe('Mastra', () => {
     const out = await resuming;
     assert.equal(ran.length, 1);
     assert.match(out!.text, /call_pay: "sent 1250 to Globex GmbH"/);
+  });
+
+  test('aborting g.resume while it waits cancels the approvals it waits on; the tool never runs', async () => {
+    const spy = new Spy();
+    const { g, agent, ran } = setup([pay], spy.client(server, { agent: 'ts-mastra-agent' }));
+    const first = await agent.generate('Pay invoice 42');
+    const req = await server.requestFor(first.runId!, 'call_pay');
+    const stop = new AbortController();
+    const resuming = g.resume(agent, first.runId!, { signal: stop.signal });
+    // waitDecided's long poll of the approval.
+    await spy.until((s) => s.method === 'GET' && s.path.startsWith(`/v1/approvals/${req.event_id}?`));
+    stop.abort(new Error('the user closed the chat'));
+    await assert.rejects(resuming, /the user closed the chat/);
+    const rec = await server.decided(req.event_id);
+    assert.equal(rec.status, 'cancelled');
+    assert.deepEqual(rec.outcome?.decided_by, [agentSubject]);
+    assert.deepEqual(ran, []);
   });
 
   test('resume in a new process: the suspended run lives in Mastra\'s storage; another worker resumes it, once', async () => {
