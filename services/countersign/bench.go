@@ -62,6 +62,9 @@ func cmdBench(args []string, out io.Writer) error {
 	if f.serveMemory > 0 {
 		return runServeMemory(ctx, out, f)
 	}
+	if f.reviews > 0 {
+		return runReviews(ctx, out, f)
+	}
 	if f.fleet != "" {
 		modes, err := fleetModes(f.set, f.syncMode)
 		if err != nil {
@@ -98,6 +101,7 @@ type benchFlags struct {
 	serveClaim         bool
 	serveKeep          bool
 	serveReuse         string
+	reviews            int
 }
 
 // parseBenchFlags parses and checks the arguments of 'countersign bench'.
@@ -125,6 +129,7 @@ func parseBenchFlags(args []string, out io.Writer) (*benchFlags, error) {
 	fs.BoolVar(&f.serveClaim, "serve-claim", true, "in -serve-memory, claim each approved call as an agent does before it runs it")
 	fs.BoolVar(&f.serveKeep, "serve-keep", false, "in -serve-memory, keep the data directory (under -dir) for a later look")
 	fs.StringVar(&f.serveReuse, "serve-reuse", "", "in -serve-memory, restart serve on the history a -serve-keep run left in this directory instead of seeding one")
+	fs.IntVar(&f.reviews, "reviews", 0, "measure POST /v1/reviews of a call the policy allows with this many clients (and one client's latency) beside GET /healthz and a JetStream publish on the same server, instead; -sync always (default) or lazy")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -186,6 +191,45 @@ func runServeMemory(ctx context.Context, out io.Writer, f *benchFlags) error {
 		return err
 	}
 	return writeJSONIf(out, f.jsonOut, []*bench.ServeMemoryReport{rep}, err)
+}
+
+// runReviews is bench -reviews: the allowed call's path through the API.
+func runReviews(ctx context.Context, out io.Writer, f *benchFlags) error {
+	sync := f.syncMode
+	if sync == bench.SyncBoth {
+		sync = bench.SyncAlways // the flag's default: serve's store
+	}
+	cfg := bench.ReviewsConfig{Dir: f.dir, Sync: sync, Duration: f.duration, Count: f.count, Clients: f.reviews, Out: out}
+	if f.jsonOut {
+		cfg.Out = io.Discard
+	}
+	if f.cpuProfile != "" {
+		file, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer file.Close()
+		if err := pprof.StartCPUProfile(file); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	rep, err := bench.Reviews(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if f.jsonOut {
+		return writeJSONIf(out, true, []*bench.ReviewsReport{rep}, nil)
+	}
+	a, h := rep.Allowed, rep.Health
+	fmt.Fprintf(out, "\nPOST /v1/reviews, one allowed call (%s, %d repetitions; median [min–max])\n", rep.Sync, rep.Repetitions)
+	fmt.Fprintf(out, "  allowed:  %6.0f/s [%.0f–%.0f] with %d clients; one client p50 %.3f ms [%.3f–%.3f], p99 %.3f ms\n",
+		a.PerSec[0], a.PerSec[1], a.PerSec[2], rep.Clients, a.P50Ms[0], a.P50Ms[1], a.P50Ms[2], a.P99Ms[0])
+	fmt.Fprintf(out, "  /healthz: %6.0f/s [%.0f–%.0f] with %d clients; one client p50 %.3f ms [%.3f–%.3f], p99 %.3f ms\n",
+		h.PerSec[0], h.PerSec[1], h.PerSec[2], rep.Clients, h.P50Ms[0], h.P50Ms[1], h.P50Ms[2], h.P99Ms[0])
+	fmt.Fprintf(out, "  JetStream publish p50 %.3f ms [%.3f–%.3f]; async publish %.0f/s [%.0f–%.0f]\n", rep.SyncPublishP50Ms[0], rep.SyncPublishP50Ms[1], rep.SyncPublishP50Ms[2],
+		rep.AsyncPublishPerSec[0], rep.AsyncPublishPerSec[1], rep.AsyncPublishPerSec[2])
+	return nil
 }
 
 // runBench is bench without -records or -fleet: the budgets of every sync
