@@ -120,6 +120,7 @@ export function gate(cs: Countersign, options: GateOptions = {}): Gate {
 
     async resume(agent, runId, opts = {}) {
       let last: ResumeOutput | undefined;
+      const resumed = new Set<string>();
       for (;;) {
         const { runs } = await agent.listSuspendedRuns();
         const suspended = runs.find((r) => r.runId === runId);
@@ -128,10 +129,13 @@ export function gate(cs: Countersign, options: GateOptions = {}): Gate {
             typeof c.toolCallId === 'string' && typeof c.toolName === 'string' && schemas.has(c.toolName) && isOurs(c.suspendPayload),
         );
         if (calls.length === 0) return last;
+        const fresh = calls.filter((c) => !resumed.has(c.toolCallId));
+        if (fresh.length === 0) throw new Error(`Mastra run ${runId} is still suspended on calls resumed already: ${calls.map((c) => c.toolCallId).join(', ')}`);
         // The decisions, all at once; the tool itself asks again when it resumes.
-        const eventIds = calls.map((c) => (c.suspendPayload as SuspendPayload).countersign.event_id).filter((id): id is string => !!id);
+        const eventIds = fresh.map((c) => (c.suspendPayload as SuspendPayload).countersign.event_id).filter((id): id is string => !!id);
         await cs.waitDecided(eventIds, { signal: opts.signal });
-        for (const c of calls) {
+        for (const c of fresh) {
+          resumed.add(c.toolCallId);
           const stream = await agent.resumeStream({ countersign: 'decided' }, { runId, toolCallId: c.toolCallId, abortSignal: opts.signal });
           // Read to the end before asking how it finished: a run still suspended on another call has no full output.
           for await (const _ of stream.fullStream);
