@@ -90,8 +90,8 @@ func StreamConfigs(cfg ProvisionConfig) []jetstream.StreamConfig {
 	return []jetstream.StreamConfig{
 		base(contracts.StreamRequests, "Countersign approval and human input requests",
 			contracts.SubjectToolRequestedPrefix+">", contracts.SubjectInputRequestedPrefix+">"),
-		base(contracts.StreamResolutions, "Countersign votes and commands",
-			contracts.SubjectResolvedPrefix+">", contracts.SubjectCommandPrefix+">"),
+		base(contracts.StreamResolutions, "Countersign votes, commands and reviewers' opinions",
+			contracts.SubjectResolvedPrefix+">", contracts.SubjectCommandPrefix+">", contracts.SubjectOpinionPrefix+">"),
 		base(contracts.StreamEvents, "Countersign outcomes, changes and notification receipts",
 			contracts.SubjectDecidedPrefix+">", contracts.SubjectChangedPrefix+">", contracts.SubjectNotifyPrefix+">",
 			contracts.SubjectReadPrefix+">", contracts.SubjectGrantPrefix+">"),

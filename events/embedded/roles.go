@@ -155,6 +155,9 @@ func (g *grant) arbiter() {
 	// to sign checkpoints.
 	g.pub(audit.SubjectPrefix + ">")
 	g.pub(orderedConsumer(audit.Stream)...)
+	// Automated reviewers' opinions: published by the arbiter alone,
+	// which asks the reviewers, and recorded by it from the stream.
+	g.pub(contracts.SubjectOpinionPrefix + ">")
 	// Claim requests: answered once each, on the requester's inbox.
 	g.sub(contracts.SubjectClaimPrefix + ">")
 	g.responses = true

@@ -72,6 +72,9 @@ func compile(data []byte) (*Policy, problems) {
 		conds = append(conds, p.shadow[i].cond)
 	}
 	p.history = historyUseOf(conds)
+	p.reviewers = p.dflt.Reviewer != nil || slices.ContainsFunc(p.rules, func(r rule) bool {
+		return r.decision.Reviewer != nil || r.failClosed.Reviewer != nil
+	})
 	layers := append([]*gateSpec{&fs.defaultRule}, riskTiers(fs)...)
 	for _, rs := range fs.rules {
 		layers = append(layers, &rs.gateSpec)

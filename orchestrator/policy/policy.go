@@ -163,6 +163,8 @@ type Policy struct {
 	index toolIndex
 	// history is what the conditions read of the history of calls.
 	history HistoryUse
+	// reviewers: some decision names an automated reviewer.
+	reviewers bool
 }
 
 // Parse reads, validates and compiles a policy; every CEL condition is

@@ -233,3 +233,22 @@ func reviewerWeaker(d, o *Reviewer) []string {
 	}
 	return out
 }
+
+// HasReviewers reports whether some decision of p names an automated
+// reviewer: without one, no request needs asking for it.
+func (p *Policy) HasReviewers() bool { return p.reviewers }
+
+// ReviewerFor is the reviewer of a call d decides, as far as d lets it
+// decide: advice only where d's risk is above up_to_risk, a step-up
+// guards the call or its approvers decide in sequence. nil when d names
+// none or does not gate.
+func (d Decision) ReviewerFor() *Reviewer {
+	r := d.Reviewer
+	if r == nil || d.Action != ActionRequireApproval {
+		return nil
+	}
+	if r.ApproveBelow > 0 && (riskRank(d.Risk) > riskRank(r.UpToRisk) || d.StepUp != "" || d.Order == contracts.OrderSequence) {
+		return StricterReviewer(r, nil)
+	}
+	return r
+}

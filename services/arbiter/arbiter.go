@@ -19,6 +19,7 @@ import (
 	"github.com/countersign/countersign/contracts/audit"
 	"github.com/countersign/countersign/contracts/receipt"
 	"github.com/countersign/countersign/events"
+	"github.com/countersign/countersign/orchestrator/reviewer"
 )
 
 // Durable consumer names. Replicas share them.
@@ -66,6 +67,12 @@ type Config struct {
 	// Audit configures the audit log's checkpoints, signed with Receipts
 	// (see audit.go).
 	Audit AuditConfig
+	// Reviewers are the automated reviewers policies may name, by name
+	// (see reviews.go); a rule naming one that is not here gets an
+	// opinion with an error, and its requests wait for people.
+	Reviewers map[string]*reviewer.Endpoint
+	// ReviewWorkers is how many reviewers are asked at once (default 4).
+	ReviewWorkers int
 }
 
 func (c *Config) setDefaults() {
@@ -90,6 +97,9 @@ func (c *Config) setDefaults() {
 	if c.ClockSkew == 0 {
 		c.ClockSkew = time.Minute
 	}
+	if c.ReviewWorkers == 0 {
+		c.ReviewWorkers = defaultReviewWorkers
+	}
 }
 
 func (c *Config) validate() error {
@@ -102,6 +112,13 @@ func (c *Config) validate() error {
 	}
 	if c.ClockSkew < 0 || c.ClockSkew > time.Hour {
 		errs = append(errs, errors.New("arbiter: Config.ClockSkew must be between 0 and one hour"))
+	}
+	for name, ep := range c.Reviewers {
+		if ep == nil || ep.Name != name {
+			errs = append(errs, fmt.Errorf("arbiter: Config.Reviewers[%q] must be an endpoint of that name", name))
+		} else if err := ep.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("arbiter: Config.Reviewers: %w", err))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -129,6 +146,8 @@ type Arbiter struct {
 	passkeysMu sync.Mutex
 	passkeys   jetstream.KeyValue
 	audit      *auditTrail
+	// reviews queues the records whose reviewer is to be asked.
+	reviews *reviews
 }
 
 type metrics struct {
@@ -211,6 +230,7 @@ func New(ctx context.Context, cfg Config) (*Arbiter, error) {
 		records: newRecordCache(),
 		gm:      newGrantMetrics(cfg.Registerer),
 		audit:   newAuditTrail(),
+		reviews: newReviews(cfg.Registerer),
 	}, nil
 }
 
@@ -226,6 +246,9 @@ func (a *Arbiter) Run(ctx context.Context) error {
 	go func() { errc <- a.runCheckpoints(ctx) }()
 	// The directory and live policy version, followed as they change.
 	go a.policies.keys.watch(ctx, a.policies, a.cfg.Logger)
+	reviewing := make(chan struct{})
+	go func() { a.runReviews(ctx); close(reviewing) }()
+	defer func() { <-reviewing }()
 	go func() { errc <- a.serveClaims(ctx) }()
 	go func() {
 		errc <- events.Consume(ctx, a.cfg.JS, events.ConsumerConfig{
@@ -316,6 +339,9 @@ func (a *Arbiter) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 		return a.refuse(ctx, req, ref)
 	}
 	rec := approval.NewRecord(req, a.cfg.Now())
+	if rec.Review, err = a.reviewOf(ctx, &req); err != nil {
+		return err
+	}
 	data, err := contracts.MarshalRecord(&rec, reqData)
 	if err != nil {
 		return events.Poison(err)
@@ -343,7 +369,10 @@ func (a *Arbiter) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 	if err := a.scheduleExpiry(ctx, rec); err != nil {
 		return err
 	}
-	return a.scheduleTimers(ctx, rec)
+	if err := a.scheduleTimers(ctx, rec); err != nil {
+		return err
+	}
+	return a.startReview(ctx, rec)
 }
 
 // existing finishes what a request for a record that already exists may
@@ -371,7 +400,10 @@ func (a *Arbiter) existing(ctx context.Context, eventID string) (contracts.Recor
 	if err := a.scheduleExpiry(ctx, cur); err != nil {
 		return cur, err
 	}
-	return cur, a.scheduleTimers(ctx, cur)
+	if err := a.scheduleTimers(ctx, cur); err != nil {
+		return cur, err
+	}
+	return cur, a.startReview(ctx, cur)
 }
 
 func (a *Arbiter) handleResolution(ctx context.Context, msg jetstream.Msg) error {
@@ -424,6 +456,8 @@ func (a *Arbiter) handleResolution(ctx context.Context, msg jetstream.Msg) error
 		})
 	case strings.HasPrefix(subj, contracts.SubjectCommandPrefix):
 		return a.handleCommand(ctx, msg, strings.TrimPrefix(subj, contracts.SubjectCommandPrefix), false)
+	case strings.HasPrefix(subj, contracts.SubjectOpinionPrefix):
+		return a.handleOpinion(ctx, msg)
 	}
 	return events.Poison(fmt.Errorf("unexpected subject %s", subj))
 }
@@ -546,6 +580,9 @@ func validateVote(v *contracts.Vote, subjectID string) error {
 	}
 	if e := contracts.CheckVoteIdentity(v); e != nil {
 		return e
+	}
+	if isReviewerVote(v) {
+		return errors.New("a vote on the bus may not claim a reviewer's identity")
 	}
 	return nil
 }

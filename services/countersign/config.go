@@ -60,6 +60,9 @@ type fileConfig struct {
 	Passkeys passkeysConfig `yaml:"passkeys"`
 	// Audit is when the audit log's checkpoints are signed (auditlog.go).
 	Audit auditConfig `yaml:"audit"`
+	// Reviewers are the automated first reviewers policies may name
+	// (reviewers.go).
+	Reviewers map[string]reviewerConfig `yaml:"reviewers"`
 }
 
 type natsConfig struct {

@@ -197,10 +197,14 @@ func (n *node) startArbiter(ctx context.Context) ([]events.Consumer, error) {
 	if n.polSource != nil {
 		trusted = arbiter.Policies{n.pol}
 	}
+	reviewers, err := n.cfg.reviewerEndpoints()
+	if err != nil {
+		return nil, err
+	}
 	arb, err := arbiter.New(ctx, arbiter.Config{
 		JS: js, Logger: n.log.With("role", "arbiter"), Registerer: n.reg,
 		Retention: n.cfg.retention, OnDeadLetter: n.onDeadLetter, Policies: trusted,
-		Receipts: n.receipts.signer, Audit: n.cfg.Audit.arbiter(),
+		Receipts: n.receipts.signer, Audit: n.cfg.Audit.arbiter(), Reviewers: reviewers,
 	})
 	if err != nil {
 		return nil, err
