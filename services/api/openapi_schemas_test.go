@@ -66,7 +66,7 @@ var contractDefComponents = map[string]map[string]string{
 	"vote": {"approver": "Approver", "answer": "Answer"},
 	"record": {
 		"status": "ApprovalStatus", "reason": "RefusalReason", "refused_vote": "RefusedVote",
-		"outcome": "Outcome", "patch_op": "PatchOp", "claim": "Claim",
+		"outcome": "Outcome", "patch_op": "PatchOp", "claim": "Claim", "review": "Review", "opinion": "Opinion",
 	},
 }
 

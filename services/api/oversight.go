@@ -32,6 +32,7 @@ type overseen struct {
 	decidedAfter time.Duration
 	claimed      bool
 	execution    string
+	review       *oversight.Review
 }
 
 // overseenJSON and overseenRequestJSON are the parts of a record the index
@@ -50,6 +51,14 @@ type overseenJSON struct {
 	Execution *struct {
 		Status string `json:"status"`
 	} `json:"execution"`
+	Review *struct {
+		Reviewer     string `json:"reviewer"`
+		ApproveBelow int    `json:"approve_below"`
+		Opinion      *struct {
+			Score *int `json:"score"`
+		} `json:"opinion"`
+		Effect string `json:"effect"`
+	} `json:"review"`
 }
 
 type overseenRequestJSON struct {
@@ -79,6 +88,12 @@ func overseenOf(sj *summaryJSON) overseen {
 	o.claimed = sj.Claim != nil
 	if sj.Execution != nil {
 		o.execution = sj.Execution.Status
+	}
+	if rv := sj.Review; rv != nil {
+		o.review = &oversight.Review{Reviewer: rv.Reviewer, ApproveBelow: rv.ApproveBelow, Given: rv.Opinion != nil, Effect: rv.Effect}
+		if rv.Opinion != nil {
+			o.review.Score = rv.Opinion.Score
+		}
 	}
 	for i, sh := range sj.Request.Shadow {
 		if i == contracts.MaxShadowVerdicts {
@@ -123,7 +138,7 @@ func (ix *index) overseen(reader approval.Reader, o oversight.Options) []oversig
 			EventID: s.eventID, Rule: s.over.rule, Risk: s.over.risk, CreatedAt: s.createdAt,
 			Approvers: s.approvers, Votes: s.over.votes, TimedOut: s.over.timedOut, Shadow: s.over.shadow,
 			Status: s.status, Channel: s.over.channel, DecidedAfter: s.over.decidedAfter,
-			Claimed: s.over.claimed, Execution: s.over.execution,
+			Claimed: s.over.claimed, Execution: s.over.execution, Review: s.over.review,
 		})
 	}
 	return out

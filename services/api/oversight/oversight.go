@@ -56,6 +56,9 @@ type Request struct {
 	// (contracts.ExecutionSucceeded or ExecutionFailed), "" before a report.
 	Claimed   bool
 	Execution string
+	// Review is its automated reviewer and opinion (nil: the rule names
+	// none).
+	Review *Review
 }
 
 // Shadow is what one shadow rule would have decided for a request: its
@@ -100,6 +103,9 @@ type Report struct {
 	// Execution says of the approved requests of the window how many were
 	// claimed and what their claimants reported.
 	Execution ExecutionStats `json:"execution"`
+	// Reviewers has a row for each automated reviewer that gave (or failed
+	// to give) an opinion on a request of the window: most opinions first.
+	Reviewers []ReviewerStats `json:"reviewers"`
 	// Partial is true when decided requests of the window were left out:
 	// an API replica keeps the newest decided records only (its
 	// index_recent), and older ones created in the window are not counted.
@@ -332,7 +338,7 @@ func Compute(reqs []Request, o Options) Report {
 // approver or rule: shadow rules, channels, executions.
 func newReport(reqs []Request, o Options) Report {
 	return Report{Since: o.Since, Until: o.Until, FastThresholdSeconds: o.Fast.Seconds(), Shadow: shadowRows(reqs, o),
-		Channels: channelRows(reqs, o), Execution: executionStats(reqs, o)}
+		Channels: channelRows(reqs, o), Execution: executionStats(reqs, o), Reviewers: reviewerRows(reqs, o)}
 }
 
 // gated is the action of every request: a call the policy gated.
