@@ -388,6 +388,8 @@ type statusView struct {
 	// StepUp, when the request's rule says step_up: passkey, is what the
 	// approve and edit forms say about signing with a passkey.
 	StepUp *stepUpView
+	// Review is the automated first reviewer's opinion (nil: none).
+	Review *reviewView
 }
 
 // grantOption is a grant scope the approve form offers.
@@ -525,6 +527,7 @@ func (in *Inbox) status(ctx context.Context, rec *contracts.Record, sess *sessio
 	}
 	sv.StepUp = in.stepUp(ctx, rec, sess)
 	sv.Timeline = in.timeline(ctx, rec, sess)
+	sv.Review = reviewOf(rec)
 	return sv
 }
 
@@ -632,6 +635,11 @@ func changeText(ch contracts.Changed, votes map[string]contracts.Vote) string {
 		return "Claimed: the call ran"
 	case contracts.ChangeClaimRefused:
 		return "A second claim was refused"
+	case contracts.ChangeOpinion:
+		if ch.Reason != "" {
+			return "Automated review by " + orDash(who) + " gave no opinion (" + ch.Reason + "); left to people"
+		}
+		return "Automated review by " + orDash(who)
 	case contracts.ChangeCancelRefused, contracts.ChangeExtendRefused:
 		return fmt.Sprintf("%s by %s refused (%s)", strings.TrimSuffix(ch.Change, "_refused"), orDash(who), ch.Reason)
 	}
