@@ -248,12 +248,15 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig)
 		if err == nil {
 			break
 		}
+		if ctx.Err() != nil {
+			return notInTime(err)
+		}
 		if !passes(ctx, err, replicated) {
 			return err
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("events: provision: the servers did not accept every stream and bucket in time (a cluster without a meta leader or without its peers?): %w", err)
+			return notInTime(err)
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, time.Second)
@@ -262,6 +265,11 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig)
 		return nil
 	}
 	return awaitPlaced(ctx, js, streamNames(cfg))
+}
+
+// notInTime is Provision's error when its context ends first.
+func notInTime(err error) error {
+	return fmt.Errorf("events: provision: the servers did not accept every stream and bucket in time (for a cluster: no meta leader, or its peers not seen yet): %w", err)
 }
 
 func provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig) error {

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,5 +70,35 @@ func provisionWritesNothing(ctx context.Context, t *testing.T, st *stack) {
 	if n := len(writes); n != 0 {
 		m := <-writes
 		t.Errorf("provisioning the provisioned cluster wrote %d configurations (first: %s %s), want none", n, m.Subject, m.Data)
+	}
+}
+
+// A cluster that cannot form (two of its three nodes stopped) does not
+// hang a start: provisioning gives up when its context ends, and says what
+// it was waiting for.
+func TestClusterThatCannotFormSaysWhy(t *testing.T) {
+	st := &stack{mode: SyncCluster, dir: t.TempDir()}
+	defer st.close()
+	if err := st.startServers(); err != nil {
+		t.Fatal(err)
+	}
+	_, js, err := st.connect(roleProvision)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range st.servers[1:] {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+	}
+	// The deadline is what is tested: nothing can succeed before it.
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	err = events.Provision(ctx, js, events.ProvisionConfig{Replicas: 3})
+	if err == nil {
+		t.Fatal("provisioned R3 streams with one node of three")
+	}
+	if !strings.Contains(err.Error(), "did not accept every stream and bucket in time") &&
+		!strings.Contains(err.Error(), "waited for every stream") {
+		t.Errorf("the error does not say what was waited for: %v", err)
 	}
 }
