@@ -43,6 +43,13 @@ messages the server delivered per decision, in all and to the fleet. It
 runs on a lazy-sync store unless -sync names others (both, always,
 cluster, all: each a row group of the same run).
 
+With -serve-memory N it runs this binary as 'countersign serve' on a store of
+its own, decides N approvals through the HTTP API, restarts it with each role
+set of -serve-roles and reports its resident memory (VmRSS) once ready and
+10 s later. With -reviews N it times POST /v1/reviews of a call the policy
+allows, N clients and then one, beside GET /healthz and JetStream publishes on
+the same server.
+
 The summary gives the median of each figure over the repetitions, with its
 range, and each budget with PASS or MISS. The defaults take about three
 minutes on two cores; figures from a shared machine are noisy.
