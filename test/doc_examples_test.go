@@ -19,7 +19,9 @@ import (
 // blocks of one document (or one section of it), runs every one of them
 // against a server started as make run starts it (deploy/policy.yaml), and
 // fails on a block it did not run unless the document marks it, right
-// before the block, with `<!-- not run: why -->`.
+// before the block, with `<!-- not run: why -->`, or as checked by kind or
+// run by another test (`<!-- check: KIND -->`, `<!-- run: TestName -->`;
+// see docblocks_test.go).
 
 // docExamples are the code blocks of a document or one of its sections.
 type docExamples struct {
@@ -31,10 +33,15 @@ type docBlock struct {
 	lang, text string
 	line       int
 	notRun     string // why the document does not have it run
+	check      string // the kind of check that holds it instead
+	runBy      string // the test the document says runs it
 	ran        bool
 }
 
-var notRunMark = regexp.MustCompile(`<!--\s*not run:\s*(.*?)\s*-->\s*$`)
+var (
+	notRunMark = regexp.MustCompile(`<!--\s*not run:\s*(.*?)\s*-->\s*$`)
+	otherMark  = regexp.MustCompile(`<!--\s*(check|run):\s*(.*?)\s*-->\s*$`)
+)
 
 // readDocExamples reads the code blocks of file (relative to the
 // repository root) under heading (a whole line such as "# Go library", up
@@ -70,6 +77,11 @@ func readDocExamples(t *testing.T, file, heading string) *docExamples {
 		if mark := notRunMark.FindStringSubmatch(before); mark != nil {
 			b.notRun = mark[1]
 		}
+		if mark := otherMark.FindStringSubmatch(before); mark != nil && mark[1] == "check" {
+			b.check = mark[2]
+		} else if mark != nil {
+			b.runBy = mark[2]
+		}
 		d.blocks = append(d.blocks, b)
 	}
 	return d
@@ -103,11 +115,16 @@ func (d *docExamples) take(t *testing.T, lang string, has ...string) *docBlock {
 	return found
 }
 
-// allRun fails the test for each block that was neither run nor marked.
+// allRun fails the test for each block that was neither run nor marked,
+// and for each the document says this test runs that it did not run.
 func (d *docExamples) allRun(t *testing.T) {
 	t.Helper()
+	test, _, _ := strings.Cut(t.Name(), "/")
 	for _, b := range d.blocks {
-		if !b.ran && b.notRun == "" {
+		if !b.ran && b.runBy == test {
+			t.Errorf("%s:%d: marked <!-- run: %s -->, but this test does not run it:\n%s", d.file, b.line, test, b.text)
+		}
+		if !b.ran && b.notRun == "" && b.check == "" && b.runBy == "" {
 			t.Errorf("%s:%d: a %s block no test runs; run it here, or mark it <!-- not run: why --> in the document:\n%s",
 				d.file, b.line, b.lang, b.text)
 		}
@@ -213,14 +230,20 @@ func (s *docShell) runErr(t *testing.T, cmd []string) (string, error) {
 // bash runs src with bash in the shell's directory, bin/ on the PATH.
 func (s *docShell) bash(t *testing.T, src string) string {
 	t.Helper()
+	out, err := s.bashErr(src)
+	if err != nil {
+		t.Fatalf("bash: %v\n%s\n%s", err, src, out)
+	}
+	return out
+}
+
+// bashErr runs src as bash does, and returns its output and its failure.
+func (s *docShell) bashErr(src string) (string, error) {
 	c := exec.Command("bash", "-euo", "pipefail", "-c", src)
 	c.Dir = s.dir
 	c.Env = append(s.env(), "PATH="+filepath.Join(s.dir, "bin")+string(os.PathListSeparator)+os.Getenv("PATH"))
 	out, err := c.CombinedOutput()
-	if err != nil {
-		t.Fatalf("bash: %v\n%s\n%s", err, src, out)
-	}
-	return string(out)
+	return string(out), err
 }
 
 // curl sends what a curl command of the docs sends, to this server.

@@ -32,6 +32,8 @@ func TestClaudeCodeAllowedReadRunsAtOnce(t *testing.T) {
 // TestClaudeCodeApprovedDeleteRunsOnce: `rm -rf build` waits for a human,
 // runs once when approved from the CLI, and a resumed session that replays
 // the same tool use is told that it already ran, and does not run it again.
+// Claude Code runs with the hook settings of docs/coding-agents.md, as
+// written (agent.settings).
 func TestClaudeCodeApprovedDeleteRunsOnce(t *testing.T) {
 	a := newAgent(t, startServe(t))
 	build := filepath.Join(a.project, "build")
