@@ -23,7 +23,10 @@ import (
 )
 
 // docChecks are the kinds a `<!-- check: KIND -->` marker may name: what
-// the block must be for the document to be right.
+// the block must be for the document to be right. TypeScript is not one:
+// the Go tests compile no TypeScript, so a ts block is run by a test of
+// contracts/typescript (<!-- run: contracts/typescript/test/… -->) or is
+// not run.
 func docChecks(t *testing.T) map[string]func(mdBlock) error {
 	t.Helper()
 	cli := &cliFlags{bin: binary}
@@ -128,11 +131,11 @@ func jsonValue(dec *json.Decoder) error {
 			if err != nil {
 				return err
 			}
-			if k := key.(string); seen[k] {
+			k := key.(string)
+			if seen[k] {
 				return fmt.Errorf("the key %q twice in one object", k)
-			} else {
-				seen[k] = true
 			}
+			seen[k] = true
 			if err := jsonValue(dec); err != nil {
 				return err
 			}
