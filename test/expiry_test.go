@@ -82,11 +82,25 @@ func TestExpirySurvivesKill9(t *testing.T) {
 			Kind string `json:"kind"`
 		} `json:"events"`
 	}
-	p2.call("GET", "/v1/approvals/"+id+"/events", nil, &timeline)
+	// The decided event is announced after the record's write the re-review
+	// saw: read the timeline until it is there.
 	decided := 0
-	for _, e := range timeline.Events {
-		if e.Kind == "decided" {
-			decided++
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for give := time.After(30 * time.Second); decided == 0; {
+		p2.call("GET", "/v1/approvals/"+id+"/events", nil, &timeline)
+		for _, e := range timeline.Events {
+			if e.Kind == "decided" {
+				decided++
+			}
+		}
+		if decided > 0 {
+			break
+		}
+		select {
+		case <-tick.C:
+		case <-give:
+			t.Fatalf("no decided event in the timeline within 30 s: %+v", timeline.Events)
 		}
 	}
 	if decided != 1 {

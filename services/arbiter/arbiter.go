@@ -999,13 +999,17 @@ func (a *Arbiter) requestBacklog() (bool, error) {
 
 // announce publishes the decided event of a record that has just turned
 // terminal, de-duplicated by event id within the stream's duplicate window.
+//
+// The decision is announced before it is logged, so the waiting run is
+// resumed one write sooner; a log append that fails after the announcement
+// fails the operation, which comes back as a duplicate of a decided record
+// and logs the decision then (reannounce).
 func (a *Arbiter) announce(ctx context.Context, rec contracts.Record, rev uint64) error {
-	if err := a.auditRecord(ctx, audit.ChangeDecided, &rec, rev); err != nil {
+	if _, err := events.Publish(ctx, a.cfg.JS, contracts.DecidedSubject(rec.Request.EventID), decided(rec, rev),
+		decidedMsgID(rec.Request.EventID), traceHeader(rec)); err != nil {
 		return err
 	}
-	_, err := events.Publish(ctx, a.cfg.JS, contracts.DecidedSubject(rec.Request.EventID), decided(rec, rev),
-		decidedMsgID(rec.Request.EventID), traceHeader(rec))
-	return err
+	return a.auditRecord(ctx, audit.ChangeDecided, &rec, rev)
 }
 
 // traceHeader puts an outcome in the trace of the review that asked for it,

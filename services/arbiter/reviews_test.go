@@ -289,6 +289,9 @@ func TestReviewerApprovesAloneWhereTheRuleLetsIt(t *testing.T) {
 		Spec: contracts.SpecCommand, CommandID: "claim-1", EventID: req.EventID, Command: contracts.CommandClaim,
 		By: req.Run.Agent, ClaimID: "claim-1", IssuedAt: busNow().UTC(),
 	})
+	// The receipt is stored before the claim is announced (the record's
+	// claim is written first): wait for the announcement.
+	b.waitChanged(req.EventID, contracts.ChangeClaimed)
 	claimed := b.waitRecord(req.EventID, func(r *contracts.Record) bool { return r.Claim != nil })
 	issued := b.issuedReceipt(req.EventID)
 	opts := receipt.Options{Keys: receipt.NewKeySet(key), Replay: receipt.NewMemoryReplayStore(), Now: busNow}

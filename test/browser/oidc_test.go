@@ -163,10 +163,11 @@ func TestBinaryOIDCSignInApproveAndSignOut(t *testing.T) {
 		t.Fatalf("record: %+v", rec)
 	}
 
-	do(t, ctx,
-		chromedp.Click(chromedp.CSS(`form.logout button`)),
-		chromedp.WaitVisible(chromedp.ID("sign-in-oidc")),
-	)
+	// The page's live update may replace the header's nodes at any moment:
+	// the sign-out button is clicked by a query at the moment of the click.
+	do(t, ctx, chromedp.WaitVisible(chromedp.CSS(`form.logout button`)))
+	eval[bool](t, ctx, `(document.querySelector("form.logout button").click(), true)`)
+	do(t, ctx, chromedp.WaitVisible(chromedp.ID("sign-in-oidc")))
 	at = location(t, ctx)
 	if at != s.url+"/login" {
 		t.Fatalf("after sign-out the browser is at %s, want the sign-in page", at)
