@@ -43,16 +43,30 @@ const pushIBAN = "DE44500105175407324931"
 // (approver) and dave (agent).
 func newPushRig(t *testing.T) *quorumRig {
 	t.Helper()
+	return newPushRigOf(t, pushPolicy, []pushUser{{"alice", "[approver]", ""}, {"dave", "[agent]", ""}})
+}
+
+// pushUser is a directory user of a push rig: its roles and, when set,
+// its tenants (a YAML list).
+type pushUser struct{ id, roles, tenants string }
+
+// newPushRigOf starts serve with notify.push, the policy pol and a
+// directory of users.
+func newPushRigOf(t *testing.T, pol string, users []pushUser) *quorumRig {
+	t.Helper()
 	r := &quorumRig{t: t, tokens: map[string]string{}}
 	var b strings.Builder
 	b.WriteString("users:\n")
-	for _, u := range []struct{ id, roles string }{{"alice", "[approver]"}, {"dave", "[agent]"}} {
+	for _, u := range users {
 		raw := make([]byte, 24)
 		_, _ = rand.Read(raw)
 		tok := "cs_" + hex.EncodeToString(raw)
 		sum := sha256.Sum256([]byte(tok))
 		r.tokens[u.id] = tok
 		fmt.Fprintf(&b, "  - id: %s\n    tokens: [{name: %s, sha256: %s, roles: %s}]\n", u.id, u.id, hex.EncodeToString(sum[:]), u.roles)
+		if u.tenants != "" {
+			fmt.Fprintf(&b, "    tenants: %s\n", u.tenants)
+		}
 	}
 	cfg := `notify:
   push:
@@ -62,7 +76,7 @@ func newPushRig(t *testing.T) *quorumRig {
 `
 	dir := t.TempDir()
 	dirFile, polFile, cfgFile := filepath.Join(dir, "directory.yaml"), filepath.Join(dir, "policy.yaml"), filepath.Join(dir, "countersign.yaml")
-	for path, data := range map[string]string{dirFile: b.String(), polFile: pushPolicy, cfgFile: cfg} {
+	for path, data := range map[string]string{dirFile: b.String(), polFile: pol, cfgFile: cfg} {
 		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -192,5 +206,72 @@ func TestPushApprovesFromTheNotification(t *testing.T) {
 	_, decided := nextPush(t, srv, id, "decided")
 	if !strings.Contains(decided.Outcome, "alice") || len(decided.Actions) != 1 || decided.Actions[0].Token != "" {
 		t.Errorf("the outcome's push: %+v", decided)
+	}
+}
+
+// tenantPushPolicy names alice (of acme) and erin (of globex) as the
+// approvers of every payment.
+const tenantPushPolicy = `version: "push-tenants-1"
+default: require_approval
+rules:
+  - name: payments
+    tools: ["payments.*"]
+    action: require_approval
+    approvers: [alice, erin]
+    channels: [push]
+    sensitive: [/iban]
+`
+
+// TestPushReachesOnlyThoseWhoMayRead: a request of tenant acme is pushed to
+// alice's device (acme) and never to erin's (globex), although the rule
+// names both: a person is told only of requests they may read. Neither the
+// request's push nor the outcome's carries the sensitive IBAN.
+func TestPushReachesOnlyThoseWhoMayRead(t *testing.T) {
+	srv := pushtest.New()
+	defer srv.Close()
+	r := newPushRigOf(t, tenantPushPolicy, []pushUser{
+		{"alice", "[approver]", "[acme]"}, {"erin", "[approver]", "[globex]"}, {"dave", "[agent]", "[acme]"},
+	})
+	subs := map[string]pushtest.Subscription{}
+	for _, who := range []string{"alice", "erin"} {
+		sub := srv.Subscribe()
+		subs[who] = sub
+		body := map[string]any{"endpoint": sub.Endpoint, "keys": map[string]string{"p256dh": sub.P256DH, "auth": sub.Auth}, "device_name": who + "'s phone"}
+		if code := r.must(r.tokens[who], "POST", "/v1/push/subscriptions", body, nil); code != http.StatusCreated {
+			t.Fatalf("%s subscribes: %d", who, code)
+		}
+	}
+	review := map[string]any{
+		"run": map[string]any{"id": "run-push-tenants", "agent": "billing-bot", "tenant": "acme"},
+		"tool_calls": []map[string]any{{"id": "pay", "name": "payments.send",
+			"arguments": map[string]any{"amount": 90, "currency": "EUR", "recipient": "Initech", "iban": pushIBAN}}},
+	}
+	var ans reviewAnswer
+	if code := r.must(r.tokens["dave"], "POST", "/v1/reviews", review, &ans); code != http.StatusOK || len(ans.Results) != 1 || ans.Results[0].Verdict != "pending" {
+		t.Fatalf("review: %d %+v", code, ans)
+	}
+	id := ans.Results[0].EventID
+	m, msg := nextPush(t, srv, id, "requested")
+	if m.Subscription != subs["alice"].ID {
+		t.Fatalf("the request was pushed to %s, not to alice's device", m.Subscription)
+	}
+	var approve string
+	for _, a := range msg.Actions {
+		if a.Action == push.ActionApprove {
+			approve = a.Token
+		}
+	}
+	if code, res := pushTap(t, msg.ActionURL, approve); code != http.StatusOK || res.Status != contracts.StatusApproved {
+		t.Fatalf("alice's Approve: %d %+v", code, res)
+	}
+	// The outcome is pushed after the request was, to alice alone: by then
+	// every push of the request has been sent.
+	if m, _ := nextPush(t, srv, id, "decided"); m.Subscription != subs["alice"].ID {
+		t.Fatalf("the outcome was pushed to %s, not to alice's device", m.Subscription)
+	}
+	for _, got := range srv.Received() {
+		if got.Subscription == subs["erin"].ID {
+			t.Fatalf("erin, of another tenant, was pushed:\n%s", got.Plaintext)
+		}
 	}
 }
