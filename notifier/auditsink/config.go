@@ -120,15 +120,15 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Validate reports what is wrong with c, naming the sink and field; never
-// a URL or secret.
+// Validate reports what is wrong with c (its defaults applied), naming the
+// sink and field; never a URL or secret.
 func (c *Config) Validate() error {
+	d := *c
+	d.Sinks = slices.Clone(c.Sinks)
+	d.setDefaults()
 	var errs []error
-	if c.JS == nil && len(c.Sinks) > 0 {
-		errs = append(errs, errors.New("auditsink: Config.JS is required"))
-	}
 	seen := map[string]bool{}
-	for i, s := range c.Sinks {
+	for i, s := range d.Sinks {
 		for _, err := range s.validate() {
 			errs = append(errs, fmt.Errorf("auditsink: Sinks[%d] (%s): %w", i, s.Name, err))
 		}

@@ -29,6 +29,9 @@ func New(cfg Config) (*Runner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.JS == nil {
+		return nil, errors.New("auditsink: Config.JS is required")
+	}
 	client := *cfg.Client
 	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	cfg.Client = &client

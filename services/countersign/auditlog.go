@@ -24,6 +24,8 @@ type auditConfig struct {
 	CheckpointEvery    int    `yaml:"checkpoint_every"`
 	CheckpointInterval string `yaml:"checkpoint_interval"`
 	interval           time.Duration
+	// Sinks receive every entry as it is appended (auditsinks.go).
+	Sinks []auditSinkConfig `yaml:"sinks"`
 }
 
 func (c *auditConfig) validate() []error {
@@ -37,6 +39,9 @@ func (c *auditConfig) validate() []error {
 			errs = append(errs, fmt.Errorf("config: audit.checkpoint_interval must be a positive duration, got %q", c.CheckpointInterval))
 		}
 		c.interval = d
+	}
+	if _, err := c.sinks(); err != nil {
+		errs = append(errs, err)
 	}
 	return errs
 }

@@ -119,7 +119,12 @@ func loadConfig(path string) (fileConfig, error) {
 		return cfg, fmt.Errorf("config %s: %w", path, err)
 	}
 	// Relative paths in the file are relative to the file.
-	for _, p := range []*string{&cfg.Policy, &cfg.Directory, &cfg.Receipts.Keys, &cfg.Receipts.PublicKeys, &cfg.Receipts.APIKeys, &cfg.OIDC.ClientSecretFile} {
+	paths := []*string{&cfg.Policy, &cfg.Directory, &cfg.Receipts.Keys, &cfg.Receipts.PublicKeys, &cfg.Receipts.APIKeys, &cfg.OIDC.ClientSecretFile}
+	for i := range cfg.Audit.Sinks {
+		s := &cfg.Audit.Sinks[i]
+		paths = append(paths, &s.CAFile, &s.CertFile, &s.KeyFile)
+	}
+	for _, p := range paths {
 		if *p != "" && !filepath.IsAbs(*p) && !strings.HasPrefix(*p, "./") {
 			*p = filepath.Join(filepath.Dir(path), *p)
 		}

@@ -19,9 +19,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/audit"
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/notifier"
 	"github.com/countersign/countersign/notifier/audience"
+	"github.com/countersign/countersign/notifier/auditsink"
 	"github.com/countersign/countersign/notifier/dispatch"
 	"github.com/countersign/countersign/notifier/email"
 	"github.com/countersign/countersign/notifier/slack"
@@ -175,11 +177,34 @@ func (n *node) startNotifier(ctx context.Context) ([]events.Consumer, error) {
 		return nil, err
 	}
 	n.run("notifier", d.Run)
-	return []events.Consumer{
+	consumers := []events.Consumer{
 		{JS: js, Stream: contracts.StreamRequests, Durable: dispatch.DurableRequests},
 		{JS: js, Stream: contracts.StreamEvents, Durable: dispatch.DurableDecided},
 		{JS: js, Stream: contracts.StreamEvents, Durable: dispatch.DurableChanges},
-	}, nil
+	}
+	sinks, err := n.startAuditSinks(js)
+	return append(consumers, sinks...), err
+}
+
+// startAuditSinks starts the audit log's sinks (audit.sinks), in the
+// notifier role, and returns their durable consumers.
+func (n *node) startAuditSinks(js jetstream.JetStream) ([]events.Consumer, error) {
+	sinks, err := n.cfg.Audit.sinks()
+	if err != nil || len(sinks) == 0 {
+		return nil, err
+	}
+	r, err := auditsink.New(auditsink.Config{
+		JS: js, Sinks: sinks, Logger: n.log.With("role", "notifier"), OnDeadLetter: n.onDeadLetter,
+	})
+	if err != nil {
+		return nil, err
+	}
+	n.run("audit sinks", r.Run)
+	var out []events.Consumer
+	for _, d := range r.Durables() {
+		out = append(out, events.Consumer{JS: js, Stream: audit.Stream, Durable: d})
+	}
+	return out, nil
 }
 
 // startArbiter starts the arbiter role and returns its durable consumers.

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestAuditSinksConfig: audit.sinks is read with env: secrets and header
+// values, file paths relative to the file, and refused naming the sink and
+// field when a sink is incomplete.
+func TestAuditSinksConfig(t *testing.T) {
+	t.Setenv("SIEM_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+	t.Setenv("SIEM_KEY", "k-123")
+	dir := t.TempDir()
+	path := filepath.Join(dir, "countersign.yaml")
+	src := `audit:
+  sinks:
+    - {name: siem, url: "https://siem.example/ingest", secrets: [env:SIEM_SECRET], headers: {X-Api-Key: env:SIEM_KEY}, tenants: [acme], timeout: 5s}
+    - {name: syslog, syslog: "tcp+tls://logs.example:6514", ca_file: ca.pem, format: native, tenants: ["*"]}
+`
+	if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sinks, err := cfg.Audit.sinks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sinks) != 2 || sinks[0].Secrets[0] != os.Getenv("SIEM_SECRET") || sinks[0].Headers["X-Api-Key"] != "k-123" ||
+		sinks[0].Timeout.String() != "5s" || sinks[1].CAFile != filepath.Join(dir, "ca.pem") {
+		t.Fatalf("sinks %+v", sinks)
+	}
+	for _, bad := range []struct{ src, want string }{
+		{"audit:\n  sinks:\n    - {name: siem, url: \"https://siem.example\"}\n", "Sinks[0] (siem): Secrets"},
+		{"audit:\n  sinks:\n    - {name: s, syslog: \"udp://h:514\"}\n", "Syslog"},
+		{"audit:\n  sinks:\n    - {name: s, url: \"https://h\", secrets: [env:NOT_SET_ANYWHERE]}\n", "audit.sinks[0].secrets"},
+	} {
+		if err := os.WriteFile(path, []byte(bad.src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := loadConfig(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if errs := cfg.Audit.validate(); len(errs) == 0 || !strings.Contains(errs[0].Error(), bad.want) {
+			t.Errorf("%q: %v, want an error naming %s", bad.src, errs, bad.want)
+		}
+	}
+}
