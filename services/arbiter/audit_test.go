@@ -20,7 +20,8 @@ import (
 // receipt key; every change they make (the request, its decision, a claim
 // and a refused one) is logged once, a vote sent again logs nothing new,
 // each entry's record hash is the hash of the record at its revision, and
-// the checkpoints both replicas sign make one chain that verifies.
+// the checkpoints both replicas sign make one chain that verifies; every
+// entry names the request's tenant.
 func TestAuditLogsEveryChangeOnceInOneSignedChain(t *testing.T) {
 	t.Parallel()
 	b := newBus(t, events.ProvisionConfig{})
@@ -40,6 +41,7 @@ func TestAuditLogsEveryChangeOnceInOneSignedChain(t *testing.T) {
 		b.startArbiter(arbiter.Config{Receipts: signer, Audit: arbiter.AuditConfig{CheckpointEvery: 2, CheckpointInterval: 50 * time.Millisecond}})
 	}
 	req := request(t, anyApprover)
+	req.Run.Tenant = "acme"
 	b.create(req)
 	v := vote("vote-1", "alice", contracts.DecisionApprove)
 	b.vote(v)
@@ -61,6 +63,11 @@ func TestAuditLogsEveryChangeOnceInOneSignedChain(t *testing.T) {
 	}
 	if got := strings.Join(changes, " "); got != "created decided claimed claim_refused" {
 		t.Fatalf("logged changes %q, want created decided claimed claim_refused", got)
+	}
+	for _, e := range entries {
+		if e.entry.Tenant != "acme" {
+			t.Errorf("%s logged tenant %q, want the request's acme", e.entry.Change, e.entry.Tenant)
+		}
 	}
 	rec, rev := b.kvEntry(eventID)
 	for _, e := range entries[2:] { // a refused claim writes nothing: both name the claim's revision
