@@ -131,16 +131,7 @@ func TestSinksDeliverEveryEntryAtLeastOnce(t *testing.T) {
 		}
 	}
 	siem.mu.Unlock()
-	for i, id := range []string{"a1", "g1", "n1", "a2"} {
-		line := waitFor(t, ctx, syslog.lines)
-		var l audit.Line
-		if err := json.Unmarshal(line.msg, &l); err != nil || l.Seq != uint64(i+1) || !strings.Contains(string(l.Entry), `"event_id":"`+id+`"`) {
-			t.Fatalf("syslog message %d: %s (%v), want entry %d of %s", i, line.msg, err, i+1, id)
-		}
-		if line.msgID != audit.ChangeCreated || line.pri != "110" {
-			t.Fatalf("syslog header %+v: want PRI 110 (log audit, informational), MSGID created", line)
-		}
-	}
+	syslog.expect(t, ctx, "a1", "g1", "n1", "a2")
 	for range 4 {
 		m, err := dead.NextMsg(30 * time.Second)
 		if err != nil {
@@ -237,6 +228,23 @@ func startSyslog(t *testing.T) *syslogServer {
 		}
 	}()
 	return s
+}
+
+// expect waits for the native lines of the entries of ids, stored from
+// sequence 1 on, each in a message of facility log audit, informational,
+// whose MSGID is the change.
+func (s *syslogServer) expect(t *testing.T, ctx context.Context, ids ...string) {
+	t.Helper()
+	for i, id := range ids {
+		line := waitFor(t, ctx, s.lines)
+		var l audit.Line
+		if err := json.Unmarshal(line.msg, &l); err != nil || l.Seq != uint64(i+1) || !strings.Contains(string(l.Entry), `"event_id":"`+id+`"`) {
+			t.Fatalf("syslog message %d: %s (%v), want entry %d of %s", i, line.msg, err, i+1, id)
+		}
+		if line.msgID != audit.ChangeCreated || line.pri != "110" {
+			t.Fatalf("syslog header %+v: want PRI 110 (log audit, informational), MSGID created", line)
+		}
+	}
 }
 
 func (s *syslogServer) read(t *testing.T, c net.Conn) {
