@@ -52,3 +52,34 @@ func TestAuditSinksConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestAuditSinksConfigOfTheDocs reads the audit.sinks example of
+// docs/audit.md (Streaming to a SIEM) as serve does.
+func TestAuditSinksConfigOfTheDocs(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/audit.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(doc), "<!-- run: TestAuditSinksConfigOfTheDocs -->\n```yaml\n")
+	block, _, ok2 := strings.Cut(block, "```")
+	if !ok || !ok2 {
+		t.Fatal("docs/audit.md holds no audit.sinks example marked for this test")
+	}
+	t.Setenv("SIEM_WEBHOOK_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+	t.Setenv("SIEM_AUTHORIZATION", "Bearer siem-token")
+	path := filepath.Join(t.TempDir(), "countersign.yaml")
+	if err := os.WriteFile(path, []byte(block), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs := cfg.Audit.validate(); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	sinks, err := cfg.Audit.sinks()
+	if err != nil || len(sinks) != 2 || sinks[0].Headers["Authorization"] != "Bearer siem-token" || sinks[1].Syslog == "" {
+		t.Fatalf("sinks %+v, %v", sinks, err)
+	}
+}
