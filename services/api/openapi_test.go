@@ -431,3 +431,15 @@ func onlyDocs(v map[string]any) bool {
 	}
 	return true
 }
+
+// TestOpenAPIHasNoDuplicateKeys: every JSON reader sees the same document
+// (a duplicate key is read differently by different parsers).
+func TestOpenAPIHasNoDuplicateKeys(t *testing.T) {
+	data, err := os.ReadFile(openAPIFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := contracts.CheckDuplicateKeys(data); err != nil {
+		t.Fatal(err)
+	}
+}
