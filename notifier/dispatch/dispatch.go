@@ -15,10 +15,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/approval"
 	"github.com/countersign/countersign/events"
+	"github.com/countersign/countersign/events/tracing"
 	"github.com/countersign/countersign/notifier"
 	"github.com/countersign/countersign/notifier/audience"
 )
@@ -466,8 +469,10 @@ func mergeProblems(problems []Problem) []Problem {
 
 // deliver tries n on ch until it is delivered, fails for good, or is no
 // longer worth showing, and publishes the receipt.
-func (d *Dispatcher) deliver(ctx context.Context, ch notifier.Channel, n notifier.Notification) error {
+func (d *Dispatcher) deliver(ctx context.Context, ch notifier.Channel, n notifier.Notification) (err error) {
 	channel, kind := n.Target.Channel, kindLabel(n.Kind)
+	ctx, span := startNotify(ctx, n)
+	defer func() { endNotify(span, err) }()
 	log := d.log.With("event_id", n.EventID(), "channel", channel, "target", n.Target.Address, "kind", n.Kind)
 	for attempt := 1; ; attempt++ {
 		start := time.Now()
@@ -485,6 +490,7 @@ func (d *Dispatcher) deliver(ctx context.Context, ch notifier.Channel, n notifie
 			d.m.attempts.WithLabelValues(channel, "ok").Inc()
 			d.m.notifications.WithLabelValues(channel, kind, "delivered").Inc()
 			log.Info("notification delivered", "attempt", attempt, "ref", rc.Ref)
+			span.SetAttributes(tracing.AttrStatus.String("delivered"))
 			return d.publishReceipt(ctx, notifier.NewReceipt(n, rc.Ref, nil, d.cfg.Now()))
 		}
 		if ctx.Err() != nil {
@@ -499,6 +505,7 @@ func (d *Dispatcher) deliver(ctx context.Context, ch notifier.Channel, n notifie
 		if permanent || attempt >= d.cfg.Retry.Attempts {
 			d.m.notifications.WithLabelValues(channel, kind, "failed").Inc()
 			log.Warn("notification failed", "attempt", attempt, "permanent", permanent, "err", err)
+			span.SetAttributes(tracing.AttrStatus.String("failed"))
 			rcpt := notifier.NewReceipt(n, "", err, d.cfg.Now())
 			if perr := d.deadLetter(ctx, n, rcpt, attempt); perr != nil {
 				return perr
@@ -522,10 +529,33 @@ func (d *Dispatcher) deliver(ctx context.Context, ch notifier.Channel, n notifie
 			if rec, err := d.record(ctx, n.EventID()); err == nil && rec != nil && rec.Terminal() {
 				d.m.notifications.WithLabelValues(channel, kind, "obsolete").Inc()
 				log.Info("request decided while retrying; notification dropped")
+				span.SetAttributes(tracing.AttrStatus.String("obsolete"))
 				return nil
 			}
 		}
 	}
+}
+
+// startNotify starts the notify span of n, a child of the review that
+// asked for the approval; what the channel sends carries this span's trace
+// context (a webhook's traceparent header).
+func startNotify(ctx context.Context, n notifier.Notification) (context.Context, trace.Span) {
+	if !tracing.Active() {
+		return ctx, trace.SpanFromContext(ctx)
+	}
+	ctx, span := tracing.Start(ctx, tracing.SpanNotify, n.Request.Traceparent, append(tracing.Request(&n.Request),
+		tracing.AttrEventID.String(n.EventID()), tracing.AttrChannel.String(n.Target.Channel), tracing.AttrKind.String(n.Kind))...)
+	if tp := tracing.Traceparent(span); tp != "" {
+		ctx = contracts.WithTraceparent(ctx, tp)
+	}
+	return ctx, span
+}
+
+func endNotify(span trace.Span, err error) {
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
 }
 
 // jitter spreads d by ±20%.

@@ -9,9 +9,12 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/approval"
 	"github.com/countersign/countersign/contracts/receipt"
+	"github.com/countersign/countersign/events/tracing"
 	"github.com/countersign/countersign/orchestrator"
 	"github.com/countersign/countersign/orchestrator/policy"
 )
@@ -117,8 +120,30 @@ func (s *Server) postReviews(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr)
 		return
 	}
+	traceReview(r.Context(), in, verdicts)
 	s.awaitVerdicts(r.Context(), verdicts, in.hashes, in.wait)
 	writeJSON(w, http.StatusOK, s.reviewAnswer(in, verdicts))
+}
+
+// traceReview names on the review's span the tools, verdicts, rules and
+// approvals of a review (never its arguments).
+func traceReview(ctx context.Context, in *reviewInput, verdicts []orchestrator.Verdict) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	var tools, decisions, rules, ids []string
+	for i, v := range verdicts {
+		if i < len(in.calls) {
+			tools = append(tools, in.calls[i].Name)
+		}
+		decisions, rules = append(decisions, v.Verdict), append(rules, v.Rule)
+		if v.EventID != "" {
+			ids = append(ids, v.EventID)
+		}
+	}
+	span.SetAttributes(tracing.AttrTool.StringSlice(tools), tracing.AttrDecision.StringSlice(decisions),
+		tracing.AttrRule.StringSlice(rules), tracing.AttrEventID.StringSlice(ids))
 }
 
 // reviewInput is a review request read, checked and scoped to its caller.

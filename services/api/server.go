@@ -13,9 +13,12 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events"
+	"github.com/countersign/countersign/events/tracing"
 	"github.com/countersign/countersign/notifier/push"
 )
 
@@ -261,12 +264,17 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		// The caller's trace, or a new one: requests and votes published
 		// while serving carry it on the bus, and the answer names it.
 		tp := r.Header.Get(contracts.HeaderTraceparent)
-		if contracts.ValidTraceparent(tp) {
+		ctx, span := s.reviewSpan(r, tp)
+		defer span.End()
+		switch {
+		case tracing.Traceparent(span) != "":
+			tp = tracing.Traceparent(span) // what follows joins the exported span
+		case contracts.ValidTraceparent(tp):
 			tp = contracts.ChildTraceparent(tp)
-		} else {
+		default:
 			tp = contracts.NewTraceparent()
 		}
-		r = r.WithContext(contracts.WithTraceparent(r.Context(), tp))
+		r = r.WithContext(contracts.WithTraceparent(ctx, tp))
 		w.Header().Set(contracts.HeaderTraceparent, tp)
 		lw := &loggingWriter{ResponseWriter: w}
 		next.ServeHTTP(lw, r)
@@ -278,12 +286,22 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		if status == 0 {
 			status = http.StatusOK
 		}
+		span.SetAttributes(attribute.Int("http.response.status_code", status))
 		elapsed := time.Since(start)
 		s.m.requests.WithLabelValues(route, strconv.Itoa(status)).Inc()
 		s.m.duration.WithLabelValues(route).Observe(elapsed.Seconds())
 		s.log.Debug("http request", "method", r.Method, "route", route, "status", status,
 			"duration", elapsed, "token_name", lw.token, "trace_id", contracts.TraceID(tp))
 	})
+}
+
+// reviewSpan starts the review span of POST /v1/reviews, a child of the
+// agent's traceparent tp; other requests get a span that records nothing.
+func (s *Server) reviewSpan(r *http.Request, tp string) (context.Context, trace.Span) {
+	if r.Method != http.MethodPost || r.URL.Path != "/v1/reviews" {
+		return r.Context(), trace.SpanFromContext(r.Context())
+	}
+	return tracing.Start(r.Context(), tracing.SpanReview, tp)
 }
 
 // recoverPanics turns a panic in a handler into a 500 answer.

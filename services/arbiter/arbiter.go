@@ -13,12 +13,16 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/approval"
 	"github.com/countersign/countersign/contracts/audit"
 	"github.com/countersign/countersign/contracts/receipt"
 	"github.com/countersign/countersign/events"
+	"github.com/countersign/countersign/events/tracing"
 	"github.com/countersign/countersign/orchestrator/reviewer"
 )
 
@@ -360,6 +364,7 @@ func (a *Arbiter) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 		return err // redelivered: the record exists, and existing appends again
 	}
 	a.m.created.Inc()
+	tracing.Record(ctx, tracing.SpanRequest, req.Traceparent, md.Timestamp, tracing.Approval(&rec)...)
 	// Waiters of the approval read its record on this; a lost message is
 	// covered by their own read after they register, and after reconnects.
 	_ = a.cfg.JS.Conn().Publish(contracts.CreatedSubject(req.EventID), nil)
@@ -430,6 +435,8 @@ func (a *Arbiter) handleResolution(ctx context.Context, msg jetstream.Msg) error
 		}
 		return a.apply(ctx, msg, op{
 			eventID: v.EventID,
+			span:    tracing.SpanVote,
+			attrs:   []attribute.KeyValue{tracing.AttrDecision.String(v.Decision)},
 			apply: func(rec contracts.Record) approval.Result {
 				res := approval.ApplyVoteAs(rec, v, a.cfg.Now(), a.lim, roster)
 				if res.Changed && res.Refusal == "" {
@@ -509,6 +516,8 @@ func readCommand(msg jetstream.Msg, subjectID string, claimOnly bool) (contracts
 func (a *Arbiter) commandOp(c contracts.Command, roster *approval.Roster) op {
 	return op{
 		eventID: c.EventID,
+		span:    c.Command, // claim, outcome, cancel, extend
+		attrs:   commandAttrs(c),
 		apply: func(rec contracts.Record) approval.Result {
 			if c.Command == contracts.CommandExtend && c.Until.After(rec.Request.CreatedAt.Add(a.cfg.Retention)) {
 				c.Until = rec.Request.CreatedAt.Add(a.cfg.Retention)
@@ -540,6 +549,14 @@ func (a *Arbiter) commandOp(c contracts.Command, roster *approval.Roster) op {
 		},
 		tooLarge: func(contracts.Record) approval.Result { return approval.Result{Refusal: contracts.ReasonTooLarge} },
 	}
+}
+
+// commandAttrs are the span attributes of a command: an outcome's status.
+func commandAttrs(c contracts.Command) []attribute.KeyValue {
+	if c.Command != contracts.CommandOutcome {
+		return nil
+	}
+	return []attribute.KeyValue{tracing.AttrOutcome.String(c.Status)}
 }
 
 // claimSteps adds a claim's own steps to o: its announcements carry its
@@ -616,6 +633,10 @@ func commandRefusedChange(command string) string {
 // op is one vote or command to apply to a record.
 type op struct {
 	eventID string
+	// span, when set, names the span of the operation (tracing.SpanVote,
+	// a command's name), with attrs beside the approval's own.
+	span  string
+	attrs []attribute.KeyValue
 	// apply is the pure transition (approval.ApplyVote, approval.ApplyCommand).
 	apply func(contracts.Record) approval.Result
 	// counted is the change announced when apply changed the record without
@@ -810,17 +831,52 @@ func (a *Arbiter) announceGroup(ctx context.Context, group []*queuedOp, rev uint
 			continue
 		}
 		if p.res.Refusal == "" || p.res.Duplicate {
-			p.err = a.finish(ctx, p, rev)
+			p.err = a.traced(ctx, p, rev)
 			continue
 		}
 		wg.Add(1)
 		slots <- struct{}{}
 		go func() {
 			defer func() { <-slots; wg.Done() }()
-			p.err = a.finish(ctx, p, rev)
+			p.err = a.traced(ctx, p, rev)
 		}()
 	}
 	wg.Wait()
+}
+
+// traced runs finish inside the operation's span, a child of the review
+// that asked for the approval, in the agent's trace; an operation that
+// decides the approval adds the decision span beneath its own.
+func (a *Arbiter) traced(ctx context.Context, p *queuedOp, rev uint64) error {
+	if !tracing.Active() {
+		return a.finish(ctx, p, rev)
+	}
+	rec := p.before
+	if p.res.Changed {
+		rec = p.res.Record
+	}
+	parent := rec.Request.Traceparent
+	span := trace.SpanFromContext(ctx)
+	if p.o.span != "" {
+		ctx, span = tracing.Start(ctx, p.o.span, parent, append(tracing.Approval(&rec), p.o.attrs...)...)
+		defer span.End()
+		parent = "" // the decision is a child of this span
+	}
+	err := a.finish(ctx, p, rev)
+	span.SetAttributes(tracing.AttrStatus.String(rec.Status))
+	if p.res.Refusal != "" {
+		span.SetAttributes(tracing.AttrRefusal.String(p.res.Refusal))
+	}
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+		return err
+	}
+	if p.res.Decided && !p.res.Duplicate && rec.Outcome != nil {
+		_, d := tracing.Start(ctx, tracing.SpanDecision, parent, append(tracing.Approval(&rec),
+			tracing.AttrStatus.String(rec.Status), tracing.AttrDecision.String(rec.Outcome.Decision))...)
+		d.End()
+	}
+	return nil
 }
 
 func setErr(group []*queuedOp, err error) {

@@ -13,6 +13,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/countersign/countersign/events/tracing"
 	"github.com/countersign/countersign/services/api"
 )
 
@@ -60,6 +61,9 @@ type fileConfig struct {
 	Passkeys passkeysConfig `yaml:"passkeys"`
 	// Audit is when the audit log's checkpoints are signed (auditlog.go).
 	Audit auditConfig `yaml:"audit"`
+	// OTel exports OpenTelemetry traces over OTLP/HTTP (otel.go); off
+	// without an endpoint here or in OTEL_EXPORTER_OTLP_*.
+	OTel tracing.Config `yaml:"otel"`
 	// Reviewers are the automated first reviewers policies may name
 	// (reviewers.go).
 	Reviewers map[string]reviewerConfig `yaml:"reviewers"`

@@ -119,6 +119,11 @@ func cmdServe(args []string, out io.Writer) error {
 	log := slog.New(handler)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	stopTracing, err := startTracing(ctx, cfg.OTel, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	return serve(ctx, cfg, log, os.Stdout)
 }
 
