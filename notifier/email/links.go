@@ -1,11 +1,7 @@
 package email
 
 import (
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -14,77 +10,44 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/notifier/internal/signedtoken"
 )
+
+// linkScheme is the scheme of link tokens: its HMAC context means a key can
+// never be made to sign anything but a link token of this version, and its
+// nonce context derives the nonce of a delivery (see nonceFor).
+var linkScheme = signedtoken.Scheme{
+	Context:      "countersign-email-link:v1.",
+	NonceContext: "countersign-email-nonce:v1.",
+	Errors:       signedtoken.NewErrors("email", "link token"),
+}
 
 // Errors of Verify. Each error Verify returns matches exactly one of them
 // with errors.Is.
 var (
 	// ErrTokenMalformed: the text is not a link token of this version.
-	ErrTokenMalformed = errors.New("email: malformed link token")
+	ErrTokenMalformed = linkScheme.Errors.Malformed
 	// ErrUnknownKey: the token names a key id that is not configured (a
 	// retired key, or a token from another installation).
-	ErrUnknownKey = errors.New("email: link token signed with an unknown key")
+	ErrUnknownKey = linkScheme.Errors.UnknownKey
 	// ErrBadSignature: the token was altered or not signed by us.
-	ErrBadSignature = errors.New("email: link token signature does not match")
+	ErrBadSignature = linkScheme.Errors.BadSignature
 	// ErrTokenExpired: the token is genuine but its time is up.
-	ErrTokenExpired = errors.New("email: link token expired")
+	ErrTokenExpired = linkScheme.Errors.Expired
 )
 
 // MinSecretLen is the shortest accepted key secret, in bytes.
-const MinSecretLen = 32
-
-// maxKeyIDLen bounds a key id, which appears in every link.
-const maxKeyIDLen = 32
-
-// maxTokenLen bounds the tokens Verify looks at; real ones are a few
-// hundred characters.
-const maxTokenLen = 2048
-
-// tokenVersion is the first field of every token.
-const tokenVersion = "v1"
-
-// macContext is prefixed to what a token's HMAC covers, so that a key can
-// never be made to sign anything but a link token of this version.
-const macContext = "countersign-email-link:v1."
-
-// nonceContext is prefixed to what the deterministic nonce of a delivery is
-// derived from (see nonceFor).
-const nonceContext = "countersign-email-nonce:v1."
+const MinSecretLen = signedtoken.MinSecretLen
 
 // voteNamespace is the UUID namespace of the vote ids of email links.
 var voteNamespace = uuid.MustParse("6c1b0f3e-52a4-4d39-9a8e-2f7d4c3b9e10")
 
-// Key is one HMAC key for link tokens. ID names it inside every token, so
-// keys can be rotated: sign with a new key while the old one still verifies
-// the links already sent.
-type Key struct {
-	// ID is 1 to 32 characters of [A-Za-z0-9_-].
-	ID string
-	// Secret is at least MinSecretLen random bytes.
-	Secret []byte
-}
-
-// String shows the key id only, never the secret.
-func (k Key) String() string { return "email.Key{ID: " + k.ID + ", Secret: <redacted>}" }
-
-// GoString is String, so that %#v does not print the secret either.
-func (k Key) GoString() string { return k.String() }
-
-func (k Key) validate() error {
-	if !validKeyID(k.ID) {
-		return fmt.Errorf("key id %q: want 1 to %d characters of A-Z a-z 0-9 _ -", k.ID, maxKeyIDLen)
-	}
-	if len(k.Secret) < MinSecretLen {
-		return fmt.Errorf("key %q: secret has %d bytes, want at least %d", k.ID, len(k.Secret), MinSecretLen)
-	}
-	return nil
-}
-
-func validKeyID(id string) bool {
-	// The characters of an event id, shorter.
-	return len(id) <= maxKeyIDLen && contracts.ValidEventID(id)
-}
+// Key is one HMAC key for link tokens: an ID of 1 to 32 characters of
+// [A-Za-z0-9_-], named inside every token, and a Secret of at least
+// MinSecretLen random bytes. Keys are rotated by id: sign with a new key
+// while the old one still verifies the links already sent. Formatting a
+// Key shows its id only, never the secret.
+type Key = signedtoken.Key
 
 // ParseKey reads a key from configuration text "<id>:<secret>", where the
 // secret is base64 (standard or URL alphabet, padded or not) of at least
@@ -106,7 +69,7 @@ func ParseKey(s string) (Key, error) {
 		return Key{}, fmt.Errorf("email: link key %q: the secret is not base64", id)
 	}
 	k := Key{ID: id, Secret: raw}
-	if err := k.validate(); err != nil {
+	if err := k.Validate(); err != nil {
 		return Key{}, fmt.Errorf("email: link %w", err)
 	}
 	return k, nil
@@ -115,34 +78,17 @@ func ParseKey(s string) (Key, error) {
 // Links signs and verifies the personal links of approval emails. It is
 // safe for concurrent use.
 type Links struct {
-	signer Key
-	keys   map[string][]byte
+	signer *signedtoken.Signer
 }
 
 // NewLinks returns Links that sign with keys[0] and verify with any of keys.
 // Key ids must be distinct.
 func NewLinks(keys []Key) (*Links, error) {
-	if len(keys) == 0 {
-		return nil, errors.New("email: links: at least one key is required")
-	}
-	l := &Links{keys: make(map[string][]byte, len(keys))}
-	var errs []error
-	for _, k := range keys {
-		if err := k.validate(); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if _, dup := l.keys[k.ID]; dup {
-			errs = append(errs, fmt.Errorf("key id %q is used twice", k.ID))
-			continue
-		}
-		l.keys[k.ID] = append([]byte(nil), k.Secret...)
-	}
-	if err := errors.Join(errs...); err != nil {
+	s, err := signedtoken.New(linkScheme, keys)
+	if err != nil {
 		return nil, fmt.Errorf("email: links: %w", err)
 	}
-	l.signer = Key{ID: keys[0].ID, Secret: l.keys[keys[0].ID]}
-	return l, nil
+	return &Links{signer: s}, nil
 }
 
 // Claims is what a link token says: approver may answer approval EventID
@@ -164,6 +110,12 @@ type wireClaims struct {
 	Nonce    string `json:"jti"`
 }
 
+// Complete reports whether a link token names all it must.
+func (w *wireClaims) Complete() bool { return w.EventID != "" && w.Approver != "" && w.Nonce != "" }
+
+// Expiry is the link's expiry in Unix seconds.
+func (w *wireClaims) Expiry() int64 { return w.Expires }
+
 // Sign returns the token for c:
 //
 //	v1.<kid>.<base64url(JSON claims)>.<base64url(HMAC-SHA256(key, "countersign-email-link:v1." + kid + "." + payload))>
@@ -176,19 +128,17 @@ func (l *Links) Sign(c Claims) (string, error) {
 		return "", errors.New("email: sign link: event id, approver and expiry are required")
 	}
 	if c.Nonce == "" {
-		var b [16]byte
-		if _, err := rand.Read(b[:]); err != nil {
+		n, err := signedtoken.RandomNonce()
+		if err != nil {
 			return "", fmt.Errorf("email: sign link: %w", err)
 		}
-		c.Nonce = base64.RawURLEncoding.EncodeToString(b[:])
+		c.Nonce = n
 	}
-	data, err := json.Marshal(wireClaims{EventID: c.EventID, Approver: c.Approver, Expires: c.Expires.Unix(), Nonce: c.Nonce})
+	token, err := l.signer.Sign(wireClaims{EventID: c.EventID, Approver: c.Approver, Expires: c.Expires.Unix(), Nonce: c.Nonce})
 	if err != nil {
 		return "", fmt.Errorf("email: sign link: %w", err)
 	}
-	payload := base64.RawURLEncoding.EncodeToString(data)
-	sig := mac(l.signer.Secret, l.signer.ID, payload)
-	return tokenVersion + "." + l.signer.ID + "." + payload + "." + base64.RawURLEncoding.EncodeToString(sig), nil
+	return token, nil
 }
 
 // Verify checks token's signature and expiry at now and returns its claims.
@@ -196,55 +146,19 @@ func (l *Links) Sign(c Claims) (string, error) {
 // page can still say what the link was for. Any other error returns no
 // claims. Errors never contain the token.
 func (l *Links) Verify(token string, now time.Time) (Claims, error) {
-	if len(token) > maxTokenLen {
-		return Claims{}, ErrTokenMalformed
-	}
-	parts := strings.Split(token, ".")
-	if len(parts) != 4 || parts[0] != tokenVersion || parts[2] == "" {
-		return Claims{}, ErrTokenMalformed
-	}
-	kid, payload := parts[1], parts[2]
-	sig, err := base64.RawURLEncoding.DecodeString(parts[3])
-	if err != nil || len(sig) != sha256.Size {
-		return Claims{}, ErrTokenMalformed
-	}
-	secret, ok := l.keys[kid]
-	if !ok {
-		return Claims{}, ErrUnknownKey
-	}
-	if !hmac.Equal(sig, mac(secret, kid, payload)) {
-		return Claims{}, ErrBadSignature
-	}
-	data, err := base64.RawURLEncoding.DecodeString(payload)
-	if err != nil {
-		return Claims{}, ErrTokenMalformed
-	}
 	var w wireClaims
-	if err := contracts.Decode(data, &w); err != nil || w.EventID == "" || w.Approver == "" || w.Nonce == "" || w.Expires == 0 {
-		return Claims{}, ErrTokenMalformed
+	err := l.signer.Verify(token, now, &w)
+	if err != nil && !errors.Is(err, ErrTokenExpired) {
+		return Claims{}, err
 	}
-	c := Claims{EventID: w.EventID, Approver: w.Approver, Expires: time.Unix(w.Expires, 0).UTC(), Nonce: w.Nonce}
-	if !now.Before(c.Expires) {
-		return c, ErrTokenExpired
-	}
-	return c, nil
+	return Claims{EventID: w.EventID, Approver: w.Approver, Expires: time.Unix(w.Expires, 0).UTC(), Nonce: w.Nonce}, err
 }
 
 // nonceFor derives the nonce of the link in the delivery with idempotency
 // key key: a redelivered email carries the same link, hence the same vote
 // id, while the request, each reminder and each address get their own. It
 // is keyed with the signing secret, so vote ids of links cannot be guessed.
-func (l *Links) nonceFor(key string) string {
-	h := hmac.New(sha256.New, l.signer.Secret)
-	h.Write([]byte(nonceContext + key))
-	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:16])
-}
-
-func mac(secret []byte, kid, payload string) []byte {
-	h := hmac.New(sha256.New, secret)
-	h.Write([]byte(macContext + kid + "." + payload))
-	return h.Sum(nil)
-}
+func (l *Links) nonceFor(key string) string { return l.signer.Nonce(key) }
 
 // VoteID is the id of the first vote cast with the link of c: a UUID
 // (version 5) derived from the link's nonce under a namespace of

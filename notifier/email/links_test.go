@@ -243,3 +243,21 @@ func TestKeyFormattingHidesSecret(t *testing.T) {
 		}
 	}
 }
+
+// recordedLink is a token minted by an earlier version of Links, with the
+// key 2026-07 of seven-bytes and the claims below: links already in
+// mailboxes must keep verifying, and a link signed now must be the same
+// bytes.
+const recordedLink = "v1.2026-07.eyJldnQiOiIwMTkwZDFhMi03YjNjLTdkZWYtODEyMy00NTY3ODlhYmNkZWYiLCJzdWIiOiJhbGljZSIsImV4cCI6MTc4MjkwMzYwMCwianRpIjoicmVjb3JkZWQtbm9uY2UifQ.gBi-WttwKcFWRVW-OwI1BggCGr2haoZqmr6TlA4EFgA"
+
+func TestRecordedLinkStillVerifies(t *testing.T) {
+	l := newLinks(t, email.Key{ID: "2026-07", Secret: secret(7)})
+	want := email.Claims{EventID: "0190d1a2-7b3c-7def-8123-456789abcdef", Approver: "alice", Expires: linkNow.Add(time.Hour), Nonce: "recorded-nonce"}
+	got, err := l.Verify(recordedLink, linkNow)
+	if err != nil || got != want {
+		t.Fatalf("Verify(recorded link) = %+v, %v, want %+v", got, err, want)
+	}
+	if token, err := l.Sign(want); err != nil || token != recordedLink {
+		t.Errorf("Sign = %q, %v, want the recorded bytes %q", token, err, recordedLink)
+	}
+}

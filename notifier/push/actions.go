@@ -1,91 +1,60 @@
 package push
 
 import (
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/notifier"
+	"github.com/countersign/countersign/notifier/internal/signedtoken"
 )
 
 // This file signs the one-tap actions of a notification: each is a token
 // that lets one person cast one decision on one request, over the
 // arguments the notification showed, until the request's deadline. The
-// scheme is the email links' (HMAC-SHA256 under a key id, the same
-// configured keys) with a context of its own, so that no email link is
-// ever a push action, nor the other way round.
+// scheme is the email links' (notifier/internal/signedtoken: HMAC-SHA256
+// under a key id, the same configured keys) with a context of its own, so
+// that no email link is ever a push action, nor the other way round.
+
+// actionScheme is the scheme of action tokens.
+var actionScheme = signedtoken.Scheme{
+	Context:      "countersign-push-action:v1.",
+	NonceContext: "countersign-push-nonce:v1.",
+	Errors:       signedtoken.NewErrors("push", "action token"),
+}
 
 // Errors of Actions.Verify; each error matches exactly one with errors.Is.
 var (
-	ErrTokenMalformed = errors.New("push: malformed action token")
-	ErrUnknownKey     = errors.New("push: action token signed with an unknown key")
-	ErrBadSignature   = errors.New("push: action token signature does not match")
-	ErrTokenExpired   = errors.New("push: action token expired")
-)
-
-const (
-	actionVersion = "v1"
-	// actionContext is prefixed to what a token's HMAC covers.
-	actionContext = "countersign-push-action:v1."
-	// actionNonceContext derives a delivery's deterministic nonce.
-	actionNonceContext = "countersign-push-nonce:v1."
-	maxActionToken     = 2048
-	// minSecretLen is the shortest key secret, as for email links.
-	minSecretLen = 32
+	ErrTokenMalformed = actionScheme.Errors.Malformed
+	ErrUnknownKey     = actionScheme.Errors.UnknownKey
+	ErrBadSignature   = actionScheme.Errors.BadSignature
+	ErrTokenExpired   = actionScheme.Errors.Expired
 )
 
 // actionNamespace is the UUID namespace of the vote ids of push actions.
 var actionNamespace = uuid.MustParse("1d0c5a0e-8b7f-4c1e-9a42-6f3b2d9e7c51")
 
 // Key is one HMAC key for action tokens: an id (1 to 32 of [A-Za-z0-9_-])
-// and at least 32 secret bytes; the email link keys serve.
-type Key struct {
-	ID     string
-	Secret []byte
-}
-
-// String shows the key id only.
-func (k Key) String() string { return "push.Key{ID: " + k.ID + ", Secret: <redacted>}" }
-
-// GoString is String.
-func (k Key) GoString() string { return k.String() }
+// and at least 32 secret bytes; the email link keys serve. Formatting a
+// Key shows its id only.
+type Key = signedtoken.Key
 
 // Actions signs and verifies action tokens. It is safe for concurrent use.
 type Actions struct {
-	signer Key
-	keys   map[string][]byte
+	signer *signedtoken.Signer
 }
 
 // NewActions returns Actions that sign with keys[0] and verify with any.
 func NewActions(keys []Key) (*Actions, error) {
-	if len(keys) == 0 {
-		return nil, errors.New("push: actions: at least one key is required")
+	s, err := signedtoken.New(actionScheme, keys)
+	if err != nil {
+		return nil, fmt.Errorf("push: actions: %w", err)
 	}
-	a := &Actions{keys: map[string][]byte{}}
-	for _, k := range keys {
-		if len(k.ID) == 0 || len(k.ID) > 32 || !contracts.ValidEventID(k.ID) {
-			return nil, fmt.Errorf("push: actions: key id %q: want 1 to 32 of A-Z a-z 0-9 _ -", k.ID)
-		}
-		if len(k.Secret) < minSecretLen {
-			return nil, fmt.Errorf("push: actions: key %q: secret has %d bytes, want at least %d", k.ID, len(k.Secret), minSecretLen)
-		}
-		if _, dup := a.keys[k.ID]; dup {
-			return nil, fmt.Errorf("push: actions: key id %q is used twice", k.ID)
-		}
-		a.keys[k.ID] = slices.Clone(k.Secret)
-	}
-	a.signer = Key{ID: keys[0].ID, Secret: a.keys[keys[0].ID]}
-	return a, nil
+	return &Actions{signer: s}, nil
 }
 
 // Action is what a token lets its bearer do: Approver casts Decision on
@@ -108,76 +77,52 @@ type wireAction struct {
 	Nonce    string `json:"jti"`
 }
 
+// Complete reports whether an action token names all it must, and one of
+// the two decisions a tap may cast.
+func (w *wireAction) Complete() bool {
+	return w.EventID != "" && w.Approver != "" && w.Nonce != "" && w.Args != "" && oneTapDecision(w.Decision)
+}
+
+// Expiry is the action's expiry in Unix seconds.
+func (w *wireAction) Expiry() int64 { return w.Expires }
+
+func oneTapDecision(d string) bool {
+	return d == contracts.DecisionApprove || d == contracts.DecisionReject
+}
+
 // Sign returns the token of a: v1.<kid>.<base64url(JSON)>.<base64url(HMAC)>.
 // An empty Nonce is filled with 16 random bytes.
 func (a *Actions) Sign(c Action) (string, error) {
-	if c.EventID == "" || c.Approver == "" || c.Expires.IsZero() || c.ArgumentsSHA256 == "" ||
-		(c.Decision != contracts.DecisionApprove && c.Decision != contracts.DecisionReject) {
+	if c.EventID == "" || c.Approver == "" || c.Expires.IsZero() || c.ArgumentsSHA256 == "" || !oneTapDecision(c.Decision) {
 		return "", errors.New("push: sign action: event id, approver, approve or reject, arguments hash and expiry are required")
 	}
 	if c.Nonce == "" {
-		var b [16]byte
-		_, _ = rand.Read(b[:])
-		c.Nonce = base64.RawURLEncoding.EncodeToString(b[:])
+		n, err := signedtoken.RandomNonce()
+		if err != nil {
+			return "", fmt.Errorf("push: sign action: %w", err)
+		}
+		c.Nonce = n
 	}
-	data, err := json.Marshal(wireAction{c.EventID, c.Approver, c.Decision, c.ArgumentsSHA256, c.Expires.Unix(), c.Nonce})
-	if err != nil {
-		return "", err
-	}
-	payload := base64.RawURLEncoding.EncodeToString(data)
-	return actionVersion + "." + a.signer.ID + "." + payload + "." + b64(actionMAC(a.signer.Secret, a.signer.ID, payload)), nil
+	return a.signer.Sign(wireAction{c.EventID, c.Approver, c.Decision, c.ArgumentsSHA256, c.Expires.Unix(), c.Nonce})
 }
 
 // Verify checks a token's signature and expiry at now. A genuine, expired
 // token returns its action with ErrTokenExpired; any other error none.
 func (a *Actions) Verify(token string, now time.Time) (Action, error) {
-	if len(token) > maxActionToken {
-		return Action{}, ErrTokenMalformed
-	}
-	parts := strings.Split(token, ".")
-	if len(parts) != 4 || parts[0] != actionVersion || parts[2] == "" {
-		return Action{}, ErrTokenMalformed
-	}
-	sig, err := base64.RawURLEncoding.DecodeString(parts[3])
-	if err != nil || len(sig) != sha256.Size {
-		return Action{}, ErrTokenMalformed
-	}
-	secret, ok := a.keys[parts[1]]
-	if !ok {
-		return Action{}, ErrUnknownKey
-	}
-	if !hmac.Equal(sig, actionMAC(secret, parts[1], parts[2])) {
-		return Action{}, ErrBadSignature
-	}
-	data, err := base64.RawURLEncoding.DecodeString(parts[2])
 	var w wireAction
-	if err != nil || contracts.Decode(data, &w) != nil || w.EventID == "" || w.Approver == "" || w.Nonce == "" ||
-		w.Expires == 0 || w.Args == "" || (w.Decision != contracts.DecisionApprove && w.Decision != contracts.DecisionReject) {
-		return Action{}, ErrTokenMalformed
+	err := a.signer.Verify(token, now, &w)
+	if err != nil && !errors.Is(err, ErrTokenExpired) {
+		return Action{}, err
 	}
-	c := Action{EventID: w.EventID, Approver: w.Approver, Decision: w.Decision, ArgumentsSHA256: w.Args,
-		Expires: time.Unix(w.Expires, 0).UTC(), Nonce: w.Nonce}
-	if !now.Before(c.Expires) {
-		return c, ErrTokenExpired
-	}
-	return c, nil
+	return Action{EventID: w.EventID, Approver: w.Approver, Decision: w.Decision, ArgumentsSHA256: w.Args,
+		Expires: time.Unix(w.Expires, 0).UTC(), Nonce: w.Nonce}, err
 }
 
 // nonceFor derives the nonce of the action decision in the delivery with
 // idempotency key key: a redelivered notification carries the same
 // tokens, hence the same vote ids. Keyed with the signing secret, so vote
 // ids cannot be guessed.
-func (a *Actions) nonceFor(key, decision string) string {
-	h := hmac.New(sha256.New, a.signer.Secret)
-	h.Write([]byte(actionNonceContext + key + "\n" + decision))
-	return b64(h.Sum(nil)[:16])
-}
-
-func actionMAC(secret []byte, kid, payload string) []byte {
-	h := hmac.New(sha256.New, secret)
-	h.Write([]byte(actionContext + kid + "." + payload))
-	return h.Sum(nil)
-}
+func (a *Actions) nonceFor(key, decision string) string { return a.signer.Nonce(key + "\n" + decision) }
 
 // VoteID is the id of the vote an action casts: a UUID (version 5) of its
 // nonce. The arbiter counts a vote id once, so a second tap (or a token

@@ -279,6 +279,25 @@ func TestActionTokensRefuseTampering(t *testing.T) {
 	}
 }
 
+// recordedAction is a token minted by an earlier version of Actions, with
+// the test key and the action below: notifications already on phones must
+// keep verifying, and an action signed now must be the same bytes.
+const recordedAction = "v1.k1.eyJldnQiOiIwMTkwZDFhMi03YjNjLTdkZWYtODEyMy00NTY3ODlhYmNkZWYiLCJzdWIiOiJhbGljZSIsImRlYyI6ImFwcHJvdmUiLCJzaGEiOiI5Zjg2ZDA4MTg4NGM3ZDY1OWEyZmVhYTBjNTVhZDAxNWEzYmY0ZjFiMmIwYjgyMmNkMTVkNmMxNWIwZjAwYTA4IiwiZXhwIjoxNzgyOTAzNjAwLCJqdGkiOiJyZWNvcmRlZC1ub25jZSJ9.sBrEXsu221rvc7jBf0r1px8DwZjkezGvGVisMwXaKQw"
+
+func TestRecordedActionStillVerifies(t *testing.T) {
+	a := newActions(t)
+	exp := time.Date(2026, 7, 1, 11, 0, 0, 0, time.UTC)
+	want := push.Action{EventID: "0190d1a2-7b3c-7def-8123-456789abcdef", Approver: "alice", Decision: contracts.DecisionApprove,
+		ArgumentsSHA256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", Expires: exp, Nonce: "recorded-nonce"}
+	got, err := a.Verify(recordedAction, exp.Add(-time.Hour))
+	if err != nil || got != want {
+		t.Fatalf("Verify(recorded action) = %+v, %v, want %+v", got, err, want)
+	}
+	if tok, err := a.Sign(want); err != nil || tok != recordedAction {
+		t.Errorf("Sign = %q, %v, want the recorded bytes %q", tok, err, recordedAction)
+	}
+}
+
 func TestVAPIDIsCheckedAsAPushServiceDoes(t *testing.T) {
 	v := newVAPID(t)
 	h, err := v.Authorization("https://push.example.net/send/abc?x=1", testNow, time.Hour)
