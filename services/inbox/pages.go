@@ -390,6 +390,10 @@ type statusView struct {
 	StepUp *stepUpView
 	// Review is the automated first reviewer's opinion (nil: none).
 	Review *reviewView
+	// Execution says what became of a claimed call: its claimant's report,
+	// or that none came ("" before a claim).
+	Execution      string
+	ExecutionState string // succeeded, failed or unreported
 }
 
 // grantOption is a grant scope the approve form offers.
@@ -528,7 +532,28 @@ func (in *Inbox) status(ctx context.Context, rec *contracts.Record, sess *sessio
 	sv.StepUp = in.stepUp(ctx, rec, sess)
 	sv.Timeline = in.timeline(ctx, rec, sess)
 	sv.Review = reviewOf(rec)
+	sv.Execution, sv.ExecutionState = executionOf(rec)
 	return sv
+}
+
+// executionOf tells what became of a claimed call: the claimant's report of
+// how it ended, or that the claimant never reported (it may have died
+// after its claim; the call may or may not have run).
+func executionOf(rec *contracts.Record) (text, state string) {
+	c := rec.Claim
+	if c == nil {
+		return "", ""
+	}
+	x := rec.Execution
+	if x == nil {
+		return fmt.Sprintf("Claimed by %s at %s; no outcome reported: the call may or may not have run.",
+			orDash(c.By), c.At.UTC().Format(time.RFC3339)), "unreported"
+	}
+	text = fmt.Sprintf("Claimed by %s; %s reported it %s at %s", orDash(c.By), x.ReportedBy, x.Status, x.ReportedAt.UTC().Format(time.RFC3339))
+	if x.Summary != "" {
+		text += ": " + x.Summary
+	}
+	return text + ".", x.Status
 }
 
 // timeline tells an approval's story for people, from the same events as
@@ -632,7 +657,11 @@ func changeText(ch contracts.Changed, votes map[string]contracts.Vote) string {
 	case contracts.ChangeExtended:
 		return "Deadline extended by " + orDash(who)
 	case contracts.ChangeClaimed:
-		return "Claimed: the call ran"
+		return "Claimed by " + orDash(who) + ": the call may now run, once"
+	case contracts.ChangeOutcome:
+		return "Outcome reported by " + orDash(who)
+	case contracts.ChangeOutcomeRefused:
+		return "An outcome report by " + orDash(who) + " was refused: " + contracts.Reason(ch.Reason).Message()
 	case contracts.ChangeClaimRefused:
 		return "A second claim was refused"
 	case contracts.ChangeOpinion:
