@@ -47,6 +47,13 @@ func (s *Server) getAuditExport(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fieldError(http.StatusBadRequest, CodeInvalidParameter, "format", "format must be %s or %s", AuditFormatNative, AuditFormatOCSF))
 		return
 	}
+	// The native bundle is the whole chain (a chain with entries cut out
+	// does not verify), so it is for those who may read every tenant's.
+	if p := principalFrom(r.Context()); len(p.Tenants) > 0 || len(p.Agents) > 0 {
+		writeError(w, errorf(http.StatusForbidden, CodeForbidden,
+			"the native audit bundle holds every tenant's entries; a token limited to tenants or agents exports format=ocsf, which keeps to them"))
+		return
+	}
 	keys := s.cfg.ReceiptKeys
 	if keys == nil {
 		keys = receipt.NewKeySet()

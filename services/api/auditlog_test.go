@@ -14,9 +14,10 @@ import (
 	"github.com/countersign/countersign/services/api"
 )
 
-// TestAuditExportIsForAuditorsAndVerifies: an auditor (and an admin) gets
-// the audit log's bundle, which verifies; an approver is refused, and the
-// range is checked.
+// TestAuditExportIsForAuditorsAndVerifies: an auditor of every tenant (and
+// an admin) gets the audit log's bundle, which verifies; an approver is
+// refused, and so is an auditor limited to a tenant (the bundle holds every
+// tenant's entries); the range is checked.
 func TestAuditExportIsForAuditorsAndVerifies(t *testing.T) {
 	o := setupOversight(t)
 	sub, err := o.srv.Connect().SubscribeSync(audit.SubjectEntryPrefix + ">")
@@ -29,11 +30,12 @@ func TestAuditExportIsForAuditorsAndVerifies(t *testing.T) {
 	}
 
 	o.call(t, "GET", "/v1/audit/export", "alice", nil).wantError(t, http.StatusForbidden, api.CodeForbidden, "")
+	o.call(t, "GET", "/v1/audit/export", "auditor-acme", nil).wantError(t, http.StatusForbidden, api.CodeForbidden, "")
 	o.call(t, "GET", "/v1/audit/export", "", nil).wantError(t, http.StatusUnauthorized, api.CodeUnauthenticated, "")
 	o.call(t, "GET", "/v1/audit/export?since=yesterday", "admin", nil).wantError(t, http.StatusBadRequest, api.CodeInvalidParameter, "since")
 	o.call(t, "GET", "/v1/audit/export?from=2026-01-01T00:00:00Z", "admin", nil).wantError(t, http.StatusBadRequest, api.CodeInvalidParameter, "from")
 
-	for _, who := range []string{"auditor-acme", "admin"} {
+	for _, who := range []string{"auditor", "admin"} {
 		r := o.call(t, "GET", "/v1/audit/export", who, nil)
 		if r.status != http.StatusOK || r.header.Get("Content-Type") != "application/x-ndjson" {
 			t.Fatalf("%s: %d %s", who, r.status, r.body)
@@ -66,6 +68,9 @@ func TestAuditExportOCSFKeepsToTheCallersTenants(t *testing.T) {
 		}
 	}
 	o.call(t, "GET", "/v1/audit/export?format=cef", "admin", nil).wantError(t, http.StatusBadRequest, api.CodeInvalidParameter, "format")
+	// The native bundle is the whole chain: not for a token limited to
+	// tenants, whatever range it asks for.
+	o.call(t, "GET", "/v1/audit/export", "auditor-acme", nil).wantError(t, http.StatusForbidden, api.CodeForbidden, "")
 	for who, want := range map[string][]string{"auditor-acme": {acme}, "admin": {acme, globex}} {
 		r := o.call(t, "GET", "/v1/audit/export?format=ocsf", who, nil)
 		if r.status != http.StatusOK || r.header.Get("Content-Type") != "application/x-ndjson" {

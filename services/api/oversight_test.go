@@ -82,6 +82,7 @@ func setupOversight(t *testing.T) *oversightEnv {
 	add("admin", "root", nil, api.RoleAdmin)
 	add("viewer", "lead", nil, api.RoleViewer)
 	add("auditor-acme", "audit:acme", []string{"acme"}, api.RoleAuditor)
+	add("auditor", "audit:all", nil, api.RoleAuditor)
 	reg := prometheus.NewRegistry()
 	e.cfg = api.Config{JS: srv.JetStreamAs(embedded.RoleAPI), Gate: gate, Tokens: tokens, Registerer: reg, Gatherer: reg, Now: clock.Now}
 	s, err := api.New(context.Background(), e.cfg)
