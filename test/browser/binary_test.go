@@ -82,51 +82,7 @@ func runServe(t *testing.T) *served {
 	cmd := exec.Command(countersignBinary(t), "serve", "--data", data, "--addr", "127.0.0.1:0",
 		"--nats-listen", "127.0.0.1:0", "--config", "../../deploy/countersign.yaml", "--policy", "../../deploy/policy.yaml")
 	cmd.Dir = "."
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &served{stderr: &syncBuffer{}, exited: make(chan struct{}), cmd: cmd}
-	cmd.Stderr = s.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = cmd.Wait(); close(s.exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.exited:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-s.exited
-		}
-	})
-	lines := make(chan string, 64)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	deadline := time.After(90 * time.Second)
-	for s.url == "" {
-		select {
-		case line, ok := <-lines:
-			if !ok {
-				t.Fatalf("serve exited before it was ready; stderr:\n%s", s.stderr.String())
-			}
-			if _, rest, ok := strings.Cut(line, "Inbox:"); ok {
-				s.url = strings.TrimSuffix(strings.Fields(rest)[0], "/")
-			}
-		case <-deadline:
-			t.Fatalf("serve did not become ready; stderr:\n%s", s.stderr.String())
-		}
-	}
-	go func() {
-		for range lines {
-		}
-	}()
+	s := launch(t, cmd, "")
 	tok, err := os.ReadFile(filepath.Join(data, "dev-token"))
 	if err != nil {
 		t.Fatal(err)
@@ -245,3 +201,55 @@ func TestBinaryInboxStaysLiveAndServerStaysUp(t *testing.T) {
 
 // keepOpen is how long the inbox test keeps its page open.
 const keepOpen = 45 * time.Second
+
+// launch starts cmd (a serve), ends it when the test does, and returns
+// once serve printed its inbox's URL; token is the bearer the test uses.
+func launch(t *testing.T, cmd *exec.Cmd, token string) *served {
+	t.Helper()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &served{stderr: &syncBuffer{}, exited: make(chan struct{}), cmd: cmd, token: token}
+	cmd.Stderr = s.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = cmd.Wait(); close(s.exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.exited:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-s.exited
+		}
+	})
+	lines := make(chan string, 64)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	deadline := time.After(90 * time.Second)
+	for s.url == "" {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatalf("serve exited before it was ready; stderr:\n%s", s.stderr.String())
+			}
+			if _, rest, ok := strings.Cut(line, "Inbox:"); ok {
+				s.url = strings.TrimSuffix(strings.Fields(rest)[0], "/")
+			}
+		case <-deadline:
+			t.Fatalf("serve did not become ready; stderr:\n%s", s.stderr.String())
+		}
+	}
+	go func() {
+		for range lines {
+		}
+	}()
+	return s
+}

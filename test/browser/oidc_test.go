@@ -1,7 +1,6 @@
 package browser_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net/http"
@@ -9,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -65,51 +63,7 @@ oidc:
 	}
 	cmd := exec.Command(countersignBinary(t), "serve", "--data", data, "--addr", "127.0.0.1:0",
 		"--nats-listen", "127.0.0.1:0", "--config", filepath.Join(dir, "countersign.yaml"))
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &served{stderr: &syncBuffer{}, exited: make(chan struct{}), cmd: cmd, token: agent}
-	cmd.Stderr = s.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = cmd.Wait(); close(s.exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.exited:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-s.exited
-		}
-	})
-	lines := make(chan string, 64)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	deadline := time.After(90 * time.Second)
-	for s.url == "" {
-		select {
-		case line, ok := <-lines:
-			if !ok {
-				t.Fatalf("serve exited before it was ready; stderr:\n%s", s.stderr.String())
-			}
-			if _, rest, ok := strings.Cut(line, "Inbox:"); ok {
-				s.url = strings.TrimSuffix(strings.Fields(rest)[0], "/")
-			}
-		case <-deadline:
-			t.Fatalf("serve did not become ready; stderr:\n%s", s.stderr.String())
-		}
-	}
-	go func() {
-		for range lines {
-		}
-	}()
+	s := launch(t, cmd, agent)
 	return s
 }
 
