@@ -77,6 +77,10 @@ func StreamConfigs(cfg ProvisionConfig) []jetstream.StreamConfig {
 	// schedule's replacement rolls up its subject); saying so keeps the
 	// configuration the server reports equal to this one.
 	timers.AllowMsgSchedules, timers.AllowRollup = true, true
+	// A decided approval's timers still ahead are withdrawn by a roll-up
+	// message that expires a second later (arbiter: cancelTimers), so the
+	// store keeps nothing per decided approval for its timers.
+	timers.AllowMsgTTL = true
 	// The audit log is append-only: no message of it may be deleted and
 	// the stream may not be purged; only its age retires entries.
 	auditLog := base(audit.Stream, "Countersign tamper-evident audit log: entries and signed checkpoints; written by the arbiter only",

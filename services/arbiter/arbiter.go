@@ -947,7 +947,11 @@ func (a *Arbiter) finish(ctx context.Context, p *queuedOp, rev uint64) error {
 		if err := a.issueGrant(ctx, res.Record); err != nil {
 			return err
 		}
-		return a.announce(ctx, res.Record, rev)
+		if err := a.announce(ctx, res.Record, rev); err != nil {
+			return err
+		}
+		a.cancelTimers(res.Record)
+		return nil
 	}
 	if ch := o.counted(); ch != nil {
 		ch.Status = res.Record.Status

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
@@ -113,6 +114,52 @@ func (a *Arbiter) scheduleTimers(ctx context.Context, rec contracts.Record) erro
 		}
 	}
 	return nil
+}
+
+// cancelledTimerTTL is how long the message that withdraws a timer stays
+// on the schedule's subject (the shortest TTL the server takes).
+const cancelledTimerTTL = "1s"
+
+// headerTimerCancelled marks the message that withdraws a timer.
+const headerTimerCancelled = "Countersign-Timer-Cancelled"
+
+// cancelTimers withdraws the timers of a decided record that are still
+// ahead: its expiry (unless it is what decided it) and the reminders,
+// escalation tiers and notification stages not yet due. Each schedule's
+// subject is rolled up by a plain message (the server drops a subject's
+// schedule when a message without one replaces it) that expires a second
+// later, so the store keeps no schedule, and soon no subject, for the
+// timers of a decided approval, and no fire of them follows.
+//
+// It is best effort and off the decision's path: the messages are plain
+// publishes, not acknowledged. A withdrawal that is lost (a store that
+// refuses message TTLs, a dropped connection) leaves the timer to fire,
+// and a fire for a decided record changes nothing (handleTimer).
+func (a *Arbiter) cancelTimers(rec contracts.Record) {
+	id := rec.Request.EventID
+	now := a.cfg.Now()
+	var kinds []string
+	if rec.Status != contracts.StatusExpired {
+		kinds = append(kinds, contracts.TimerExpire)
+	}
+	for _, p := range timerPoints(&rec.Request, rec.ExpiresAt) {
+		if p.At.After(now) {
+			kinds = append(kinds, p.Kind)
+		}
+	}
+	nc := a.cfg.JS.Conn()
+	for _, kind := range kinds {
+		msg := &nats.Msg{Subject: contracts.TimerScheduleSubject(id, kind), Header: nats.Header{
+			jetstream.MsgRollup:    []string{jetstream.MsgRollupSubject},
+			jetstream.MsgTTLHeader: []string{cancelledTimerTTL},
+			headerTimerCancelled:   []string{"decided"},
+		}}
+		if err := nc.PublishMsg(msg); err != nil {
+			a.cfg.Logger.Debug("withdrawing a decided approval's timer failed; it will fire and change nothing",
+				"event_id", id, "timer", kind, "err", err)
+			return
+		}
+	}
 }
 
 // handleTimer applies a fired timer. approval.Expire is pure and idempotent: a fire

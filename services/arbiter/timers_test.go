@@ -185,20 +185,75 @@ func TestTimerAfterDecisionDoesNothing(t *testing.T) {
 	}
 	_, rev := b.record(req.EventID)
 
-	// The deadline passes: wait for the fire, then for the arbiter's
+	// The deadline passes, and the expiry fires: the decision withdrew
+	// its schedule, so the fire is the one a lost withdrawal would leave,
+	// published as the server's scheduler does. Wait for the arbiter's
 	// acknowledgement of it (given only once it has handled the message).
 	b.advance(time.Hour)
-	md, err := b.waitMessage(contracts.StreamTimers, contracts.TimerFireSubject(req.EventID, contracts.TimerExpire)).Metadata()
-	if err != nil {
-		t.Fatal(err)
-	}
-	acks.wait(t, md.Sequence.Stream, "+ACK")
+	seq := b.publish(contracts.TimerFireSubject(req.EventID, contracts.TimerExpire),
+		map[string]any{"event_id": req.EventID, "kind": contracts.TimerExpire, "at": req.ExpiresAt})
+	acks.wait(t, seq, "+ACK")
 	rec, rev2 := b.record(req.EventID)
 	if rev2 != rev || rec.Status != contracts.StatusRejected {
 		t.Fatalf("record changed after the fire: status %s revision %d, want rejected at %d", rec.Status, rev2, rev)
 	}
 	if d := b.decidedEvents(req.EventID); len(d) != 1 {
 		t.Fatalf("%d decided events, want 1", len(d))
+	}
+}
+
+// TestDecidedApprovalsTimersAreWithdrawn runs on the server's own
+// scheduler: once an approval is decided, none of its timers is left in
+// the store (no schedule, no subject), so decided history costs the
+// store nothing for its timers, and nothing of it fires.
+func TestDecidedApprovalsTimersAreWithdrawn(t *testing.T) {
+	t.Parallel()
+	b := newBus(t, events.ProvisionConfig{})
+	b.startArbiter(arbiter.Config{Now: time.Now})
+	req := timedRequest(t, time.Now(), time.Hour, ladder([]string{"20m", "40m"},
+		contracts.EscalationTier{After: "30m", Approvers: []string{"group:leads"}}))
+	b.create(req)
+	for _, kind := range []string{contracts.TimerExpire, "remind-1", "remind-2", "escalate-1"} {
+		b.waitMessage(contracts.StreamTimers, contracts.TimerScheduleSubject(req.EventID, kind))
+	}
+	other := timedRequest(t, time.Now(), time.Hour)
+	b.create(other)
+	b.waitMessage(contracts.StreamTimers, contracts.TimerScheduleSubject(other.EventID, contracts.TimerExpire))
+
+	b.vote(contracts.Vote{
+		Spec: contracts.SpecVote, VoteID: uuid.NewString(), EventID: req.EventID, Decision: contracts.DecisionApprove,
+		Approver: contracts.Approver{ID: "alice", Via: contracts.ViaNATS}, DecidedAt: time.Now().UTC(),
+	})
+	b.waitDecided(req.EventID)
+	stream, err := b.js.Stream(context.Background(), contracts.StreamTimers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subjects := func(id string) map[string]uint64 {
+		info, err := stream.Info(context.Background(), jetstream.WithSubjectFilter(contracts.SubjectTimerPrefix+"*."+id+".>"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Subjects
+	}
+	// The withdrawals expire a second after they are stored: the server
+	// removes them on its own clock, which no test can move.
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(busWait)
+	for left := subjects(req.EventID); len(left) > 0; left = subjects(req.EventID) {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("the decided approval's timers are still stored: %v", left)
+		}
+	}
+	// The pending approval's expiry stands.
+	if left := subjects(other.EventID); len(left) != 1 {
+		t.Fatalf("the pending approval's timers: %v, want its expiry schedule", left)
+	}
+	if rec, _ := b.record(other.EventID); rec.Status != contracts.StatusPending {
+		t.Fatalf("the other approval is %s, want pending", rec.Status)
 	}
 }
 
@@ -371,15 +426,15 @@ func TestTimerEscalationAddsApproversAndADecisionStopsTheLadder(t *testing.T) {
 		t.Fatalf("after the tier: %s by %v", rec.Status, rec.Outcome.DecidedBy)
 	}
 	_, rev := b.record(req.EventID)
-	// The second tier and the reminder fire after the decision and change
-	// nothing, announce nothing.
+	// The second tier and the reminder fire after the decision (the
+	// decision withdrew them: these are the fires a lost withdrawal would
+	// leave, published as the scheduler does) and change nothing,
+	// announce nothing.
 	b.advance(2 * time.Hour)
 	for _, kind := range []string{"escalate-2", "remind-1"} {
-		md, err := b.waitMessage(contracts.StreamTimers, contracts.TimerFireSubject(req.EventID, kind)).Metadata()
-		if err != nil {
-			t.Fatal(err)
-		}
-		acks.wait(t, md.Sequence.Stream, "+ACK")
+		seq := b.publish(contracts.TimerFireSubject(req.EventID, kind),
+			map[string]any{"event_id": req.EventID, "kind": kind, "at": req.CreatedAt.Add(3 * time.Hour)})
+		acks.wait(t, seq, "+ACK")
 	}
 	after, rev2 := b.record(req.EventID)
 	if rev2 != rev || after.EscalationLevel != 1 {

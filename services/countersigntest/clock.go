@@ -139,6 +139,9 @@ func (c *Clock) WaitScheduled(ctx context.Context, eventID, kind string, at time
 			}
 			return fmt.Errorf("countersigntest: nothing scheduled on %s: %w", subject, err)
 		}
+		if withdrawn(m.Headers()) {
+			continue
+		}
 		s, err := parseSchedule(subject, 0, m.Headers(), nil)
 		if err != nil {
 			return err
@@ -224,8 +227,18 @@ func (c *Clock) load(ctx context.Context, stream jetstream.Stream, subject strin
 	if err != nil {
 		return schedule{}, false, fmt.Errorf("countersigntest: read %s: %w", subject, err)
 	}
+	if withdrawn(m.Header) {
+		return schedule{}, false, nil
+	}
 	s, err := parseSchedule(subject, m.Sequence, m.Header, m.Data)
 	return s, err == nil, err
+}
+
+// withdrawn reports whether a message on a schedule subject is a plain one
+// that replaced the schedule (a decided approval's timer, withdrawn by the
+// arbiter): the server drops the schedule, and so does the clock.
+func withdrawn(h nats.Header) bool {
+	return h.Get(jetstream.ScheduleHeader) == "" && h.Get(jetstream.MsgRollup) == jetstream.MsgRollupSubject
 }
 
 // fire publishes s to its target as the server does, on condition that s
