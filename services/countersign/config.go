@@ -40,7 +40,11 @@ type fileConfig struct {
 	// IndexRecent is how many decided approvals each API replica keeps in
 	// memory beside the pending ones (default 20000); older history is
 	// listed from the bucket.
-	IndexRecent int         `yaml:"index_recent"`
+	IndexRecent int `yaml:"index_recent"`
+	// MemoryLimit bounds the memory serve's Go runtime holds: auto (the
+	// default: half again the live heap, at least 96MiB), off, or a size
+	// such as 512MiB (memory.go). GOMEMLIMIT wins over it.
+	MemoryLimit string      `yaml:"memory_limit"`
 	NATS        natsConfig  `yaml:"nats"`
 	Tokens      []api.Token `yaml:"tokens"`
 	// PublicURL is where approvers reach this server (links in Slack and
@@ -95,6 +99,7 @@ type natsConfig struct {
 type serveConfig struct {
 	fileConfig
 	retention time.Duration
+	memory    memoryLimit
 }
 
 func defaultConfig() fileConfig {
@@ -167,6 +172,9 @@ func (c *serveConfig) validate() error {
 		errs = append(errs, fmt.Errorf("config: retention must be a duration of at least 1h, got %q", c.Retention))
 	}
 	c.retention = d
+	if c.memory, err = parseMemoryLimit(c.MemoryLimit); err != nil {
+		errs = append(errs, err)
+	}
 	if c.IndexRecent < 0 {
 		errs = append(errs, fmt.Errorf("config: index_recent must be 0 (the default, %d) or more, got %d", api.DefaultIndexRecent, c.IndexRecent))
 	}

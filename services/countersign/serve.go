@@ -258,6 +258,9 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 		return err
 	}
 	defer unlock()
+	memCtx, stopMemory := context.WithCancel(ctx)
+	defer stopMemory()
+	cfg.memory.start(memCtx, log)
 	pol, polSource, err := readPolicyFile(cfg.Policy)
 	if err != nil {
 		return err
