@@ -18,7 +18,9 @@ import (
 // hundred thousand waits hold a hundred thousand subscriptions and no
 // goroutine each. One goroutine moves what arrives to a queue, and up to
 // announceWorkers goroutines, started when there is work and gone when
-// there has been none for announceWorkerIdle, read the records announced.
+// there has been none for announceWorkerIdle, answer the waits from the
+// decided announcements that can answer them (Waiter.answer) and read the
+// records announced for every other wait.
 const (
 	// announceBuffer is the channel's room. The connection drops what
 	// arrives while it is full (a slow consumer); the queue behind it
@@ -30,7 +32,14 @@ const (
 	announceWorkerIdle = time.Second
 )
 
-// announceQueue is the queue of record keys announced to a keyed waiter.
+// announced is one announcement queued: the record's key, and for a
+// decided announcement its body (nil for the others).
+type announced struct {
+	key     string
+	decided []byte
+}
+
+// announceQueue is the queue of announcements to a keyed waiter.
 type announceQueue struct {
 	w  *Waiter
 	ch chan *nats.Msg
@@ -40,7 +49,7 @@ type announceQueue struct {
 	more chan struct{}
 
 	mu      sync.Mutex
-	keys    []string
+	items   []announced
 	workers int
 	// rechecking is set while an overflow's re-read of every wait runs:
 	// overflows meanwhile add none.
@@ -62,7 +71,7 @@ func (a *announceQueue) subscribe(nc *nats.Conn, subject string) (*nats.Subscrip
 // close ends the goroutines; subscriptions are the waiter's to end.
 func (a *announceQueue) close() { close(a.done) }
 
-// receive moves each announcement's key to the queue.
+// receive moves each announcement to the queue.
 func (a *announceQueue) receive() {
 	defer a.w.running.Done()
 	for {
@@ -72,8 +81,12 @@ func (a *announceQueue) receive() {
 				// It was full: an announcement may have been dropped.
 				a.overflowed()
 			}
-			if key, ok := announcedKey(m.Subject); ok {
-				a.push(key)
+			if key, decided, ok := announcedKey(m.Subject); ok {
+				item := announced{key: key}
+				if decided {
+					item.decided = m.Data
+				}
+				a.push(item)
 			}
 		case <-a.done:
 			return
@@ -98,10 +111,10 @@ func (a *announceQueue) overflowed() {
 	}()
 }
 
-// push queues key and makes sure a worker will take it.
-func (a *announceQueue) push(key string) {
+// push queues item and makes sure a worker will take it.
+func (a *announceQueue) push(item announced) {
 	a.mu.Lock()
-	a.keys = append(a.keys, key)
+	a.items = append(a.items, item)
 	start := a.workers < announceWorkers
 	if start {
 		a.workers++
@@ -118,42 +131,42 @@ func (a *announceQueue) push(key string) {
 	}
 }
 
-// pop takes the oldest key queued.
-func (a *announceQueue) pop() (string, bool) {
+// pop takes the oldest announcement queued.
+func (a *announceQueue) pop() (announced, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if len(a.keys) == 0 {
-		return "", false
+	if len(a.items) == 0 {
+		return announced{}, false
 	}
-	key := a.keys[0]
-	a.keys[0] = ""
-	a.keys = a.keys[1:]
-	if len(a.keys) == 0 {
-		a.keys = nil // let go of the consumed front
+	item := a.items[0]
+	a.items[0] = announced{}
+	a.items = a.items[1:]
+	if len(a.items) == 0 {
+		a.items = nil // let go of the consumed front
 	}
-	return key, true
+	return item, true
 }
 
 // retire ends a worker that found nothing to do, unless work came in.
 func (a *announceQueue) retire() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if len(a.keys) > 0 {
+	if len(a.items) > 0 {
 		return false
 	}
 	a.workers--
 	return true
 }
 
-// work reads the records announced until there has been nothing to read
-// for announceWorkerIdle.
+// work takes the announcements queued until there have been none for
+// announceWorkerIdle.
 func (a *announceQueue) work() {
 	defer a.w.running.Done()
 	idle := time.NewTimer(announceWorkerIdle)
 	defer idle.Stop()
 	for {
-		if key, ok := a.pop(); ok {
-			a.w.rereadCurrent(key)
+		if item, ok := a.pop(); ok {
+			a.w.announced(item.key, item.decided)
 			continue
 		}
 		idle.Reset(announceWorkerIdle)
@@ -172,12 +185,16 @@ func (a *announceQueue) work() {
 	}
 }
 
-// announcedKey is the record key of an announcement's subject.
-func announcedKey(subject string) (string, bool) {
-	for _, prefix := range []string{contracts.SubjectDecidedPrefix, contracts.SubjectChangedPrefix, contracts.SubjectCreatedPrefix} {
+// announcedKey is the record key of an announcement's subject, and whether
+// it is a decided announcement.
+func announcedKey(subject string) (key string, decided, ok bool) {
+	if key, ok := strings.CutPrefix(subject, contracts.SubjectDecidedPrefix); ok && key != "" {
+		return key, true, true
+	}
+	for _, prefix := range []string{contracts.SubjectChangedPrefix, contracts.SubjectCreatedPrefix} {
 		if key, ok := strings.CutPrefix(subject, prefix); ok && key != "" {
-			return key, true
+			return key, false, true
 		}
 	}
-	return "", false
+	return "", false, false
 }

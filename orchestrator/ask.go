@@ -85,18 +85,11 @@ func (a Answer) ToolResult() string {
 // with arguments {"question": text}: its rule picks the approvers, channels
 // and timeout; a deny rule answers VerdictDenied without asking anyone.
 func (g *Gate) Ask(ctx context.Context, run contracts.Run, q Question) (Answer, error) {
-	a, err := g.SubmitQuestion(ctx, run, q)
+	a, known, err := g.submitQuestion(ctx, run, q)
 	if err != nil || a.Status != VerdictPending {
 		return a, err
 	}
-	ch := make(chan Answer, 1)
-	cancel, err := g.waiter.WatchDecided(ctx, a.EventID, func(rec *contracts.Record, _ uint64) bool {
-		if !rec.Terminal() {
-			return false
-		}
-		ch <- AnswerFor(rec)
-		return true
-	})
+	ch, cancel, err := g.watchAnswer(ctx, a, known)
 	if err != nil {
 		return a, err
 	}
@@ -109,29 +102,76 @@ func (g *Gate) Ask(ctx context.Context, run contracts.Run, q Question) (Answer, 
 	}
 }
 
+// watchAnswer waits for the answer to pending question a, which it sends
+// on ch; known is submitQuestion's.
+func (g *Gate) watchAnswer(ctx context.Context, a Answer, known bool) (ch chan Answer, cancel func(), err error) {
+	ch = make(chan Answer, 1)
+	cancel, err = g.waiter.watchDecision(ctx, a.EventID, func(rec *contracts.Record, _ uint64) bool {
+		if !rec.Terminal() {
+			return false
+		}
+		ch <- AnswerFor(rec)
+		return true
+	}, func(d *contracts.Decided) bool {
+		ans, ok := decidedAnswer(d, a, known)
+		if ok {
+			ch <- ans
+		}
+		return ok
+	})
+	return ch, cancel, err
+}
+
 // SubmitQuestion publishes the question (or re-attaches to it) without
 // waiting: a question not yet answered gets VerdictPending and its event id.
 func (g *Gate) SubmitQuestion(ctx context.Context, run contracts.Run, q Question) (Answer, error) {
+	a, _, err := g.submitQuestion(ctx, run, q)
+	return a, err
+}
+
+// decidedAnswer is the answer to pending question p from its record's
+// decided announcement d, without reading the record: AnswerFor of the
+// record at d's revision, which holds d's status and outcome and p's rule.
+// ok is false, and the record must be read, unless the record's request
+// is known to be p's (known, see submitQuestion) and d is for p's record.
+func decidedAnswer(d *contracts.Decided, p Answer, known bool) (Answer, bool) {
+	if !known || p.EventID == "" || d.EventID != p.EventID || d.Outcome == nil || !decidedStatus(d.Status) {
+		return Answer{}, false
+	}
+	return AnswerFor(&contracts.Record{
+		Request: contracts.ApprovalRequested{
+			EventID: p.EventID, Kind: contracts.KindHumanInput, Policy: contracts.PolicyRef{Rule: p.Rule},
+		},
+		Status:  d.Status,
+		Outcome: d.Outcome,
+	}), true
+}
+
+// submitQuestion is SubmitQuestion; known reports, for a pending answer,
+// that the question's record is known to hold this question's request
+// (the gate read the pending record and checked it, or the stream stored
+// the gate's own request as new), with the rule the answer names.
+func (g *Gate) submitQuestion(ctx context.Context, run contracts.Run, q Question) (Answer, bool, error) {
 	if run.Agent == "" {
-		return Answer{}, errors.New("orchestrator: run.agent is required")
+		return Answer{}, false, errors.New("orchestrator: run.agent is required")
 	}
 	if strings.TrimSpace(q.Text) == "" {
-		return Answer{}, errors.New("orchestrator: question.text is required")
+		return Answer{}, false, errors.New("orchestrator: question.text is required")
 	}
 	if len(bytes.TrimSpace(q.Schema)) == 0 || string(bytes.TrimSpace(q.Schema)) == "null" {
 		q.Schema = DefaultAnswerSchema
 	}
 	if err := checkSchema(q.Schema); err != nil {
-		return Answer{}, fieldErr(ErrInvalidSchema, "question.schema", err, "%s", err.Message)
+		return Answer{}, false, fieldErr(ErrInvalidSchema, "question.schema", err, "%s", err.Message)
 	}
 	if e := g.limits().CheckRequestFields(&contracts.ApprovalRequested{
 		Question: &contracts.Question{Text: q.Text, Schema: compactJSON(q.Schema)},
 	}); e != nil {
-		return Answer{}, fmt.Errorf("orchestrator: %w", e)
+		return Answer{}, false, fmt.Errorf("orchestrator: %w", e)
 	}
 	args, err := json.Marshal(map[string]string{"question": q.Text})
 	if err != nil {
-		return Answer{}, err
+		return Answer{}, false, err
 	}
 	d := g.cfg.Policy.Current().Evaluate(policy.Input{Run: run, Tool: RequestHumanInputToolName, Arguments: args})
 	if d.Action == policy.ActionDeny {
@@ -139,7 +179,7 @@ func (g *Gate) SubmitQuestion(ctx context.Context, run contracts.Run, q Question
 		if reason == "" {
 			reason = "The policy does not allow this agent to ask a human."
 		}
-		return Answer{Status: VerdictDenied, Reason: reason, Rule: d.Rule}, nil
+		return Answer{Status: VerdictDenied, Reason: reason, Rule: d.Rule}, false, nil
 	}
 	eventID := EventID(run, q.ID)
 	a := Answer{EventID: eventID, Status: VerdictPending, Rule: d.Rule}
@@ -148,18 +188,18 @@ func (g *Gate) SubmitQuestion(ctx context.Context, run contracts.Run, q Question
 	case err == nil:
 		var rec contracts.Record
 		if err := json.Unmarshal(entry.Value(), &rec); err != nil {
-			return a, fmt.Errorf("orchestrator: record %s is unreadable: %w", eventID, err)
+			return a, false, fmt.Errorf("orchestrator: record %s is unreadable: %w", eventID, err)
 		}
 		if rec.Request.Kind != contracts.KindHumanInput || rec.Request.Question == nil || rec.Request.Question.Text != q.Text || !sameSubmitter(ctx, &rec) {
-			return a, fieldErr(ErrArgumentsChanged, "id", nil, "the run and question id were already used for another question")
+			return a, false, fieldErr(ErrArgumentsChanged, "id", nil, "the run and question id were already used for another question")
 		}
 		if rec.Terminal() {
-			return AnswerFor(&rec), nil
+			return AnswerFor(&rec), false, nil
 		}
 		a.Rule = rec.Request.Policy.Rule
-		return a, nil
+		return a, true, nil
 	case !errors.Is(err, jetstream.ErrKeyNotFound):
-		return a, fmt.Errorf("orchestrator: read record %s: %w", eventID, err)
+		return a, false, fmt.Errorf("orchestrator: read record %s: %w", eventID, err)
 	}
 	req := g.request(run, ToolCall{ID: q.ID, Name: RequestHumanInputToolName}, args, "", d, eventID)
 	req.Spec = contracts.SpecHumanInputRequested
@@ -178,12 +218,15 @@ func (g *Gate) SubmitQuestion(ctx context.Context, run contracts.Run, q Question
 	req.Submitter = submitterFrom(ctx)
 	data, err := g.limits().EncodeRequest(&req)
 	if err != nil {
-		return a, fmt.Errorf("orchestrator: %w", err)
+		return a, false, fmt.Errorf("orchestrator: %w", err)
 	}
-	if _, err := events.PublishRaw(ctx, g.cfg.JS, contracts.InputRequestedSubject(run.Agent), data, eventID, nil); err != nil {
-		return a, fmt.Errorf("orchestrator: %w", err)
+	ack, err := events.PublishRaw(ctx, g.cfg.JS, contracts.InputRequestedSubject(run.Agent), data, eventID, nil)
+	if err != nil {
+		return a, false, fmt.Errorf("orchestrator: %w", err)
 	}
-	return a, nil
+	// A duplicate: someone else's question with this event id may hold
+	// the record (see Gate.gate).
+	return a, ack != nil && !ack.Duplicate, nil
 }
 
 // AnswerFor turns a terminal human_input record into its Answer.

@@ -112,6 +112,16 @@ type Verdict struct {
 
 	// sha is the hash of the arguments under review, to match the outcome.
 	sha string
+	// A pending verdict whose record's request is known to be this call's
+	// (known: the gate read the pending record and checked it, or the
+	// stream stored the gate's own request as new) also knows what of that
+	// request a verdict depends on, besides sha and Rule: the principal
+	// that claims (by) and how long an approval stays claimable. A
+	// decided announcement then answers the call without a read of the
+	// record (decidedVerdict).
+	known       bool
+	by          string
+	claimWithin time.Duration
 }
 
 // PolicySource gives the policy in force; it may change at any time.
@@ -321,6 +331,12 @@ func (g *Gate) ReviewAsync(ctx context.Context, run contracts.Run, calls []ToolC
 			}
 			r.decided(i, g.verdictFor(rec, calls[i].ID, r.sha(i)))
 			return true
+		}, func(d *contracts.Decided) bool {
+			v, ok := g.decidedVerdict(d, r.pending(i))
+			if ok {
+				r.decided(i, v)
+			}
+			return ok
 		})
 		arms[i] = a
 		return a, err
@@ -371,6 +387,13 @@ func (r *asyncReview) sha(i int) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.verdicts[i].sha
+}
+
+// pending is verdicts[i] while it is pending.
+func (r *asyncReview) pending(i int) Verdict {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.verdicts[i]
 }
 
 // decided records verdicts[i] and finishes the review with the last one.
@@ -555,6 +578,7 @@ func (g *Gate) gate(ctx context.Context, run contracts.Run, c ToolCall, args jso
 		if rec.Terminal() {
 			return g.verdictFor(&rec, c.ID, sha), nil
 		}
+		v.known, v.by, v.claimWithin = true, claimant(&rec.Request), approval.ClaimWithin(&rec.Request)
 		if a != nil {
 			a.changed(&rec, entry.Revision()) // kept until begin
 		}
@@ -581,10 +605,26 @@ func (g *Gate) gate(ctx context.Context, run contracts.Run, c ToolCall, args jso
 	if err != nil {
 		return v, err
 	}
-	if _, err := events.PublishRaw(ctx, g.cfg.JS, contracts.ToolRequestedSubject(run.Agent), data, eventID, nil); err != nil {
+	ack, err := events.PublishRaw(ctx, g.cfg.JS, contracts.ToolRequestedSubject(run.Agent), data, eventID, nil)
+	if err != nil {
 		return v, err
 	}
+	// A duplicate was stored before by someone else's publish of the same
+	// event id, perhaps with other arguments: what the record holds is
+	// then known only from a read.
+	if ack != nil && !ack.Duplicate {
+		v.known, v.by, v.claimWithin = true, claimant(&req), approval.ClaimWithin(&req)
+	}
 	return v, nil
+}
+
+// claimant is the principal that claims an approval of req: its submitter,
+// else its agent (see verdictFor).
+func claimant(req *contracts.ApprovalRequested) string {
+	if req.Submitter != "" {
+		return req.Submitter
+	}
+	return req.Run.Agent
 }
 
 func (g *Gate) request(run contracts.Run, c ToolCall, args json.RawMessage, sha string, d policy.Decision, eventID string) contracts.ApprovalRequested {
@@ -751,16 +791,45 @@ func (g *Gate) verdictFor(rec *contracts.Record, toolCallID, sha string) Verdict
 	if v.Verdict == VerdictAllowed {
 		// The permit claims as the agent principal that submitted the
 		// request: the only one, besides an admin, the arbiter lets claim.
-		by := rec.Request.Submitter
-		if by == "" {
-			by = rec.Request.Run.Agent
-		}
 		v.Permit = &Permit{
 			g: g, eventID: rec.Request.EventID, sha: rec.Outcome.ArgumentsSHA256, args: v.Arguments,
-			by: by, claimID: uuid.Must(uuid.NewV7()).String(),
+			by: claimant(&rec.Request), claimID: uuid.Must(uuid.NewV7()).String(),
 		}
 	}
 	return v
+}
+
+// decidedVerdict is the verdict of pending call p from its record's decided
+// announcement d, without reading the record: the verdict verdictFor gives
+// for the record at d's revision, which holds d's status and outcome and
+// the request p knows. ok is false, and the record must be read, when p
+// does not know its record's request (p.known), when d is not for p's
+// record, and when d alone cannot be trusted to give the same verdict: an
+// approval whose outcome does not agree with the request's arguments hash
+// (arguments differ from the request's exactly when the outcome carries a
+// diff), and an approval that may have lapsed (or been claimed since).
+func (g *Gate) decidedVerdict(d *contracts.Decided, p Verdict) (Verdict, bool) {
+	if !p.known || p.EventID == "" || d.EventID != p.EventID || d.Outcome == nil || !decidedStatus(d.Status) {
+		return Verdict{}, false
+	}
+	rec := &contracts.Record{
+		Request: contracts.ApprovalRequested{
+			EventID: p.EventID, Kind: contracts.KindToolApproval, Policy: contracts.PolicyRef{Rule: p.Rule},
+			ToolCall: &contracts.ToolCall{ArgumentsSHA256: p.sha}, Submitter: p.by, ClaimWithin: p.claimWithin.String(),
+		},
+		Status:  d.Status,
+		Outcome: d.Outcome,
+	}
+	if d.Status == contracts.StatusApproved {
+		out := d.Outcome
+		if out.ArgumentsSHA256 == "" || (len(out.Diff) == 0) != (out.ArgumentsSHA256 == p.sha) {
+			return Verdict{}, false
+		}
+		if approval.Lapsed(rec, time.Now()) {
+			return Verdict{}, false
+		}
+	}
+	return g.verdictFor(rec, p.ToolCallID, p.sha), true
 }
 
 // VerdictFor turns a terminal record into the verdict, with its message for

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +24,21 @@ import (
 // be modified.
 type WaitFunc func(rec *contracts.Record, revision uint64) (done bool)
 
+// decidedFunc answers a wait from the arbiter's decided announcement of
+// its record (hitl.approval.decided.<event_id>), without reading the
+// record: it reports true when the announcement, with what the wait knew
+// when it began, answers it (the wait is then over), and false when it
+// cannot, and the record is read and handed to the wait's WaitFunc as
+// before. Only waits that need the decision alone have one (the gate's
+// reviews and questions); the waiter hands it only announcements that are
+// well formed, name the record waited on, carry a terminal status and a
+// revision newer than any the wait has seen, and that came from the
+// arbiter: only the arbiter's NATS user may publish on
+// hitl.approval.decided.> (events/embedded/roles.go, deploy/), and the
+// arbiter announces a record's decision once, after its terminal write is
+// stored.
+type decidedFunc func(d *contracts.Decided) (answered bool)
+
 // Waiter matches changes of approval records to the runs waiting for them.
 // A wait is a map entry and a callback, with no goroutine and no JetStream
 // consumer of its own. How the waiter learns of changes depends on how it
@@ -33,9 +49,12 @@ type WaitFunc func(rec *contracts.Record, revision uint64) (done bool)
 //     hitl.approval.changed.<event_id> and hitl.approval.decided.<event_id>,
 //     plain NATS subscriptions; a wait that looks only for the decision,
 //     WatchDecided, follows the decided announcement alone) and reads
-//     the record when one arrives. The server sends a process only what
-//     concerns its own waits, so a fleet of agent processes costs the same
-//     per decision as one.
+//     the record when one arrives. The gate's reviews and questions are
+//     answered from the decided announcement itself, which carries the
+//     decision (status, outcome, revision), without that read (see
+//     decidedFunc). The server sends a process only what concerns its own
+//     waits, so a fleet of agent processes costs the same per decision as
+//     one.
 //   - NewBucketWaiter holds one watch of the whole approvals bucket: every
 //     change of every record reaches the process.
 //   - NewFedWaiter is told the changes by a watch the process already holds.
@@ -66,6 +85,10 @@ type Waiter struct {
 	ann *announceQueue
 	// decoded keeps the last revision decoded of each record.
 	decoded decodedRecords
+
+	// answered counts the waits answered from a decided announcement;
+	// reads the reads of an announced record (rereadAfter).
+	answered, reads atomic.Uint64
 }
 
 // wait is one registered wait: one allocation, whatever it holds.
@@ -73,6 +96,8 @@ type wait struct {
 	w   *Waiter
 	key string
 	fn  WaitFunc
+	// dfn, when set, may answer the wait from a decided announcement.
+	dfn decidedFunc
 	// finished is set once, under Waiter.mu, and read without it by the
 	// wait's own callback.
 	finished atomic.Bool
@@ -82,9 +107,11 @@ type wait struct {
 	// wait has seen (reads racing, one started before the wait registered)
 	// is not handed to it. A change that arrives before the registration's
 	// own read (ready) is kept in early, and the newer of the two is
-	// handed over first.
+	// handed over first. over is set once fn or dfn reported the wait
+	// done: neither is called again, whichever path comes next.
 	mu    sync.Mutex
 	ready bool
+	over  bool
 	last  uint64
 	early *contracts.Record
 	erev  uint64
@@ -94,7 +121,7 @@ type wait struct {
 func (wt *wait) changed(rec *contracts.Record, rev uint64) bool {
 	wt.mu.Lock()
 	defer wt.mu.Unlock()
-	if wt.finished.Load() {
+	if wt.over || wt.finished.Load() {
 		return true
 	}
 	if !wt.ready {
@@ -107,7 +134,28 @@ func (wt *wait) changed(rec *contracts.Record, rev uint64) bool {
 		return false
 	}
 	wt.last = rev
-	return wt.fn(rec, rev)
+	wt.over = wt.fn(rec, rev)
+	return wt.over
+}
+
+// decided hands the wait a decided announcement d. ok is false when the
+// wait needs its record read instead: it has no decidedFunc, it has not
+// begun (the record its registration read is not handed yet), it has seen
+// revision d.Revision or a newer one, or its decidedFunc could not answer.
+func (wt *wait) decided(d *contracts.Decided) (ok bool) {
+	wt.mu.Lock()
+	defer wt.mu.Unlock()
+	if wt.over || wt.finished.Load() {
+		return true
+	}
+	if wt.dfn == nil || !wt.ready || d.Revision <= wt.last {
+		return false
+	}
+	if !wt.dfn(d) {
+		return false
+	}
+	wt.last, wt.over = d.Revision, true
+	return true
 }
 
 // start hands the wait the record as its registration read it (nil when
@@ -116,7 +164,7 @@ func (wt *wait) start(rec *contracts.Record, rev uint64) bool {
 	wt.mu.Lock()
 	defer wt.mu.Unlock()
 	wt.ready = true
-	if wt.finished.Load() {
+	if wt.over || wt.finished.Load() {
 		return true
 	}
 	if wt.early != nil && wt.erev > rev {
@@ -127,7 +175,8 @@ func (wt *wait) start(rec *contracts.Record, rev uint64) bool {
 		return false
 	}
 	wt.last = rev
-	return wt.fn(rec, rev)
+	wt.over = wt.fn(rec, rev)
+	return wt.over
 }
 
 // NewWaiter opens the approvals bucket; each wait then follows its own
@@ -294,7 +343,8 @@ func (w *Waiter) observe(key string, value []byte, rev uint64) {
 // deliver calls every unfinished wait on key and drops the finished ones.
 func (w *Waiter) deliver(key string, rec *contracts.Record, rev uint64) {
 	w.mu.Lock()
-	list := w.waits[key]
+	// A copy: finish removes waits from the list in place.
+	list := slices.Clone(w.waits[key])
 	w.mu.Unlock()
 	for _, wt := range list {
 		if wt.finished.Load() {
@@ -425,6 +475,67 @@ const (
 	rereadMaxRetry   = 5 * time.Second
 )
 
+// announced takes an announcement of key's record: a decided one (data is
+// its body) answers the waits it can (answer), and the record is read for
+// the others, as for any other announcement.
+func (w *Waiter) announced(key string, data []byte) {
+	if data != nil && w.answer(key, data) {
+		return
+	}
+	w.rereadCurrent(key)
+}
+
+// answer hands the decided announcement data of key's record to the waits
+// on key, and reports whether it answered every one of them. It answers
+// none, and the record is read, when the announcement is not one the
+// arbiter would send for a decision of this record: unreadable, another
+// spec or event id, a status that is not one of the terminal statuses, no
+// outcome, or a revision not newer than one read for the key already.
+func (w *Waiter) answer(key string, data []byte) bool {
+	w.mu.Lock()
+	list := slices.Clone(w.waits[key])
+	w.mu.Unlock()
+	if !slices.ContainsFunc(list, func(wt *wait) bool { return wt.dfn != nil }) {
+		return false
+	}
+	var d contracts.Decided
+	if err := contracts.Decode(data, &d); err != nil || d.Spec != contracts.SpecDecided || d.EventID != key ||
+		!decidedStatus(d.Status) || d.Outcome == nil || d.Revision == 0 {
+		w.log.Warn("a decided announcement the waiter cannot take; reading the record", "event_id", key, "err", err)
+		return false
+	}
+	w.mu.Lock()
+	ks := w.subs[key]
+	stale := ks == nil || d.Revision <= ks.seen
+	w.mu.Unlock()
+	if stale {
+		return false
+	}
+	all := true
+	for _, wt := range list {
+		if wt.finished.Load() {
+			continue
+		}
+		if !wt.decided(&d) {
+			all = false
+			continue
+		}
+		w.answered.Add(1)
+		w.finish(key, wt)
+	}
+	return all
+}
+
+// decidedStatus reports whether status is one a decision leaves a record in.
+func decidedStatus(status string) bool {
+	switch status {
+	case contracts.StatusApproved, contracts.StatusRejected, contracts.StatusResponded,
+		contracts.StatusAnswered, contracts.StatusExpired, contracts.StatusCancelled:
+		return true
+	}
+	return false
+}
+
 // rereadCurrent reads key's record after an announcement and hands it to
 // the waits on it.
 func (w *Waiter) rereadCurrent(key string) {
@@ -445,6 +556,7 @@ func (w *Waiter) rereadAfter(key string, gen uint64, retry time.Duration) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	w.reads.Add(1)
 	e, err := w.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 		w.log.Warn("an announced approval record is not in the bucket", "event_id", key, "err", err)
@@ -490,9 +602,22 @@ func (w *Waiter) WatchDecided(ctx context.Context, eventID string, fn WaitFunc) 
 	return w.watch(ctx, eventID, onDecided, fn)
 }
 
+// watchDecision is WatchDecided for a wait that dfn may answer from the
+// record's decided announcement (see decidedFunc); fn is called with the
+// record as WatchDecided calls it, when the wait begins and whenever the
+// announcement cannot answer the wait.
+func (w *Waiter) watchDecision(ctx context.Context, eventID string, fn WaitFunc, dfn decidedFunc) (cancel func(), err error) {
+	return w.watchWith(ctx, eventID, onDecided, fn, dfn)
+}
+
 // watch is Watch for a keyed waiter that follows the announcements in on.
 func (w *Waiter) watch(ctx context.Context, eventID string, on announcements, fn WaitFunc) (cancel func(), err error) {
-	wt, err := w.arm(eventID, on, fn)
+	return w.watchWith(ctx, eventID, on, fn, nil)
+}
+
+// watchWith is watch with a decidedFunc (nil for none).
+func (w *Waiter) watchWith(ctx context.Context, eventID string, on announcements, fn WaitFunc, dfn decidedFunc) (cancel func(), err error) {
+	wt, err := w.arm(eventID, on, fn, dfn)
 	if err != nil {
 		return nil, err
 	}
@@ -507,9 +632,10 @@ func (w *Waiter) watch(ctx context.Context, eventID string, on announcements, fn
 // without reading the record: the caller reads it afterwards, so a change
 // that lands in between is seen by the read or by the wait. The wait calls
 // fn from begin on (before, it keeps the newest change it is handed, the
-// caller's read included); cancel ends it.
-func (w *Waiter) arm(eventID string, on announcements, fn WaitFunc) (*wait, error) {
-	wt := &wait{w: w, key: eventID, fn: fn}
+// caller's read included); cancel ends it. dfn, when not nil, may answer
+// the wait from the record's decided announcement (see decidedFunc).
+func (w *Waiter) arm(eventID string, on announcements, fn WaitFunc, dfn decidedFunc) (*wait, error) {
+	wt := &wait{w: w, key: eventID, fn: fn, dfn: dfn}
 	w.mu.Lock()
 	w.waits[eventID] = append(w.waits[eventID], wt)
 	err := w.follow(eventID, on)
