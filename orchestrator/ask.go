@@ -106,20 +106,31 @@ func (g *Gate) Ask(ctx context.Context, run contracts.Run, q Question) (Answer, 
 // on ch; known is submitQuestion's.
 func (g *Gate) watchAnswer(ctx context.Context, a Answer, known bool) (ch chan Answer, cancel func(), err error) {
 	ch = make(chan Answer, 1)
-	cancel, err = g.waiter.watchDecision(ctx, a.EventID, func(rec *contracts.Record, _ uint64) bool {
-		if !rec.Terminal() {
-			return false
-		}
-		ch <- AnswerFor(rec)
-		return true
-	}, func(d *contracts.Decided) bool {
-		ans, ok := decidedAnswer(d, a, known)
-		if ok {
-			ch <- ans
-		}
-		return ok
-	})
+	cancel, err = g.waiter.watchDecision(ctx, a.EventID, &questionWait{pending: a, known: known, ch: ch})
 	return ch, cancel, err
+}
+
+// questionWait is the wait of a pending question (a waitHandler).
+type questionWait struct {
+	pending Answer
+	known   bool
+	ch      chan Answer
+}
+
+func (q *questionWait) changed(rec *contracts.Record, _ uint64) bool {
+	if !rec.Terminal() {
+		return false
+	}
+	q.ch <- AnswerFor(rec)
+	return true
+}
+
+func (q *questionWait) decided(d *contracts.Decided) bool {
+	ans, ok := decidedAnswer(d, q.pending, q.known)
+	if ok {
+		q.ch <- ans
+	}
+	return ok
 }
 
 // SubmitQuestion publishes the question (or re-attaches to it) without

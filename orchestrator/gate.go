@@ -325,19 +325,7 @@ func (g *Gate) ReviewAsync(ctx context.Context, run contracts.Run, calls []ToolC
 	// calls back only once begun, after every verdict is known.
 	arms := make([]*wait, len(calls))
 	verdicts, err := g.submit(ctx, run, calls, func(i int, eventID string) (*wait, error) {
-		a, err := g.waiter.arm(eventID, onDecided, func(rec *contracts.Record, _ uint64) bool {
-			if !rec.Terminal() {
-				return false
-			}
-			r.decided(i, g.verdictFor(rec, calls[i].ID, r.sha(i)))
-			return true
-		}, func(d *contracts.Decided) bool {
-			v, ok := g.decidedVerdict(d, r.pending(i))
-			if ok {
-				r.decided(i, v)
-			}
-			return ok
-		})
+		a, err := g.waiter.arm(eventID, onDecided, &reviewCall{g: g, r: r, i: i})
 		arms[i] = a
 		return a, err
 	})
@@ -382,11 +370,31 @@ type asyncReview struct {
 	stop     func() bool
 }
 
-// sha is the arguments hash of verdicts[i].
-func (r *asyncReview) sha(i int) string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.verdicts[i].sha
+// reviewCall is the wait of the review's call i (a waitHandler): the
+// verdict comes from its terminal record or, without reading the record,
+// from the record's decided announcement (decidedVerdict). It is called
+// only once the wait began, after every verdict is known.
+type reviewCall struct {
+	g *Gate
+	r *asyncReview
+	i int
+}
+
+func (c *reviewCall) changed(rec *contracts.Record, _ uint64) bool {
+	if !rec.Terminal() {
+		return false
+	}
+	p := c.r.pending(c.i)
+	c.r.decided(c.i, c.g.verdictFor(rec, p.ToolCallID, p.sha))
+	return true
+}
+
+func (c *reviewCall) decided(d *contracts.Decided) bool {
+	v, ok := c.g.decidedVerdict(d, c.r.pending(c.i))
+	if ok {
+		c.r.decided(c.i, v)
+	}
+	return ok
 }
 
 // pending is verdicts[i] while it is pending.

@@ -24,20 +24,31 @@ import (
 // be modified.
 type WaitFunc func(rec *contracts.Record, revision uint64) (done bool)
 
-// decidedFunc answers a wait from the arbiter's decided announcement of
-// its record (hitl.approval.decided.<event_id>), without reading the
-// record: it reports true when the announcement, with what the wait knew
-// when it began, answers it (the wait is then over), and false when it
-// cannot, and the record is read and handed to the wait's WaitFunc as
-// before. Only waits that need the decision alone have one (the gate's
-// reviews and questions); the waiter hands it only announcements that are
-// well formed, name the record waited on, carry a terminal status and a
-// revision newer than any the wait has seen, and that came from the
-// arbiter: only the arbiter's NATS user may publish on
+// waitHandler is what a wait calls: changed with its record (a WaitFunc),
+// and decided with the arbiter's decided announcement of its record
+// (hitl.approval.decided.<event_id>), which answers the wait without
+// reading the record. decided reports true when the announcement, with
+// what the wait knew when it began, answers it (the wait is then over), and
+// false when it cannot: the record is then read and handed to changed as
+// before. Only waits that need the decision alone answer announcements
+// (the gate's reviews and questions; a WaitFunc alone is a recordFunc,
+// which answers none); the waiter hands decided only announcements that
+// are well formed, name the record waited on, carry a terminal status and
+// an outcome and a revision newer than any the wait has seen, and that came
+// from the arbiter: only the arbiter's NATS user may publish on
 // hitl.approval.decided.> (events/embedded/roles.go, deploy/), and the
 // arbiter announces a record's decision once, after its terminal write is
 // stored.
-type decidedFunc func(d *contracts.Decided) (answered bool)
+type waitHandler interface {
+	changed(rec *contracts.Record, revision uint64) (done bool)
+	decided(d *contracts.Decided) (answered bool)
+}
+
+// recordFunc is the waitHandler of a wait that takes records only.
+type recordFunc WaitFunc
+
+func (f recordFunc) changed(rec *contracts.Record, rev uint64) bool { return f(rec, rev) }
+func (recordFunc) decided(*contracts.Decided) bool                  { return false }
 
 // Waiter matches changes of approval records to the runs waiting for them.
 // A wait is a map entry and a callback, with no goroutine and no JetStream
@@ -52,7 +63,7 @@ type decidedFunc func(d *contracts.Decided) (answered bool)
 //     the record when one arrives. The gate's reviews and questions are
 //     answered from the decided announcement itself, which carries the
 //     decision (status, outcome, revision), without that read (see
-//     decidedFunc). The server sends a process only what concerns its own
+//     waitHandler). The server sends a process only what concerns its own
 //     waits, so a fleet of agent processes costs the same per decision as
 //     one.
 //   - NewBucketWaiter holds one watch of the whole approvals bucket: every
@@ -95,9 +106,7 @@ type Waiter struct {
 type wait struct {
 	w   *Waiter
 	key string
-	fn  WaitFunc
-	// dfn, when set, may answer the wait from a decided announcement.
-	dfn decidedFunc
+	h   waitHandler
 	// finished is set once, under Waiter.mu, and read without it by the
 	// wait's own callback.
 	finished atomic.Bool
@@ -109,12 +118,17 @@ type wait struct {
 	// own read (ready) is kept in early, and the newer of the two is
 	// handed over first. over is set once fn or dfn reported the wait
 	// done: neither is called again, whichever path comes next.
-	mu    sync.Mutex
 	ready bool
 	over  bool
+	mu    sync.Mutex
 	last  uint64
-	early *contracts.Record
-	erev  uint64
+	early *earlyChange
+}
+
+// earlyChange is a change handed to a wait before it began.
+type earlyChange struct {
+	rec *contracts.Record
+	rev uint64
 }
 
 // changed hands the wait a record change and reports whether it is done.
@@ -125,8 +139,8 @@ func (wt *wait) changed(rec *contracts.Record, rev uint64) bool {
 		return true
 	}
 	if !wt.ready {
-		if rev > wt.erev {
-			wt.early, wt.erev = rec, rev
+		if wt.early == nil || rev > wt.early.rev {
+			wt.early = &earlyChange{rec: rec, rev: rev}
 		}
 		return false
 	}
@@ -134,24 +148,22 @@ func (wt *wait) changed(rec *contracts.Record, rev uint64) bool {
 		return false
 	}
 	wt.last = rev
-	wt.over = wt.fn(rec, rev)
+	wt.over = wt.h.changed(rec, rev)
 	return wt.over
 }
 
 // decided hands the wait a decided announcement d. ok is false when the
-// wait needs its record read instead: it has no decidedFunc, it has not
+// wait needs its record read instead: it takes records only, it has not
 // begun (the record its registration read is not handed yet), it has seen
-// revision d.Revision or a newer one, or its decidedFunc could not answer.
+// revision d.Revision or a newer one, or its handler could not answer
+// (a recordFunc never does).
 func (wt *wait) decided(d *contracts.Decided) (ok bool) {
 	wt.mu.Lock()
 	defer wt.mu.Unlock()
 	if wt.over || wt.finished.Load() {
 		return true
 	}
-	if wt.dfn == nil || !wt.ready || d.Revision <= wt.last {
-		return false
-	}
-	if !wt.dfn(d) {
+	if !wt.ready || d.Revision <= wt.last || !wt.h.decided(d) {
 		return false
 	}
 	wt.last, wt.over = d.Revision, true
@@ -167,15 +179,15 @@ func (wt *wait) start(rec *contracts.Record, rev uint64) bool {
 	if wt.over || wt.finished.Load() {
 		return true
 	}
-	if wt.early != nil && wt.erev > rev {
-		rec, rev = wt.early, wt.erev
+	if wt.early != nil && wt.early.rev > rev {
+		rec, rev = wt.early.rec, wt.early.rev
 	}
 	wt.early = nil
 	if rec == nil {
 		return false
 	}
 	wt.last = rev
-	wt.over = wt.fn(rec, rev)
+	wt.over = wt.h.changed(rec, rev)
 	return wt.over
 }
 
@@ -495,7 +507,7 @@ func (w *Waiter) answer(key string, data []byte) bool {
 	w.mu.Lock()
 	list := slices.Clone(w.waits[key])
 	w.mu.Unlock()
-	if !slices.ContainsFunc(list, func(wt *wait) bool { return wt.dfn != nil }) {
+	if !slices.ContainsFunc(list, func(wt *wait) bool { _, plain := wt.h.(recordFunc); return !plain }) {
 		return false
 	}
 	var d contracts.Decided
@@ -602,22 +614,22 @@ func (w *Waiter) WatchDecided(ctx context.Context, eventID string, fn WaitFunc) 
 	return w.watch(ctx, eventID, onDecided, fn)
 }
 
-// watchDecision is WatchDecided for a wait that dfn may answer from the
-// record's decided announcement (see decidedFunc); fn is called with the
-// record as WatchDecided calls it, when the wait begins and whenever the
-// announcement cannot answer the wait.
-func (w *Waiter) watchDecision(ctx context.Context, eventID string, fn WaitFunc, dfn decidedFunc) (cancel func(), err error) {
-	return w.watchWith(ctx, eventID, onDecided, fn, dfn)
+// watchDecision is WatchDecided for a wait that h's decided may answer
+// from the record's decided announcement (see waitHandler); h's changed is
+// called with the record as WatchDecided calls its WaitFunc, when the wait
+// begins and whenever the announcement cannot answer the wait.
+func (w *Waiter) watchDecision(ctx context.Context, eventID string, h waitHandler) (cancel func(), err error) {
+	return w.watchWith(ctx, eventID, onDecided, h)
 }
 
 // watch is Watch for a keyed waiter that follows the announcements in on.
 func (w *Waiter) watch(ctx context.Context, eventID string, on announcements, fn WaitFunc) (cancel func(), err error) {
-	return w.watchWith(ctx, eventID, on, fn, nil)
+	return w.watchWith(ctx, eventID, on, recordFunc(fn))
 }
 
-// watchWith is watch with a decidedFunc (nil for none).
-func (w *Waiter) watchWith(ctx context.Context, eventID string, on announcements, fn WaitFunc, dfn decidedFunc) (cancel func(), err error) {
-	wt, err := w.arm(eventID, on, fn, dfn)
+// watchWith is watch with a waitHandler.
+func (w *Waiter) watchWith(ctx context.Context, eventID string, on announcements, h waitHandler) (cancel func(), err error) {
+	wt, err := w.arm(eventID, on, h)
 	if err != nil {
 		return nil, err
 	}
@@ -632,10 +644,10 @@ func (w *Waiter) watchWith(ctx context.Context, eventID string, on announcements
 // without reading the record: the caller reads it afterwards, so a change
 // that lands in between is seen by the read or by the wait. The wait calls
 // fn from begin on (before, it keeps the newest change it is handed, the
-// caller's read included); cancel ends it. dfn, when not nil, may answer
-// the wait from the record's decided announcement (see decidedFunc).
-func (w *Waiter) arm(eventID string, on announcements, fn WaitFunc, dfn decidedFunc) (*wait, error) {
-	wt := &wait{w: w, key: eventID, fn: fn, dfn: dfn}
+// caller's read included); cancel ends it. h's decided may answer the
+// wait from the record's decided announcement (see waitHandler).
+func (w *Waiter) arm(eventID string, on announcements, h waitHandler) (*wait, error) {
+	wt := &wait{w: w, key: eventID, h: h}
 	w.mu.Lock()
 	w.waits[eventID] = append(w.waits[eventID], wt)
 	err := w.follow(eventID, on)
