@@ -31,7 +31,7 @@ type summary struct {
 	createdAt time.Time
 	// who is the part of the record that says who may read it (run,
 	// approvers, escalation reached, submitter), for approval.CanRead.
-	who *contracts.Record
+	who *readView
 	// over is what the oversight figures need (oversight.go).
 	over overseen
 }
@@ -75,16 +75,49 @@ func summarize(id string, rev uint64, stored time.Time, value []byte) (*summary,
 			}
 		}
 	}
-	sum.who = &contracts.Record{Status: sj.Status, EscalationLevel: sj.EscalationLevel, Request: contracts.ApprovalRequested{
-		Run: sj.Request.Run, Quorum: sj.Request.Quorum, Escalation: sj.Request.Escalation, Submitter: sj.Request.Submitter,
-		Kind: sj.Request.Kind, Sensitive: sj.Request.Sensitive, EventID: id,
-	}}
-	sum.who.Sensitive = sj.Sensitive
-	sum.who.Request.Run.Labels = nil
+	sum.who = &readView{
+		status: sj.Status, escalationLevel: sj.EscalationLevel, sensitive: sj.Sensitive,
+		run: sj.Request.Run, quorum: sj.Request.Quorum, escalation: sj.Request.Escalation,
+		submitter: sj.Request.Submitter, kind: sj.Request.Kind, requestSensitive: sj.Request.Sensitive,
+	}
+	sum.who.run.Labels = nil
 	if sum.createdAt.IsZero() {
 		sum.createdAt = stored
 	}
 	return sum, nil
+}
+
+// readView is what a summary keeps of a record for approval.CanRead and the
+// pending quotas: the fields a contracts.Record would hold for them, without
+// the rest of that struct (most of a summary's size when it was kept whole).
+type readView struct {
+	status           string
+	escalationLevel  int
+	sensitive        []string
+	run              contracts.Run
+	quorum           contracts.Quorum
+	escalation       []contracts.EscalationTier
+	submitter, kind  string
+	requestSensitive []string
+}
+
+// fill writes v into rec, a record of event id with those fields only.
+func (v *readView) fill(id string, rec *contracts.Record) {
+	*rec = contracts.Record{Status: v.status, EscalationLevel: v.escalationLevel, Sensitive: v.sensitive,
+		Request: contracts.ApprovalRequested{
+			EventID: id, Run: v.run, Quorum: v.quorum, Escalation: v.escalation,
+			Submitter: v.submitter, Kind: v.kind, Sensitive: v.requestSensitive,
+		}}
+}
+
+// canRead is approval.CanRead of s's record.
+func (s *summary) canRead(r approval.Reader) bool {
+	if s.who == nil {
+		return false
+	}
+	var rec contracts.Record
+	s.who.fill(s.eventID, &rec)
+	return approval.CanRead(&rec, r)
 }
 
 // DefaultIndexRecent is how many decided records the index keeps beside
@@ -269,8 +302,10 @@ func maxTime(a, b time.Time) time.Time {
 func (ix *index) who(id string) *contracts.Record {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	if s := ix.byID[id]; s != nil {
-		return s.who
+	if s := ix.byID[id]; s != nil && s.who != nil {
+		rec := new(contracts.Record)
+		s.who.fill(id, rec)
+		return rec
 	}
 	return nil
 }
@@ -330,10 +365,10 @@ func (ix *index) countPendingLocked(s *summary, d int) {
 			delete(m, k)
 		}
 	}
-	if sub := s.who.Request.Submitter; sub != "" {
+	if sub := s.who.submitter; sub != "" {
 		add(ix.pendingBySubmitter, sub)
 	}
-	add(ix.pendingByTenant, s.who.Request.Run.Tenant)
+	add(ix.pendingByTenant, s.who.run.Tenant)
 }
 
 // pendingOf is how many pending records submitter submitted, and how many
@@ -397,7 +432,7 @@ type listFilter struct {
 }
 
 func (f *listFilter) match(s *summary) bool {
-	if s.who == nil || !approval.CanRead(s.who, f.reader) {
+	if !s.canRead(f.reader) {
 		return false
 	}
 	if len(f.statuses) > 0 && !slices.Contains(f.statuses, s.status) {

@@ -131,7 +131,7 @@ func (ix *index) overseen(reader approval.Reader, o oversight.Options) []oversig
 		if s.createdAt.Before(o.Since) {
 			break
 		}
-		if !o.InWindow(s.createdAt) || s.who == nil || !approval.CanRead(s.who, reader) {
+		if !o.InWindow(s.createdAt) || !s.canRead(reader) {
 			continue
 		}
 		out = append(out, oversight.Request{
