@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+	"unique"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -225,6 +226,7 @@ func (s *Store) applyFact(m jetstream.Msg) {
 	if f.Spec == "" || s.byID[f.ID] != nil {
 		return
 	}
+	internFact(&f)
 	e := &entry{seq: md.Sequence.Stream, f: f}
 	if _, ok := s.approvedIDs[f.ID]; ok {
 		e.approved = true
@@ -245,6 +247,22 @@ func (s *Store) applyFact(m jetstream.Msg) {
 		}
 	}
 	s.evict()
+}
+
+// internFact shares the strings of f that repeat from one fact to the next
+// (spec, tool, agent, tenant, verdict, fields): the store keeps one copy of
+// each, not one per fact.
+func internFact(f *contracts.HistoryFact) {
+	in := func(str string) string {
+		if str == "" {
+			return ""
+		}
+		return unique.Make(str).Value()
+	}
+	f.Spec, f.Tool, f.Agent, f.Tenant, f.Verdict = in(f.Spec), in(f.Tool), in(f.Agent), in(f.Tenant), in(f.Verdict)
+	for i := range f.Fields {
+		f.Fields[i] = in(f.Fields[i])
+	}
 }
 
 // applyDecided marks an approved call.

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unique"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -84,7 +85,54 @@ func summarize(id string, rev uint64, stored time.Time, value []byte) (*summary,
 	if sum.createdAt.IsZero() {
 		sum.createdAt = stored
 	}
+	sum.intern()
 	return sum, nil
+}
+
+// intern shares the strings that repeat from one summary to the next
+// (statuses, agents, approvers, rules, channels): the index holds one copy
+// of each, not one per approval.
+func (s *summary) intern() {
+	s.status, s.agent = intern(s.status), intern(s.agent)
+	internAll(s.approvers)
+	w := s.who
+	w.status, w.submitter, w.kind = s.status, intern(w.submitter), intern(w.kind)
+	w.run.Agent, w.run.Tenant, w.run.Owner, w.run.RequestedBy = intern(w.run.Agent), intern(w.run.Tenant), intern(w.run.Owner), intern(w.run.RequestedBy)
+	w.quorum.Order = intern(w.quorum.Order)
+	internAll(w.quorum.Approvers)
+	internAll(w.sensitive)
+	internAll(w.requestSensitive)
+	for i := range w.escalation {
+		w.escalation[i].After = intern(w.escalation[i].After)
+		internAll(w.escalation[i].Approvers)
+		internAll(w.escalation[i].Channels)
+	}
+	o := &s.over
+	o.rule, o.risk, o.channel, o.execution = intern(o.rule), intern(o.risk), intern(o.channel), intern(o.execution)
+	for i := range o.votes {
+		o.votes[i].Approver, o.votes[i].Decision = intern(o.votes[i].Approver), intern(o.votes[i].Decision)
+	}
+	for i := range o.shadow {
+		o.shadow[i].Rule, o.shadow[i].Action = intern(o.shadow[i].Rule), intern(o.shadow[i].Action)
+	}
+	if o.review != nil {
+		o.review.Reviewer, o.review.Effect = intern(o.review.Reviewer), intern(o.review.Effect)
+	}
+}
+
+// intern is the one shared copy of str.
+func intern(str string) string {
+	if str == "" {
+		return ""
+	}
+	return unique.Make(str).Value()
+}
+
+// internAll interns every string of l in place.
+func internAll(l []string) {
+	for i, str := range l {
+		l[i] = intern(str)
+	}
 }
 
 // readView is what a summary keeps of a record for approval.CanRead and the

@@ -57,7 +57,7 @@ func TestAutoMemoryLimitFollowsTheLiveHeap(t *testing.T) {
 	f.step()
 	live = 400 << 20 // a start-up read of a large history
 	f.step()
-	f.step() // unchanged: not set again
+	f.step()        // unchanged: not set again
 	live = 80 << 20 // the burst is over
 	f.step()
 	want := []int64{memoryFloor, 600 << 20, 120 << 20}
