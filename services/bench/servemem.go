@@ -38,6 +38,11 @@ type ServeMemoryConfig struct {
 	// Settle is how long after ready the resident memory is read a second
 	// time (default 10 s).
 	Settle time.Duration
+	// SeedSync is the embedded store's sync mode while the history is
+	// written (serve's --sync; "" is serve's default, always). The store
+	// holds the same messages either way; lazy writes them sooner. Every
+	// restart runs with serve's default.
+	SeedSync string
 	// Out receives progress and the table.
 	Out io.Writer
 }
@@ -165,6 +170,9 @@ func startServe(ctx context.Context, cfg ServeMemoryConfig, dir, phase, roles st
 		"--addr", addr, "--nats-listen", "off", "--log-level", "warn"}
 	if roles != "" {
 		args = append(args, "--roles", roles)
+	}
+	if phase == "fresh" && cfg.SeedSync != "" {
+		args = append(args, "--sync", cfg.SeedSync)
 	}
 	logFile, err := os.OpenFile(filepath.Join(dir, "serve.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {

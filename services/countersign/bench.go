@@ -108,6 +108,8 @@ type benchFlags struct {
 	serveClaim         bool
 	serveKeep          bool
 	serveReuse         string
+	serveSeedSync      string
+	serveSettle        time.Duration
 	reviews            int
 }
 
@@ -136,6 +138,8 @@ func parseBenchFlags(args []string, out io.Writer) (*benchFlags, error) {
 	fs.BoolVar(&f.serveClaim, "serve-claim", true, "in -serve-memory, claim each approved call as an agent does before it runs it")
 	fs.BoolVar(&f.serveKeep, "serve-keep", false, "in -serve-memory, keep the data directory (under -dir) for a later look")
 	fs.StringVar(&f.serveReuse, "serve-reuse", "", "in -serve-memory, restart serve on the history a -serve-keep run left in this directory instead of seeding one")
+	fs.StringVar(&f.serveSeedSync, "serve-seed-sync", "", "in -serve-memory, the store's sync mode while seeding (always or lazy; restarts use serve's default)")
+	fs.DurationVar(&f.serveSettle, "serve-settle", 10*time.Second, "in -serve-memory, how long after ready the resident memory is read again")
 	fs.IntVar(&f.reviews, "reviews", 0, "measure POST /v1/reviews of a call the policy allows with this many clients (and one client's latency) beside GET /healthz and a JetStream publish on the same server, instead; -sync always (default) or lazy")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -183,7 +187,16 @@ func runServeMemory(ctx context.Context, out io.Writer, f *benchFlags) error {
 	if err != nil {
 		return err
 	}
-	cfg := bench.ServeMemoryConfig{Binary: bin, Dir: f.dir, Decided: f.serveMemory, Claim: f.serveClaim, Keep: f.serveKeep, Reuse: f.serveReuse, Out: out}
+	cfg := bench.ServeMemoryConfig{Binary: bin, Dir: f.dir, Decided: f.serveMemory, Claim: f.serveClaim, Keep: f.serveKeep, Reuse: f.serveReuse,
+		SeedSync: f.serveSeedSync, Settle: f.serveSettle, Out: out}
+	switch f.serveSeedSync {
+	case "", "always", "lazy":
+	default:
+		return fmt.Errorf("bench: -serve-seed-sync must be always or lazy, got %q", f.serveSeedSync)
+	}
+	if f.serveSettle <= 0 {
+		return fmt.Errorf("bench: -serve-settle must be positive, got %s", f.serveSettle)
+	}
 	for _, r := range strings.Split(f.serveRoles, ",") {
 		if r = strings.TrimSpace(r); r == "all" {
 			r = ""
