@@ -42,7 +42,7 @@ type fileConfig struct {
 	// listed from the bucket.
 	IndexRecent int `yaml:"index_recent"`
 	// MemoryLimit bounds the memory serve's Go runtime holds: auto (the
-	// default: half again the live heap, at least 96MiB), off, or a size
+	// default: a quarter above the live heap, at least 96MiB), off, or a size
 	// such as 512MiB (memory.go). GOMEMLIMIT wins over it.
 	MemoryLimit string      `yaml:"memory_limit"`
 	NATS        natsConfig  `yaml:"nats"`

@@ -26,7 +26,7 @@ const (
 	memoryLimitOff = "off"
 )
 
-// The auto limit: half again the live heap, and never under memoryFloor,
+// The auto limit: a quarter above the live heap, and never under memoryFloor,
 // so a small process collects no more often than GOGC=100 has it.
 const (
 	memoryFloor = 96 << 20
@@ -38,7 +38,7 @@ func autoLimit(live uint64) int64 {
 	if live > math.MaxInt64/2 {
 		return math.MaxInt64
 	}
-	return max(memoryFloor, int64(live+live/2))
+	return max(memoryFloor, int64(live+live/4))
 }
 
 // memoryLimit is a parsed memory_limit: auto, off, or a fixed limit.

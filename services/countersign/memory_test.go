@@ -60,7 +60,7 @@ func TestAutoMemoryLimitFollowsTheLiveHeap(t *testing.T) {
 	f.step()        // unchanged: not set again
 	live = 80 << 20 // the burst is over
 	f.step()
-	want := []int64{memoryFloor, 600 << 20, 120 << 20}
+	want := []int64{memoryFloor, 500 << 20, 100 << 20}
 	if len(set) != len(want) {
 		t.Fatalf("limits set %v, want %v", set, want)
 	}
