@@ -813,9 +813,10 @@ func (g *Gate) verdictFor(rec *contracts.Record, toolCallID, sha string) Verdict
 // the request p knows. ok is false, and the record must be read, when p
 // does not know its record's request (p.known), when d is not for p's
 // record, and when d alone cannot be trusted to give the same verdict: an
-// approval whose outcome does not agree with the request's arguments hash
-// (arguments differ from the request's exactly when the outcome carries a
-// diff), and an approval that may have lapsed (or been claimed since).
+// approval of other arguments than p's (an edit: the read checks that the
+// record's request is p's call before it lets the edited arguments run,
+// and an announcement cannot show that), and an approval that may have
+// lapsed (or been claimed since).
 func (g *Gate) decidedVerdict(d *contracts.Decided, p Verdict) (Verdict, bool) {
 	if !p.known || p.EventID == "" || d.EventID != p.EventID || d.Outcome == nil || !decidedStatus(d.Status) {
 		return Verdict{}, false
@@ -830,7 +831,7 @@ func (g *Gate) decidedVerdict(d *contracts.Decided, p Verdict) (Verdict, bool) {
 	}
 	if d.Status == contracts.StatusApproved {
 		out := d.Outcome
-		if out.ArgumentsSHA256 == "" || (len(out.Diff) == 0) != (out.ArgumentsSHA256 == p.sha) {
+		if out.ArgumentsSHA256 != p.sha || len(out.Diff) != 0 {
 			return Verdict{}, false
 		}
 		if approval.Lapsed(rec, time.Now()) {
