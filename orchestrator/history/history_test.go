@@ -3,6 +3,7 @@ package history_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -319,5 +320,62 @@ rules:
 	_, figs := review(t, other, p, history.Call{ID: "p3", Tool: "pay", Run: contracts.Run{ID: "r2", Agent: "payer"}})
 	if figs[0].Value != 1 {
 		t.Errorf("an allowed call is approved: %v", figs[0].Value)
+	}
+}
+
+// TestOpenDoesNotWaitForTheHistory: a store opens at once on a long
+// history and reads it in the background. Until it has, a figure asked for
+// outside a review errors, never a partial count; a review whose policy
+// reads the history waits for it and counts it all.
+func TestOpenDoesNotWaitForTheHistory(t *testing.T) {
+	srv := bus(t)
+	ctx := context.Background()
+	js := srv.JetStream()
+	run := contracts.Run{ID: "r", Agent: "payer", Tenant: "acme"}
+	const recorded = 3000
+	now := time.Now().UTC()
+	for i := range recorded {
+		f := contracts.HistoryFact{Spec: contracts.SpecHistoryFact, ID: fmt.Sprintf("old-%d", i), Tool: "pay",
+			Agent: run.Agent, Tenant: run.Tenant, RunID: run.ID, Verdict: contracts.HistoryAllowed, At: now}
+		data, err := json.Marshal(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.PublishAsync(contracts.HistorySubject(run.Tenant, run.ID, run.Agent), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the recorded history was not stored")
+	}
+
+	late := open(t, srv, history.Config{})
+	q := policy.HistoryQuery{Scope: contracts.HistoryScopeAgent, Func: policy.HistoryCount, Tools: "pay", Window: time.Hour}
+	call := history.Call{ID: "new", Tool: "pay", Run: run}
+	catchingUp := 0
+	for {
+		n, err := late.View(call).Figure(q)
+		if errors.Is(err, history.ErrCatchingUp) {
+			catchingUp++
+			if err := late.WaitCaughtUp(ctx); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err != nil || n != recorded {
+			t.Fatalf("figure %v, %v after %d refusals while catching up; want %d", n, err, catchingUp, recorded)
+		}
+		break
+	}
+	if catchingUp == 0 {
+		t.Log("the store had read the history before the first figure was asked for")
+	}
+
+	again := open(t, srv, history.Config{})
+	d, figs := review(t, again, mustParse(t, fivePerHour), history.Call{ID: "newer", Tool: "pay", Run: run})
+	if len(figs) != 1 || figs[0].Value != recorded || d.Rule != "too-many" {
+		t.Fatalf("review on a store just opened: rule %q, figures %+v; want too-many with %d", d.Rule, figs, recorded)
 	}
 }

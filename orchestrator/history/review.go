@@ -62,6 +62,11 @@ func (s *Store) Review(ctx context.Context, call Call, use policy.HistoryUse, de
 		}
 		return nil
 	}
+	// The figures count what the store holds: the history recorded before
+	// it opened comes first (a policy that reads none needs none of it).
+	if err := s.WaitCaughtUp(ctx); err != nil {
+		return err
+	}
 	filter := contracts.HistoryFilter(use.Scope, call.Run.Tenant, call.Run.ID, call.Run.Agent)
 	lock := &s.locks[stripe(filter)]
 	lock.Lock()
@@ -246,6 +251,9 @@ func (v *view) Figure(q policy.HistoryQuery) (float64, error) {
 	s := v.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.caughtUpLocked() {
+		return 0, ErrCatchingUp
+	}
 	l := s.scopes[keyOf(q.Scope, v.call.Run)]
 	if l == nil {
 		return 0, nil

@@ -26,6 +26,10 @@ const (
 // back to facts dropped beyond a cap, or further than the store keeps.
 var ErrInexact = errors.New("history: the window reaches past what is kept; the figure would not be exact")
 
+// ErrCatchingUp is a figure asked for while the store is still reading the
+// history recorded before it opened.
+var ErrCatchingUp = errors.New("history: still reading the recorded history; the figure would not be exact")
+
 // Config wires a Store.
 type Config struct {
 	JS     jetstream.JetStream
@@ -100,9 +104,12 @@ type Store struct {
 	// replaced whenever it moves.
 	consumed uint64
 	moved    chan struct{}
-	entries  []*entry // by sequence
-	byID     map[string]*entry
-	scopes   map[scopeKey]*scopeList
+	// target is the last sequence of the stream when the store opened:
+	// until consumed reaches it, the store is catching up.
+	target  uint64
+	entries []*entry // by sequence
+	byID    map[string]*entry
+	scopes  map[scopeKey]*scopeList
 	// approvedIDs are the approvals of facts not yet seen, by when.
 	approvedIDs map[string]time.Time
 	// locks serialize the reviews of one scope within the process.
@@ -112,8 +119,12 @@ type Store struct {
 	dec    jetstream.ConsumeContext
 }
 
-// Open starts following the history (and the approvals) from Horizon ago
-// and returns once the facts recorded before it are applied.
+// Open starts following the history (and the approvals) from Horizon ago.
+// It returns at once: the facts recorded before it are applied in the
+// background (a large history takes a while), and until they are, a review
+// whose policy reads the history waits for them (Review) and a figure asked
+// for outside a review errors (ErrCatchingUp). A review whose policy reads
+// no history is recorded meanwhile as always. WaitCaughtUp waits for them.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
@@ -136,6 +147,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.cfg.Horizon = age
 	}
 	from := cfg.Now().Add(-s.cfg.Horizon)
+	s.target = info.State.LastSeq
 	if info.State.LastTime.Before(from) {
 		// Nothing recorded since the horizon: no fact will be delivered.
 		s.consumed = info.State.LastSeq
@@ -147,12 +159,16 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.dec.Stop()
 		return nil, err
 	}
-	if err := s.waitFor(ctx, info.State.LastSeq); err != nil {
-		_ = s.Close()
-		return nil, err
-	}
 	return s, nil
 }
+
+// WaitCaughtUp returns once the facts recorded before the store opened are
+// applied, or ctx ends.
+func (s *Store) WaitCaughtUp(ctx context.Context) error { return s.waitFor(ctx, s.target) }
+
+// caughtUpLocked reports whether the facts recorded before the store opened are
+// applied. s.mu is held.
+func (s *Store) caughtUpLocked() bool { return s.consumed >= s.target }
 
 // follow reads stream's subjects from a time on with an ordered consumer.
 func (s *Store) follow(ctx context.Context, stream, subject string, from time.Time,
