@@ -76,6 +76,13 @@ func parseMemoryLimit(s string) (memoryLimit, error) {
 	return memoryLimit{bytes: v * unit}, nil
 }
 
+// apply applies the limit until ctx ends or stop is called.
+func (m memoryLimit) apply(ctx context.Context, log *slog.Logger) (stop func()) {
+	ctx, stop = context.WithCancel(ctx)
+	m.start(ctx, log)
+	return stop
+}
+
 // start applies the limit for the life of ctx and says which applies.
 // GOMEMLIMIT in the environment, the runtime's own setting, wins over
 // memory_limit.

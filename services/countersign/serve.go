@@ -258,9 +258,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, out *os.File)
 		return err
 	}
 	defer unlock()
-	memCtx, stopMemory := context.WithCancel(ctx)
-	defer stopMemory()
-	cfg.memory.start(memCtx, log)
+	defer cfg.memory.apply(ctx, log)()
 	pol, polSource, err := readPolicyFile(cfg.Policy)
 	if err != nil {
 		return err
