@@ -109,30 +109,7 @@ func (e *annEnv) vote(t *testing.T, eventID string, v contracts.Vote) {
 // record waits until eventID's record satisfies cond and returns it.
 func (e *annEnv) record(t *testing.T, eventID string, cond func(*contracts.Record) bool) *contracts.Record {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	w, err := e.kv.Watch(ctx, eventID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	for {
-		select {
-		case entry := <-w.Updates():
-			if entry == nil {
-				continue
-			}
-			var rec contracts.Record
-			if err := json.Unmarshal(entry.Value(), &rec); err != nil {
-				t.Fatal(err)
-			}
-			if cond(&rec) {
-				return &rec
-			}
-		case <-ctx.Done():
-			t.Fatalf("record %s never reached the expected state", eventID)
-		}
-	}
+	return watchRecord(t, e.kv, eventID, 20*time.Second, cond)
 }
 
 func terminal(r *contracts.Record) bool { return r.Terminal() }

@@ -81,9 +81,15 @@ func (e *env) vote(t *testing.T, eventID, approver, decision, comment string) st
 // waitRecord blocks until the record satisfies cond, using a KV watch.
 func (e *env) waitRecord(t *testing.T, eventID string, cond func(*contracts.Record) bool) *contracts.Record {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	return watchRecord(t, e.kv, eventID, 10*time.Second, cond)
+}
+
+// watchRecord blocks until eventID's record in kv satisfies cond, within d.
+func watchRecord(t *testing.T, kv jetstream.KeyValue, eventID string, d time.Duration, cond func(*contracts.Record) bool) *contracts.Record {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	w, err := e.kv.Watch(ctx, eventID)
+	w, err := kv.Watch(ctx, eventID)
 	if err != nil {
 		t.Fatal(err)
 	}
