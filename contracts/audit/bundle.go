@@ -31,6 +31,8 @@ type Header struct {
 // Line is an entry line (Seq, Chain, Entry) or a checkpoint line.
 type Line struct {
 	Seq uint64 `json:"seq,omitempty"`
+	// Index is the entry's 1-based place in its batch (0: stored alone).
+	Index int `json:"index,omitempty"`
 	// Chain is the chain hash after the entry, as the exporter computed it.
 	Chain string          `json:"chain,omitempty"`
 	Entry json.RawMessage `json:"entry,omitempty"`
@@ -69,10 +71,10 @@ func NewWriter(w io.Writer, h Header) (*Writer, error) {
 	return &Writer{w: bw, enc: enc}, nil
 }
 
-// Entry writes an entry line.
-func (w *Writer) Entry(seq uint64, chain string, entry []byte) error {
+// Entry writes the line of the entry at p.
+func (w *Writer) Entry(p Pos, chain string, entry []byte) error {
 	w.end.Entries++
-	return w.enc.Encode(Line{Seq: seq, Chain: chain, Entry: entry})
+	return w.enc.Encode(Line{Seq: p.Seq, Index: p.Index, Chain: chain, Entry: entry})
 }
 
 // Checkpoint writes a checkpoint line.
@@ -109,7 +111,7 @@ type Exporter struct {
 }
 
 type held struct {
-	seq  uint64
+	pos  Pos
 	data []byte
 	at   time.Time
 }
@@ -121,13 +123,13 @@ func NewExporter(w *Writer, since, until time.Time, firstSeq uint64) *Exporter {
 	return &Exporter{w: w, since: since, until: until, firstSeq: firstSeq, known: firstSeq <= 1}
 }
 
-// Entry takes the entry stored at seq.
-func (x *Exporter) Entry(seq uint64, data []byte) {
+// Entry takes the entry at p.
+func (x *Exporter) Entry(p Pos, data []byte) {
 	var e struct {
 		At time.Time `json:"at"`
 	}
 	_ = json.Unmarshal(data, &e) // an unreadable entry is written as it is, for the verifier to judge
-	x.pending = append(x.pending, held{seq: seq, data: data, at: e.At})
+	x.pending = append(x.pending, held{pos: p, data: data, at: e.At})
 }
 
 // Checkpoint takes a stored checkpoint token.
@@ -137,14 +139,14 @@ func (x *Exporter) Checkpoint(token string) error {
 		return fmt.Errorf("audit: stored checkpoint: %w", err)
 	}
 	n := 0
-	for n < len(x.pending) && x.pending[n].seq <= c.Last() {
+	for n < len(x.pending) && !c.Last().Before(x.pending[n].pos) {
 		n++
 	}
 	window := x.pending[:n]
 	x.pending = x.pending[n:]
 	head, _ := ParseHex(c.Head)
 	defer func() { x.head, x.known = head, true }()
-	if c.First() < x.firstSeq || !x.meets(window) {
+	if c.First().Seq < x.firstSeq || !x.meets(window) {
 		return nil
 	}
 	prev, _ := ParseHex(c.PrevHead)
@@ -183,12 +185,12 @@ func (x *Exporter) write(entries []held, prev Hash, known bool) error {
 	for _, e := range entries {
 		chain := ""
 		if leaf, err := LeafHash(e.data); err == nil && known {
-			prev = Next(prev, leaf, e.seq)
+			prev = NextAt(prev, leaf, e.pos)
 			chain = Hex(prev)
 		} else {
 			known = false
 		}
-		if err := x.w.Entry(e.seq, chain, e.data); err != nil {
+		if err := x.w.Entry(e.pos, chain, e.data); err != nil {
 			return err
 		}
 	}

@@ -34,6 +34,8 @@ type Checkpoint struct {
 // Leaf is one entry as a checkpoint covers it.
 type Leaf struct {
 	Seq uint64 `json:"seq"`
+	// Index is the entry's 1-based place in its batch (0: stored alone).
+	Index int `json:"index,omitempty"`
 	// ID is the entry's approval or grant id, so that a removed entry is
 	// named by more than its place.
 	ID string `json:"id"`
@@ -45,19 +47,21 @@ type Leaf struct {
 // checkpoint stays far below the server's max payload.
 const MaxLeaves = 2000
 
-// First and Last are the sequences of the checkpoint's first and last
-// entries.
-func (c *Checkpoint) First() uint64 { return c.Leaves[0].Seq }
+// Pos is the leaf's place in the log.
+func (l Leaf) Pos() Pos { return Pos{Seq: l.Seq, Index: l.Index} }
 
-// Last is the sequence of the checkpoint's last entry.
-func (c *Checkpoint) Last() uint64 { return c.Leaves[len(c.Leaves)-1].Seq }
+// First is the place of the checkpoint's first entry.
+func (c *Checkpoint) First() Pos { return c.Leaves[0].Pos() }
+
+// Last is the place of the checkpoint's last entry.
+func (c *Checkpoint) Last() Pos { return c.Leaves[len(c.Leaves)-1].Pos() }
 
 // Span is "entries A–B" for messages.
 func (c *Checkpoint) Span() string {
 	if len(c.Leaves) == 0 {
 		return "no entries"
 	}
-	return fmt.Sprintf("entries %d–%d", c.First(), c.Last())
+	return fmt.Sprintf("entries %s–%s", c.First(), c.Last())
 }
 
 // Check reports whether c holds together: leaves in increasing order, each
@@ -73,17 +77,17 @@ func (c *Checkpoint) Check() error {
 	if err != nil {
 		return err
 	}
-	var last uint64
+	var last Pos
 	for _, l := range c.Leaves {
-		if l.Seq <= last {
-			return fmt.Errorf("leaf %d does not come after %d", l.Seq, last)
+		if !last.Before(l.Pos()) || l.Index < 0 {
+			return fmt.Errorf("leaf %s does not come after %s", l.Pos(), last)
 		}
-		last = l.Seq
+		last = l.Pos()
 		leaf, err := ParseHex(l.SHA256)
 		if err != nil {
 			return err
 		}
-		head = Next(head, leaf, l.Seq)
+		head = NextAt(head, leaf, l.Pos())
 	}
 	if Hex(head) != c.Head {
 		return errors.New("its head is not the chain over its leaves")
@@ -192,29 +196,20 @@ func NewCheckpoint(prev Hash, at time.Time) *Checkpoint {
 	return &Checkpoint{Stream: Stream, PrevHead: Hex(prev), Head: Hex(prev), IssuedAt: at.UTC()}
 }
 
-// Append adds the entry stored at seq, after the leaves already there.
-func (c *Checkpoint) Append(seq uint64, entry []byte) error {
-	if len(c.Leaves) > 0 && seq <= c.Last() {
-		return fmt.Errorf("audit: entry %d does not come after %d", seq, c.Last())
+// Append adds the entry at p, after the leaves already there.
+func (c *Checkpoint) Append(p Pos, entry []byte) error {
+	if len(c.Leaves) > 0 && !c.Last().Before(p) {
+		return fmt.Errorf("audit: entry %s does not come after %s", p, c.Last())
 	}
 	leaf, err := LeafHash(entry)
 	if err != nil {
 		return err
 	}
-	var ids struct {
-		EventID string `json:"event_id"`
-		GrantID string `json:"grant_id"`
-	}
-	_ = json.Unmarshal(entry, &ids)
-	id := ids.EventID
-	if id == "" {
-		id = ids.GrantID
-	}
 	head, err := ParseHex(c.Head)
 	if err != nil {
 		return err
 	}
-	c.Leaves = append(c.Leaves, Leaf{Seq: seq, ID: id, SHA256: Hex(leaf)})
-	c.Head = Hex(Next(head, leaf, seq))
+	c.Leaves = append(c.Leaves, Leaf{Seq: p.Seq, Index: p.Index, ID: IDOf(entry), SHA256: Hex(leaf)})
+	c.Head = Hex(NextAt(head, leaf, p))
 	return nil
 }

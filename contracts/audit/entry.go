@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/countersign/countersign/contracts"
@@ -23,12 +25,17 @@ const (
 	SubjectEntryPrefix = "hitl.audit.entry."
 	// SubjectCheckpoint is where signed checkpoints are stored.
 	SubjectCheckpoint = "hitl.audit.checkpoint"
+	// SubjectBatch holds batches: several entries appended together in
+	// one stored message (Batch), when appends arrive faster than the
+	// store syncs them.
+	SubjectBatch = "hitl.audit.batch"
 )
 
 // Specs of the log's documents.
 const (
 	SpecEntry      = "countersign.audit.entry/v1"
 	SpecCheckpoint = "countersign.audit.checkpoint/v1"
+	SpecBatch      = "countersign.audit.batch/v1"
 	// BundleFormat is the format of an export bundle (its first line).
 	BundleFormat = "countersign.audit.bundle/v1"
 )
@@ -151,4 +158,102 @@ func RecordSHA256(record []byte) (string, error) {
 		return "", err
 	}
 	return contracts.CanonicalSHA256(c), nil
+}
+
+// Pos is an entry's place in the log: the stream sequence of the message
+// that holds it and, for an entry of a batch, its 1-based index in the
+// batch (0 for a message that is one entry).
+type Pos struct {
+	Seq   uint64
+	Index int
+}
+
+// Before reports whether p comes before q in the log.
+func (p Pos) Before(q Pos) bool {
+	return p.Seq < q.Seq || p.Seq == q.Seq && p.Index < q.Index
+}
+
+// String is "seq" for an entry stored alone, "seq.index" for one of a batch.
+func (p Pos) String() string {
+	if p.Index == 0 {
+		return strconv.FormatUint(p.Seq, 10)
+	}
+	return strconv.FormatUint(p.Seq, 10) + "." + strconv.Itoa(p.Index)
+}
+
+// NextAt is the chain hash after the entry with leaf hash leaf at p,
+// following prev: Next for an entry stored alone; for an entry of a batch
+// the index is chained too, so no entry can move within its batch.
+func NextAt(prev, leaf Hash, p Pos) Hash {
+	if p.Index == 0 {
+		return Next(prev, leaf, p.Seq)
+	}
+	var b [32 + 32 + 8 + 4]byte
+	copy(b[:32], prev[:])
+	copy(b[32:64], leaf[:])
+	binary.BigEndian.PutUint64(b[64:72], p.Seq)
+	binary.BigEndian.PutUint32(b[72:], uint32(p.Index))
+	return sha256.Sum256(b[:])
+}
+
+// Batch is a stored message that holds several entries, each in its RFC
+// 8785 form; each is hashed and chained on its own (NextAt).
+type Batch struct {
+	Spec    string            `json:"spec"`
+	Entries []json.RawMessage `json:"entries"`
+}
+
+// MaxBatch bounds the entries of a batch, far below a checkpoint's
+// MaxLeaves, so that a checkpoint always holds whole messages.
+const MaxBatch = 256
+
+// EncodeBatch returns the stored form of a batch of entries, each already
+// in its RFC 8785 form (Entry.Encode).
+func EncodeBatch(entries [][]byte) []byte {
+	n := 64
+	for _, e := range entries {
+		n += len(e) + 1
+	}
+	out := make([]byte, 0, n)
+	out = append(out, `{"entries":[`...)
+	for i, e := range entries {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, e...)
+	}
+	return append(out, `],"spec":"`+SpecBatch+`"}`...)
+}
+
+// Entries returns the entries a stored message holds, in order, and the
+// index of the first (0 for a message that is one entry, else 1): the
+// message itself for an entry subject, a batch's entries for SubjectBatch,
+// and none for any other subject (checkpoints). A batch that does not
+// decode is an error.
+func Entries(subject string, data []byte) ([]json.RawMessage, int, error) {
+	switch {
+	case strings.HasPrefix(subject, SubjectEntryPrefix):
+		return []json.RawMessage{data}, 0, nil
+	case subject == SubjectBatch:
+		var b Batch
+		if err := json.Unmarshal(data, &b); err != nil || b.Spec != SpecBatch || len(b.Entries) == 0 {
+			return nil, 0, fmt.Errorf("audit: a batch that does not decode (spec %q, %d entries, err %v)", b.Spec, len(b.Entries), err)
+		}
+		return b.Entries, 1, nil
+	}
+	return nil, 0, nil
+}
+
+// IDOf is the approval or grant id an entry names, "" when it names none
+// or does not decode.
+func IDOf(raw []byte) string {
+	var ids struct {
+		EventID string `json:"event_id"`
+		GrantID string `json:"grant_id"`
+	}
+	_ = json.Unmarshal(raw, &ids)
+	if ids.EventID != "" {
+		return ids.EventID
+	}
+	return ids.GrantID
 }

@@ -29,6 +29,7 @@ const (
 type Problem struct {
 	Kind    string `json:"kind"`
 	Seq     uint64 `json:"seq,omitempty"`
+	Index   int    `json:"index,omitempty"`
 	ID      string `json:"id,omitempty"`
 	Message string `json:"message"`
 }
@@ -44,8 +45,9 @@ type Report struct {
 	Unsigned int `json:"unsigned"`
 	// Head is the last verified checkpoint's chain hash, and HeadSeq the
 	// entry it ends at: publish it elsewhere to pin this history.
-	Head    string `json:"head,omitempty"`
-	HeadSeq uint64 `json:"head_seq,omitempty"`
+	Head      string `json:"head,omitempty"`
+	HeadSeq   uint64 `json:"head_seq,omitempty"`
+	HeadIndex int    `json:"head_index,omitempty"`
 	// KeyIDs are the keys that signed the checkpoints that verify.
 	KeyIDs   []string  `json:"key_ids,omitempty"`
 	Problems []Problem `json:"problems"`
@@ -61,6 +63,8 @@ type bundleEntry struct {
 	leaf   Hash
 	leafOK bool
 }
+
+func (e *bundleEntry) pos() Pos { return Pos{Seq: e.Seq, Index: e.Index} }
 
 // ReadBundle reads a bundle's header and lines.
 func ReadBundle(r io.Reader) (*Header, []Line, error) {
@@ -116,7 +120,7 @@ func Verify(ctx context.Context, r io.Reader, keys receipt.KeySource) (*Header, 
 		}
 		keys = ks
 	}
-	v := &verifier{rep: &Report{Problems: []Problem{}}, bySeq: map[uint64]*bundleEntry{}}
+	v := &verifier{rep: &Report{Problems: []Problem{}}, byPos: map[Pos]*bundleEntry{}}
 	v.entries(lines)
 	v.checkpoints(ctx, lines, keys)
 	v.uncovered()
@@ -128,7 +132,7 @@ func Verify(ctx context.Context, r io.Reader, keys receipt.KeySource) (*Header, 
 func (v *verifier) end(lines []Line) {
 	n := len(lines)
 	if n == 0 || lines[n-1].End == nil {
-		v.problem(ProblemTruncated, 0, "", "the bundle has no end line: it was cut short, and entries or checkpoints after its last line are missing")
+		v.problem(ProblemTruncated, Pos{}, "", "the bundle has no end line: it was cut short, and entries or checkpoints after its last line are missing")
 		return
 	}
 	end, cps := lines[n-1].End, 0
@@ -138,7 +142,7 @@ func (v *verifier) end(lines []Line) {
 		}
 	}
 	if end.Entries != v.rep.Entries || end.Checkpoints != cps {
-		v.problem(ProblemTruncated, 0, "", "the bundle holds %d entries and %d checkpoints; its end line says %d and %d were written",
+		v.problem(ProblemTruncated, Pos{}, "", "the bundle holds %d entries and %d checkpoints; its end line says %d and %d were written",
 			v.rep.Entries, cps, end.Entries, end.Checkpoints)
 	}
 }
@@ -146,21 +150,21 @@ func (v *verifier) end(lines []Line) {
 type verifier struct {
 	rep     *Report
 	order   []*bundleEntry
-	bySeq   map[uint64]*bundleEntry
-	covered map[uint64]bool
+	byPos   map[Pos]*bundleEntry
+	covered map[Pos]bool
 	// lastSigned is the last entry a verified checkpoint covers; head its
 	// chain hash.
-	lastSigned uint64
+	lastSigned Pos
 	head       Hash
 	signed     bool
 }
 
-func (v *verifier) problem(kind string, seq uint64, id, format string, args ...any) {
+func (v *verifier) problem(kind string, at Pos, id, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
-	if seq != 0 {
-		msg = fmt.Sprintf("entry %d (%s) %s: %s", seq, orNone(id), kind, msg)
+	if at.Seq != 0 {
+		msg = fmt.Sprintf("entry %s (%s) %s: %s", at, orNone(id), kind, msg)
 	}
-	v.rep.Problems = append(v.rep.Problems, Problem{Kind: kind, Seq: seq, ID: id, Message: msg})
+	v.rep.Problems = append(v.rep.Problems, Problem{Kind: kind, Seq: at.Seq, Index: at.Index, ID: id, Message: msg})
 }
 
 func orNone(id string) string {
@@ -177,30 +181,22 @@ func (v *verifier) entries(lines []Line) {
 		if l.Checkpoint != "" || l.End != nil {
 			continue
 		}
-		e := &bundleEntry{Line: l}
-		var ids struct {
-			EventID string `json:"event_id"`
-			GrantID string `json:"grant_id"`
-		}
-		_ = json.Unmarshal(l.Entry, &ids)
-		e.id = ids.EventID
-		if e.id == "" {
-			e.id = ids.GrantID
-		}
+		e := &bundleEntry{Line: l, id: IDOf(l.Entry)}
 		e.leaf, e.leafOK = leafOf(l.Entry)
 		v.rep.Entries++
-		if l.Seq == 0 {
-			v.problem(ProblemMalformed, 0, e.id, "an entry line of %s has no sequence", orNone(e.id))
+		if l.Seq == 0 || l.Index < 0 {
+			v.problem(ProblemMalformed, Pos{}, e.id, "an entry line of %s has no sequence", orNone(e.id))
 			continue
 		}
-		if _, dup := v.bySeq[l.Seq]; dup {
-			v.problem(ProblemDuplicate, l.Seq, e.id, "the bundle holds it twice")
+		at := e.pos()
+		if _, dup := v.byPos[at]; dup {
+			v.problem(ProblemDuplicate, at, e.id, "the bundle holds it twice")
 			continue
 		}
-		if prev != nil && l.Seq < prev.Seq {
-			v.problem(ProblemReordered, l.Seq, e.id, "it comes after entry %d (%s); the log's order is by sequence", prev.Seq, orNone(prev.id))
+		if prev != nil && at.Before(prev.pos()) {
+			v.problem(ProblemReordered, at, e.id, "it comes after entry %s (%s); the log's order is by sequence", prev.pos(), orNone(prev.id))
 		}
-		v.bySeq[l.Seq] = e
+		v.byPos[at] = e
 		v.order = append(v.order, e)
 		prev = e
 	}
@@ -216,7 +212,7 @@ func leafOf(raw json.RawMessage) (Hash, bool) {
 
 // checkpoints verifies each checkpoint and the entries it covers.
 func (v *verifier) checkpoints(ctx context.Context, lines []Line, keys receipt.KeySource) {
-	v.covered = map[uint64]bool{}
+	v.covered = map[Pos]bool{}
 	var prev *Checkpoint
 	for _, l := range lines {
 		if l.Checkpoint == "" {
@@ -228,11 +224,11 @@ func (v *verifier) checkpoints(ctx context.Context, lines []Line, keys receipt.K
 			if p, perr := PayloadOf(l.Checkpoint); perr == nil {
 				span = "the checkpoint of " + p.Span()
 			}
-			v.problem(ProblemCheckpoint, 0, "", "%s does not verify: %v", span, err)
+			v.problem(ProblemCheckpoint, Pos{}, "", "%s does not verify: %v", span, err)
 			continue
 		}
-		if prev != nil && (c.PrevHead != prev.Head || c.First() <= prev.Last()) {
-			v.problem(ProblemCheckpoint, 0, "", "the checkpoint of %s does not continue the one of %s: a checkpoint between them is missing, or they are out of order",
+		if prev != nil && (c.PrevHead != prev.Head || !prev.Last().Before(c.First())) {
+			v.problem(ProblemCheckpoint, Pos{}, "", "the checkpoint of %s does not continue the one of %s: a checkpoint between them is missing, or they are out of order",
 				c.Span(), prev.Span())
 		}
 		v.rep.Checkpoints++
@@ -240,9 +236,9 @@ func (v *verifier) checkpoints(ctx context.Context, lines []Line, keys receipt.K
 			v.rep.KeyIDs = append(v.rep.KeyIDs, kid)
 		}
 		v.leaves(c)
-		if c.Last() > v.lastSigned {
+		if v.lastSigned.Before(c.Last()) {
 			v.lastSigned, v.head, v.signed = c.Last(), mustHex(c.Head), true
-			v.rep.Head, v.rep.HeadSeq = c.Head, c.Last()
+			v.rep.Head, v.rep.HeadSeq, v.rep.HeadIndex = c.Head, c.Last().Seq, c.Last().Index
 		}
 		prev = c
 	}
@@ -260,18 +256,18 @@ func (v *verifier) leaves(c *Checkpoint) {
 		signedAt[l.SHA256] = l
 	}
 	for _, l := range c.Leaves {
-		v.covered[l.Seq] = true
-		e, ok := v.bySeq[l.Seq]
+		v.covered[l.Pos()] = true
+		e, ok := v.byPos[l.Pos()]
 		switch {
 		case !ok:
-			v.problem(ProblemRemoved, l.Seq, l.ID, "the checkpoint of %s signed it; the bundle does not hold it", c.Span())
+			v.problem(ProblemRemoved, l.Pos(), l.ID, "the checkpoint of %s signed it; the bundle does not hold it", c.Span())
 		case e.leafOK && Hex(e.leaf) == l.SHA256:
 			v.rep.Signed++
 		case e.leafOK && signedAt[Hex(e.leaf)].Seq != 0:
 			at := signedAt[Hex(e.leaf)]
-			v.problem(ProblemReordered, l.Seq, l.ID, "it holds the entry signed at %d (%s)", at.Seq, orNone(at.ID))
+			v.problem(ProblemReordered, l.Pos(), l.ID, "it holds the entry signed at %s (%s)", at.Pos(), orNone(at.ID))
 		default:
-			v.problem(ProblemAltered, l.Seq, l.ID, "its content is not what the checkpoint of %s signed", c.Span())
+			v.problem(ProblemAltered, l.Pos(), l.ID, "its content is not what the checkpoint of %s signed", c.Span())
 		}
 	}
 }
@@ -282,22 +278,23 @@ func (v *verifier) leaves(c *Checkpoint) {
 func (v *verifier) uncovered() {
 	head, known := v.head, v.signed
 	for _, e := range v.order {
-		if v.covered[e.Seq] {
+		at := e.pos()
+		if v.covered[at] {
 			continue
 		}
-		if v.signed && e.Seq < v.lastSigned {
-			v.problem(ProblemInserted, e.Seq, e.id, "no checkpoint that verifies lists it")
+		if v.signed && at.Before(v.lastSigned) {
+			v.problem(ProblemInserted, at, e.id, "no checkpoint that verifies lists it")
 			continue
 		}
 		v.rep.Unsigned++
 		if !e.leafOK {
-			v.problem(ProblemMalformed, e.Seq, e.id, "it is not canonical JSON")
+			v.problem(ProblemMalformed, at, e.id, "it is not canonical JSON")
 			known = false
 			continue
 		}
-		next := Next(head, e.leaf, e.Seq)
+		next := NextAt(head, e.leaf, at)
 		if known && Hex(next) != e.Chain {
-			v.problem(ProblemAltered, e.Seq, e.id, "it does not follow the chain (not signed yet, so only the chain speaks for it)")
+			v.problem(ProblemAltered, at, e.id, "it does not follow the chain (not signed yet, so only the chain speaks for it)")
 		}
 		// Without a signed start, the exporter's chain hash is the start.
 		if !known {

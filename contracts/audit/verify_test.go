@@ -32,6 +32,7 @@ func signer(t *testing.T, kid string) *receipt.Signer {
 // stored is one message of the audit stream.
 type stored struct {
 	seq        uint64
+	index      int
 	entry      []byte
 	checkpoint string
 }
@@ -55,7 +56,7 @@ func logOf(t *testing.T, s *receipt.Signer, n, every int) []stored {
 		if cp == nil {
 			cp = audit.NewCheckpoint(head, t0)
 		}
-		if err := cp.Append(seq, data); err != nil {
+		if err := cp.Append(audit.Pos{Seq: seq}, data); err != nil {
 			t.Fatal(err)
 		}
 		if i%every == 0 {
@@ -87,7 +88,7 @@ func export(t *testing.T, s *receipt.Signer, msgs []stored, since, until time.Ti
 			}
 			continue
 		}
-		x.Entry(m.seq, m.entry)
+		x.Entry(audit.Pos{Seq: m.seq, Index: m.index}, m.entry)
 	}
 	if err := x.Close(); err != nil {
 		t.Fatal(err)

@@ -100,5 +100,5 @@ func coversAll(ctx context.Context, t *testing.T, js jetstream.JetStream, seq ui
 		t.Error(err)
 		return true
 	}
-	return c.Last() == 20
+	return c.Last().Seq == 20
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -77,7 +76,7 @@ func lastCheckpoint(ctx context.Context, st jetstream.Stream) (last, error) {
 		return last{}, fmt.Errorf("auditlog: the last checkpoint (sequence %d): %w", m.Sequence, err)
 	}
 	head, err := audit.ParseHex(c.Head)
-	return last{seq: m.Sequence, after: c.Last(), head: head}, err
+	return last{seq: m.Sequence, after: c.Last().Seq, head: head}, err
 }
 
 // Checkpoint signs the entries after the last checkpoint when a checkpoint
@@ -102,16 +101,24 @@ func Checkpoint(ctx context.Context, cfg CheckpointConfig) (int, error) {
 	cp := audit.NewCheckpoint(prev.head, now)
 	var oldest time.Time
 	err = Read(ctx, cfg.JS, prev.after+1, end, func(seq uint64, m jetstream.Msg) error {
-		if !strings.HasPrefix(m.Subject(), audit.SubjectEntryPrefix) {
-			return nil
+		entries, first, err := audit.Entries(m.Subject(), m.Data())
+		if err != nil || len(entries) == 0 {
+			return err
+		}
+		// A checkpoint holds whole messages: the next one starts after
+		// the last message this one covers.
+		if len(cp.Leaves)+len(entries) > audit.MaxLeaves {
+			return errStop
 		}
 		if md, err := m.Metadata(); err == nil && oldest.IsZero() {
 			oldest = md.Timestamp
 		}
-		if err := cp.Append(seq, m.Data()); err != nil {
-			return err
+		for i, raw := range entries {
+			if err := cp.Append(posOf(seq, first, i), raw); err != nil {
+				return err
+			}
 		}
-		if len(cp.Leaves) == cfg.Every {
+		if len(cp.Leaves) >= cfg.Every {
 			return errStop
 		}
 		return nil

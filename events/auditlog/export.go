@@ -3,7 +3,6 @@ package auditlog
 import (
 	"context"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -24,11 +23,17 @@ func Export(ctx context.Context, js jetstream.JetStream, w io.Writer, h audit.He
 	}
 	x := audit.NewExporter(bw, since, until, first)
 	err = Read(ctx, js, first, end, func(seq uint64, m jetstream.Msg) error {
-		switch {
-		case m.Subject() == audit.SubjectCheckpoint:
+		if m.Subject() == audit.SubjectCheckpoint {
 			return x.Checkpoint(string(m.Data()))
-		case strings.HasPrefix(m.Subject(), audit.SubjectEntryPrefix):
-			x.Entry(seq, m.Data())
+		}
+		entries, first, err := audit.Entries(m.Subject(), m.Data())
+		if err != nil {
+			// Written as it is, for the verifier to judge.
+			x.Entry(audit.Pos{Seq: seq}, m.Data())
+			return nil
+		}
+		for i, raw := range entries {
+			x.Entry(posOf(seq, first, i), raw)
 		}
 		return nil
 	})

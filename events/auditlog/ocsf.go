@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -21,24 +20,39 @@ var Product = ocsf.Product{Name: "Countersign", VendorName: "Countersign"}
 // entry's time; a zero time leaves that end open), in the log's order.
 // An entry that does not decode is skipped: the native bundle keeps it for
 // the verifier to judge.
-func Entries(ctx context.Context, js jetstream.JetStream, since, until time.Time, fn func(seq uint64, e *audit.Entry) error) error {
+func Entries(ctx context.Context, js jetstream.JetStream, since, until time.Time, fn func(at audit.Pos, e *audit.Entry) error) error {
 	first, end, err := State(ctx, js)
 	if err != nil {
 		return err
 	}
 	return Read(ctx, js, first, end, func(seq uint64, m jetstream.Msg) error {
-		if !strings.HasPrefix(m.Subject(), audit.SubjectEntryPrefix) {
+		entries, index, err := audit.Entries(m.Subject(), m.Data())
+		if err != nil {
 			return nil
 		}
-		var e audit.Entry
-		if json.Unmarshal(m.Data(), &e) != nil {
-			return nil
+		for i, raw := range entries {
+			var e audit.Entry
+			if json.Unmarshal(raw, &e) != nil {
+				continue
+			}
+			if !since.IsZero() && e.At.Before(since) || !until.IsZero() && e.At.After(until) {
+				continue
+			}
+			if err := fn(posOf(seq, index, i), &e); err != nil {
+				return err
+			}
 		}
-		if !since.IsZero() && e.At.Before(since) || !until.IsZero() && e.At.After(until) {
-			return nil
-		}
-		return fn(seq, &e)
+		return nil
 	})
+}
+
+// posOf is the place of the i-th entry (from 0) of the message stored at
+// seq whose first entry has index first (audit.Entries).
+func posOf(seq uint64, first, i int) audit.Pos {
+	if first == 0 {
+		return audit.Pos{Seq: seq}
+	}
+	return audit.Pos{Seq: seq, Index: first + i}
 }
 
 // ExportOCSF writes the OCSF event (JSON Lines) of every entry in [since,
@@ -48,11 +62,11 @@ func ExportOCSF(ctx context.Context, js jetstream.JetStream, w io.Writer, since,
 	enc := json.NewEncoder(bw)
 	enc.SetEscapeHTML(false)
 	n := 0
-	err := Entries(ctx, js, since, until, func(seq uint64, e *audit.Entry) error {
+	err := Entries(ctx, js, since, until, func(at audit.Pos, e *audit.Entry) error {
 		if keep != nil && !keep(e) {
 			return nil
 		}
-		if err := enc.Encode(ocsf.FromEntry(e, seq, Product)); err != nil {
+		if err := enc.Encode(ocsf.FromEntry(e, at, Product)); err != nil {
 			return err
 		}
 		if n++; n%256 == 0 {

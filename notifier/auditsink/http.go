@@ -38,14 +38,14 @@ func newHTTPSink(s *Sink, client *http.Client, now func() time.Time) (*httpSink,
 
 func (h *httpSink) close() {}
 
-// MessageID is the webhook-id of the entry stored at seq: the same on
+// MessageID is the webhook-id of the entry at its place in the log: the same on
 // every retry, so a receiver drops what it has already taken.
-func MessageID(seq uint64) string { return "countersign-audit-" + strconv.FormatUint(seq, 10) }
+func MessageID(at audit.Pos) string { return "countersign-audit-" + at.String() }
 
 // deliver POSTs body: a 2xx accepts it; 408, 429 and 5xx (after
 // Retry-After when given) and failures to connect are tried again; any
 // other answer refuses it for good.
-func (h *httpSink) deliver(ctx context.Context, seq uint64, _ *audit.Entry, body []byte) error {
+func (h *httpSink) deliver(ctx context.Context, at audit.Pos, _ *audit.Entry, body []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, h.s.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.s.URL, bytes.NewReader(body))
@@ -55,7 +55,7 @@ func (h *httpSink) deliver(ctx context.Context, seq uint64, _ *audit.Entry, body
 	for k, v := range h.s.Headers {
 		req.Header.Set(k, v)
 	}
-	id, ts := MessageID(seq), h.now()
+	id, ts := MessageID(at), h.now()
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(webhook.HeaderID, id)
 	req.Header.Set(webhook.HeaderTimestamp, strconv.FormatInt(ts.Unix(), 10))

@@ -69,7 +69,7 @@ func (r *Runner) Run(ctx context.Context) error {
 
 // deliverer sends one entry's body to a sink; close releases what it holds.
 type deliverer interface {
-	deliver(ctx context.Context, seq uint64, e *audit.Entry, body []byte) error
+	deliver(ctx context.Context, at audit.Pos, e *audit.Entry, body []byte) error
 	close()
 }
 
@@ -87,7 +87,7 @@ func (r *Runner) consume(ctx context.Context, s *Sink, d deliverer) error {
 	log := r.cfg.Logger.With("sink", s.Name)
 	return events.Consume(ctx, r.cfg.JS, events.ConsumerConfig{
 		Stream: audit.Stream, Durable: DurablePrefix + s.Name,
-		FilterSubjects: []string{audit.SubjectEntryPrefix + ">"},
+		FilterSubjects: []string{audit.SubjectEntryPrefix + ">", audit.SubjectBatch},
 		MaxDeliver:     s.Attempts, AckWait: s.Timeout + s.MaxBackoff, Concurrency: 1, MaxAckPending: 64,
 		Backoff: s.Backoff, MaxBackoff: s.MaxBackoff, Logger: log, OnDeadLetter: r.cfg.OnDeadLetter,
 	}, func(ctx context.Context, m jetstream.Msg) error {
@@ -95,30 +95,48 @@ func (r *Runner) consume(ctx context.Context, s *Sink, d deliverer) error {
 		if err != nil {
 			return err
 		}
-		var e audit.Entry
-		if err := json.Unmarshal(m.Data(), &e); err != nil {
-			return events.Poison(fmt.Errorf("entry %d does not decode: %w", md.Sequence.Stream, err))
-		}
-		if !s.takes(e.Tenant) {
-			return nil
-		}
-		body, err := encode(s.Format, &e, md.Sequence.Stream, m.Data())
+		entries, first, err := audit.Entries(m.Subject(), m.Data())
 		if err != nil {
-			return events.Poison(err)
+			return events.Poison(fmt.Errorf("message %d: %w", md.Sequence.Stream, err))
 		}
-		if err := d.deliver(ctx, md.Sequence.Stream, &e, body); err != nil {
-			log.Warn("audit sink delivery failed", "seq", md.Sequence.Stream, "attempt", md.NumDelivered, "err", err)
-			return err
+		// The entries of a batch go out in order; a failure sends the
+		// batch again, and a sink tells the repeats by their ids.
+		for i, raw := range entries {
+			at := audit.Pos{Seq: md.Sequence.Stream}
+			if first != 0 {
+				at.Index = first + i
+			}
+			if err := r.deliverEntry(ctx, s, d, at, raw); err != nil {
+				log.Warn("audit sink delivery failed", "entry", at.String(), "attempt", md.NumDelivered, "err", err)
+				return err
+			}
 		}
 		return nil
 	})
 }
 
-// encode is what a sink of format receives for the entry stored at seq.
-func encode(format string, e *audit.Entry, seq uint64, raw []byte) ([]byte, error) {
-	if format == FormatNative {
-		return json.Marshal(audit.Line{Seq: seq, Entry: raw})
+// deliverEntry sends the entry at at to the sink when the sink takes its
+// tenant.
+func (r *Runner) deliverEntry(ctx context.Context, s *Sink, d deliverer, at audit.Pos, raw []byte) error {
+	var e audit.Entry
+	if err := json.Unmarshal(raw, &e); err != nil {
+		return events.Poison(fmt.Errorf("entry %s does not decode: %w", at, err))
 	}
-	ev := ocsf.FromEntry(e, seq, Product)
+	if !s.takes(e.Tenant) {
+		return nil
+	}
+	body, err := encode(s.Format, &e, at, raw)
+	if err != nil {
+		return events.Poison(err)
+	}
+	return d.deliver(ctx, at, &e, body)
+}
+
+// encode is what a sink of format receives for the entry stored at seq.
+func encode(format string, e *audit.Entry, at audit.Pos, raw []byte) ([]byte, error) {
+	if format == FormatNative {
+		return json.Marshal(audit.Line{Seq: at.Seq, Index: at.Index, Entry: raw})
+	}
+	ev := ocsf.FromEntry(e, at, Product)
 	return ev.Marshal()
 }

@@ -11,6 +11,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -120,7 +121,7 @@ func TestSinksDeliverEveryEntryAtLeastOnce(t *testing.T) {
 	}
 	stop := startRunner(t, ctx, cfg)
 
-	want := map[string]string{auditsink.MessageID(1): "a1", auditsink.MessageID(4): "a2"}
+	want := map[string]string{auditsink.MessageID(audit.Pos{Seq: 1}): "a1", auditsink.MessageID(audit.Pos{Seq: 4}): "a2"}
 	for range want {
 		waitFor(t, ctx, siem.ch)
 	}
@@ -145,11 +146,39 @@ func TestSinksDeliverEveryEntryAtLeastOnce(t *testing.T) {
 	stop()
 	appendEntry("a3", "acme")
 	startRunner(t, ctx, cfg)
-	if id := waitFor(t, ctx, siem.ch); id != auditsink.MessageID(5) {
-		t.Fatalf("after a restart the siem got %s first, want only the new entry (%s)", id, auditsink.MessageID(5))
+	if id := waitFor(t, ctx, siem.ch); id != auditsink.MessageID(audit.Pos{Seq: 5}) {
+		t.Fatalf("after a restart the siem got %s first, want only the new entry (%s)", id, auditsink.MessageID(audit.Pos{Seq: 5}))
 	}
 	if line := waitFor(t, ctx, syslog.lines); !strings.Contains(string(line.msg), `"seq":5`) {
 		t.Fatalf("after a restart syslog got %s first, want entry 5", line.msg)
+	}
+
+	// A batch (entries appended together, one stored message): each entry
+	// goes out on its own, named by its place in the batch.
+	var batch [][]byte
+	for _, id := range []string{"a4", "g2", "a5"} {
+		tenant := "acme"
+		if id == "g2" {
+			tenant = "globex"
+		}
+		data, err := (&audit.Entry{Change: audit.ChangeCreated, EventID: id, Tenant: tenant, By: "agent", At: time.Now()}).Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch = append(batch, data)
+	}
+	if _, err := arb.Publish(ctx, audit.SubjectBatch, audit.EncodeBatch(batch)); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []audit.Pos{{Seq: 6, Index: 1}, {Seq: 6, Index: 3}} {
+		if id := waitFor(t, ctx, siem.ch); id != auditsink.MessageID(want) {
+			t.Fatalf("the siem got %s, want %s (acme's entries of the batch, in order)", id, auditsink.MessageID(want))
+		}
+	}
+	for i := 1; i <= 3; i++ {
+		if line := waitFor(t, ctx, syslog.lines); !strings.Contains(string(line.msg), fmt.Sprintf(`"seq":6,"index":%d`, i)) {
+			t.Fatalf("syslog got %s, want entry 6.%d", line.msg, i)
+		}
 	}
 }
 

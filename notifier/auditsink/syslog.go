@@ -51,7 +51,7 @@ func newSyslogSink(s *Sink, now func() time.Time) (*syslogSink, error) {
 	return &syslogSink{s: s, addr: u.Host, tls: cfg, now: now, hostname: printable(host, 255)}, nil
 }
 
-func (y *syslogSink) deliver(ctx context.Context, _ uint64, e *audit.Entry, body []byte) error {
+func (y *syslogSink) deliver(ctx context.Context, _ audit.Pos, e *audit.Entry, body []byte) error {
 	y.mu.Lock()
 	defer y.mu.Unlock()
 	if y.conn == nil {

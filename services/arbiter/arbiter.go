@@ -233,7 +233,7 @@ func New(ctx context.Context, cfg Config) (*Arbiter, error) {
 		commits: newCommits(),
 		records: newRecordCache(),
 		gm:      newGrantMetrics(cfg.Registerer),
-		audit:   newAuditTrail(),
+		audit:   newAuditTrail(cfg.JS),
 		reviews: newReviews(cfg.Registerer),
 	}, nil
 }
@@ -360,6 +360,7 @@ func (a *Arbiter) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 		return err
 	}
 	a.records.put(req.EventID, rec, rev, len(data))
+	a.audit.written(req.EventID, rev, data)
 	if err := a.auditRecord(ctx, audit.ChangeCreated, &rec, rev); err != nil {
 		return err // redelivered: the record exists, and existing appends again
 	}
@@ -801,6 +802,7 @@ func (a *Arbiter) writeGroup(ctx context.Context, group []*queuedOp, rev uint64,
 	next, err := a.writer.Update(ctx, eventID, data, &rec, rev)
 	if err == nil {
 		a.records.put(eventID, rec, next, len(data))
+		a.audit.written(eventID, next, data)
 		return next, false
 	}
 	a.records.drop(eventID)

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/audit"
 	"github.com/countersign/countersign/events/auditlog"
@@ -16,8 +18,9 @@ import (
 
 // This file is the arbiter's side of the audit log (contracts/audit): every
 // change it announces is appended to HITL_AUDIT in the same step, before the
-// announcement, de-duplicated by the announcement's own id, and checkpoints
-// are signed with the receipt key as they fall due.
+// announcement (a decision: right after it), by group commit (concurrent
+// appends share one synced write), and checkpoints are signed with the
+// receipt key as they fall due.
 
 // AuditConfig configures the audit log's checkpoints.
 type AuditConfig struct {
@@ -31,6 +34,7 @@ type AuditConfig struct {
 // auditTrail counts this arbiter's appends, and tells the checkpointer
 // when it has appended enough for a checkpoint.
 type auditTrail struct {
+	appender *auditlog.Appender
 	appended atomic.Int64
 	due      chan struct{}
 	// hashes are the record hashes computed lately, by event id and
@@ -43,29 +47,53 @@ type auditTrail struct {
 type recordHash struct {
 	once sync.Once
 	sum  string
+	// data is the record as written, hashed on first use.
+	data []byte
 }
 
 // maxRecordHashes bounds the hashes kept; past it they are forgotten.
 const maxRecordHashes = 4096
 
-func newAuditTrail() *auditTrail {
-	return &auditTrail{due: make(chan struct{}, 1), hashes: map[string]*recordHash{}}
+func newAuditTrail(js jetstream.JetStream) *auditTrail {
+	return &auditTrail{appender: auditlog.NewAppender(js), due: make(chan struct{}, 1), hashes: map[string]*recordHash{}}
 }
 
-// hash is the record hash of eventID at rev, computed by sum once.
-func (t *auditTrail) hash(eventID string, rev uint64, sum func() string) string {
+// entry is the hash entry of eventID at rev, made with data when new.
+func (t *auditTrail) entry(eventID string, rev uint64, data []byte) *recordHash {
 	key := eventID + "@" + strconv.FormatUint(rev, 10)
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	h, ok := t.hashes[key]
 	if !ok {
 		if len(t.hashes) >= maxRecordHashes {
 			clear(t.hashes)
 		}
-		h = &recordHash{}
+		h = &recordHash{data: data}
 		t.hashes[key] = h
 	}
-	t.mu.Unlock()
-	h.once.Do(func() { h.sum = sum() })
+	return h
+}
+
+// written notes the record of eventID written at rev, as stored: its
+// hash is taken from these bytes, the record's RFC 8785 form as the bucket
+// holds it, when an entry first asks for it.
+func (t *auditTrail) written(eventID string, rev uint64, data []byte) {
+	t.entry(eventID, rev, data)
+}
+
+// hash is the record hash of eventID at rev: from the bytes written, else
+// computed by sum, once.
+func (t *auditTrail) hash(eventID string, rev uint64, sum func() string) string {
+	h := t.entry(eventID, rev, nil)
+	h.once.Do(func() {
+		if h.data != nil {
+			h.sum, _ = audit.RecordSHA256(h.data)
+			h.data = nil
+		}
+		if h.sum == "" {
+			h.sum = sum()
+		}
+	})
 	return h.sum
 }
 
@@ -95,7 +123,7 @@ func (a *Arbiter) runCheckpoints(ctx context.Context) error {
 // appendAudit appends e, de-duplicated by msgID, and tells the
 // checkpointer when a checkpoint's worth has been appended.
 func (a *Arbiter) appendAudit(ctx context.Context, e *audit.Entry, msgID string) error {
-	if _, err := auditlog.Append(ctx, a.cfg.JS, e, "audit:"+msgID); err != nil {
+	if err := a.audit.appender.Append(ctx, e, "audit:"+msgID); err != nil {
 		return err
 	}
 	every := int64(a.cfg.Audit.CheckpointEvery)

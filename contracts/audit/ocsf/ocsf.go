@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/countersign/countersign/contracts"
@@ -86,7 +85,8 @@ type Event struct {
 type Metadata struct {
 	Version string  `json:"version"`
 	Product Product `json:"product"`
-	// UID is the entry's place in the log: "HITL_AUDIT:<seq>".
+	// UID is the entry's place in the log: "HITL_AUDIT:<seq>", or
+	// "HITL_AUDIT:<seq>.<index>" for an entry of a batch.
 	UID string `json:"uid"`
 	// CorrelationUID is the approval's event id: the events of one approval.
 	CorrelationUID string `json:"correlation_uid,omitempty"`
@@ -125,10 +125,10 @@ type Resource struct {
 	Data map[string]any `json:"data,omitempty"`
 }
 
-// FromEntry maps the entry stored at seq to its OCSF event. The event holds
+// FromEntry maps the entry at its place in the log to its OCSF event. The event holds
 // what the entry holds (ids, who, channel, status, hashes) and nothing
 // more: no arguments, comments or answers, which entries never hold.
-func FromEntry(e *audit.Entry, seq uint64, p Product) Event {
+func FromEntry(e *audit.Entry, at audit.Pos, p Product) Event {
 	activity, name := activityOf(e)
 	ev := Event{
 		ActivityID: activity, ActivityName: name,
@@ -139,7 +139,7 @@ func FromEntry(e *audit.Entry, seq uint64, p Product) Event {
 		StatusID: StatusSuccess, Status: "Success",
 		Time: e.At.UnixMilli(),
 		Metadata: Metadata{
-			Version: SchemaVersion, Product: p, UID: audit.Stream + ":" + strconv.FormatUint(seq, 10),
+			Version: SchemaVersion, Product: p, UID: audit.Stream + ":" + at.String(),
 			CorrelationUID: e.EventID, LogName: audit.Stream, TenantUID: e.Tenant,
 		},
 		Actor:       actorOf(e),

@@ -51,7 +51,7 @@ func TestEveryChangeIsAValidOCSFEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, e := range entries() {
-		ev := ocsf.FromEntry(&e, uint64(i+1), product)
+		ev := ocsf.FromEntry(&e, audit.Pos{Seq: uint64(i + 1)}, product)
 		data, err := ev.Marshal()
 		if err != nil {
 			t.Fatal(err)
@@ -75,7 +75,7 @@ func TestMapping(t *testing.T) {
 		audit.ChangeGrantRefused:   {ocsf.ActivityUpdate, ocsf.StatusFailure},
 	}
 	for i, e := range entries() {
-		ev := ocsf.FromEntry(&e, uint64(i+1), product)
+		ev := ocsf.FromEntry(&e, audit.Pos{Seq: uint64(i + 1)}, product)
 		if w, ok := want[e.Change]; ok && (ev.ActivityID != w.activity || ev.StatusID != w.status) {
 			t.Errorf("%s: activity %d status %d, want %d %d", e.Change, ev.ActivityID, ev.StatusID, w.activity, w.status)
 		}
@@ -99,7 +99,7 @@ func TestValidatorRefusesWhatTheSchemaDoes(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := entries()[2]
-	good, _ := json.Marshal(ocsf.FromEntry(&e, 3, product))
+	good, _ := json.Marshal(ocsf.FromEntry(&e, audit.Pos{Seq: 3}, product))
 	for name, c := range map[string]struct {
 		edit func(m map[string]any)
 		want string
