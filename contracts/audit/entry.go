@@ -20,14 +20,15 @@ const (
 	Stream = "HITL_AUDIT"
 	// SubjectPrefix is every subject of Stream.
 	SubjectPrefix = "hitl.audit."
-	// SubjectEntryPrefix starts an entry's subject; the approval's event
-	// id, or the grant's id for grant entries, ends it.
+	// SubjectEntryPrefix starts the subject of an entry stored alone (as
+	// Append stores it); the approval's event id, or the grant's id for
+	// grant entries, ends it.
 	SubjectEntryPrefix = "hitl.audit.entry."
 	// SubjectCheckpoint is where signed checkpoints are stored.
 	SubjectCheckpoint = "hitl.audit.checkpoint"
-	// SubjectBatch holds batches: several entries appended together in
-	// one stored message (Batch), when appends arrive faster than the
-	// store syncs them.
+	// SubjectBatch holds batches: the entries appended together in one
+	// stored message (Batch), one or more; the arbiter writes every entry
+	// in a batch.
 	SubjectBatch = "hitl.audit.batch"
 )
 

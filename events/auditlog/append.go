@@ -34,13 +34,16 @@ func Append(ctx context.Context, js jetstream.JetStream, e *audit.Entry, msgID s
 // to the store, the entries that arrive queue up, and the next write takes
 // them all (up to audit.MaxBatch) as one batch, so the log costs one
 // synced write per batch instead of one per entry when appends come
-// faster than the store syncs. An entry that arrives alone is written
-// alone, as Append writes it. Append returns once the entry is stored.
+// faster than the store syncs. Every write is a batch on
+// audit.SubjectBatch, one subject for the whole log (an entry that arrives
+// alone is a batch of one), so the store keeps no subject per approval for
+// the log. Append returns once the entry is stored.
 //
-// A batch is de-duplicated by the ids of its entries, so a batch sent
-// again is stored once; an entry of a batch is not de-duplicated against
-// the same entry appended again later (a change handled again after a
-// crash), which then appears twice in the log, each time chained.
+// A batch of one is de-duplicated by its entry's id, as Append does; a
+// larger batch by the ids of its entries, so a batch sent again is stored
+// once, but an entry of it is not de-duplicated against the same entry
+// appended again later (a change handled again after a crash), which then
+// appears twice in the log, each time chained.
 type Appender struct {
 	js jetstream.JetStream
 	// Timeout bounds one write (default 10 s).
@@ -52,10 +55,9 @@ type Appender struct {
 }
 
 type queued struct {
-	data    []byte
-	subject string
-	msgID   string
-	done    chan error
+	data  []byte
+	msgID string
+	done  chan error
 }
 
 // maxBatchBytes bounds a batch's size, far below the server's max payload.
@@ -74,7 +76,7 @@ func (a *Appender) Append(ctx context.Context, e *audit.Entry, msgID string) err
 	if err != nil {
 		return err
 	}
-	q := &queued{data: data, subject: e.Subject(), msgID: msgID, done: make(chan error, 1)}
+	q := &queued{data: data, msgID: msgID, done: make(chan error, 1)}
 	a.mu.Lock()
 	a.queue = append(a.queue, q)
 	start := !a.writing
@@ -126,24 +128,23 @@ func (a *Appender) run() {
 	}
 }
 
-// write stores batch: one entry as itself on its own subject, more as one
-// audit.Batch.
+// write stores batch as one audit.Batch.
 func (a *Appender) write(batch []*queued) error {
 	ctx, cancel := context.WithTimeout(context.Background(), a.Timeout)
 	defer cancel()
-	msg := &nats.Msg{Subject: batch[0].subject, Data: batch[0].data, Header: nats.Header{}}
-	msg.Header.Set(jetstream.MsgIDHeader, batch[0].msgID)
-	if len(batch) > 1 {
-		entries := make([][]byte, len(batch))
-		ids := sha256.New()
-		for i, q := range batch {
-			entries[i] = q.data
-			ids.Write([]byte(q.msgID))
-			ids.Write([]byte{'\n'})
-		}
-		msg.Subject, msg.Data = audit.SubjectBatch, audit.EncodeBatch(entries)
-		msg.Header.Set(jetstream.MsgIDHeader, "audit-batch:"+hex.EncodeToString(ids.Sum(nil)[:16]))
+	entries := make([][]byte, len(batch))
+	ids := sha256.New()
+	for i, q := range batch {
+		entries[i] = q.data
+		ids.Write([]byte(q.msgID))
+		ids.Write([]byte{'\n'})
 	}
+	id := batch[0].msgID
+	if len(batch) > 1 {
+		id = "audit-batch:" + hex.EncodeToString(ids.Sum(nil)[:16])
+	}
+	msg := &nats.Msg{Subject: audit.SubjectBatch, Data: audit.EncodeBatch(entries), Header: nats.Header{}}
+	msg.Header.Set(jetstream.MsgIDHeader, id)
 	_, err := a.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(audit.Stream))
 	return err
 }
