@@ -1,13 +1,16 @@
 package contracts
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"slices"
 	"strconv"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -34,7 +37,9 @@ const maxCanonicalDepth = 10000
 // numbers whose magnitude overflows a double. Numbers too small for a double
 // become 0, as in ECMAScript.
 func Canonicalize(data []byte) ([]byte, error) {
-	p := &jcsParser{data: data}
+	p := jcsParsers.Get().(*jcsParser)
+	defer p.release()
+	p.data, p.pos, p.depth = data, 0, 0
 	p.skipSpace()
 	out, err := p.value(make([]byte, 0, len(data)))
 	if err != nil {
@@ -69,19 +74,79 @@ func CanonicalSHA256(canonical []byte) string {
 }
 
 // jcsParser reads one JSON text and writes its canonical form as it goes.
+// It keeps its working memory between calls in jcsParsers.
 type jcsParser struct {
 	data  []byte
 	pos   int
 	depth int
+	// members holds the members of the objects being parsed, outermost
+	// first, each object's in the order they appear.
+	members []jcsMember
+	// keys holds the decoded keys of members, one after another.
+	keys []byte
+	// keyTables holds the key tables of the objects being parsed that have
+	// more than jcsLinearKeys members, outermost first.
+	keyTables []int
+	// scratch holds an object's members while they are written back in
+	// sorted order.
+	scratch []byte
 }
 
-// jcsMember is one parsed object member; its canonical value lives in a
-// shared buffer at [start, end).
-type jcsMember struct {
-	key        string
-	units      []uint16
-	start, end int
+// jcsObject locates the state of an object being parsed: its members start
+// at members in p.members, their keys at keys in p.keys, and its key table,
+// if it has one (table >= 0), at table in p.keyTables. A key table is an
+// open-addressing hash set of the object's keys: a power of two of slots,
+// at most half of them used, each 0 or 1 + the index of a member.
+type jcsObject struct {
+	members, keys, table int
 }
+
+// jcsMember is one parsed object member: its decoded key is p.keys[key:keyEnd]
+// and its canonical "key":value text lies in the output at [start, end).
+type jcsMember struct {
+	key, keyEnd, start, end int
+}
+
+const (
+	// jcsLinearKeys is how many keys an object may have before its keys
+	// are looked up in a key table instead of compared one by one.
+	jcsLinearKeys = 16
+	// jcsInsertionSort is how many members an object may have that are
+	// sorted by insertion.
+	jcsInsertionSort = 24
+	// jcsKeptMembers and jcsKeptBytes bound the memory a parser keeps for
+	// the next call: members and key table slots, and bytes.
+	jcsKeptMembers = 2048
+	jcsKeptBytes   = 64 << 10
+)
+
+// jcsParsers holds parsers between calls, with their memory.
+var jcsParsers = sync.Pool{New: func() any { return new(jcsParser) }}
+
+// jcsSeed seeds the hashes of object keys.
+var jcsSeed = maphash.MakeSeed()
+
+// release returns p to jcsParsers, holding no reference to the input,
+// unless its memory grew past jcsKeptMembers or jcsKeptBytes.
+func (p *jcsParser) release() {
+	if cap(p.members) > jcsKeptMembers || cap(p.keyTables) > jcsKeptMembers ||
+		cap(p.keys) > jcsKeptBytes || cap(p.scratch) > jcsKeptBytes {
+		return
+	}
+	p.data = nil
+	p.members, p.keys, p.keyTables, p.scratch = p.members[:0], p.keys[:0], p.keyTables[:0], p.scratch[:0]
+	jcsParsers.Put(p)
+}
+
+// jcsPlain marks the bytes a JSON string holds as themselves that its
+// canonical form holds unescaped too: printable ASCII but the quote and the
+// backslash.
+var jcsPlain = func() (plain [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		plain[c] = c != '"' && c != '\\'
+	}
+	return plain
+}()
 
 func (p *jcsParser) errorf(format string, args ...any) error {
 	return fmt.Errorf("%w: offset %d: %s", ErrInvalidJSON, p.pos, fmt.Sprintf(format, args...))
@@ -122,11 +187,7 @@ func (p *jcsParser) value(dst []byte) ([]byte, error) {
 	case c == '[':
 		return p.array(dst)
 	case c == '"':
-		s, err := p.str()
-		if err != nil {
-			return nil, err
-		}
-		return appendCanonicalString(dst, s), nil
+		return p.appendString(dst)
 	case c == '-' || (c >= '0' && c <= '9'):
 		return p.number(dst)
 	case c == 't':
@@ -206,17 +267,16 @@ func (p *jcsParser) object(dst []byte) ([]byte, error) {
 		p.depth--
 		return append(dst, '{', '}'), nil
 	}
-	var (
-		members []jcsMember
-		values  []byte
-		seen    = make(map[string]struct{})
-	)
+	body, obj := len(dst)+1, jcsObject{members: len(p.members), keys: len(p.keys), table: -1}
+	dst = append(dst, '{')
 	for {
-		m, next, err := p.member(values, seen)
-		if err != nil {
+		if len(p.members) > obj.members {
+			dst = append(dst, ',')
+		}
+		var err error
+		if dst, err = p.member(dst, &obj); err != nil {
 			return nil, err
 		}
-		members, values = append(members, m), next
 		p.skipSpace()
 		if p.pos >= len(p.data) {
 			return nil, p.errorf("unexpected end of input in object")
@@ -233,102 +293,258 @@ func (p *jcsParser) object(dst []byte) ([]byte, error) {
 		p.depth--
 		break
 	}
-	return appendMembers(dst, members, values), nil
+	dst = p.sortMembers(dst, body, obj.members)
+	p.members, p.keys = p.members[:obj.members], p.keys[:obj.keys]
+	if obj.table >= 0 {
+		p.keyTables = p.keyTables[:obj.table]
+	}
+	return append(dst, '}'), nil
 }
 
-// member parses one "key": value of an object, appending the value's
-// canonical form to values; seen holds the object's keys so far.
-func (p *jcsParser) member(values []byte, seen map[string]struct{}) (jcsMember, []byte, error) {
+// member parses one "key": value of the object obj, appends its canonical
+// "key":value text to dst and adds it to p.members.
+func (p *jcsParser) member(dst []byte, obj *jcsObject) ([]byte, error) {
 	p.skipSpace()
 	if p.pos >= len(p.data) {
-		return jcsMember{}, nil, p.errorf("unexpected end of input in object, expected a key")
+		return nil, p.errorf("unexpected end of input in object, expected a key")
 	}
 	if p.data[p.pos] != '"' {
-		return jcsMember{}, nil, p.errorf("unexpected %s in object, expected a string key", p.describe())
+		return nil, p.errorf("unexpected %s in object, expected a string key", p.describe())
 	}
-	keyPos := p.pos
-	key, err := p.str()
+	keyPos, m := p.pos, jcsMember{key: len(p.keys), start: len(dst)}
+	verbatim, err := p.key()
 	if err != nil {
-		return jcsMember{}, nil, err
+		return nil, err
 	}
-	if _, dup := seen[key]; dup {
+	m.keyEnd = len(p.keys)
+	key := p.keys[m.key:m.keyEnd]
+	if p.duplicate(key, obj) {
 		p.pos = keyPos
-		return jcsMember{}, nil, p.errorf("duplicate object key %q", key)
+		return nil, p.errorf("duplicate object key %q", string(key))
 	}
-	seen[key] = struct{}{}
 	p.skipSpace()
 	if p.pos >= len(p.data) || p.data[p.pos] != ':' {
-		return jcsMember{}, nil, p.errorf("unexpected %s after object key, expected ':'", p.describe())
+		return nil, p.errorf("unexpected %s after object key, expected ':'", p.describe())
 	}
 	p.pos++
 	p.skipSpace()
-	start := len(values)
-	if values, err = p.value(values); err != nil {
-		return jcsMember{}, nil, err
+	if verbatim {
+		dst = append(append(append(dst, '"'), key...), '"', ':')
+	} else {
+		dst = append(appendCanonicalString(dst, key), ':')
 	}
-	return jcsMember{key: key, units: utf16.Encode([]rune(key)), start: start, end: len(values)}, values, nil
+	if dst, err = p.value(dst); err != nil {
+		return nil, err
+	}
+	m.end = len(dst)
+	p.members = append(p.members, m)
+	return dst, nil
 }
 
-// appendMembers appends the object of members, sorted by their keys' UTF-16
-// code units, with their values' canonical forms from values.
-func appendMembers(dst []byte, members []jcsMember, values []byte) []byte {
-	// Keys are unique, so the order is total.
-	slices.SortFunc(members, func(a, b jcsMember) int {
-		return slices.Compare(a.units, b.units)
-	})
-	dst = append(dst, '{')
+// duplicate reports whether key is among the keys of the object obj so far.
+// Past jcsLinearKeys keys it looks key up in the object's key table, made
+// then, and adds it there.
+func (p *jcsParser) duplicate(key []byte, obj *jcsObject) bool {
+	members := p.members[obj.members:]
+	switch {
+	case obj.table < 0 && len(members) < jcsLinearKeys:
+		for _, m := range members {
+			if string(p.keys[m.key:m.keyEnd]) == string(key) {
+				return true
+			}
+		}
+		return false
+	case obj.table < 0:
+		obj.table = len(p.keyTables)
+		p.indexKeys(obj, 4*jcsLinearKeys)
+	case 2*(len(members)+1) > len(p.keyTables)-obj.table:
+		p.indexKeys(obj, 2*(len(p.keyTables)-obj.table))
+	}
+	slots := p.keyTables[obj.table:]
+	mask := uint64(len(slots) - 1)
+	for i := maphash.Bytes(jcsSeed, key) & mask; ; i = (i + 1) & mask {
+		if slots[i] == 0 {
+			slots[i] = len(members) + 1
+			return false
+		}
+		if m := members[slots[i]-1]; string(p.keys[m.key:m.keyEnd]) == string(key) {
+			return true
+		}
+	}
+}
+
+// indexKeys gives the object obj, whose key table is the last one, a key
+// table of size slots, a power of two, holding its members' keys.
+func (p *jcsParser) indexKeys(obj *jcsObject, size int) {
+	p.keyTables = append(p.keyTables[:obj.table], make([]int, size)...)
+	slots := p.keyTables[obj.table:]
+	mask := uint64(size - 1)
+	for j, m := range p.members[obj.members:] {
+		i := maphash.Bytes(jcsSeed, p.keys[m.key:m.keyEnd]) & mask
+		for slots[i] != 0 {
+			i = (i + 1) & mask
+		}
+		slots[i] = j + 1
+	}
+}
+
+// sortMembers puts the members p.members[from:] of the object whose
+// comma-separated members begin at body in dst in the order of their keys'
+// UTF-16 code units.
+func (p *jcsParser) sortMembers(dst []byte, body, from int) []byte {
+	members := p.members[from:]
+	if !sortByKey(members, p.keys) {
+		return dst
+	}
+	p.scratch = append(p.scratch[:0], dst[body:]...)
+	dst = dst[:body]
 	for i, m := range members {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		dst = appendCanonicalString(dst, m.key)
-		dst = append(dst, ':')
-		dst = append(dst, values[m.start:m.end]...)
+		dst = append(dst, p.scratch[m.start-body:m.end-body]...)
 	}
-	return append(dst, '}')
+	return dst
 }
 
-// str parses the JSON string at the current position (which holds the
-// opening quote) and returns its decoded, valid UTF-8 contents.
-func (p *jcsParser) str() (string, error) {
-	p.pos++ // opening quote
-	var buf []byte
-	for {
-		// Copy the run of bytes that need no decoding in one step.
-		run := p.pos
-		for run < len(p.data) {
-			c := p.data[run]
-			if c == '"' || c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
-				break
-			}
-			run++
+// sortByKey sorts members, whose keys in keys are unique, by their keys'
+// UTF-16 code units, and reports whether that changed their order.
+func sortByKey(members []jcsMember, keys []byte) bool {
+	byKey := func(a, b jcsMember) int {
+		return compareUTF16(keys[a.key:a.keyEnd], keys[b.key:b.keyEnd])
+	}
+	if len(members) > jcsInsertionSort {
+		if slices.IsSortedFunc(members, byKey) {
+			return false
 		}
-		buf = append(buf, p.data[p.pos:run]...)
-		p.pos = run
-		if p.pos >= len(p.data) {
-			return "", p.errorf("unterminated string")
+		slices.SortFunc(members, byKey)
+		return true
+	}
+	moved := false
+	for i := 1; i < len(members); i++ {
+		m, j := members[i], i
+		for ; j > 0 && byKey(m, members[j-1]) < 0; j-- {
+			members[j] = members[j-1]
 		}
-		c := p.data[p.pos]
-		switch {
-		case c == '"':
-			p.pos++
-			return string(buf), nil
-		case c == '\\':
-			var err error
-			if buf, err = p.escape(buf); err != nil {
-				return "", err
-			}
-		case c < 0x20:
-			return "", p.errorf("control character 0x%02x in string must be escaped", c)
-		default:
-			r, size := utf8.DecodeRune(p.data[p.pos:])
-			if r == utf8.RuneError && size <= 1 {
-				return "", p.errorf("invalid UTF-8 in string")
-			}
-			buf = append(buf, p.data[p.pos:p.pos+size]...)
-			p.pos += size
+		if j < i {
+			members[j], moved = m, true
 		}
 	}
+	return moved
+}
+
+// compareUTF16 compares the valid UTF-8 strings a and b by their UTF-16
+// code units, the order of RFC 8785 keys. It differs from the order of their
+// bytes only where a character past U+FFFF meets one in U+E000–U+FFFF.
+func compareUTF16(a, b []byte) int {
+	n := min(len(a), len(b))
+	i := 0
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	if i == n {
+		return cmp.Compare(len(a), len(b))
+	}
+	if a[i] < utf8.RuneSelf || b[i] < utf8.RuneSelf {
+		return cmp.Compare(a[i], b[i])
+	}
+	// The strings agree up to the character holding byte i, and differ in
+	// that character.
+	for !utf8.RuneStart(a[i]) {
+		i--
+	}
+	ra, _ := utf8.DecodeRune(a[i:])
+	rb, _ := utf8.DecodeRune(b[i:])
+	return cmp.Compare(utf16Order(ra), utf16Order(rb))
+}
+
+// utf16Order maps characters to numbers ordered as the characters' UTF-16
+// code units are: those past U+FFFF, whose first unit is a surrogate
+// (U+D800–U+DBFF), come before U+E000–U+FFFF.
+func utf16Order(r rune) rune {
+	if r >= 0xe000 && r <= 0xffff {
+		return r + 0x200000
+	}
+	return r
+}
+
+// key parses the object key at the current position (which holds the
+// opening quote), appends its decoded, valid UTF-8 contents to p.keys, and
+// reports whether they are its source text verbatim, with no escape
+// sequences.
+func (p *jcsParser) key() (verbatim bool, err error) {
+	p.pos++ // opening quote
+	verbatim = true
+	for {
+		run := p.pos
+		if err := p.stringRun(); err != nil {
+			return false, err
+		}
+		p.keys = append(p.keys, p.data[run:p.pos]...)
+		if p.data[p.pos] == '"' {
+			p.pos++
+			return verbatim, nil
+		}
+		if p.keys, err = p.escape(p.keys); err != nil {
+			return false, err
+		}
+		verbatim = false
+	}
+}
+
+// appendString parses the JSON string at the current position (which holds
+// the opening quote) and appends its canonical form to dst.
+func (p *jcsParser) appendString(dst []byte) ([]byte, error) {
+	p.pos++ // opening quote
+	dst = append(dst, '"')
+	for {
+		run := p.pos
+		if err := p.stringRun(); err != nil {
+			return nil, err
+		}
+		dst = append(dst, p.data[run:p.pos]...)
+		if p.data[p.pos] == '"' {
+			p.pos++
+			return append(dst, '"'), nil
+		}
+		decoded := len(dst)
+		var err error
+		if dst, err = p.escape(dst); err != nil {
+			return nil, err
+		}
+		// Only single bytes can need escaping in canonical form.
+		if c := dst[decoded]; len(dst) == decoded+1 && !jcsPlain[c] {
+			dst = appendEscapedByte(dst[:decoded], c)
+		}
+	}
+}
+
+// stringRun advances over string contents up to the next quote or
+// backslash, checking that they are valid UTF-8 without control characters.
+// The current position then holds that quote or backslash.
+func (p *jcsParser) stringRun() error {
+	data, i := p.data, p.pos
+	for i < len(data) {
+		c := data[i]
+		if jcsPlain[c] {
+			i++
+			continue
+		}
+		p.pos = i
+		switch {
+		case c == '"' || c == '\\':
+			return nil
+		case c < 0x20:
+			return p.errorf("control character 0x%02x in string must be escaped", c)
+		}
+		r, size := utf8.DecodeRune(data[i:])
+		if r == utf8.RuneError && size <= 1 {
+			return p.errorf("invalid UTF-8 in string")
+		}
+		i += size
+	}
+	p.pos = i
+	return p.errorf("unterminated string")
 }
 
 // escape decodes the escape sequence at the current position (which holds
@@ -427,6 +643,7 @@ func (p *jcsParser) number(dst []byte) ([]byte, error) {
 	if p.data[p.pos] == '-' {
 		p.pos++
 	}
+	digits := p.pos
 	switch {
 	case p.pos < len(p.data) && p.data[p.pos] == '0':
 		p.pos++
@@ -434,6 +651,14 @@ func (p *jcsParser) number(dst []byte) ([]byte, error) {
 		p.skipDigits()
 	default:
 		return nil, p.errorf("invalid number, expected a digit")
+	}
+	if p.pos-digits <= 15 && !p.atFractionOrExponent() {
+		// An integer of at most 15 digits is exact as a double and written
+		// as its digits, without the sign of -0.
+		if p.data[start] == '-' && p.data[digits] == '0' {
+			start = digits
+		}
+		return append(dst, p.data[start:p.pos]...), nil
 	}
 	if p.pos < len(p.data) && p.data[p.pos] == '.' {
 		p.pos++
@@ -452,13 +677,23 @@ func (p *jcsParser) number(dst []byte) ([]byte, error) {
 		}
 		p.skipDigits()
 	}
-	text := string(p.data[start:p.pos])
-	f, err := strconv.ParseFloat(text, 64)
+	f, err := strconv.ParseFloat(string(p.data[start:p.pos]), 64)
 	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+		text := string(p.data[start:p.pos])
 		p.pos = start
 		return nil, p.errorf("number %s is outside the IEEE-754 double range", text)
 	}
 	return appendCanonicalNumber(dst, f), nil
+}
+
+// atFractionOrExponent reports whether the current position holds the '.'
+// or the 'e' that continues a number past its integer part.
+func (p *jcsParser) atFractionOrExponent() bool {
+	if p.pos >= len(p.data) {
+		return false
+	}
+	c := p.data[p.pos]
+	return c == '.' || c == 'e' || c == 'E'
 }
 
 func (p *jcsParser) atDigit() bool {
@@ -543,38 +778,42 @@ func appendCanonicalNumber(dst []byte, f float64) []byte {
 
 // appendCanonicalString appends s, which is valid UTF-8, as a JSON string
 // escaped the way RFC 8785 requires: only the quote, the backslash and
-// control characters are escaped, using the short forms where they exist and
-// lowercase \u00xx otherwise.
-func appendCanonicalString(dst []byte, s string) []byte {
-	const hexDigits = "0123456789abcdef"
+// control characters are escaped.
+func appendCanonicalString(dst, s []byte) []byte {
 	dst = append(dst, '"')
 	start := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
+	for i, c := range s {
 		if c >= 0x20 && c != '"' && c != '\\' {
 			continue
 		}
-		dst = append(dst, s[start:i]...)
-		switch c {
-		case '"':
-			dst = append(dst, '\\', '"')
-		case '\\':
-			dst = append(dst, '\\', '\\')
-		case '\b':
-			dst = append(dst, '\\', 'b')
-		case '\f':
-			dst = append(dst, '\\', 'f')
-		case '\n':
-			dst = append(dst, '\\', 'n')
-		case '\r':
-			dst = append(dst, '\\', 'r')
-		case '\t':
-			dst = append(dst, '\\', 't')
-		default:
-			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-		}
+		dst = appendEscapedByte(append(dst, s[start:i]...), c)
 		start = i + 1
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
+}
+
+// appendEscapedByte appends the escape sequence of c, the quote, the
+// backslash or a control character: its short form where one exists and
+// lowercase \u00xx otherwise.
+func appendEscapedByte(dst []byte, c byte) []byte {
+	const hexDigits = "0123456789abcdef"
+	switch c {
+	case '"':
+		return append(dst, '\\', '"')
+	case '\\':
+		return append(dst, '\\', '\\')
+	case '\b':
+		return append(dst, '\\', 'b')
+	case '\f':
+		return append(dst, '\\', 'f')
+	case '\n':
+		return append(dst, '\\', 'n')
+	case '\r':
+		return append(dst, '\\', 'r')
+	case '\t':
+		return append(dst, '\\', 't')
+	default:
+		return append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+	}
 }
