@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/countersign/countersign/contracts/audit"
 	"github.com/countersign/countersign/services/api"
 )
 
@@ -24,7 +25,12 @@ import (
 // next release here when one lands; keep the older ones.
 var previousReleases = []string{
 	"70cc8ed", // 2026-11-23: inbox sessions in hitl_sessions, one live feed per process
+	"b8dc2a3", // 2026-12-06: audit entries stored one by one on hitl.audit.entry.<event_id>
 }
+
+// auditedReleases wrote the audit log: their entries must verify in one
+// chain with the ones the release under test appends.
+var auditedReleases = map[string]bool{"b8dc2a3": true}
 
 // buildRelease builds countersign as it was at commit rev, from this
 // repository's own history, into dir.
@@ -193,6 +199,76 @@ func testUpgradeFrom(t *testing.T, rev string) {
 	if !n.signedIn(t, session) {
 		t.Error("the inbox session made by the earlier release is signed out after the upgrade")
 	}
+	checkAuditAcrossUpgrade(t, n, auditedReleases[rev])
+}
+
+// checkAuditAcrossUpgrade exports the audit log after the upgrade: it
+// verifies as one chain, holds the batches the release under test wrote
+// (the two decisions and the claim made after the upgrade; a decision's
+// entry follows its announcement, so the export is read again until they
+// are there) and, when the earlier release kept a log, the entries it
+// stored alone.
+func checkAuditAcrossUpgrade(t *testing.T, n *serveProc, before bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		bundle := exportAudit(t, n)
+		_, rep, err := audit.Verify(context.Background(), bytes.NewReader(bundle), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rep.OK() {
+			t.Fatalf("the audit log after the upgrade does not verify: %+v", rep.Problems)
+		}
+		alone, batched := storedAloneAndBatched(t, bundle)
+		if batched >= 3 && before == (alone > 0) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("audit log after the upgrade: %d entries stored alone, %d in batches; want the 3 changes after it in batches and entries stored alone only where the earlier release kept a log (%v)",
+				alone, batched, before)
+		}
+		<-tick.C
+	}
+}
+
+func exportAudit(t *testing.T, n *serveProc) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", n.url+"/v1/audit/export", nil)
+	req.Header.Set("Authorization", "Bearer "+n.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	bundle, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("audit export after the upgrade: %d %v", resp.StatusCode, err)
+	}
+	return bundle
+}
+
+// storedAloneAndBatched counts a bundle's entries stored alone and in batches.
+func storedAloneAndBatched(t *testing.T, bundle []byte) (alone, batched int) {
+	t.Helper()
+	_, lines, err := audit.ReadBundle(bytes.NewReader(bundle))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range lines {
+		switch {
+		case l.Entry == nil:
+		case l.Index == 0:
+			alone++
+		default:
+			batched++
+		}
+	}
+	return alone, batched
 }
 
 func writeFile(t *testing.T, path, content string) {
