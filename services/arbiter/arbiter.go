@@ -77,6 +77,10 @@ type Config struct {
 	Reviewers map[string]*reviewer.Endpoint
 	// ReviewWorkers is how many reviewers are asked at once (default 4).
 	ReviewWorkers int
+	// DeferTimers is how long after creating a record the arbiter writes
+	// its timers, and only if it is still pending then (see deferred.go);
+	// 0 writes them at once.
+	DeferTimers time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -150,6 +154,7 @@ type Arbiter struct {
 	passkeysMu sync.Mutex
 	passkeys   jetstream.KeyValue
 	audit      *auditTrail
+	deferred   *deferredTimers
 	// reviews queues the records whose reviewer is to be asked.
 	reviews *reviews
 }
@@ -228,13 +233,14 @@ func New(ctx context.Context, cfg Config) (*Arbiter, error) {
 	policies.keys = newLiveKeys(cfg.Registerer)
 	return &Arbiter{
 		cfg: cfg, kv: kv, writer: events.NewRecordWriter(cfg.JS), policies: policies, m: newMetrics(cfg.Registerer),
-		lim:     contracts.LimitsFor(cfg.JS.Conn().MaxPayload()),
-		waiting: newUnknownWaits(),
-		commits: newCommits(),
-		records: newRecordCache(),
-		gm:      newGrantMetrics(cfg.Registerer),
-		audit:   newAuditTrail(cfg.JS),
-		reviews: newReviews(cfg.Registerer),
+		lim:      contracts.LimitsFor(cfg.JS.Conn().MaxPayload()),
+		waiting:  newUnknownWaits(),
+		commits:  newCommits(),
+		records:  newRecordCache(),
+		gm:       newGrantMetrics(cfg.Registerer),
+		audit:    newAuditTrail(cfg.JS),
+		deferred: newDeferredTimers(),
+		reviews:  newReviews(cfg.Registerer),
 	}, nil
 }
 
@@ -261,10 +267,13 @@ func (a *Arbiter) Run(ctx context.Context) error {
 			FilterSubjects: []string{
 				contracts.SubjectToolRequestedPrefix + ">", contracts.SubjectInputRequestedPrefix + ">",
 			},
-			Concurrency:  a.cfg.Concurrency,
-			MaxBackoff:   arbiterMaxBackoff,
-			Logger:       a.cfg.Logger,
-			OnDeadLetter: a.cfg.OnDeadLetter,
+			Concurrency: a.cfg.Concurrency,
+			// Requests whose timers are deferred stay unacknowledged
+			// until they are written (deferred.go).
+			MaxAckPending: maxDeferred + max(1000, a.cfg.Concurrency*4),
+			MaxBackoff:    arbiterMaxBackoff,
+			Logger:        a.cfg.Logger,
+			OnDeadLetter:  a.cfg.OnDeadLetter,
 		}, a.handleRequest)
 	}()
 	go func() {
@@ -371,14 +380,17 @@ func (a *Arbiter) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 	_ = a.cfg.JS.Conn().Publish(contracts.CreatedSubject(req.EventID), nil)
 	a.cfg.Logger.Info("approval requested", "event_id", req.EventID, "run_id", req.Run.ID, "agent", req.Run.Agent,
 		"rule", req.Policy.Rule, "risk", req.Risk, "expires_at", req.ExpiresAt, "trace_id", contracts.TraceID(req.Traceparent))
+	if err := a.startReview(ctx, rec); err != nil {
+		return err
+	}
+	if a.deferTimers(ctx, msg, rec) {
+		return events.ErrDetached // acknowledged once its timers are written
+	}
 	// An error here redelivers the request, which schedules again.
 	if err := a.scheduleExpiry(ctx, rec); err != nil {
 		return err
 	}
-	if err := a.scheduleTimers(ctx, rec); err != nil {
-		return err
-	}
-	return a.startReview(ctx, rec)
+	return a.scheduleTimers(ctx, rec)
 }
 
 // existing finishes what a request for a record that already exists may
@@ -952,7 +964,9 @@ func (a *Arbiter) finish(ctx context.Context, p *queuedOp, rev uint64) error {
 		if err := a.announce(ctx, res.Record, rev); err != nil {
 			return err
 		}
-		a.cancelTimers(res.Record)
+		if !a.decidedBeforeTimers(eventID) {
+			a.cancelTimers(res.Record)
+		}
 		return nil
 	}
 	if ch := o.counted(); ch != nil {

@@ -98,8 +98,9 @@ func mustPolicy(t testing.TB, src string) *policy.Policy {
 }
 
 // startArbiter runs an arbiter replica on its own connection until the
-// test ends. Unless cfg says otherwise it trusts the bus tests' policies.
-func (b *bus) startArbiter(cfg arbiter.Config) {
+// test ends or stop is called. Unless cfg says otherwise it trusts the bus
+// tests' policies.
+func (b *bus) startArbiter(cfg arbiter.Config) (stop func()) {
 	b.t.Helper()
 	cfg.JS = b.srv.JetStreamAs(embedded.RoleArbiter) // each replica on its own connection
 	if cfg.Now == nil {
@@ -115,12 +116,17 @@ func (b *bus) startArbiter(cfg arbiter.Config) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- arb.Run(ctx) }()
-	b.t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			b.t.Errorf("arbiter.Run: %v", err)
-		}
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				b.t.Errorf("arbiter.Run: %v", err)
+			}
+		})
+	}
+	b.t.Cleanup(stop)
+	return stop
 }
 
 // publish publishes v on subject with a fresh Nats-Msg-Id and returns its

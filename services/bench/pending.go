@@ -165,7 +165,7 @@ func measurePending(ctx context.Context, st *stack, n int, pr *printer) (*Pendin
 
 	// With every approval pending, each holding its expiry schedule,
 	// measure how late short deadlines are applied.
-	tr, err := measureTimers(ctx, st)
+	tr, err := measureTimers(ctx, st, n)
 	rep.Timers = tr
 	if err != nil {
 		return rep, fmt.Errorf("timers: %w", err)

@@ -105,7 +105,8 @@ func startStack(ctx context.Context, mode, root string, arbiterConcurrency int) 
 		return st, err
 	}
 	st.reg = prometheus.NewRegistry()
-	arb, err := arbiter.New(ctx, arbiter.Config{JS: arbJS, Registerer: st.reg, Concurrency: arbiterConcurrency})
+	arb, err := arbiter.New(ctx, arbiter.Config{JS: arbJS, Registerer: st.reg, Concurrency: arbiterConcurrency,
+		DeferTimers: arbiter.DefaultDeferTimers})
 	if err != nil {
 		return st, err
 	}

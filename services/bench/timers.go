@@ -13,6 +13,7 @@ import (
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/orchestrator/policy"
+	"github.com/countersign/countersign/services/arbiter"
 )
 
 // timerProbes is how many short-deadline requests measure the wake-up lag
@@ -42,7 +43,9 @@ type TimerReport struct {
 // seconds, spread over whole seconds so the schedule's one-second
 // granularity adds nothing, and measures when the arbiter expired each.
 // Nothing else may be deciding meanwhile: every decided event is a probe's.
-func measureTimers(ctx context.Context, st *stack) (*TimerReport, error) {
+// It first waits until the pending approvals' schedules are held (the
+// arbiter writes them a moment after each record: DeferTimers).
+func measureTimers(ctx context.Context, st *stack, pending int) (*TimerReport, error) {
 	// The probes are requests an agent publishes; the timer stream's size
 	// and the decided events are read as admin (no role reads both).
 	js := st.agentJS
@@ -50,11 +53,11 @@ func measureTimers(ctx context.Context, st *stack) (*TimerReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	info, err := admin.Stream(ctx, contracts.StreamTimers)
+	info, err := heldSchedules(ctx, admin, pending)
 	if err != nil {
 		return nil, err
 	}
-	rep := &TimerReport{Held: info.CachedInfo().State.Msgs, Bytes: info.CachedInfo().State.Bytes, Probes: timerProbes}
+	rep := &TimerReport{Held: info.Msgs, Bytes: info.Bytes, Probes: timerProbes}
 	cons, err := admin.OrderedConsumer(ctx, contracts.StreamEvents, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{contracts.SubjectDecidedPrefix + ">"}, DeliverPolicy: jetstream.DeliverNewPolicy})
 	if err != nil {
@@ -115,5 +118,30 @@ func probeRequest(id string, created, deadline time.Time) contracts.ApprovalRequ
 		Escalation: []contracts.EscalationTier{}, Reminders: []string{},
 		AllowedDecisions: []string{contracts.DecisionApprove, contracts.DecisionReject}, Channels: []string{},
 		ExpiresAt: deadline, OnTimeout: contracts.OnTimeoutReject, CreatedAt: created,
+	}
+}
+
+// heldSchedules waits until HITL_TIMERS holds at least n messages, or a
+// while past the arbiter's timer delay, and returns its state.
+func heldSchedules(ctx context.Context, admin jetstream.JetStream, n int) (jetstream.StreamState, error) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	limit := time.After(arbiter.DefaultDeferTimers + 30*time.Second)
+	for {
+		st, err := admin.Stream(ctx, contracts.StreamTimers)
+		if err != nil {
+			return jetstream.StreamState{}, err
+		}
+		state := st.CachedInfo().State
+		if state.Msgs >= uint64(n) {
+			return state, nil
+		}
+		select {
+		case <-tick.C:
+		case <-limit:
+			return state, nil
+		case <-ctx.Done():
+			return state, ctx.Err()
+		}
 	}
 }

@@ -230,6 +230,7 @@ func (n *node) startArbiter(ctx context.Context) ([]events.Consumer, error) {
 		JS: js, Logger: n.log.With("role", "arbiter"), Registerer: n.reg,
 		Retention: n.cfg.retention, OnDeadLetter: n.onDeadLetter, Policies: trusted,
 		Receipts: n.receipts.signer, Audit: n.cfg.Audit.arbiter(), Reviewers: reviewers,
+		DeferTimers: arbiter.DefaultDeferTimers,
 	})
 	if err != nil {
 		return nil, err
