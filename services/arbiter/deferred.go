@@ -24,8 +24,10 @@ import (
 // request whose timers were deferred and never written is delivered again,
 // to this or another replica, which finds the record and schedules them
 // (existing). Deadlines are absolute: a schedule written late fires at the
-// same moment. A record whose first timer falls due within the delay (and
-// a moment's slack) is scheduled at once.
+// same moment. A record whose first timer falls due within the delay and
+// deferSlack is scheduled at once, so that even a request delivered again
+// only after its ack wait (an arbiter killed) is scheduled before any of
+// its timers is due.
 
 // DefaultDeferTimers is the delay `countersign serve` gives
 // Config.DeferTimers: longer than most automated decisions take, short
@@ -33,8 +35,9 @@ import (
 const DefaultDeferTimers = 2 * time.Second
 
 // deferSlack is what a deferred timer must keep, beyond the delay, before
-// it is due.
-const deferSlack = 5 * time.Second
+// it is due: the requests consumer's ack wait (30 s, events.Consume's
+// default) and a few seconds to handle the request again.
+const deferSlack = 35 * time.Second
 
 // maxDeferred bounds the records whose timers wait at once; past it they
 // are scheduled at once.
