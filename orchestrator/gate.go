@@ -177,8 +177,7 @@ type Gate struct {
 	gm        grantMetrics
 	sm        shadowMetrics
 	claims    claimPath
-	history   *history.Store
-	ownHist   bool
+	hist      gateHistory
 	// store is the live policy the gate follows when Config.Policy was
 	// not set.
 	store *PolicyStore
@@ -289,9 +288,7 @@ func (g *Gate) Close() error {
 	if g.store != nil {
 		errs = append(errs, g.store.Close())
 	}
-	if g.ownHist {
-		errs = append(errs, g.history.Close())
-	}
+	errs = append(errs, g.closeHistory())
 	return errors.Join(errs...)
 }
 
@@ -733,10 +730,11 @@ func (g *Gate) Explain(run contracts.Run, call ToolCall) (policy.Decision, []pol
 		return policy.Decision{}, nil, err
 	}
 	in := policy.Input{Run: run, Tool: call.Name, Arguments: args}
-	if g.history != nil {
-		in.History = g.history.View(history.Call{ID: EventID(run, call.ID), Tool: call.Name, Run: run, Arguments: args})
+	pol := g.cfg.Policy.Current()
+	if h, err := g.historyFor(context.Background(), pol.HistoryUse()); err == nil && h != nil {
+		in.History = h.View(history.Call{ID: EventID(run, call.ID), Tool: call.Name, Run: run, Arguments: args})
 	}
-	d, steps := g.cfg.Policy.Current().Explain(in)
+	d, steps := pol.Explain(in)
 	return d, steps, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -52,13 +53,12 @@ type Decide func(h policy.History) string
 // not recorded again, and its own fact never counts in its figures.
 func (s *Store) Review(ctx context.Context, call Call, use policy.HistoryUse, decide Decide) error {
 	now := s.cfg.Now()
-	fact := contracts.HistoryFact{Spec: contracts.SpecHistoryFact, ID: call.ID, Tool: call.Tool, Agent: call.Run.Agent,
-		Tenant: call.Run.Tenant, RunID: call.Run.ID, Fields: use.Fields, Values: values(call.Arguments, use.Fields), At: now}
+	fact := factOf(call, use, now)
 	subject := contracts.HistorySubject(call.Run.Tenant, call.Run.ID, call.Run.Agent)
 	if use.Scope == "" {
 		fact.Verdict = decide(s.view(call, now))
 		if !s.recorded(call.ID) {
-			s.publishAsync(subject, &fact)
+			publishAsync(s.cfg.JS, s.cfg.Logger, subject, &fact)
 		}
 		return nil
 	}
@@ -121,13 +121,29 @@ func (s *Store) publish(ctx context.Context, subject string, f *contracts.Histor
 		jetstream.WithExpectLastSequenceForSubject(expect, filter))
 }
 
-func (s *Store) publishAsync(subject string, f *contracts.HistoryFact) {
+// factOf is the fact of call reviewed at now, with the fields use sums.
+func factOf(call Call, use policy.HistoryUse, now time.Time) contracts.HistoryFact {
+	return contracts.HistoryFact{Spec: contracts.SpecHistoryFact, ID: call.ID, Tool: call.Tool, Agent: call.Run.Agent,
+		Tenant: call.Run.Tenant, RunID: call.Run.ID, Fields: use.Fields, Values: values(call.Arguments, use.Fields), At: now}
+}
+
+// Record records call, reviewed at now with verdict, without a Store:
+// for a gate whose policy reads no history, which keeps none in memory.
+// It does not wait for the acknowledgement. A call recorded twice (a
+// review of the same id) is one fact to every Store, which keeps the first.
+func Record(js jetstream.JetStream, log *slog.Logger, call Call, verdict string, now time.Time) {
+	fact := factOf(call, policy.HistoryUse{}, now)
+	fact.Verdict = verdict
+	publishAsync(js, log, contracts.HistorySubject(call.Run.Tenant, call.Run.ID, call.Run.Agent), &fact)
+}
+
+func publishAsync(js jetstream.JetStream, log *slog.Logger, subject string, f *contracts.HistoryFact) {
 	data, err := json.Marshal(f)
 	if err == nil {
-		_, err = s.cfg.JS.PublishAsync(subject, data, jetstream.WithMsgID("fact:"+f.ID))
+		_, err = js.PublishAsync(subject, data, jetstream.WithMsgID("fact:"+f.ID))
 	}
 	if err != nil {
-		s.cfg.Logger.Warn("history: record the call", "event_id", f.ID, "error", err)
+		log.Warn("history: record the call", "event_id", f.ID, "error", err)
 	}
 }
 
