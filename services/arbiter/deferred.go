@@ -55,6 +55,8 @@ type deferredEntry struct {
 	// written; written once they were; done once the request was
 	// acknowledged or handed back.
 	decided, written, done bool
+	// unwatch ends the watch of the arbiter's context (see deferTimers).
+	unwatch func() bool
 }
 
 func newDeferredTimers() *deferredTimers { return &deferredTimers{m: map[string]*deferredEntry{}} }
@@ -76,15 +78,17 @@ func (a *Arbiter) deferTimers(ctx context.Context, msg jetstream.Msg, rec contra
 		return false
 	}
 	a.deferred.m[id] = e
-	a.deferred.mu.Unlock()
+	e.mu.Lock() // the timer's function waits until the watch is set
 	t := time.AfterFunc(d, func() { a.writeDeferred(ctx, msg, rec, e) })
 	// A stopping arbiter hands the request back at once, so that another
 	// replica (or this one, restarted) schedules its timers.
-	context.AfterFunc(ctx, func() {
+	e.unwatch = context.AfterFunc(ctx, func() {
 		if t.Stop() {
 			a.handBack(msg, id, e)
 		}
 	})
+	e.mu.Unlock()
+	a.deferred.mu.Unlock()
 	return true
 }
 
@@ -126,6 +130,7 @@ func (a *Arbiter) writeDeferred(ctx context.Context, msg jetstream.Msg, rec cont
 	}()
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.unwatch() // the context's list of watchers would otherwise keep one per request
 	if e.done {
 		return
 	}
