@@ -159,13 +159,21 @@ func TestDecidedAnnouncementAnswersAsTheRecordWould(t *testing.T) {
 	// A question, answered (before the clock moves on for the expiry).
 	q := orchestrator.Question{ID: "which-city", Text: "Which city?"}
 	id := orchestrator.EventID(run, q.ID)
-	answered, reads := counts(gates)
-	a, ch, stop, err := e.gate.AskAsyncForTest(ctx, run, q)
+	// Every wait is made on a record already pending: a wait made before
+	// the record exists reads it again when it is created, and that read,
+	// if it comes after the decision, answers the wait first.
+	a, _, stop0, err := e.gate.AskAsyncForTest(ctx, run, q)
 	if err != nil || a.Status != orchestrator.VerdictPending {
 		t.Fatalf("ask: %+v, %v", a, err)
 	}
-	defer stop()
 	e.record(t, id, pending)
+	stop0()
+	answered, reads := counts(gates)
+	a, ch, stop, err := e.gate.AskAsyncForTest(ctx, run, q)
+	if err != nil || a.Status != orchestrator.VerdictPending {
+		t.Fatalf("ask again: %+v, %v", a, err)
+	}
+	defer stop()
 	a, ch2, stop2, err := other.AskAsyncForTest(ctx, run, q)
 	if err != nil || a.Status != orchestrator.VerdictPending {
 		t.Fatalf("ask again: %+v, %v", a, err)
@@ -229,10 +237,13 @@ func TestDecidedAnnouncementAnswersAsTheRecordWould(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		answered, reads := counts(gates)
-		first := review(t, e.gate, call)
+		if _, err := e.gate.Submit(ctx, run, []orchestrator.ToolCall{call}); err != nil {
+			t.Fatal(err)
+		}
 		e.record(t, id, pending)
-		second := review(t, other, call) // re-attaches to the pending record
+		answered, reads := counts(gates)
+		first := review(t, e.gate, call) // both re-attach to the pending record
+		second := review(t, other, call)
 		c.decide(t, id)
 		rec := e.record(t, id, terminal)
 		if rec.Status != c.status {
