@@ -33,6 +33,16 @@ const (
 	// headers HeaderClaimError (a stable code) and HeaderClaimErrorMessage,
 	// and the runner publishes the same command on CommandSubject instead.
 	SubjectClaimPrefix = "hitl.approval.claim."
+	// SubjectVotePrefix is where a resolver asks the arbiter, by NATS
+	// request, to apply a vote (the Vote message) at once, as claims are
+	// asked on SubjectClaimPrefix: no stream stores the request, the vote
+	// is durable in the record it writes (a decision then waits for one
+	// synced write, not two) and announced as any vote is. The reply is
+	// empty when the vote was handled (counted or refused, as the record
+	// tells); otherwise it carries HeaderVoteError (a stable code) and
+	// HeaderVoteErrorMessage, and the resolver publishes the same vote on
+	// ResolvedSubject instead, which stays the way for every other client.
+	SubjectVotePrefix = "hitl.approval.vote."
 	// SubjectCreatedPrefix is where the arbiter tells, as a plain NATS
 	// message that no stream stores, that it created an approval's record
 	// (waiters of that approval read it then).
@@ -94,10 +104,18 @@ func CommandSubject(eventID string) string { return SubjectCommandPrefix + event
 // request (see SubjectClaimPrefix).
 func ClaimSubject(eventID string) string { return SubjectClaimPrefix + eventID }
 
+// VoteSubject is where a resolver asks the arbiter to apply a vote by
+// request (see SubjectVotePrefix).
+func VoteSubject(eventID string) string { return SubjectVotePrefix + eventID }
+
 // Headers of a claim request's reply that was not handled.
 const (
 	HeaderClaimError        = "Countersign-Claim-Error"
 	HeaderClaimErrorMessage = "Countersign-Claim-Error-Message"
+	// HeaderVoteError and HeaderVoteErrorMessage are those of a vote
+	// request's reply (see SubjectVotePrefix).
+	HeaderVoteError        = "Countersign-Vote-Error"
+	HeaderVoteErrorMessage = "Countersign-Vote-Error-Message"
 )
 
 // DecidedSubject is where the arbiter announces an approval's terminal outcome.

@@ -158,8 +158,9 @@ func (g *grant) arbiter() {
 	// Automated reviewers' opinions: published by the arbiter alone,
 	// which asks the reviewers, and recorded by it from the stream.
 	g.pub(contracts.SubjectOpinionPrefix + ">")
-	// Claim requests: answered once each, on the requester's inbox.
-	g.sub(contracts.SubjectClaimPrefix + ">")
+	// Claim and vote requests: answered once each, on the requester's
+	// inbox.
+	g.sub(contracts.SubjectClaimPrefix+">", contracts.SubjectVotePrefix+">")
 	g.responses = true
 }
 
@@ -326,9 +327,10 @@ func (g *grant) protectDurables(r Role) {
 	}
 }
 
-// resolver: publish votes, read and watch records.
+// resolver: publish votes (stored, or as requests the arbiter answers),
+// read and watch records.
 func (g *grant) resolver() {
-	g.pub(contracts.SubjectResolvedPrefix + ">")
+	g.pub(contracts.SubjectResolvedPrefix+">", contracts.SubjectVotePrefix+">")
 	g.pub(kvRead(streamApprovals)...)
 	g.pub(kvWatch(streamApprovals)...)
 }

@@ -673,3 +673,48 @@ func TestOnlyTheArbiterAnswersClaimRequests(t *testing.T) {
 		return ctx.Err()
 	})
 }
+
+// Vote requests: resolvers (resolver, api) ask, the arbiter alone receives
+// them; no other role may send one or listen to them.
+func TestOnlyTheArbiterAnswersVoteRequests(t *testing.T) {
+	e := newEnv(t)
+	subject := contracts.VoteSubject("x")
+	arb := e.connect(t, embedded.RoleArbiter)
+	sub, err := arb.nc.Subscribe(contracts.SubjectVotePrefix+"*", func(m *nats.Msg) { _ = m.Respond([]byte("ok")) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := arb.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []embedded.Role{embedded.RoleResolver, embedded.RoleAPI} {
+		c := e.connect(t, r)
+		reply, err := c.nc.RequestWithContext(testContext(t, opTimeout), subject, []byte("{}"))
+		if err != nil || string(reply.Data) != "ok" {
+			t.Fatalf("%s: vote request: %v", r, err)
+		}
+		c.noErrors(t)
+	}
+	arb.noErrors(t)
+	// An agent's credential never votes, by request or otherwise; nor
+	// does the notifier's, nor the arbiter's own.
+	for _, r := range []embedded.Role{embedded.RoleOrchestrator, embedded.RoleNotifier, embedded.RoleArbiter} {
+		c := e.connect(t, r)
+		c.denied(t, subject, func(ctx context.Context) error {
+			_, err := c.nc.RequestWithContext(ctx, subject, []byte("{}"))
+			return err
+		})
+	}
+	for _, r := range []embedded.Role{embedded.RoleOrchestrator, embedded.RoleAPI, embedded.RoleResolver, embedded.RoleNotifier} {
+		c := e.connect(t, r)
+		c.denied(t, contracts.SubjectVotePrefix+">", func(ctx context.Context) error {
+			s, err := c.nc.SubscribeSync(contracts.SubjectVotePrefix + ">")
+			if err != nil {
+				return err
+			}
+			_, err = s.NextMsgWithContext(ctx)
+			return err
+		})
+	}
+}

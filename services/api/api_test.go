@@ -54,6 +54,8 @@ type env struct {
 	srv *eventstest.Server
 	// handler is the API's handler, for driving it without a connection.
 	handler http.Handler
+	// voteRequests counts the vote requests sent, by approval.
+	voteRequests *requestCounter
 }
 
 // replica starts one more API server on the same bus with the setup's
@@ -87,7 +89,7 @@ func setup(t testing.TB) *env {
 	policies := countersigntest.LivePolicy(t, srv.JetStreamAs(embedded.RoleAPI), testPolicy)
 	gate := countersigntest.Gate(t, srv.JetStreamAs(embedded.RoleAPI), policies)
 
-	e := &env{js: js, tokens: map[string]string{}, srv: srv}
+	e := &env{js: js, tokens: map[string]string{}, srv: srv, voteRequests: countRequests(t, srv, contracts.SubjectVotePrefix)}
 	var tokens []api.Token
 	add := func(name, subject string, roles ...string) {
 		tok, hash, err := api.NewToken()

@@ -34,6 +34,8 @@ type Server struct {
 	tokens []tokenEntry
 	index  *index
 	m      *metrics
+	// votes sends the votes cast here to the arbiter.
+	votes events.VoteSender
 
 	// Budgets per principal (budget.go).
 	budgetRefusals       *prometheus.CounterVec

@@ -139,8 +139,8 @@ func TestSlackApproveAllOfRun(t *testing.T) {
 	}
 
 	for _, id := range ids {
-		if n := e.votesPublished(t, id); n != 1 {
-			t.Errorf("%d votes published for %s, want 1 after a retried click", n, id)
+		if n := e.votesSent(t, id); n != 1 {
+			t.Errorf("%d votes sent for %s, want 1 after a retried click", n, id)
 		}
 		rec := record(id)
 		var v struct{ approver contracts.Approver }

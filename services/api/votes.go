@@ -11,7 +11,6 @@ import (
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/approval"
-	"github.com/countersign/countersign/events"
 )
 
 // arbiterWait is how long a vote or command waits for the arbiter's answer
@@ -245,7 +244,8 @@ func (s *Server) castVote(ctx context.Context, vote contracts.Vote) (voteResult,
 		return false
 	}
 	rec, rev, done, err := s.publishAndWatch(ctx, vote.EventID, func(pctx context.Context) error {
-		_, err := events.Publish(pctx, s.cfg.JS, contracts.ResolvedSubject(vote.EventID), vote, vote.VoteID, nil)
+		// By request when an arbiter answers, else stored (events.VoteSender).
+		_, err := s.votes.Send(pctx, s.cfg.JS, &vote)
 		return err
 	}, match)
 	if err != nil {

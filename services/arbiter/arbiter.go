@@ -251,7 +251,7 @@ func (a *Arbiter) Run(ctx context.Context) error {
 	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	const loops = 5
+	const loops = 6
 	errc := make(chan error, loops)
 	go func() { errc <- a.runCheckpoints(ctx) }()
 	// The directory and live policy version, followed as they change.
@@ -260,6 +260,7 @@ func (a *Arbiter) Run(ctx context.Context) error {
 	go func() { a.runReviews(ctx); close(reviewing) }()
 	defer func() { <-reviewing }()
 	go func() { errc <- a.serveClaims(ctx) }()
+	go func() { errc <- a.serveVotes(ctx) }()
 	go func() {
 		errc <- events.Consume(ctx, a.cfg.JS, events.ConsumerConfig{
 			Stream:  contracts.StreamRequests,
@@ -428,58 +429,66 @@ func (a *Arbiter) handleResolution(ctx context.Context, msg jetstream.Msg) error
 	subj := msg.Subject()
 	switch {
 	case strings.HasPrefix(subj, contracts.SubjectResolvedPrefix):
-		var v contracts.Vote
-		if err := contracts.Decode(msg.Data(), &v); err != nil {
-			return events.Poison(fmt.Errorf("decode vote: %w", err))
-		}
-		if err := validateVote(&v, strings.TrimPrefix(subj, contracts.SubjectResolvedPrefix)); err != nil {
-			a.m.refused.WithLabelValues(contracts.ReasonMalformed).Inc()
-			return events.Poison(err)
-		}
-		// Who the voter is may do what the live directory says, read now.
-		roster, err := a.policies.directory(ctx)
-		if err != nil {
-			return err
-		}
-		// So are the voter's passkeys: a revoked one stops counting at once.
-		keys, party, err := a.passkeysOf(ctx, &v)
-		if err != nil {
-			return err
-		}
-		return a.apply(ctx, msg, op{
-			eventID: v.EventID,
-			span:    tracing.SpanVote,
-			attrs:   []attribute.KeyValue{tracing.AttrDecision.String(v.Decision)},
-			apply: func(rec contracts.Record) approval.Result {
-				res := approval.ApplyVoteAs(rec, v, a.cfg.Now(), a.lim, roster)
-				if res.Changed && res.Refusal == "" {
-					// Only a vote that would count is asked for its passkey,
-					// so who may not vote hears why first.
-					if reason, detail := approval.PasskeyRefusal(&rec, &v, keys, party, a.cfg.Now()); reason != "" {
-						return approval.Refuse(rec, v, reason, detail, a.cfg.Now())
-					}
-					if why := grantConditionProblem(&v); why != "" {
-						return approval.Refuse(rec, v, contracts.ReasonGrantNotAllowed, why, a.cfg.Now())
-					}
-				}
-				return a.withEditSensitive(ctx, res, &v)
-			},
-			tooLarge: func(rec contracts.Record) approval.Result {
-				return approval.Refuse(rec, v, contracts.ReasonTooLarge, "the approval record has no room for this vote", a.cfg.Now())
-			},
-			counted: func() *contracts.Changed {
-				return &contracts.Changed{Change: contracts.ChangeVoteCounted, VoteID: v.VoteID, Approver: &v.Approver}
-			},
-			refused: func(reason string) *contracts.Changed {
-				return &contracts.Changed{Change: contracts.ChangeVoteRefused, VoteID: v.VoteID, Approver: &v.Approver, Reason: reason}
-			},
-		})
+		return a.handleVote(ctx, msg, strings.TrimPrefix(subj, contracts.SubjectResolvedPrefix))
 	case strings.HasPrefix(subj, contracts.SubjectCommandPrefix):
 		return a.handleCommand(ctx, msg, strings.TrimPrefix(subj, contracts.SubjectCommandPrefix), false)
 	case strings.HasPrefix(subj, contracts.SubjectOpinionPrefix):
 		return a.handleOpinion(ctx, msg)
 	}
 	return events.Poison(fmt.Errorf("unexpected subject %s", subj))
+}
+
+// handleVote applies the vote msg carries on the approval subjectID names:
+// stored on HITL_RESOLUTIONS, or asked by request (serveVotes).
+func (a *Arbiter) handleVote(ctx context.Context, msg jetstream.Msg, subjectID string) error {
+	var v contracts.Vote
+	if err := contracts.Decode(msg.Data(), &v); err != nil {
+		return events.Poison(fmt.Errorf("decode vote: %w", err))
+	}
+	if err := validateVote(&v, subjectID); err != nil {
+		a.m.refused.WithLabelValues(contracts.ReasonMalformed).Inc()
+		return events.Poison(err)
+	}
+	// Who the voter is may do what the live directory says, read now.
+	roster, err := a.policies.directory(ctx)
+	if err != nil {
+		return err
+	}
+	// So are the voter's passkeys: a revoked one stops counting at once.
+	keys, party, err := a.passkeysOf(ctx, &v)
+	if err != nil {
+		return err
+	}
+	return a.apply(ctx, msg, op{
+		eventID: v.EventID,
+		// The same whichever way the vote came (stored, or by request).
+		changedID: "vote-" + v.VoteID,
+		span:      tracing.SpanVote,
+		attrs:     []attribute.KeyValue{tracing.AttrDecision.String(v.Decision)},
+		apply: func(rec contracts.Record) approval.Result {
+			res := approval.ApplyVoteAs(rec, v, a.cfg.Now(), a.lim, roster)
+			if res.Changed && res.Refusal == "" {
+				// Only a vote that would count is asked for its passkey,
+				// so who may not vote hears why first.
+				if reason, detail := approval.PasskeyRefusal(&rec, &v, keys, party, a.cfg.Now()); reason != "" {
+					return approval.Refuse(rec, v, reason, detail, a.cfg.Now())
+				}
+				if why := grantConditionProblem(&v); why != "" {
+					return approval.Refuse(rec, v, contracts.ReasonGrantNotAllowed, why, a.cfg.Now())
+				}
+			}
+			return a.withEditSensitive(ctx, res, &v)
+		},
+		tooLarge: func(rec contracts.Record) approval.Result {
+			return approval.Refuse(rec, v, contracts.ReasonTooLarge, "the approval record has no room for this vote", a.cfg.Now())
+		},
+		counted: func() *contracts.Changed {
+			return &contracts.Changed{Change: contracts.ChangeVoteCounted, VoteID: v.VoteID, Approver: &v.Approver}
+		},
+		refused: func(reason string) *contracts.Changed {
+			return &contracts.Changed{Change: contracts.ChangeVoteRefused, VoteID: v.VoteID, Approver: &v.Approver, Reason: reason}
+		},
+	})
 }
 
 // handleCommand applies a command on the approval subjectID names, from

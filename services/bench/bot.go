@@ -41,7 +41,7 @@ var benchArguments = json.RawMessage(`{"recipient":"ACME GmbH","iban":"DE8937040
 // overtakes its record is retried by the arbiter after a delay, which would
 // measure the retry delay instead of the flow.
 type bot struct {
-	js   jetstream.JetStream
+	st   *stack
 	w    jetstream.KeyWatcher
 	auto bool
 	done chan struct{}
@@ -67,7 +67,7 @@ func startBot(ctx context.Context, st *stack, auto bool) (*bot, error) {
 		return nil, fmt.Errorf("bot watch: %w", err)
 	}
 	b := &bot{
-		js: st.voterJS, w: w, auto: auto, done: make(chan struct{}),
+		st: st, w: w, auto: auto, done: make(chan struct{}),
 		expect: map[string]chan struct{}{}, half: map[string]uint8{},
 	}
 	go b.loop()
@@ -134,11 +134,10 @@ func (b *bot) expectPending(eventID string) <-chan struct{} {
 	return ch
 }
 
-// approveAsync publishes an approval without waiting for its ack; failures
-// are counted by the connection's async error handler.
+// approveAsync sends an approval as a resolver does, without waiting for it
+// here; a failure shows as a cycle that never resumes.
 func (b *bot) approveAsync(eventID string) {
-	msg, id := voteMsg(eventID)
-	_, _ = b.js.PublishMsgAsync(msg, jetstream.WithMsgID(id), jetstream.WithStallWait(time.Minute))
+	go func() { _ = b.st.vote(context.Background(), eventID) }()
 }
 
 func (b *bot) stop() {
@@ -146,13 +145,27 @@ func (b *bot) stop() {
 	<-b.done
 }
 
-// voteMsg is the bot's approval of eventID, ready to publish, and its vote id
-// (derived from the event id, so a repeated vote is de-duplicated).
-func voteMsg(eventID string) (*nats.Msg, string) {
-	v := contracts.Vote{
+// benchVote is the bot's approval of eventID (its vote id derived from the
+// event id, so a repeated vote is de-duplicated).
+func benchVote(eventID string) contracts.Vote {
+	return contracts.Vote{
 		Spec: contracts.SpecVote, VoteID: "bench-" + eventID, EventID: eventID, Decision: contracts.DecisionApprove,
 		Approver: contracts.Approver{ID: benchApprover, Via: contracts.ViaNATS}, DecidedAt: time.Now().UTC(),
 	}
+}
+
+// voteMsg is the bot's approval of eventID as a message to store on the
+// resolved subject, and its vote id.
+func voteMsg(eventID string) (*nats.Msg, string) {
+	v := benchVote(eventID)
 	data, _ := json.Marshal(v)
 	return &nats.Msg{Subject: contracts.ResolvedSubject(eventID), Data: data}, v.VoteID
+}
+
+// vote sends the bot's approval of eventID as the resolvers do: by request
+// to the arbiter, else stored (events.VoteSender).
+func (st *stack) vote(ctx context.Context, eventID string) error {
+	v := benchVote(eventID)
+	_, err := st.votes.Send(ctx, st.voterJS, &v)
+	return err
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/orchestrator"
@@ -283,10 +282,9 @@ func oneDecision(ctx context.Context, st *stack, b *bot, run contracts.Run) (tim
 	case <-ctx.Done():
 		return 0, errors.New("the record never became pending")
 	}
-	msg, id := voteMsg(eventID)
 	t0 := time.Now()
-	if _, err := st.voterJS.PublishMsg(ctx, msg, jetstream.WithMsgID(id)); err != nil {
-		return 0, fmt.Errorf("publish vote: %w", err)
+	if err := st.vote(ctx, eventID); err != nil {
+		return 0, fmt.Errorf("vote: %w", err)
 	}
 	r := <-done
 	if r.err != nil {

@@ -61,9 +61,11 @@ type stack struct {
 
 	agentJS jetstream.JetStream
 	voterJS jetstream.JetStream
-	kv      jetstream.KeyValue // read through the voter's connection
-	gate    *orchestrator.Gate
-	reg     *prometheus.Registry
+	// votes sends the bot's votes (stack.vote).
+	votes events.VoteSender
+	kv    jetstream.KeyValue // read through the voter's connection
+	gate  *orchestrator.Gate
+	reg   *prometheus.Registry
 
 	// restoreProcs puts back GOMAXPROCS after a store that synced every
 	// write, for which the stack raised it as `countersign serve` does.
