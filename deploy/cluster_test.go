@@ -279,7 +279,7 @@ func connectAs(t *testing.T, ns *server.Server, user, password string) jetstream
 func connectWithErrors(t *testing.T, ns *server.Server, user, password string) (jetstream.JetStream, <-chan error) {
 	t.Helper()
 	errc := make(chan error, 16)
-	nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo(user, password), nats.MaxReconnects(-1),
+	nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo(user, password), embedded.InboxOptionFor(user), nats.MaxReconnects(-1),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			select {
 			case errc <- err:

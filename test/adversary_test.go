@@ -133,7 +133,7 @@ func (a *adversary) js(role embedded.Role) jetstream.JetStream {
 	_ = json.Unmarshal(raw, &res)
 	info.NATSURL = res.URL
 	u := a.users[string(role)]
-	nc, err := nats.Connect(info.NATSURL, nats.UserInfo(u.Name, u.Password))
+	nc, err := nats.Connect(info.NATSURL, nats.UserInfo(u.Name, u.Password), embedded.InboxOptionFor(u.Name))
 	if err != nil {
 		a.t.Fatal(err)
 	}

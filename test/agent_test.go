@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/orchestrator"
 )
 
@@ -27,7 +28,8 @@ const agentEnv = "COUNTERSIGN_E2E_AGENT"
 // reports what happens on stdout, one line per step.
 func agentMain() int {
 	fail := func(err error) int { fmt.Println("error", err); return 1 }
-	nc, err := nats.Connect(os.Getenv("AGENT_NATS_URL"), nats.UserInfo(os.Getenv("AGENT_NATS_USER"), os.Getenv("AGENT_NATS_PASSWORD")))
+	nc, err := nats.Connect(os.Getenv("AGENT_NATS_URL"), nats.UserInfo(os.Getenv("AGENT_NATS_USER"), os.Getenv("AGENT_NATS_PASSWORD")),
+		embedded.InboxOptionFor(os.Getenv("AGENT_NATS_USER")))
 	if err != nil {
 		return fail(err)
 	}

@@ -44,6 +44,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/client"
 	"github.com/countersign/countersign/contracts/receipt"
@@ -64,7 +65,8 @@ func main() {
 }
 
 func connect() (jetstream.JetStream, error) {
-	nc, err := nats.Connect(os.Getenv("EX_NATS_URL"), nats.UserInfo(os.Getenv("EX_NATS_USER"), os.Getenv("EX_NATS_PASSWORD")))
+	nc, err := nats.Connect(os.Getenv("EX_NATS_URL"), nats.UserInfo(os.Getenv("EX_NATS_USER"), os.Getenv("EX_NATS_PASSWORD")),
+		embedded.InboxOptionFor(os.Getenv("EX_NATS_USER")))
 	if err != nil {
 		return nil, err
 	}

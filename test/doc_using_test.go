@@ -28,6 +28,8 @@ type resolverFile struct {
 	URL      string `json:"url"`
 	User     string `json:"user"`
 	Password string `json:"password"`
+	// InboxPrefix is where the resolver's connection takes its replies.
+	InboxPrefix string `json:"inbox_prefix"`
 }
 
 func readResolver(t *testing.T, p *serveProc) resolverFile {
@@ -251,7 +253,7 @@ func TestUsingNATSVoteRuns(t *testing.T) {
 	if password != res.Password {
 		t.Errorf("--password %s does not read the resolver's password", flags["--password"])
 	}
-	nc, err := nats.Connect(res.URL, nats.UserInfo(flags["--user"], password))
+	nc, err := nats.Connect(res.URL, nats.UserInfo(flags["--user"], password), nats.CustomInboxPrefix(res.InboxPrefix))
 	if err != nil {
 		t.Fatal(err)
 	}

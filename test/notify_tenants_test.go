@@ -176,7 +176,7 @@ func (r *tenantRig) receipts(eventID string, n int) []notifier.Receipt {
 	u := r.users[string(embedded.RoleAPI)]
 	// The API role may not delete consumers: the ordered consumer is left
 	// to expire, and the client's complaint about it is not the test's.
-	nc, err := nats.Connect(url.URL, nats.UserInfo(u.Name, u.Password), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	nc, err := nats.Connect(url.URL, nats.UserInfo(u.Name, u.Password), embedded.InboxOptionFor(u.Name), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 	if err != nil {
 		r.t.Fatal(err)
 	}

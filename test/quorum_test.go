@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/events/embedded"
 )
 
 // quorumPolicy gates payments on two distinct approvers of finance, a group
@@ -254,7 +255,7 @@ func TestQuorumTwoOfThreeAcrossSurfaces(t *testing.T) {
 	if err := json.Unmarshal(b, &creds); err != nil || creds.URL == "" || creds.User == "" {
 		t.Fatalf("resolver.json: %v %s", err, b)
 	}
-	nc, err := nats.Connect(creds.URL, nats.UserInfo(creds.User, creds.Password))
+	nc, err := nats.Connect(creds.URL, nats.UserInfo(creds.User, creds.Password), embedded.InboxOptionFor(creds.User))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -126,7 +126,7 @@ func TestDeployConfEnforcesRoles(t *testing.T) {
 		t.Helper()
 		errs := newAsyncErrs()
 		u := users[r]
-		nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo(u.Name, u.Password), nats.ErrorHandler(errs.handler))
+		nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo(u.Name, u.Password), embedded.InboxOptionFor(u.Name), nats.ErrorHandler(errs.handler))
 		if err != nil {
 			t.Fatalf("connect as %s: %v", r, err)
 		}

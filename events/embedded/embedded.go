@@ -188,6 +188,7 @@ func (s *Server) Connect(user User, opts ...nats.Option) (*nats.Conn, error) {
 	o := nats.GetDefaultOptions()
 	if user.Role != "" {
 		o.Name = "countersign-" + string(user.Role)
+		o.InboxPrefix = InboxPrefix(user.Role)
 	}
 	if len(s.cfg.Users) > 0 {
 		o.User, o.Password = user.Name, user.Password

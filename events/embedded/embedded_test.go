@@ -206,7 +206,7 @@ func TestAuthenticationRequired(t *testing.T) {
 	}
 	// Each role's own credentials work over TCP too.
 	r := e.users[embedded.RoleResolver]
-	nc, err := nats.Connect(e.srv.ClientURL(), nats.UserInfo(r.Name, r.Password))
+	nc, err := nats.Connect(e.srv.ClientURL(), nats.UserInfo(r.Name, r.Password), embedded.InboxOptionFor(r.Name))
 	if err != nil {
 		t.Fatalf("resolver over TCP: %v", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/audit"
@@ -72,6 +73,33 @@ const (
 	streamPush        = "KV_" + contracts.BucketPush
 )
 
+// InboxPrefix is the prefix of the inboxes a role's connections receive
+// replies on (nats.CustomInboxPrefix): _INBOX_<role>. A role may subscribe
+// to its own inboxes only, so no credential hears the replies another
+// role gets. Admin keeps the client's default, _INBOX.
+func InboxPrefix(r Role) string {
+	if r == RoleAdmin || r == "" {
+		return strings.TrimSuffix(nats.InboxPrefix, ".")
+	}
+	return "_INBOX_" + string(r)
+}
+
+// InboxOption is the connection option that puts a role's inboxes under
+// its InboxPrefix.
+func InboxOption(r Role) nats.Option { return nats.CustomInboxPrefix(InboxPrefix(r)) }
+
+// InboxOptionFor is InboxOption of the role whose user is named user (the
+// users serve and deploy/ make are named after their roles), and the
+// client's default for any other user.
+func InboxOptionFor(user string) nats.Option {
+	for _, r := range Roles {
+		if string(r) == user {
+			return InboxOption(r)
+		}
+	}
+	return func(*nats.Options) error { return nil }
+}
+
 // Permissions returns the NATS permissions of role: a fresh value each call.
 // An unknown role may do nothing at all.
 //
@@ -106,9 +134,11 @@ func Permissions(r Role) *server.Permissions {
 		}
 	}
 	// Everyone: JetStream account info, and replies (publish acks, API
-	// responses, KV reads, consumer deliveries) on inboxes.
+	// responses, KV reads, consumer deliveries) on the role's own inboxes:
+	// never on another role's, whose replies carry what that role alone
+	// may read (receipts, sessions, passkeys).
 	g.pub("$JS.API.INFO")
-	g.sub("_INBOX.>")
+	g.sub(InboxPrefix(r) + ".>")
 	g.denyPub(managementDeny...)
 	g.protectDurables(r)
 	if r != RoleArbiter {

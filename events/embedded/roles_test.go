@@ -718,3 +718,83 @@ func TestOnlyTheArbiterAnswersVoteRequests(t *testing.T) {
 		})
 	}
 }
+
+// No role hears another role's replies. Every reply (a JetStream API
+// answer, a KV read, a watch's delivery, a request's answer) goes to the
+// asker's inbox, and each role may subscribe to its own inboxes alone: a
+// resolver's credential, given to a chat bot, cannot listen for the
+// receipts an agent reads, and no role can listen to every inbox.
+func TestNoRoleHearsAnotherRolesReplies(t *testing.T) {
+	e := newEnv(t)
+	ctx := testContext(t, opTimeout)
+	arb := e.connect(t, embedded.RoleArbiter)
+	receipts, err := arb.js.KeyValue(ctx, contracts.BucketReceipts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const secret = `{"receipt":"a single-use bearer token"}`
+	if _, err := receipts.Put(ctx, "evt-1", []byte(secret)); err != nil {
+		t.Fatal(err)
+	}
+	others := []embedded.Role{embedded.RoleArbiter, embedded.RoleOrchestrator, embedded.RoleResolver, embedded.RoleAPI, embedded.RoleNotifier}
+	for _, r := range others {
+		c := e.connect(t, r)
+		// Its own inboxes: allowed (every JetStream call of the role
+		// uses them: this one is a stream info).
+		if _, err := c.js.AccountInfo(ctx); err != nil {
+			t.Fatalf("%s: account info on its own inbox: %v", r, err)
+		}
+		for _, inbox := range append([]string{"_INBOX.>", "_INBOX_admin.>", ">"}, func() (s []string) {
+			for _, o := range others {
+				if o != r {
+					s = append(s, embedded.InboxPrefix(o)+".>")
+				}
+			}
+			return s
+		}()...) {
+			c.denied(t, inbox, func(ctx context.Context) error {
+				s, err := c.nc.SubscribeSync(inbox)
+				if err != nil {
+					return err
+				}
+				_, err = s.NextMsgWithContext(ctx)
+				return err
+			})
+		}
+	}
+	// An agent reads and watches the receipt; a resolver that tries to
+	// listen on the agent's inboxes hears nothing of it.
+	spy := e.connect(t, embedded.RoleResolver)
+	heard := make(chan string, 16)
+	for _, inbox := range []string{"_INBOX.>", embedded.InboxPrefix(embedded.RoleOrchestrator) + ".>"} {
+		if _, err := spy.nc.Subscribe(inbox, func(m *nats.Msg) { heard <- string(m.Data) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	agent := e.connect(t, embedded.RoleOrchestrator)
+	kv, err := agent.js.KeyValue(ctx, contracts.BucketReceipts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := kv.Get(ctx, "evt-1"); err != nil || string(got.Value()) != secret {
+		t.Fatalf("the agent's own read: %v", err)
+	}
+	w, err := kv.Watch(ctx, "evt-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = w.Stop() }()
+	if e := <-w.Updates(); e == nil || string(e.Value()) != secret {
+		t.Fatalf("the agent's own watch: %v", e)
+	}
+	// Both subscriptions were refused, so the spy's connection holds
+	// none: a round trip on it shows nothing is queued for it.
+	if err := spy.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case data := <-heard:
+		t.Fatalf("the resolver heard the agent's reply: %s", data)
+	default:
+	}
+}

@@ -213,7 +213,7 @@ func (s *Server) ConnectAs(role embedded.Role, opts ...nats.Option) *nats.Conn {
 	}
 	base := []nats.Option{
 		nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond),
-		nats.UserInfo(u.Name, u.Password), nats.Name("countersign-test-" + string(role)),
+		nats.UserInfo(u.Name, u.Password), nats.Name("countersign-test-" + string(role)), embedded.InboxOption(role),
 	}
 	nc, err := nats.Connect(s.URL(), append(base, opts...)...)
 	if err != nil {

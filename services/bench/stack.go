@@ -162,7 +162,8 @@ func (st *stack) connect(role string, opts ...jetstream.JetStreamOpt) (*nats.Con
 	if !ok {
 		return nil, nil, fmt.Errorf("connect %s: no NATS user for it", role)
 	}
-	nc, err := nats.Connect(st.url, nats.Name("countersign-bench-"+role), nats.MaxReconnects(-1), nats.UserInfo(u.Name, u.Password))
+	nc, err := nats.Connect(st.url, nats.Name("countersign-bench-"+role), nats.MaxReconnects(-1), nats.UserInfo(u.Name, u.Password),
+		embedded.InboxOption(u.Role))
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect %s: %w", role, err)
 	}

@@ -80,6 +80,11 @@ type natsConfig struct {
 	User      string `yaml:"user"`
 	Password  string `yaml:"password"`
 	CredsFile string `yaml:"creds"`
+	// InboxPrefix is where the connection to an external server takes its
+	// replies. Empty: _INBOX_<user> when the user (User, or the URL's) is
+	// a Countersign role's, as deploy/ grants each role its own inboxes
+	// only; the client's default, _INBOX, otherwise.
+	InboxPrefix string `yaml:"inbox_prefix"`
 	// Listen is the embedded server's client address; "off" disables it.
 	Listen string `yaml:"listen"`
 	// Sync is "always" (fsync every write, the default) or "lazy".

@@ -38,3 +38,24 @@ func TestJSONInputWithARepeatedKeyIsRefused(t *testing.T) {
 		t.Fatalf("jsonInput: %s, %v", got, err)
 	}
 }
+
+// A connection to an external server takes its replies on the inboxes its
+// role's user may read (deploy/ grants each role _INBOX_<role>.> alone).
+func TestExternalInboxPrefix(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  natsConfig
+		want string
+	}{
+		{"a role's user", natsConfig{URL: "nats://n1:4222", User: "arbiter"}, "_INBOX_arbiter"},
+		{"the user in the URL", natsConfig{URL: "nats://api:secret@n1:4222,nats://api:secret@n2:4222"}, "_INBOX_api"},
+		{"configured", natsConfig{URL: "nats://notifier:x@n1:4222", InboxPrefix: "_INBOX_custom"}, "_INBOX_custom"},
+		{"another user", natsConfig{URL: "nats://n1:4222", User: "ops"}, ""},
+		{"a credentials file", natsConfig{URL: "nats://n1:4222", CredsFile: "/etc/nats/user.creds"}, ""},
+		{"admin", natsConfig{URL: "nats://admin:x@n1:4222"}, "_INBOX"},
+	} {
+		if got := externalInboxPrefix(c.cfg); got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
+}

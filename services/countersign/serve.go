@@ -506,6 +506,9 @@ func connectExternal(cfg serveConfig, cs *conns, opts []nats.Option) (*conns, er
 	} else if cfg.NATS.User != "" {
 		o = append(o, nats.UserInfo(cfg.NATS.User, cfg.NATS.Password))
 	}
+	if p := externalInboxPrefix(cfg.NATS); p != "" {
+		o = append(o, nats.CustomInboxPrefix(p))
+	}
 	nc, err := nats.Connect(cfg.NATS.URL, o...)
 	if err != nil {
 		return nil, fmt.Errorf("serve: connect %s: %w", redactURLs(cfg.NATS.URL), err)
@@ -513,6 +516,25 @@ func connectExternal(cfg serveConfig, cs *conns, opts []nats.Option) (*conns, er
 	cs.admin, cs.arbiter, cs.api, cs.notifier = nc, nc, nc, nc
 	cs.all = []*nats.Conn{nc}
 	return cs, nil
+}
+
+// externalInboxPrefix is the inbox prefix of the connection to an external
+// server (natsConfig.InboxPrefix): the configured one, else the role's when
+// the user is a Countersign role's, else "" (the client's default).
+func externalInboxPrefix(c natsConfig) string {
+	if c.InboxPrefix != "" {
+		return c.InboxPrefix
+	}
+	user := c.User
+	if user == "" {
+		first, _, _ := strings.Cut(c.URL, ",")
+		if u, err := neturl.Parse(strings.TrimSpace(first)); err == nil && u.User != nil {
+			user = u.User.Username()
+		}
+	}
+	var o nats.Options
+	_ = embedded.InboxOptionFor(user)(&o)
+	return o.InboxPrefix
 }
 
 // embeddedConfig is the embedded server's configuration: its store under
@@ -575,8 +597,8 @@ func connectRoles(cs *conns, users []embedded.User, opts []nats.Option) error {
 // writeResolver writes where and as whom trusted resolvers connect.
 func writeResolver(cfg serveConfig, natsURL string, r embedded.User) error {
 	return writeJSON(filepath.Join(cfg.Data, fileResolver), map[string]string{
-		"url": natsURL, "user": r.Name, "password": r.Password,
-		"note": "NATS user for trusted resolvers: may publish votes on hitl.approval.resolved.> and read hitl_approvals; cannot write records.",
+		"url": natsURL, "user": r.Name, "password": r.Password, "inbox_prefix": embedded.InboxPrefix(embedded.RoleResolver),
+		"note": "NATS user for trusted resolvers: may publish votes on hitl.approval.resolved.> (or ask them on hitl.approval.vote.>) and read hitl_approvals; cannot write records. Replies (requests, JetStream acks, reads) come only on inboxes under inbox_prefix: set it as the client's custom inbox prefix.",
 	}, 0o600)
 }
 
