@@ -43,6 +43,13 @@ const (
 	// HeaderVoteErrorMessage, and the resolver publishes the same vote on
 	// ResolvedSubject instead, which stays the way for every other client.
 	SubjectVotePrefix = "hitl.approval.vote."
+	// SubjectRecordPrefix is where the server republishes every write of
+	// an approval record right after storing it (JetStream RePublish on
+	// the hitl_approvals bucket): hitl.approval.record.<event_id>, the
+	// record as stored, its revision in the Nats-Sequence header. No
+	// client may publish there; a waiter that follows it is woken by the
+	// record write itself.
+	SubjectRecordPrefix = "hitl.approval.record."
 	// SubjectCreatedPrefix is where the arbiter tells, as a plain NATS
 	// message that no stream stores, that it created an approval's record
 	// (waiters of that approval read it then).
@@ -103,6 +110,10 @@ func CommandSubject(eventID string) string { return SubjectCommandPrefix + event
 // ClaimSubject is where a claim on an approval is asked for by NATS
 // request (see SubjectClaimPrefix).
 func ClaimSubject(eventID string) string { return SubjectClaimPrefix + eventID }
+
+// RecordCopySubject is where the server republishes the writes of record
+// eventID (see SubjectRecordPrefix).
+func RecordCopySubject(eventID string) string { return SubjectRecordPrefix + eventID }
 
 // VoteSubject is where a resolver asks the arbiter to apply a vote by
 // request (see SubjectVotePrefix).

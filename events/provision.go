@@ -163,7 +163,11 @@ func bucketConfig(cfg ProvisionConfig, bucket, description string, history uint8
 // ApprovalsBucketConfig returns the configuration of the hitl_approvals bucket.
 func ApprovalsBucketConfig(cfg ProvisionConfig) jetstream.KeyValueConfig {
 	cfg.setDefaults()
-	return bucketConfig(cfg, contracts.BucketApprovals, "Countersign approval records; written by the arbiter only", 1, cfg.Retention)
+	kv := bucketConfig(cfg, contracts.BucketApprovals, "Countersign approval records; written by the arbiter only", 1, cfg.Retention)
+	// Every write is republished once stored, so a waiter is woken by the
+	// write itself (contracts.SubjectRecordPrefix).
+	kv.RePublish = &jetstream.RePublish{Source: "$KV." + contracts.BucketApprovals + ".>", Destination: contracts.SubjectRecordPrefix + ">"}
+	return kv
 }
 
 // PolicyBucketConfig returns the configuration of the hitl_policy bucket: the

@@ -75,7 +75,7 @@ func bucketStreamConfig(kv jetstream.KeyValueConfig, leaderReads, watchers bool)
 		MaxMsgsPerSubject: history, MaxBytes: -1, MaxAge: kv.TTL, MaxMsgSize: -1, MaxMsgs: -1,
 		Storage: kv.Storage, Replicas: max(kv.Replicas, 1), AllowRollup: true, DenyDelete: true,
 		Duplicates: dupes, MaxConsumers: maxConsumers, AllowDirect: !leaderReads,
-		Discard: jetstream.DiscardNew, Compression: compression,
+		Discard: jetstream.DiscardNew, Compression: compression, RePublish: kv.RePublish,
 	}
 }
 

@@ -54,6 +54,9 @@ func newAnnEnv(t *testing.T, withArbiter bool, opts ...eventstest.Option) *annEn
 	srv := eventstest.NewServer(t, opts...)
 	admin := srv.JetStream()
 	srv.Provision(admin)
+	// These tests are of the announcements, which wake the waits where the
+	// bucket does not republish its writes.
+	withoutRecordCopies(t, admin)
 	e := &annEnv{srv: srv, clock: countersigntest.NewClock(time.Now())}
 	e.clock.Attach(admin)
 	if withArbiter {
@@ -67,6 +70,24 @@ func newAnnEnv(t *testing.T, withArbiter bool, opts ...eventstest.Option) *annEn
 	}
 	e.kv = kv
 	return e
+}
+
+// withoutRecordCopies turns off the approvals bucket's republishing of its
+// writes, as in a bucket an earlier release provisioned: keyed waiters
+// made afterwards follow the announcements.
+func withoutRecordCopies(t *testing.T, admin jetstream.JetStream) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := admin.Stream(ctx, "KV_"+contracts.BucketApprovals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := st.CachedInfo().Config
+	sc.RePublish = nil
+	if _, err := admin.UpdateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (e *annEnv) newGate(t *testing.T, js jetstream.JetStream) *orchestrator.Gate {

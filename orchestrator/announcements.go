@@ -2,12 +2,14 @@ package orchestrator
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
 )
@@ -33,10 +35,13 @@ const (
 )
 
 // announced is one announcement queued: the record's key, and for a
-// decided announcement its body (nil for the others).
+// decided announcement its body (nil for the others); or the server's
+// copy of a write of the record (record, at revision rev).
 type announced struct {
 	key     string
 	decided []byte
+	record  []byte
+	rev     uint64
 }
 
 // announceQueue is the queue of announcements to a keyed waiter.
@@ -81,7 +86,9 @@ func (a *announceQueue) receive() {
 				// It was full: an announcement may have been dropped.
 				a.overflowed()
 			}
-			if key, decided, ok := announcedKey(m.Subject); ok {
+			if item, ok := recordCopy(m); ok {
+				a.push(item)
+			} else if key, decided, ok := announcedKey(m.Subject); ok {
 				item := announced{key: key}
 				if decided {
 					item.decided = m.Data
@@ -166,7 +173,11 @@ func (a *announceQueue) work() {
 	defer idle.Stop()
 	for {
 		if item, ok := a.pop(); ok {
-			a.w.announced(item.key, item.decided)
+			if item.record != nil {
+				a.w.recorded(item.key, item.record, item.rev)
+			} else {
+				a.w.announced(item.key, item.decided)
+			}
 			continue
 		}
 		idle.Reset(announceWorkerIdle)
@@ -183,6 +194,22 @@ func (a *announceQueue) work() {
 			return
 		}
 	}
+}
+
+// recordCopy is m as the server's copy of a record write: its subject
+// names the record (a message a push consumer delivers keeps the subject
+// it was stored under, so it cannot pass for one), its Nats-Sequence
+// header is the revision, and a deletion or purge marker is none.
+func recordCopy(m *nats.Msg) (announced, bool) {
+	key, ok := strings.CutPrefix(m.Subject, contracts.SubjectRecordPrefix)
+	if !ok || key == "" || m.Header == nil || m.Header.Get("KV-Operation") != "" {
+		return announced{}, false
+	}
+	rev, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+	if err != nil || rev == 0 || len(m.Data) == 0 {
+		return announced{}, false
+	}
+	return announced{key: key, record: m.Data, rev: rev}, true
 }
 
 // announcedKey is the record key of an announcement's subject, and whether

@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -55,7 +56,14 @@ func (recordFunc) decided(*contracts.Decided) bool                  { return fal
 // consumer of its own. How the waiter learns of changes depends on how it
 // was made:
 //
-//   - NewWaiter subscribes, for each record waited on, to the arbiter's
+//   - NewWaiter subscribes, for each record waited on, to the server's
+//     copies of the record's writes (hitl.approval.record.<event_id>, one
+//     plain NATS subscription, where the bucket republishes its writes):
+//     the write itself wakes the wait, with no read and no announcement
+//     on the way; a decided record answers the gate's reviews and
+//     questions from its decision's few fields, as a decided announcement
+//     would. On a bucket that does not republish (provisioned by an
+//     earlier release) it subscribes instead to the arbiter's
 //     announcements of that record (hitl.approval.created.<event_id>,
 //     hitl.approval.changed.<event_id> and hitl.approval.decided.<event_id>,
 //     plain NATS subscriptions; a wait that looks only for the decision,
@@ -94,6 +102,11 @@ type Waiter struct {
 	follows uint64
 	// ann takes a keyed waiter's announcements (announcements.go).
 	ann *announceQueue
+	// copies is set when the bucket republishes every record write
+	// (contracts.SubjectRecordPrefix): a keyed waiter then follows those
+	// copies of the records it waits on instead of their announcements,
+	// and is woken by the write itself.
+	copies bool
 	// decoded keeps the last revision decoded of each record.
 	decoded decodedRecords
 
@@ -192,17 +205,35 @@ func (wt *wait) start(rec *contracts.Record, rev uint64) bool {
 }
 
 // NewWaiter opens the approvals bucket; each wait then follows its own
-// record's announcements. Stop it with Close. Its NATS user must be allowed
-// to subscribe to hitl.approval.changed.> and hitl.approval.decided.> (the
-// orchestrator role of deploy/ is).
+// record: the server's copies of the record's writes where the bucket
+// republishes them (as events.Provision configures it), else the record's
+// announcements. Stop it with Close. Its NATS user must be allowed to
+// subscribe to hitl.approval.record.>, hitl.approval.changed.> and
+// hitl.approval.decided.> (the orchestrator role of deploy/ is).
 func NewWaiter(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*Waiter, error) {
 	w, err := newWaiter(ctx, js, log, true)
 	if err != nil {
 		return nil, err
 	}
 	w.fed, w.keyed, w.subs = false, true, map[string]*keySubs{}
+	w.copies = republishesRecords(ctx, js)
 	w.ann = newAnnounceQueue(w)
 	return w, nil
+}
+
+// republishesRecords reports whether the approvals bucket republishes its
+// writes on contracts.SubjectRecordPrefix (events.Provision configures it
+// so); a bucket provisioned by an earlier release does not, and its waits
+// follow the announcements instead. A bucket that cannot be read is taken
+// not to.
+func republishesRecords(ctx context.Context, js jetstream.JetStream) bool {
+	st, err := js.Stream(ctx, "KV_"+contracts.BucketApprovals)
+	if err != nil {
+		return false
+	}
+	rp := st.CachedInfo().Config.RePublish
+	return rp != nil && !rp.HeadersOnly && rp.Destination == contracts.SubjectRecordPrefix+">" &&
+		rp.Source == "$KV."+contracts.BucketApprovals+".>"
 }
 
 // NewBucketWaiter opens the approvals bucket and watches all of it, for a
@@ -401,6 +432,9 @@ const (
 	onCreated announcements = 1 << iota
 	onChanged
 	onDecided
+	// onRecord follows the server's copies of the record's writes, which
+	// tell everything the three announcements do.
+	onRecord
 	onAll = onCreated | onChanged | onDecided
 )
 
@@ -411,6 +445,8 @@ func (a announcements) subject(key string) string {
 		return contracts.CreatedSubject(key)
 	case onChanged:
 		return contracts.ChangedSubject(key)
+	case onRecord:
+		return contracts.RecordCopySubject(key)
 	}
 	return contracts.DecidedSubject(key)
 }
@@ -418,7 +454,7 @@ func (a announcements) subject(key string) string {
 // keySubs are a keyed waiter's subscriptions to one record's announcements.
 type keySubs struct {
 	on   announcements
-	subs [3]*nats.Subscription // by kind, as many as on has
+	subs [4]*nats.Subscription // by kind, as many as on has
 	// gen numbers the key's subscriptions, so that a read started by an
 	// earlier subscription of the key (its waits finished, new ones
 	// registered since) hands them nothing; seen is the newest revision
@@ -451,6 +487,9 @@ func (w *Waiter) follow(key string, on announcements) error {
 	if !w.keyed {
 		return nil
 	}
+	if w.copies {
+		on = onRecord
+	}
 	ks := w.subs[key]
 	if ks != nil && ks.on&on == on {
 		return nil
@@ -460,7 +499,7 @@ func (w *Waiter) follow(key string, on announcements) error {
 		ks = &keySubs{gen: w.follows}
 		w.subs[key] = ks
 	}
-	for i, kind := 0, onCreated; kind <= onDecided; i, kind = i+1, kind<<1 {
+	for i, kind := 0, onCreated; kind <= onRecord; i, kind = i+1, kind<<1 {
 		if on&kind == 0 || ks.on&kind != 0 {
 			continue
 		}
@@ -497,6 +536,42 @@ func (w *Waiter) announced(key string, data []byte) {
 	w.rereadCurrent(key)
 }
 
+// recordDecision is what a record copy tells a decided announcement would:
+// decoded without the rest of the record.
+type recordDecision struct {
+	Request struct {
+		EventID string `json:"event_id"`
+	} `json:"request"`
+	Status  string             `json:"status"`
+	Outcome *contracts.Outcome `json:"outcome"`
+}
+
+// recorded takes the server's copy of a write of key's record at rev. A
+// decided record answers the waits it can as its decided announcement
+// would (answerDecided), from the few fields that takes; the waits it does
+// not answer get the whole record, as do those that take every change
+// (Watch). A record still pending concerns no other wait.
+func (w *Waiter) recorded(key string, data []byte, rev uint64) {
+	var d recordDecision
+	if err := json.Unmarshal(data, &d); err == nil && d.Request.EventID == key && decidedStatus(d.Status) && d.Outcome != nil {
+		if w.answerDecided(key, &contracts.Decided{Spec: contracts.SpecDecided, EventID: key, Status: d.Status,
+			Outcome: d.Outcome, Revision: rev}) {
+			return
+		}
+	} else if !w.takesEveryChange(key) {
+		return
+	}
+	w.observe(key, data, rev)
+}
+
+// takesEveryChange reports whether a wait on key takes records only (a
+// Watch or WatchDecided), not decisions alone.
+func (w *Waiter) takesEveryChange(key string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.ContainsFunc(w.waits[key], func(wt *wait) bool { _, plain := wt.h.(recordFunc); return plain })
+}
+
 // answer hands the decided announcement data of key's record to the waits
 // on key, and reports whether it answered every one of them. It answers
 // none, and the record is read, when the announcement is not one the
@@ -516,7 +591,14 @@ func (w *Waiter) answer(key string, data []byte) bool {
 		w.log.Warn("a decided announcement the waiter cannot take; reading the record", "event_id", key, "err", err)
 		return false
 	}
+	return w.answerDecided(key, &d)
+}
+
+// answerDecided hands d, the decision of key's record, to the waits on key
+// that can take it, and reports whether it answered every one of them.
+func (w *Waiter) answerDecided(key string, d *contracts.Decided) bool {
 	w.mu.Lock()
+	list := slices.Clone(w.waits[key])
 	ks := w.subs[key]
 	stale := ks == nil || d.Revision <= ks.seen
 	w.mu.Unlock()
@@ -528,7 +610,7 @@ func (w *Waiter) answer(key string, data []byte) bool {
 		if wt.finished.Load() {
 			continue
 		}
-		if !wt.decided(&d) {
+		if !wt.decided(d) {
 			all = false
 			continue
 		}

@@ -6,8 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events/embedded"
@@ -91,11 +95,13 @@ func TestWaiterReceivesOnlyWhatConcernsItsWaits(t *testing.T) {
 	}
 }
 
-// A wait for the decision alone (WatchDecided) follows only the decided
-// announcement: announcements that leave the record pending reach neither
-// its connection nor a read of the record.
+// A wait for the decision alone (WatchDecided) on a bucket that does not
+// republish its writes follows only the decided announcement:
+// announcements that leave the record pending reach neither its
+// connection nor a read of the record.
 func TestWaiterDecidedOnlyFollowsTheDecision(t *testing.T) {
 	e := setup(t)
+	withoutRecordCopies(t, e.js)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	js := e.srv.JetStreamAs(embedded.RoleOrchestrator)
@@ -158,6 +164,7 @@ func TestWaiterDecodesEachRevisionOnce(t *testing.T) {
 // the bucket can be read again instead of waiting for their deadlines.
 func TestWaiterReadsAnAnnouncedRecordAgainAfterAFailedRead(t *testing.T) {
 	e := setup(t)
+	withoutRecordCopies(t, e.js)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	failed := make(chan struct{}, 16)
@@ -348,5 +355,145 @@ func TestWaiterRereadsEveryWaitAfterAnOverflow(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("the wait was not woken by the re-read after the overflow")
+	}
+}
+
+// decideAsArbiter writes id's record approved, as the arbiter would, but
+// announces nothing: only the bucket's copy of the write can tell a waiter.
+func (e *env) decideAsArbiter(ctx context.Context, t *testing.T, id string) {
+	t.Helper()
+	kv, err := e.srv.JetStreamAs(embedded.RoleArbiter).KeyValue(ctx, contracts.BucketApprovals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry, err := kv.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec contracts.Record
+	if err := json.Unmarshal(entry.Value(), &rec); err != nil {
+		t.Fatal(err)
+	}
+	rec.Status = contracts.StatusApproved
+	rec.Outcome = &contracts.Outcome{Decision: contracts.DecisionApprove, Arguments: rec.Request.ToolCall.Arguments,
+		ArgumentsSHA256: rec.Request.ToolCall.ArgumentsSHA256, DecidedBy: []string{"alice"}, DecidedAt: time.Now().UTC()}
+	data, err := contracts.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Update(ctx, id, data, entry.Revision()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Where the bucket republishes its writes (as provisioned), a keyed waiter
+// is woken by the record write itself: a wait for the record and a
+// review both resume on a decision that nobody announced, without a read
+// of the record, the review from the decision's few fields.
+func TestWaiterIsWokenByTheRecordWrite(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w := e.keyedWaiter(ctx, t, nil)
+	id, decided := e.proposeAndWaitDecided(ctx, t, w, "copy-watch")
+	e.decideAsArbiter(ctx, t, id)
+	select {
+	case rec := <-decided:
+		if rec.Status != contracts.StatusApproved || rec.Request.EventID != id {
+			t.Fatalf("the wait got %s of %s", rec.Status, rec.Request.EventID)
+		}
+	case <-ctx.Done():
+		t.Fatal("the record write never woke the wait")
+	}
+
+	r := contracts.Run{ID: "copy-review", Agent: "billing-bot", RequestedBy: "agent:billing"}
+	call := orchestrator.ToolCall{ID: "pay", Name: "payments.send", Arguments: json.RawMessage(`{"amount":1}`)}
+	review := make(chan []orchestrator.Verdict, 1)
+	if err := e.gate.ReviewAsync(ctx, r, []orchestrator.ToolCall{call}, func(v []orchestrator.Verdict, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		review <- v
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rid := orchestrator.EventID(r, call.ID)
+	e.waitRecord(t, rid, pending)
+	answered, reads := e.gate.Waiter().AnnouncementsForTest()
+	e.decideAsArbiter(ctx, t, rid)
+	select {
+	case v := <-review:
+		if v[0].Verdict != orchestrator.VerdictAllowed {
+			t.Fatalf("verdict %+v, want allowed", v[0])
+		}
+	case <-ctx.Done():
+		t.Fatal("the record write never resumed the review")
+	}
+	if a, rd := e.gate.Waiter().AnnouncementsForTest(); a-answered != 1 || rd != reads {
+		t.Fatalf("%d waits answered from the decision and %d records read, want 1 and 0", a-answered, rd-reads)
+	}
+}
+
+// A message on a record's copy subject that is not the server's copy of a
+// write wakes nothing: no role may publish there, and a push consumer's
+// delivery keeps the subject it was stored under, so a copy forged through
+// one (an agent's credential may create consumers on the history stream,
+// whose content it writes) is not taken for a record.
+func TestForgedRecordCopyWakesNothing(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w := e.keyedWaiter(ctx, t, nil)
+	id, decided := e.proposeAndWaitDecided(ctx, t, w, "copy-forged")
+	pendingRec, err := e.kv.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec contracts.Record
+	if err := json.Unmarshal(pendingRec.Value(), &rec); err != nil {
+		t.Fatal(err)
+	}
+	rec.Status = contracts.StatusApproved
+	rec.Outcome = &contracts.Outcome{Decision: contracts.DecisionApprove, DecidedBy: []string{"mallory"}, DecidedAt: time.Now().UTC()}
+	forged, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Stored on the history stream by an agent and pushed onto the copy
+	// subject by a consumer the agent creates (publishing there itself is
+	// refused: TestOnlyTheServerPublishesRecordCopies).
+	agent := e.srv.ConnectAs(embedded.RoleOrchestrator)
+	hdr := nats.Header{}
+	hdr.Set(jetstream.SequenceHeader, "999999")
+	spy, err := e.srv.Connect().SubscribeSync(contracts.RecordCopySubject(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.PublishMsg(&nats.Msg{Subject: contracts.SubjectHistoryPrefix + "forged", Header: hdr, Data: forged}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := json.Marshal(map[string]any{"stream_name": contracts.StreamHistory, "config": map[string]any{
+		"name": "forger", "deliver_subject": contracts.RecordCopySubject(id), "filter_subject": contracts.SubjectHistoryPrefix + "forged",
+		"ack_policy": "none", "deliver_policy": "all",
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := agent.Request("$JS.API.CONSUMER.CREATE."+contracts.StreamHistory+".forger", cfg, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// The push delivery reaches a listener on the copy subject ...
+	if m, err := spy.NextMsg(10 * time.Second); err != nil || !strings.HasPrefix(m.Subject, contracts.SubjectHistoryPrefix) {
+		t.Fatalf("the forged copy was not delivered as the attacker intends (%v)", err)
+	}
+	// ... and the wait stays pending until the real decision, a rejection.
+	e.vote(t, id, "alice", contracts.DecisionReject, "no")
+	select {
+	case got := <-decided:
+		if got.Status != contracts.StatusRejected {
+			t.Fatalf("the wait resumed with %s from a forged copy", got.Status)
+		}
+	case <-ctx.Done():
+		t.Fatal("the wait never resumed")
 	}
 }

@@ -310,8 +310,10 @@ func (g *grant) orchestrator() {
 	// Decision pools (orchestrator.DecisionPool): durable consumers of the
 	// decided events, shared by a pool of workers, acknowledged by them.
 	g.pub(durableConsumer(contracts.StreamEvents)...)
-	// A waiter follows the announcements of the records it waits on.
-	g.sub(contracts.SubjectCreatedPrefix+">", contracts.SubjectChangedPrefix+">", contracts.SubjectDecidedPrefix+">")
+	// A waiter follows the announcements of the records it waits on, and
+	// the copies of their writes the server republishes.
+	g.sub(contracts.SubjectCreatedPrefix+">", contracts.SubjectChangedPrefix+">", contracts.SubjectDecidedPrefix+">",
+		contracts.SubjectRecordPrefix+">")
 	// The history of reviewed calls: every gate appends the calls it
 	// reviews and follows the others' with an ordered consumer.
 	g.pub(contracts.SubjectHistoryPrefix + ">")

@@ -798,3 +798,30 @@ func TestNoRoleHearsAnotherRolesReplies(t *testing.T) {
 	default:
 	}
 }
+
+// The copies of record writes are the server's alone: no role may publish
+// on hitl.approval.record.>, and the roles that wait may listen there.
+func TestOnlyTheServerPublishesRecordCopies(t *testing.T) {
+	e := newEnv(t)
+	subject := contracts.RecordCopySubject("x")
+	for _, r := range []embedded.Role{embedded.RoleArbiter, embedded.RoleOrchestrator, embedded.RoleResolver, embedded.RoleAPI, embedded.RoleNotifier} {
+		c := e.connect(t, r)
+		c.denied(t, subject, func(ctx context.Context) error {
+			if err := c.nc.Publish(subject, []byte(`{}`)); err != nil {
+				return err
+			}
+			<-ctx.Done()
+			return ctx.Err()
+		})
+	}
+	for _, r := range []embedded.Role{embedded.RoleOrchestrator, embedded.RoleAPI} {
+		c := e.connect(t, r)
+		if _, err := c.nc.SubscribeSync(contracts.SubjectRecordPrefix + ">"); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		c.noErrors(t)
+	}
+}
