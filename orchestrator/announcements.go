@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/events"
 )
 
 // A keyed waiter's subscriptions to the announcements of the records it
@@ -42,6 +43,7 @@ type announced struct {
 	decided []byte
 	record  []byte
 	rev     uint64
+	pending bool // the copy's record is pending, by its summary header
 }
 
 // announceQueue is the queue of announcements to a keyed waiter.
@@ -174,7 +176,7 @@ func (a *announceQueue) work() {
 	for {
 		if item, ok := a.pop(); ok {
 			if item.record != nil {
-				a.w.recorded(item.key, item.record, item.rev)
+				a.w.recorded(item.key, item.record, item.rev, item.pending)
 			} else {
 				a.w.announced(item.key, item.decided)
 			}
@@ -209,7 +211,9 @@ func recordCopy(m *nats.Msg) (announced, bool) {
 	if err != nil || rev == 0 || len(m.Data) == 0 {
 		return announced{}, false
 	}
-	return announced{key: key, record: m.Data, rev: rev}, true
+	// The record's summary header (events.HeaderRecordStatus) says, before
+	// any decoding, whether the copy can be a decision.
+	return announced{key: key, record: m.Data, rev: rev, pending: m.Header.Get(events.HeaderRecordStatus) == contracts.StatusPending}, true
 }
 
 // announcedKey is the record key of an announcement's subject, and whether

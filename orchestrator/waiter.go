@@ -551,7 +551,10 @@ type recordDecision struct {
 // would (answerDecided), from the few fields that takes; the waits it does
 // not answer get the whole record, as do those that take every change
 // (Watch). A record still pending concerns no other wait.
-func (w *Waiter) recorded(key string, data []byte, rev uint64) {
+func (w *Waiter) recorded(key string, data []byte, rev uint64, pending bool) {
+	if pending && !w.takesEveryChange(key) {
+		return // not decided, by its summary header: nothing to decode
+	}
 	var d recordDecision
 	if err := json.Unmarshal(data, &d); err == nil && d.Request.EventID == key && decidedStatus(d.Status) && d.Outcome != nil {
 		if w.answerDecided(key, &contracts.Decided{Spec: contracts.SpecDecided, EventID: key, Status: d.Status,

@@ -70,12 +70,13 @@ type appliedRequests struct {
 }
 
 // serveRequests answers the requests of one kind until ctx ends. Up to
-// Concurrency requests of the kind are handled at once; past that a
-// request is answered busy at once. It fails never: without the
-// subscription, senders store their messages on the stream as before.
+// requestsInHand(Concurrency) requests of the kind are handled at once
+// (each mostly waits for its writes); past that a request is answered busy
+// at once. It fails never: without the subscription, senders store their
+// messages on the stream as before.
 func (a *Arbiter) serveRequests(ctx context.Context, k appliedRequests) error {
 	nc := a.cfg.JS.Conn()
-	slots := make(chan struct{}, a.cfg.Concurrency)
+	slots := make(chan struct{}, requestsInHand(a.cfg.Concurrency))
 	sub, err := nc.QueueSubscribe(k.prefix+"*", k.queue, func(m *nats.Msg) {
 		if m.Reply == "" {
 			return // nobody to answer: these come by request only
@@ -114,6 +115,13 @@ func (a *Arbiter) serveRequests(ctx context.Context, k appliedRequests) error {
 	}
 	return nil
 }
+
+// requestsInHand is how many requests of one kind a replica handles at
+// once: a request holds its goroutine while the record, the announcement
+// and the audit entry are written (with fsync under load, tens of
+// milliseconds), so far more than the consume loops' concurrency, which
+// bounds work, not waits.
+func requestsInHand(concurrency int) int { return max(256, 8*concurrency) }
 
 // handleClaim applies the claim command m carries.
 func (a *Arbiter) handleClaim(ctx context.Context, m *nats.Msg) error {
