@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -216,9 +217,28 @@ func NewWaiter(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*
 		return nil, err
 	}
 	w.fed, w.keyed, w.subs = false, true, map[string]*keySubs{}
-	w.copies = republishesRecords(ctx, js)
+	w.copies = republishesRecords(ctx, js) && mayFollowCopies(js.Conn())
 	w.ann = newAnnounceQueue(w)
 	return w, nil
+}
+
+// mayFollowCopies reports whether the connection's NATS user may subscribe
+// to the record copies: a user configured before they existed may not, and
+// its waits follow the announcements instead of never hearing of a
+// decision. It subscribes to one copy subject and makes a round trip: a
+// refusal is back by then.
+func mayFollowCopies(nc *nats.Conn) bool {
+	probe := contracts.RecordCopySubject("permission-probe-" + nats.NewInbox()[len(nats.InboxPrefix):])
+	sub, err := nc.SubscribeSync(probe)
+	if err != nil {
+		return false
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.FlushTimeout(10 * time.Second); err != nil {
+		return false
+	}
+	last := nc.LastError()
+	return last == nil || !errors.Is(last, nats.ErrPermissionViolation) || !strings.Contains(last.Error(), probe)
 }
 
 // republishesRecords reports whether the approvals bucket republishes its

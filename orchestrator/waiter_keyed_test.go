@@ -6,16 +6,21 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events/embedded"
+	"github.com/countersign/countersign/events/eventstest"
 	"github.com/countersign/countersign/orchestrator"
+	"github.com/countersign/countersign/services/arbiter"
+	"github.com/countersign/countersign/services/countersigntest"
 )
 
 // A waiter follows only the records it waits on: decisions of other
@@ -495,5 +500,61 @@ func TestForgedRecordCopyWakesNothing(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("the wait never resumed")
+	}
+}
+
+// A NATS user configured before the record copies existed, whose grant has
+// no subscription to them, still has its waits resumed: the waiter finds
+// it may not follow the copies and follows the announcements instead.
+func TestWaiterWithoutTheCopiesGrantFollowsTheAnnouncements(t *testing.T) {
+	perms := embedded.Permissions(embedded.RoleOrchestrator)
+	perms.Subscribe.Allow = slices.DeleteFunc(perms.Subscribe.Allow, func(s string) bool {
+		return s == contracts.SubjectRecordPrefix+">"
+	})
+	srv := eventstest.NewServer(t, eventstest.AllowViolations(), eventstest.ServerOptions(func(o *server.Options) {
+		o.Users = append(o.Users, &server.User{Username: "earlier-agent", Password: "earlier-agent-password", Permissions: perms})
+	}))
+	js := srv.JetStream()
+	srv.Provision(js)
+	countersigntest.RunArbiter(t, arbiter.Config{JS: srv.JetStreamAs(embedded.RoleArbiter)})
+	nc, err := nats.Connect(srv.URL(), nats.UserInfo("earlier-agent", "earlier-agent-password"),
+		embedded.InboxOption(embedded.RoleOrchestrator), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ajs, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := countersigntest.Gate(t, ajs, orchestrator.StaticPolicy{P: countersigntest.Policy(t, testPolicy)})
+	kv, err := js.KeyValue(context.Background(), contracts.BucketApprovals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{srv: srv, js: js, kv: kv, gate: gate}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r := contracts.Run{ID: "earlier-grant", Agent: "billing-bot", RequestedBy: "agent:billing"}
+	call := orchestrator.ToolCall{ID: "pay", Name: "payments.send", Arguments: json.RawMessage(`{"amount":1}`)}
+	review := make(chan []orchestrator.Verdict, 1)
+	if err := gate.ReviewAsync(ctx, r, []orchestrator.ToolCall{call}, func(v []orchestrator.Verdict, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		review <- v
+	}); err != nil {
+		t.Fatal(err)
+	}
+	id := orchestrator.EventID(r, call.ID)
+	e.waitRecord(t, id, pending)
+	e.vote(t, id, "alice", contracts.DecisionApprove, "")
+	select {
+	case v := <-review:
+		if v[0].Verdict != orchestrator.VerdictAllowed {
+			t.Fatalf("verdict %+v, want allowed", v[0])
+		}
+	case <-ctx.Done():
+		t.Fatal("the decision never resumed the review of a user without the copies grant")
 	}
 }

@@ -295,6 +295,14 @@ func (m *pendingRun) registerWaits(ctx, wctx context.Context) (*pendingWaits, er
 		return nil, fmt.Errorf("register waits: %w", err)
 	}
 	rep.RegisterSeconds = time.Since(start).Seconds()
+	// Each review records its call in the history without waiting for the
+	// acknowledgement (history.Record): the heap is read once those are
+	// in, so it holds what the waits hold, not publishes in flight.
+	select {
+	case <-st.agentJS.PublishAsyncComplete():
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	heap2 := heapAfterGC()
 	rep.GoroutineDelta = runtime.NumGoroutine() - g1
 	rep.WaiterPending = st.gate.Waiter().Pending()
