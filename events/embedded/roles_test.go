@@ -626,10 +626,30 @@ func TestRolesCannotTouchOtherRolesDurables(t *testing.T) {
 // Claim requests: runners (orchestrator, api) ask, the arbiter alone
 // receives them and answers each once, on the asker's inbox only.
 func TestOnlyTheArbiterAnswersClaimRequests(t *testing.T) {
+	onlyTheArbiterAnswers(t, contracts.SubjectClaimPrefix,
+		[]embedded.Role{embedded.RoleOrchestrator, embedded.RoleAPI},
+		[]embedded.Role{embedded.RoleResolver, embedded.RoleNotifier})
+}
+
+// Vote requests: resolvers (resolver, api) ask, the arbiter alone receives
+// them; an agent's credential never votes, by request or otherwise, nor
+// does the notifier's, nor the arbiter's own.
+func TestOnlyTheArbiterAnswersVoteRequests(t *testing.T) {
+	onlyTheArbiterAnswers(t, contracts.SubjectVotePrefix,
+		[]embedded.Role{embedded.RoleResolver, embedded.RoleAPI},
+		[]embedded.Role{embedded.RoleOrchestrator, embedded.RoleNotifier, embedded.RoleArbiter})
+}
+
+// onlyTheArbiterAnswers checks the requests on prefix: the askers may send
+// them and get the arbiter's answer, the others may not send them, no role
+// but the arbiter may listen to them, and the arbiter answers once per
+// request received, onto no other inbox.
+func onlyTheArbiterAnswers(t *testing.T, prefix string, askers, others []embedded.Role) {
+	t.Helper()
 	e := newEnv(t)
-	subject := contracts.ClaimSubject("x")
+	subject := prefix + "x"
 	arb := e.connect(t, embedded.RoleArbiter)
-	sub, err := arb.nc.Subscribe(contracts.SubjectClaimPrefix+"*", func(m *nats.Msg) { _ = m.Respond([]byte("ok")) })
+	sub, err := arb.nc.Subscribe(prefix+"*", func(m *nats.Msg) { _ = m.Respond([]byte("ok")) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -637,16 +657,16 @@ func TestOnlyTheArbiterAnswersClaimRequests(t *testing.T) {
 	if err := arb.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range []embedded.Role{embedded.RoleOrchestrator, embedded.RoleAPI} {
+	for _, r := range askers {
 		c := e.connect(t, r)
 		reply, err := c.nc.RequestWithContext(testContext(t, opTimeout), subject, []byte("{}"))
 		if err != nil || string(reply.Data) != "ok" {
-			t.Fatalf("%s: claim request: %v", r, err)
+			t.Fatalf("%s: request on %s: %v", r, subject, err)
 		}
 		c.noErrors(t)
 	}
 	arb.noErrors(t)
-	for _, r := range []embedded.Role{embedded.RoleResolver, embedded.RoleNotifier} {
+	for _, r := range others {
 		c := e.connect(t, r)
 		c.denied(t, subject, func(ctx context.Context) error {
 			_, err := c.nc.RequestWithContext(ctx, subject, []byte("{}"))
@@ -655,8 +675,8 @@ func TestOnlyTheArbiterAnswersClaimRequests(t *testing.T) {
 	}
 	for _, r := range []embedded.Role{embedded.RoleOrchestrator, embedded.RoleAPI, embedded.RoleResolver, embedded.RoleNotifier} {
 		c := e.connect(t, r)
-		c.denied(t, contracts.SubjectClaimPrefix+">", func(ctx context.Context) error {
-			s, err := c.nc.SubscribeSync(contracts.SubjectClaimPrefix + ">")
+		c.denied(t, prefix+">", func(ctx context.Context) error {
+			s, err := c.nc.SubscribeSync(prefix + ">")
 			if err != nil {
 				return err
 			}
@@ -664,7 +684,6 @@ func TestOnlyTheArbiterAnswersClaimRequests(t *testing.T) {
 			return err
 		})
 	}
-	// Answering is allowed once per request received, not onto any inbox.
 	arb.denied(t, "_INBOX.someone", func(ctx context.Context) error {
 		if err := arb.nc.Publish("_INBOX.someone", []byte("forged")); err != nil {
 			return err
@@ -672,51 +691,6 @@ func TestOnlyTheArbiterAnswersClaimRequests(t *testing.T) {
 		<-ctx.Done()
 		return ctx.Err()
 	})
-}
-
-// Vote requests: resolvers (resolver, api) ask, the arbiter alone receives
-// them; no other role may send one or listen to them.
-func TestOnlyTheArbiterAnswersVoteRequests(t *testing.T) {
-	e := newEnv(t)
-	subject := contracts.VoteSubject("x")
-	arb := e.connect(t, embedded.RoleArbiter)
-	sub, err := arb.nc.Subscribe(contracts.SubjectVotePrefix+"*", func(m *nats.Msg) { _ = m.Respond([]byte("ok")) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := arb.nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range []embedded.Role{embedded.RoleResolver, embedded.RoleAPI} {
-		c := e.connect(t, r)
-		reply, err := c.nc.RequestWithContext(testContext(t, opTimeout), subject, []byte("{}"))
-		if err != nil || string(reply.Data) != "ok" {
-			t.Fatalf("%s: vote request: %v", r, err)
-		}
-		c.noErrors(t)
-	}
-	arb.noErrors(t)
-	// An agent's credential never votes, by request or otherwise; nor
-	// does the notifier's, nor the arbiter's own.
-	for _, r := range []embedded.Role{embedded.RoleOrchestrator, embedded.RoleNotifier, embedded.RoleArbiter} {
-		c := e.connect(t, r)
-		c.denied(t, subject, func(ctx context.Context) error {
-			_, err := c.nc.RequestWithContext(ctx, subject, []byte("{}"))
-			return err
-		})
-	}
-	for _, r := range []embedded.Role{embedded.RoleOrchestrator, embedded.RoleAPI, embedded.RoleResolver, embedded.RoleNotifier} {
-		c := e.connect(t, r)
-		c.denied(t, contracts.SubjectVotePrefix+">", func(ctx context.Context) error {
-			s, err := c.nc.SubscribeSync(contracts.SubjectVotePrefix + ">")
-			if err != nil {
-				return err
-			}
-			_, err = s.NextMsgWithContext(ctx)
-			return err
-		})
-	}
 }
 
 // No role hears another role's replies. Every reply (a JetStream API
