@@ -169,6 +169,10 @@ func (g *grant) arbiter() {
 	g.pub(kvRead(streamPasskeys)...)
 	g.pub(kvRead(streamApprovals)...)
 	g.pub(kvWatch(streamApprovals)...)
+	// At start: the records written last (an ordered consumer's pulls),
+	// and whether their decisions were announced (services/arbiter/sweep.go).
+	g.pub("$JS.API.CONSUMER.MSG.NEXT." + streamApprovals + ".>")
+	g.pub("$JS.API.STREAM.INFO."+contracts.StreamEvents, "$JS.API.STREAM.MSG.GET."+contracts.StreamEvents)
 	g.pub(kvRead(streamPolicy)...)
 	g.pub(kvWatch(streamPolicy)...)
 	g.pub(durableConsumer(contracts.StreamRequests)...)

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts/audit"
 	"github.com/countersign/countersign/contracts/audit/ocsf"
@@ -22,12 +22,8 @@ import (
 // tenant's entries); the range is checked.
 func TestAuditExportIsForAuditorsAndVerifies(t *testing.T) {
 	o := setupOversight(t)
-	sub, err := o.srv.Connect().SubscribeSync(audit.SubjectPrefix + ">")
-	if err != nil {
-		t.Fatal(err)
-	}
 	id := o.propose(t, "acme", "run-1", "payments.send", `{"amount":1}`)
-	if got := auditIDs(t, sub, 1); got[0] != id {
+	if got := auditIDs(t, o.srv.JetStream(), 1); got[0] != id {
 		t.Fatalf("audit entry for %s, want %s", got[0], id)
 	}
 
@@ -58,13 +54,9 @@ func TestAuditExportIsForAuditorsAndVerifies(t *testing.T) {
 // call's arguments or tool; an unknown format is refused.
 func TestAuditExportOCSFKeepsToTheCallersTenants(t *testing.T) {
 	o := setupOversight(t)
-	sub, err := o.srv.Connect().SubscribeSync(audit.SubjectPrefix + ">")
-	if err != nil {
-		t.Fatal(err)
-	}
 	acme := o.propose(t, "acme", "run-1", "payments.send", `{"iban":"DE44500105175407324931"}`)
 	globex := o.propose(t, "globex", "run-2", "payments.send", `{"iban":"DE44500105175407324931"}`)
-	auditIDs(t, sub, 2)
+	auditIDs(t, o.srv.JetStream(), 2)
 	o.call(t, "GET", "/v1/audit/export?format=cef", "admin", nil).wantError(t, http.StatusBadRequest, api.CodeInvalidParameter, "format")
 	// The native bundle is the whole chain: not for a token limited to
 	// tenants, whatever range it asks for.
@@ -102,17 +94,25 @@ func TestAuditExportOCSFKeepsToTheCallersTenants(t *testing.T) {
 	}
 }
 
-// auditIDs waits until the log has taken n entries, however they were
-// batched, and returns the ids they name.
-func auditIDs(t *testing.T, sub *nats.Subscription, n int) []string {
+// auditIDs waits until the log has stored n entries, however they were
+// batched, and returns the ids they name. It reads the stream (a consumer
+// hands over stored messages only), not the subject: a message is seen on
+// its subject before it is stored, and an export right after would miss it.
+func auditIDs(t *testing.T, js jetstream.JetStream, n int) []string {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cons, err := js.OrderedConsumer(ctx, audit.Stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{audit.SubjectPrefix + ">"}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var ids []string
 	for len(ids) < n {
-		m, err := sub.NextMsg(10 * time.Second)
+		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
 		if err != nil {
 			t.Fatalf("%d of %d audit entries: %v", len(ids), n, err)
 		}
-		raws, _, err := audit.Entries(m.Subject, m.Data)
+		raws, _, err := audit.Entries(m.Subject(), m.Data())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -261,6 +261,9 @@ func (a *Arbiter) Run(ctx context.Context) error {
 	defer func() { <-reviewing }()
 	go func() { errc <- a.serveClaims(ctx) }()
 	go func() { errc <- a.serveVotes(ctx) }()
+	swept := make(chan struct{})
+	go func() { a.announceUnannounced(ctx); close(swept) }()
+	defer func() { <-swept }()
 	go func() {
 		errc <- events.Consume(ctx, a.cfg.JS, events.ConsumerConfig{
 			Stream:  contracts.StreamRequests,
@@ -1085,16 +1088,17 @@ func (a *Arbiter) requestBacklog() (bool, error) {
 // announce publishes the decided event of a record that has just turned
 // terminal, de-duplicated by event id within the stream's duplicate window.
 //
-// The decision is announced before it is logged, so the waiting run is
-// resumed one write sooner; a log append that fails after the announcement
-// fails the operation, which comes back as a duplicate of a decided record
-// and logs the decision then (reannounce).
+// The decision is logged before it is announced, as every change is: an
+// announced decision is a logged one, which the start-up sweep relies on
+// (sweep.go). The waiting run is woken by the record write's copy, not by
+// the announcement (orchestrator.Waiter).
 func (a *Arbiter) announce(ctx context.Context, rec contracts.Record, rev uint64) error {
-	if _, err := events.Publish(ctx, a.cfg.JS, contracts.DecidedSubject(rec.Request.EventID), decided(rec, rev),
-		decidedMsgID(rec.Request.EventID), traceHeader(rec)); err != nil {
+	if err := a.auditRecord(ctx, audit.ChangeDecided, &rec, rev); err != nil {
 		return err
 	}
-	return a.auditRecord(ctx, audit.ChangeDecided, &rec, rev)
+	_, err := events.Publish(ctx, a.cfg.JS, contracts.DecidedSubject(rec.Request.EventID), decided(rec, rev),
+		decidedMsgID(rec.Request.EventID), traceHeader(rec))
+	return err
 }
 
 // traceHeader puts an outcome in the trace of the review that asked for it,

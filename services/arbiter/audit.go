@@ -18,7 +18,7 @@ import (
 
 // This file is the arbiter's side of the audit log (contracts/audit): every
 // change it announces is appended to HITL_AUDIT in the same step, before the
-// announcement (a decision: right after it), by group commit (concurrent
+// announcement, by group commit (concurrent
 // appends share one synced write), and checkpoints are signed with the
 // receipt key as they fall due.
 
