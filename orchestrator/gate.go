@@ -176,7 +176,7 @@ type Gate struct {
 	ownGrants bool
 	gm        grantMetrics
 	sm        shadowMetrics
-	claims    claimPath
+	claims    events.RequestPath
 	hist      gateHistory
 	// store is the live policy the gate follows when Config.Policy was
 	// not set.
