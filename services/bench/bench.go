@@ -19,8 +19,26 @@ const (
 	// stream and bucket R3, each node fsyncing every write: what a 3-node
 	// production cluster does, without the network between machines.
 	SyncCluster = "cluster"
-	SyncAll     = "all" // lazy, always and cluster side by side
+	// SyncCluster5 is five such nodes, every stream and bucket still R3:
+	// the streams' leaders and replicas spread over more servers.
+	SyncCluster5 = "cluster5"
+	SyncAll      = "all"      // lazy, always and cluster side by side
+	SyncClusters = "clusters" // the 3-node and the 5-node cluster side by side
 )
+
+// clustered reports whether mode runs a cluster of several nodes.
+func clustered(mode string) bool { return mode == SyncCluster || mode == SyncCluster5 }
+
+// clusterNodes is how many nodes mode runs.
+func clusterNodes(mode string) int {
+	switch mode {
+	case SyncCluster:
+		return 3
+	case SyncCluster5:
+		return 5
+	}
+	return 1
+}
 
 // Defaults. With them `countersign bench` (both modes, three repetitions,
 // 100,000 pending waits) takes about three minutes on two cores.
@@ -83,9 +101,9 @@ func (c *Config) setDefaults() {
 func (c *Config) validate() error {
 	var errs []error
 	switch c.Sync {
-	case SyncAlways, SyncLazy, SyncBoth, SyncCluster, SyncAll:
+	case SyncAlways, SyncLazy, SyncBoth, SyncCluster, SyncCluster5, SyncAll, SyncClusters:
 	default:
-		errs = append(errs, fmt.Errorf("bench: Config.Sync must be always, lazy, both, cluster or all, got %q", c.Sync))
+		errs = append(errs, fmt.Errorf("bench: Config.Sync must be always, lazy, both, cluster, cluster5, all or clusters, got %q", c.Sync))
 	}
 	if c.Duration < 0 {
 		errs = append(errs, errors.New("bench: Config.Duration must be positive"))
@@ -112,8 +130,10 @@ func (c *Config) modes() []string {
 		return []string{SyncAlways}
 	case SyncLazy:
 		return []string{SyncLazy}
-	case SyncCluster:
-		return []string{SyncCluster}
+	case SyncCluster, SyncCluster5:
+		return []string{c.Sync}
+	case SyncClusters:
+		return []string{SyncCluster, SyncCluster5}
 	case SyncAll:
 		return []string{SyncLazy, SyncAlways, SyncCluster}
 	}
@@ -123,8 +143,10 @@ func (c *Config) modes() []string {
 // pendingMode is the one mode the pending-capacity measurement runs in.
 func (c *Config) pendingMode() string {
 	switch c.Sync {
-	case SyncAlways, SyncCluster:
+	case SyncAlways, SyncCluster, SyncCluster5:
 		return c.Sync
+	case SyncClusters:
+		return SyncCluster
 	}
 	return SyncLazy
 }

@@ -41,6 +41,55 @@ func TestClusterComesUpEveryTime(t *testing.T) {
 	}
 }
 
+// The 5-node cluster of `-sync cluster5` comes up the same way, with every
+// stream and bucket R3 (not R5) and their replicas spread over the nodes:
+// no node holds all of them.
+func TestFiveNodeClusterComesUpWithThreeReplicas(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	st, err := startStack(ctx, SyncCluster5, t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.close()
+	if len(st.servers) != 5 || st.replicas != 3 {
+		t.Fatalf("%d servers, %d replicas; want 5 and 3", len(st.servers), st.replicas)
+	}
+	_, js, err := st.connect(roleProvision)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]int{} // streams with a replica on each node
+	streams := 0
+	for name := range js.StreamNames(ctx).Name() {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info := s.CachedInfo()
+		if info.Config.Replicas != 3 || info.Cluster == nil || info.Cluster.Leader == "" || len(info.Cluster.Replicas) != 2 {
+			t.Errorf("stream %s: replicas %d, cluster %+v; want R3 with a leader and two followers", name, info.Config.Replicas, info.Cluster)
+			continue
+		}
+		streams++
+		held[info.Cluster.Leader]++
+		for _, r := range info.Cluster.Replicas {
+			held[r.Name]++
+		}
+	}
+	if streams < 5 {
+		t.Fatalf("%d streams placed, want the contract's streams and buckets", streams)
+	}
+	for node, n := range held {
+		if n == streams {
+			t.Errorf("node %s holds a replica of all %d streams: placement did not spread", node, streams)
+		}
+	}
+	if len(held) < 4 {
+		t.Errorf("replicas on %d of 5 nodes, want them spread over at least 4", len(held))
+	}
+}
+
 // provisionWritesNothing provisions the running cluster again and checks
 // that no stream configuration is written: the replicated buckets' streams
 // (leader reads, room for the fleet's watchers) read as configured.

@@ -90,8 +90,8 @@ func Fleet(ctx context.Context, cfg FleetConfig) ([]FleetReport, error) {
 		cfg.Modes = []string{SyncLazy}
 	}
 	for _, m := range cfg.Modes {
-		if m != SyncLazy && m != SyncAlways && m != SyncCluster {
-			return nil, fmt.Errorf("bench: fleet: FleetConfig.Modes must hold lazy, always or cluster, got %q", m)
+		if m != SyncLazy && m != SyncAlways && !clustered(m) {
+			return nil, fmt.Errorf("bench: fleet: FleetConfig.Modes must hold lazy, always, cluster or cluster5, got %q", m)
 		}
 	}
 	cfg.Count = max(cfg.Count, 1)

@@ -113,9 +113,9 @@ func Records(ctx context.Context, cfg RecordsConfig) ([]RecordsReport, error) {
 	switch cfg.Sync {
 	case "":
 		cfg.Sync = SyncLazy
-	case SyncLazy, SyncAlways, SyncCluster:
+	case SyncLazy, SyncAlways, SyncCluster, SyncCluster5:
 	default:
-		return nil, fmt.Errorf("bench: records: RecordsConfig.Sync must be lazy, always or cluster, got %q", cfg.Sync)
+		return nil, fmt.Errorf("bench: records: RecordsConfig.Sync must be lazy, always, cluster or cluster5, got %q", cfg.Sync)
 	}
 	if cfg.Out == nil {
 		cfg.Out = io.Discard

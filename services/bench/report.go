@@ -137,7 +137,7 @@ const (
 
 // latencyTargets are the decision → resumed budgets (p50, p99) in ms.
 func latencyTargets(mode string) (p50, p99 float64) {
-	if mode == SyncAlways || mode == SyncCluster {
+	if mode == SyncAlways || clustered(mode) {
 		return 3, 20
 	}
 	return 1, 10
@@ -258,8 +258,8 @@ func modeDesc(mode string) string {
 	switch mode {
 	case SyncLazy:
 		return "JetStream default flush, every 2 min"
-	case SyncCluster:
-		return "3 nodes in this process, R3, fsync on every write"
+	case SyncCluster, SyncCluster5:
+		return fmt.Sprintf("%d nodes in this process, R3, fsync on every write", clusterNodes(mode))
 	}
 	return "fsync on every write"
 }

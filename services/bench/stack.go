@@ -51,7 +51,7 @@ var userRoles = map[string]embedded.Role{
 type stack struct {
 	mode string
 	dir  string
-	// servers are the embedded servers: one, or three for SyncCluster.
+	// servers are the embedded servers: one, or three or five for a cluster.
 	servers []*server.Server
 	// users are the servers' NATS users, one per Countersign role.
 	users    map[embedded.Role]embedded.User
@@ -235,7 +235,7 @@ func (st *stack) close() {
 	}
 }
 
-// startServers starts the embedded server, or for SyncCluster three servers
+// startServers starts the embedded server, or for a cluster its servers
 // routed to each other on loopback, and waits until JetStream is ready
 // (for the cluster: a meta leader that every node follows).
 func (st *stack) startServers() error {
@@ -245,11 +245,8 @@ func (st *stack) startServers() error {
 		// which Countersign does not tune.
 		_, _, st.restoreProcs = embedded.RaiseProcsForSyncWrites()
 	}
-	n := 1
-	if st.mode == SyncCluster {
-		n = 3
-	}
-	st.replicas = n
+	n := clusterNodes(st.mode)
+	st.replicas = min(n, 3)
 	users := st.generateUsers()
 	routePorts, routes, err := loopbackRoutes(n)
 	if err != nil {

@@ -117,7 +117,7 @@ type benchFlags struct {
 func parseBenchFlags(args []string, out io.Writer) (*benchFlags, error) {
 	fs := newFlagSet("bench", out)
 	f := &benchFlags{set: fs.FlagSet}
-	fs.StringVar(&f.syncMode, "sync", bench.SyncBoth, "JetStream mode: always (fsync every write), lazy, both side by side, cluster (3 nodes in this process, R3, fsync), or all three")
+	fs.StringVar(&f.syncMode, "sync", bench.SyncBoth, "JetStream mode: always (fsync every write), lazy, both side by side, cluster (3 nodes in this process, R3, fsync), cluster5 (5 nodes, R3), all (lazy, always, cluster) or clusters (cluster, cluster5)")
 	fs.DurationVar(&f.duration, "duration", bench.DefaultDuration, "length of each timed measurement")
 	fs.IntVar(&f.count, "count", bench.DefaultCount, "repetitions of every mode, each on a fresh server; figures are medians")
 	fs.IntVar(&f.concurrency, "concurrency", bench.DefaultConcurrency, "concurrent agents in the throughput run")
@@ -294,10 +294,12 @@ func fleetModes(fs *flag.FlagSet, mode string) ([]string, error) {
 		return []string{bench.SyncLazy, bench.SyncAlways}, nil
 	case mode == bench.SyncAll:
 		return []string{bench.SyncLazy, bench.SyncAlways, bench.SyncCluster}, nil
-	case mode == bench.SyncLazy, mode == bench.SyncAlways, mode == bench.SyncCluster:
+	case mode == bench.SyncClusters:
+		return []string{bench.SyncCluster, bench.SyncCluster5}, nil
+	case mode == bench.SyncLazy, mode == bench.SyncAlways, mode == bench.SyncCluster, mode == bench.SyncCluster5:
 		return []string{mode}, nil
 	}
-	return nil, fmt.Errorf("bench: -sync %q: want always, lazy, both, cluster or all", mode)
+	return nil, fmt.Errorf("bench: -sync %q: want always, lazy, both, cluster, cluster5, all or clusters", mode)
 }
 
 // runFleet is bench -fleet: sizes and kinds are comma-separated lists.
