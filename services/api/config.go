@@ -73,6 +73,12 @@ type Config struct {
 	// memory beside every pending one (DefaultIndexRecent when 0); older
 	// history is listed from the bucket's stream.
 	IndexRecent int
+	// IndexSnapshot is a file where the records index notes what it holds
+	// when it stops and every 5 minutes (revisions only; no record
+	// content), so that a start on a long history reads those records
+	// instead of the headers of every record message. Empty: no note, every
+	// start reads the headers. serve keeps it in its data directory.
+	IndexSnapshot string
 	// HistoryPageBudget is about how long one page of older history looks
 	// through the bucket (25 ms when 0; it always reads the headers of at
 	// least 2,048 records); the page then answers with what it found and a

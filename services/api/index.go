@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unique"
 
@@ -217,6 +218,13 @@ type index struct {
 
 	watcher jetstream.KeyWatcher
 	stopped chan struct{}
+
+	// snapshotPath is where the index keeps its note (snapshot.go; "":
+	// nowhere); fromNote is whether this start read it.
+	snapshotPath string
+	fromNote     bool
+	savedSeq     atomic.Uint64 // the revision the last note written holds
+	noteStop     chan struct{}
 }
 
 // held is one decided summary in the eviction queue.
@@ -250,6 +258,10 @@ func (ix *index) start(ctx context.Context) error {
 	ix.watcher = w
 	ix.stopped = make(chan struct{})
 	go ix.run(w)
+	if ix.snapshotPath != "" {
+		ix.noteStop = make(chan struct{})
+		go ix.keepSnapshot(ix.noteStop)
+	}
 	return nil
 }
 
@@ -257,9 +269,16 @@ func (ix *index) stop() error {
 	if ix.watcher == nil {
 		return nil
 	}
+	if ix.noteStop != nil {
+		close(ix.noteStop)
+	}
 	err := ix.watcher.Stop()
 	select {
 	case <-ix.stopped:
+		// Every change the watch brought is applied: the note holds them.
+		if serr := ix.saveSnapshot(); serr != nil {
+			ix.log.Warn("the records index note was not written", "err", serr)
+		}
 	case <-time.After(5 * time.Second):
 		ix.log.Warn("the approvals watch did not stop in time")
 	}

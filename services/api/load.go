@@ -162,6 +162,9 @@ func (ix *index) load(ctx context.Context) (uint64, error) {
 	if state.Msgs == 0 {
 		return 0, nil
 	}
+	if from, ok, err := ix.loadSnapshot(ctx, st.CachedInfo()); err != nil || ok {
+		return from, err
+	}
 	began := time.Now()
 	f := newFetcher(ctx, ix)
 	scan := &loadScan{ring: make([]decidedMark, 0, min(ix.recent, int(state.Msgs)))}
@@ -241,23 +244,24 @@ func (p *loadScan) from(last uint64) uint64 {
 // fetcher reads records by sequence, up to 32 at once, while the scan
 // goes on. fetch is called from the scan's one goroutine.
 type fetcher struct {
-	ctx context.Context
-	ix  *index
-	sem chan struct{}
-	wg  sync.WaitGroup
-	n   int // reads started
+	ctx    context.Context
+	ix     *index
+	sem    chan struct{}
+	wg     sync.WaitGroup
+	n      int // reads started
+	budget int // reads it may start; -1: no bound
 
 	mu    sync.Mutex
 	first error
 }
 
 func newFetcher(ctx context.Context, ix *index) *fetcher {
-	return &fetcher{ctx: ctx, ix: ix, sem: make(chan struct{}, 32)}
+	return &fetcher{ctx: ctx, ix: ix, sem: make(chan struct{}, 32), budget: fetchBudget}
 }
 
 // fetch starts reading the record at seq; false once the budget is spent.
 func (f *fetcher) fetch(seq uint64) bool {
-	if f.n == fetchBudget {
+	if f.budget >= 0 && f.n == f.budget {
 		return false
 	}
 	f.n++

@@ -93,6 +93,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.feed = newFeed(s)
 	s.index = newIndex(kv, cfg.JS, cfg.IndexRecent, cfg.Logger)
 	s.index.pageBudget = cfg.HistoryPageBudget
+	s.index.snapshotPath = cfg.IndexSnapshot
 	if cfg.Waiter != nil {
 		s.index.observe = cfg.Waiter.Observe
 	}

@@ -325,6 +325,10 @@ func (n *node) startGate(ctx context.Context, js jetstream.JetStream) (apiGate, 
 	return apiGate{waiter: waiter, policies: policies, gate: gate}, nil
 }
 
+// indexNoteFile is where, in the data directory, the API's records index
+// notes what it holds (api.Config.IndexSnapshot).
+const indexNoteFile = "records-index.json"
+
 // newAPIServer is the HTTP API over og, with passkeys bound to the public
 // URL when they can be.
 func (n *node) newAPIServer(ctx context.Context, js jetstream.JetStream, tokens []api.Token, og apiGate) (*api.Server, error) {
@@ -343,7 +347,8 @@ func (n *node) newAPIServer(ctx context.Context, js jetstream.JetStream, tokens 
 	return api.New(ctx, api.Config{
 		JS: js, Gate: og.gate, Waiter: og.waiter, Policies: og.policies, Tokens: tokens, Directory: n.dir, Logger: n.log.With("role", "api"),
 		Registerer: n.reg, Gatherer: n.reg, ReceiptKeys: n.receipts.public, Receipts: n.receipts.apiSigner,
-		IndexRecent: n.cfg.IndexRecent, Budgets: cfg.Budgets.Budgets, BudgetRefusals: n.budgetRefusals,
+		IndexRecent: n.cfg.IndexRecent, IndexSnapshot: filepath.Join(cfg.Data, indexNoteFile),
+		Budgets: cfg.Budgets.Budgets, BudgetRefusals: n.budgetRefusals,
 		Metrics: cfg.Metrics.access(cfg.Addr), MetricsTokens: cfg.Metrics.hashes(),
 		Passkeys: passkeys, Push: n.parts.push,
 		Ready: func(context.Context) error {
