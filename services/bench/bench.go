@@ -23,7 +23,7 @@ const (
 	// the streams' leaders and replicas spread over more servers.
 	SyncCluster5 = "cluster5"
 	SyncAll      = "all"      // lazy, always and cluster side by side
-	SyncClusters = "clusters" // the 3-node and the 5-node cluster side by side
+	SyncClusters = "clusters" // 1, 3 and 5 nodes side by side: always, cluster and cluster5
 )
 
 // clustered reports whether mode runs a cluster of several nodes.
@@ -133,7 +133,7 @@ func (c *Config) modes() []string {
 	case SyncCluster, SyncCluster5:
 		return []string{c.Sync}
 	case SyncClusters:
-		return []string{SyncCluster, SyncCluster5}
+		return []string{SyncAlways, SyncCluster, SyncCluster5}
 	case SyncAll:
 		return []string{SyncLazy, SyncAlways, SyncCluster}
 	}

@@ -117,7 +117,7 @@ type benchFlags struct {
 func parseBenchFlags(args []string, out io.Writer) (*benchFlags, error) {
 	fs := newFlagSet("bench", out)
 	f := &benchFlags{set: fs.FlagSet}
-	fs.StringVar(&f.syncMode, "sync", bench.SyncBoth, "JetStream mode: always (fsync every write), lazy, both side by side, cluster (3 nodes in this process, R3, fsync), cluster5 (5 nodes, R3), all (lazy, always, cluster) or clusters (cluster, cluster5)")
+	fs.StringVar(&f.syncMode, "sync", bench.SyncBoth, "JetStream mode: always (fsync every write), lazy, both side by side, cluster (3 nodes in this process, R3, fsync), cluster5 (5 nodes, R3), all (lazy, always, cluster) or clusters (1, 3 and 5 nodes: always, cluster, cluster5)")
 	fs.DurationVar(&f.duration, "duration", bench.DefaultDuration, "length of each timed measurement")
 	fs.IntVar(&f.count, "count", bench.DefaultCount, "repetitions of every mode, each on a fresh server; figures are medians")
 	fs.IntVar(&f.concurrency, "concurrency", bench.DefaultConcurrency, "concurrent agents in the throughput run")
@@ -295,7 +295,7 @@ func fleetModes(fs *flag.FlagSet, mode string) ([]string, error) {
 	case mode == bench.SyncAll:
 		return []string{bench.SyncLazy, bench.SyncAlways, bench.SyncCluster}, nil
 	case mode == bench.SyncClusters:
-		return []string{bench.SyncCluster, bench.SyncCluster5}, nil
+		return []string{bench.SyncAlways, bench.SyncCluster, bench.SyncCluster5}, nil
 	case mode == bench.SyncLazy, mode == bench.SyncAlways, mode == bench.SyncCluster, mode == bench.SyncCluster5:
 		return []string{mode}, nil
 	}
