@@ -323,14 +323,17 @@ func (ix *index) apply(e jetstream.KeyValueEntry) {
 // as of revision rev, unless it holds a later revision already, and
 // keeps at most ix.recent decided summaries.
 func (ix *index) putLocked(id string, rev uint64, sum *summary) {
-	if old := ix.byID[id]; old != nil && old.rev > rev {
+	old := ix.byID[id]
+	if old != nil && old.rev > rev {
 		return
 	}
-	ix.removeLocked(id)
-	if sum == nil {
-		return
+	if !ix.swapLocked(old, sum) {
+		ix.removeLocked(id)
+		if sum == nil {
+			return
+		}
+		ix.insertLocked(sum)
 	}
-	ix.insertLocked(sum)
 	if sum.status == contracts.StatusPending {
 		return
 	}
@@ -388,11 +391,35 @@ func (ix *index) insertLocked(s *summary) {
 	i, _ := slices.BinarySearchFunc(ix.order, s, compareSummary)
 	ix.order = slices.Insert(ix.order, i, s)
 	ix.byID[s.eventID] = s
+	ix.countLocked(s, 1)
+}
+
+// swapLocked puts sum in old's place when both sort the same (a record's
+// creation time does not change): one slot written instead of the order's
+// tail moved twice, on every change of a record the index holds. It
+// reports whether it did.
+func (ix *index) swapLocked(old, sum *summary) bool {
+	if old == nil || sum == nil || compareSummary(old, sum) != 0 {
+		return false
+	}
+	i, found := slices.BinarySearchFunc(ix.order, old, compareSummary)
+	if !found || ix.order[i] != old {
+		return false
+	}
+	ix.order[i] = sum
+	ix.byID[sum.eventID] = sum
+	ix.countLocked(old, -1)
+	ix.countLocked(sum, 1)
+	return true
+}
+
+// countLocked adds d to the counts s is in.
+func (ix *index) countLocked(s *summary, d int) {
 	if s.status == contracts.StatusPending {
-		ix.pending++
-		ix.countPendingLocked(s, 1)
+		ix.pending += d
+		ix.countPendingLocked(s, d)
 	} else {
-		ix.decided++
+		ix.decided += d
 	}
 }
 
@@ -405,12 +432,7 @@ func (ix *index) removeLocked(id string) {
 	if i, found := slices.BinarySearchFunc(ix.order, old, compareSummary); found {
 		ix.order = slices.Delete(ix.order, i, i+1)
 	}
-	if old.status == contracts.StatusPending {
-		ix.pending--
-		ix.countPendingLocked(old, -1)
-	} else {
-		ix.decided--
-	}
+	ix.countLocked(old, -1)
 }
 
 // forget drops a record the bucket no longer holds (its age passed the

@@ -25,8 +25,14 @@ type ServeMemoryConfig struct {
 	Dir  string
 	Keep bool
 	// Reuse is a directory a run with Keep left: its history is measured
-	// again, without seeding (Decided is then only reported).
+	// again, without seeding (Decided is then only reported), unless
+	// SeedMore.
 	Reuse string
+	// SeedMore, with Reuse, first decides Decided more approvals on the
+	// reused history (serve on its store as it runs, with SeedSync), and
+	// reports their rate and serve's CPU per approval: the cost of a
+	// decision on a long history.
+	SeedMore bool
 	// Decided is how many approvals are requested and decided.
 	Decided int
 	// Claim makes the agent claim each approved call, as a runtime does
@@ -52,6 +58,9 @@ type ServeMemoryReport struct {
 	Decided     int     `json:"decided"`
 	Claimed     bool    `json:"claimed"`
 	SeedSeconds float64 `json:"seed_seconds"`
+	// SeedCPUSeconds is serve's CPU time (user and system) while it decided
+	// the approvals of a SeedMore run (0 otherwise).
+	SeedCPUSeconds float64 `json:"seed_cpu_seconds,omitempty"`
 	// StoreBytes is the size of the JetStream store on disk after seeding.
 	StoreBytes int64            `json:"store_bytes"`
 	Rows       []ServeMemoryRow `json:"rows"`
@@ -91,6 +100,11 @@ func ServeMemory(ctx context.Context, cfg ServeMemoryConfig) (*ServeMemoryReport
 	}
 	rep := &ServeMemoryReport{Decided: cfg.Decided, Claimed: cfg.Claim}
 	dir := cfg.Reuse
+	if dir != "" && cfg.SeedMore {
+		if err := seedMore(ctx, cfg, dir, rep); err != nil {
+			return rep, err
+		}
+	}
 	if dir == "" {
 		d, err := seededServe(ctx, cfg, rep)
 		if d != "" && !cfg.Keep {
@@ -115,6 +129,58 @@ func ServeMemory(ctx context.Context, cfg ServeMemoryConfig) (*ServeMemoryReport
 	printServeMemory(cfg.Out, rep)
 	return rep, nil
 }
+
+// seedMore starts serve on the reused store dir and has it decide
+// cfg.Decided more approvals, reading its CPU time before and after.
+func seedMore(ctx context.Context, cfg ServeMemoryConfig, dir string, rep *ServeMemoryReport) error {
+	p, row, err := startServe(ctx, cfg, dir, "fresh", "")
+	if err != nil {
+		return err
+	}
+	row.Phase = "reused"
+	rep.Rows = append(rep.Rows, row)
+	p.runPrefix = strconv.FormatInt(time.Now().UnixNano(), 36) + "-"
+	before, err := p.cpuSeconds()
+	if err == nil {
+		err = seedServe(ctx, cfg, p, rep)
+	}
+	if err == nil {
+		var after float64
+		after, err = p.cpuSeconds()
+		rep.SeedCPUSeconds = after - before
+	}
+	if serr := p.stop(); err == nil {
+		err = serr
+	}
+	return err
+}
+
+// cpuSeconds is the process's user and system CPU time, from /proc.
+func (p *serveProc) cpuSeconds() (float64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command's closing parenthesis: state is the 3rd
+	// field of the line, utime and stime the 14th and 15th.
+	rest := string(data)
+	if i := strings.LastIndexByte(rest, ')'); i >= 0 {
+		rest = rest[i+1:]
+	}
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0, fmt.Errorf("bench: unreadable /proc/%d/stat", p.cmd.Process.Pid)
+	}
+	utime, err1 := strconv.ParseFloat(f[11], 64)
+	stime, err2 := strconv.ParseFloat(f[12], 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("bench: unreadable /proc/%d/stat", p.cmd.Process.Pid)
+	}
+	return (utime + stime) / clockTicks, nil
+}
+
+// clockTicks is Linux's USER_HZ, the unit of /proc's CPU times.
+const clockTicks = 100
 
 // seededServe makes a data directory under cfg.Dir and has serve decide
 // cfg.Decided approvals in it.
@@ -152,10 +218,13 @@ const serveMemoryYAML = `budgets:
 
 // serveProc is a running `countersign serve`.
 type serveProc struct {
-	cmd   *exec.Cmd
-	base  string
-	token string
-	done  chan error
+	// runPrefix starts the run ids the seeding writes: a reused history
+	// already holds the calls of "run-0", "run-1", ...
+	runPrefix string
+	cmd       *exec.Cmd
+	base      string
+	token     string
+	done      chan error
 }
 
 // startServe starts serve on dir's data with roles, waits until it is
@@ -302,6 +371,10 @@ func dirSize(dir string) int64 {
 func printServeMemory(w io.Writer, rep *ServeMemoryReport) {
 	fmt.Fprintf(w, "\nserve's resident memory, %d decided approvals (claimed: %t), seeded in %.1fs, %.0f MB stored\n",
 		rep.Decided, rep.Claimed, rep.SeedSeconds, float64(rep.StoreBytes)/1e6)
+	if rep.SeedCPUSeconds > 0 && rep.SeedSeconds > 0 {
+		fmt.Fprintf(w, "  decided on the reused history: %.0f approvals/s, serve's CPU %.2f ms per approval\n",
+			float64(rep.Decided)/rep.SeedSeconds, 1000*rep.SeedCPUSeconds/float64(rep.Decided))
+	}
 	fmt.Fprintf(w, "  %-10s %-22s %8s %12s %12s %12s\n", "phase", "roles", "ready", "RSS ready", "RSS settled", "Go heap")
 	for _, r := range rep.Rows {
 		fmt.Fprintf(w, "  %-10s %-22s %7.2fs %8.1f MiB %8.1f MiB %8.1f MiB\n", r.Phase, r.Roles, r.ReadySeconds,

@@ -73,7 +73,7 @@ type reviewResults struct {
 // decideRun reviews n calls of run i, approves them with one vote of the
 // run, and claims each when asked.
 func (p *serveProc) decideRun(ctx context.Context, i, n int, claim bool) error {
-	run := "run-" + strconv.Itoa(i)
+	run := p.runPrefix + "run-" + strconv.Itoa(i)
 	agent := "agent-" + strconv.Itoa(i%serveAgents)
 	calls := make([]map[string]any, n)
 	for c := range calls {

@@ -108,6 +108,8 @@ type benchFlags struct {
 	serveClaim         bool
 	serveKeep          bool
 	serveReuse         string
+	serveSeedMore      bool
+	serveBinary        string
 	serveSeedSync      string
 	serveSettle        time.Duration
 	reviews            int
@@ -138,6 +140,8 @@ func parseBenchFlags(args []string, out io.Writer) (*benchFlags, error) {
 	fs.BoolVar(&f.serveClaim, "serve-claim", true, "in -serve-memory, claim each approved call as an agent does before it runs it")
 	fs.BoolVar(&f.serveKeep, "serve-keep", false, "in -serve-memory, keep the data directory (under -dir) for a later look")
 	fs.StringVar(&f.serveReuse, "serve-reuse", "", "in -serve-memory, restart serve on the history a -serve-keep run left in this directory instead of seeding one")
+	fs.StringVar(&f.serveBinary, "serve-binary", "", "in -serve-memory, the countersign executable run as serve (default: this one), to measure another build on the same history")
+	fs.BoolVar(&f.serveSeedMore, "serve-seed-more", false, "with -serve-reuse, first decide -serve-memory more approvals on that history and report their rate and serve's CPU per approval")
 	fs.StringVar(&f.serveSeedSync, "serve-seed-sync", "", "in -serve-memory, the store's sync mode while seeding (always or lazy; restarts use serve's default)")
 	fs.DurationVar(&f.serveSettle, "serve-settle", 10*time.Second, "in -serve-memory, how long after ready the resident memory is read again")
 	fs.IntVar(&f.reviews, "reviews", 0, "measure POST /v1/reviews of a call the policy allows with this many clients (and one client's latency) beside GET /healthz and a JetStream publish on the same server, instead; -sync always (default) or lazy")
@@ -183,11 +187,15 @@ func runRecords(ctx context.Context, out io.Writer, f *benchFlags) error {
 // runServeMemory is bench -serve-memory: serve's resident memory on a
 // decided history, measured from outside the process.
 func runServeMemory(ctx context.Context, out io.Writer, f *benchFlags) error {
-	bin, err := os.Executable()
-	if err != nil {
-		return err
+	bin := f.serveBinary
+	if bin == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		bin = exe
 	}
-	cfg := bench.ServeMemoryConfig{Binary: bin, Dir: f.dir, Decided: f.serveMemory, Claim: f.serveClaim, Keep: f.serveKeep, Reuse: f.serveReuse,
+	cfg := bench.ServeMemoryConfig{Binary: bin, Dir: f.dir, Decided: f.serveMemory, Claim: f.serveClaim, Keep: f.serveKeep, Reuse: f.serveReuse, SeedMore: f.serveSeedMore,
 		SeedSync: f.serveSeedSync, Settle: f.serveSettle, Out: out}
 	switch f.serveSeedSync {
 	case "", "always", "lazy":
