@@ -1,7 +1,6 @@
 package api
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,17 +18,18 @@ import (
 
 // The records index notes what it holds in a small file (Config.IndexSnapshot)
 // when it stops and every snapshotEvery while it runs: the bucket revision
-// it had applied up to, and the revision of each record it held. A start
-// that finds a note for the same bucket reads those records by revision
-// and follows the bucket from the noted revision on, instead of reading the
-// headers of every record message: on a long history that read touches
-// every block of the records' stream, which the store then caches for a
-// while (BENCHMARKS.md, "`serve`'s resident memory"). The note names
-// positions only; every record is still read from the bucket, so a stale
-// or damaged note costs a full read, never a wrong record.
+// it had applied up to, the revision of each pending record it held, and
+// the oldest revision of the decided ones it held. A start that finds a
+// note for the same bucket reads the pending records by revision and
+// follows the bucket from the oldest decided one (or the noted revision),
+// as a start that read every record's headers would from the newest
+// decided records it found, without reading the headers of the history
+// before them. The note names positions only; every record is still read
+// from the bucket, so a stale or damaged note costs a full read, never a
+// wrong record.
 
 // snapshotVersion is the note's format.
-const snapshotVersion = 1
+const snapshotVersion = 2
 
 // snapshotEvery is how often a running index writes its note when it has
 // applied changes since the last one.
@@ -51,7 +51,9 @@ type indexSnapshot struct {
 	ArchiveTop uint64    `json:"archive_top"`
 	LeftOut    time.Time `json:"left_out,omitzero"`
 	Pending    []uint64  `json:"pending"` // the revisions of the pending records held
-	Decided    []uint64  `json:"decided"` // the revisions of the decided records held, oldest first
+	// DecidedFrom is the oldest revision of a decided record held (0:
+	// none was).
+	DecidedFrom uint64 `json:"decided_from,omitempty"`
 }
 
 // snapshotLocked is the note of what the index holds now.
@@ -59,14 +61,14 @@ func (ix *index) snapshotLocked(created time.Time) *indexSnapshot {
 	sn := &indexSnapshot{Version: snapshotVersion, Stream: ix.stream.CachedInfo().Config.Name, Created: created,
 		Seq: ix.seq, ArchiveTop: ix.archiveTop, LeftOut: ix.leftOut}
 	for _, s := range ix.byID {
-		if s.status == contracts.StatusPending {
+		switch {
+		case s.status == contracts.StatusPending:
 			sn.Pending = append(sn.Pending, s.rev)
-		} else {
-			sn.Decided = append(sn.Decided, s.rev)
+		case sn.DecidedFrom == 0 || s.rev < sn.DecidedFrom:
+			sn.DecidedFrom = s.rev
 		}
 	}
 	slices.Sort(sn.Pending)
-	slices.Sort(sn.Decided)
 	return sn
 }
 
@@ -151,17 +153,16 @@ func (ix *index) readSnapshot(info *jetstream.StreamInfo) (*indexSnapshot, strin
 		return nil, "ahead of the bucket"
 	case state.LastSeq-sn.Seq > snapshotMaxGap:
 		return nil, fmt.Sprintf("%d changes behind the bucket", state.LastSeq-sn.Seq)
-	case len(sn.Decided) > ix.recent:
-		return nil, "holds more decided records than index_recent"
 	}
 	return &sn, ""
 }
 
 // loadSnapshot fills the index from its note, when there is one this
-// start can use: the records it names are read by revision (a record
-// changed since is gone at that revision, and the watch from the note's
-// revision on brings its change), and the watch starts after the note.
-// ok is false when the start must read every record's headers instead.
+// start can use: the pending records it names that the watch will not
+// bring are read by revision (a record changed since is gone at that
+// revision, and the watch brings its change), and the watch starts at the
+// oldest decided record it names, or after the note. ok is false when the
+// start must read every record's headers instead.
 func (ix *index) loadSnapshot(ctx context.Context, info *jetstream.StreamInfo) (from uint64, ok bool, err error) {
 	if ix.snapshotPath == "" {
 		return 0, false, nil
@@ -172,10 +173,14 @@ func (ix *index) loadSnapshot(ctx context.Context, info *jetstream.StreamInfo) (
 		return 0, false, nil
 	}
 	began := time.Now()
+	from = sn.Seq + 1
+	if sn.DecidedFrom > 0 {
+		from = min(from, sn.DecidedFrom)
+	}
 	f := newFetcher(ctx, ix)
 	f.budget = -1
-	for _, rev := range slices.Concat(sn.Pending, sn.Decided) {
-		if rev >= info.State.FirstSeq {
+	for _, rev := range sn.Pending {
+		if rev >= info.State.FirstSeq && rev < from {
 			f.fetch(rev)
 		}
 	}
@@ -183,15 +188,12 @@ func (ix *index) loadSnapshot(ctx context.Context, info *jetstream.StreamInfo) (
 		return 0, false, fmt.Errorf("api: load the records index from its note: %w", err)
 	}
 	ix.mu.Lock()
-	// Read side by side, the decided records joined the eviction queue
-	// out of order: oldest revision first, as the watch would have.
-	slices.SortFunc(ix.evict, func(a, b held) int { return cmp.Compare(a.rev, b.rev) })
 	ix.archiveTop = max(ix.archiveTop, sn.ArchiveTop)
 	ix.leftOut = maxTime(ix.leftOut, sn.LeftOut)
-	ix.seq = max(ix.seq, sn.Seq)
+	ix.seq = max(ix.seq, from-1)
 	ix.mu.Unlock()
 	ix.fromNote = true
-	ix.log.Info("records index loaded from its note", "records", f.n, "noted_at", sn.Seq,
-		"watched_from", sn.Seq+1, "took", time.Since(began).Round(time.Millisecond))
-	return sn.Seq + 1, true, nil
+	ix.log.Info("records index loaded from its note", "read_one_by_one", f.n, "noted_at", sn.Seq,
+		"watched_from", from, "took", time.Since(began).Round(time.Millisecond))
+	return from, true, nil
 }
