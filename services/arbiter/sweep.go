@@ -29,12 +29,15 @@ const sweepWindow = 30 * time.Second
 // announceUnannounced runs the start-up sweep; a failure is logged (the
 // sweep is a safety net, not a step anything waits for).
 func (a *Arbiter) announceUnannounced(ctx context.Context) {
+	began := time.Now()
 	n, err := a.sweepUnannounced(ctx)
 	switch {
 	case err != nil && ctx.Err() == nil:
 		a.cfg.Logger.Warn("the start-up look for decisions left unannounced failed", "err", err)
 	case n > 0:
 		a.cfg.Logger.Warn("decisions left unannounced by a stop were announced", "count", n)
+	default:
+		a.cfg.Logger.Info("the start-up look for decisions left unannounced is done", "took", time.Since(began).Round(time.Millisecond))
 	}
 }
 
@@ -89,16 +92,27 @@ func (a *Arbiter) recentDecisions(ctx context.Context) ([]string, error) {
 		return nil, nil
 	}
 	start := state.LastTime.Add(-sweepWindow)
+	// No filter: the stream holds records only (the API's start reads it
+	// the same way).
 	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &start, HeadersOnly: true,
-		FilterSubjects: []string{events.RecordSubject(">")},
 	})
 	if err != nil {
 		return nil, err
 	}
+	// One continuous pull (Next alone asks for each message on its own:
+	// 10 ms a message on a long history).
+	it, err := cons.Messages(jetstream.PullMaxMessages(512))
+	if err != nil {
+		return nil, err
+	}
+	defer it.Stop()
 	status := map[string]string{}
 	for {
-		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		// Bounded, and ended at once by the arbiter's stop.
+		nctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		msg, err := it.Next(jetstream.NextContext(nctx))
+		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("read the records written last: %w", err)
 		}
