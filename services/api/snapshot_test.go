@@ -1,10 +1,8 @@
 package api_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"log/slog"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -19,37 +17,20 @@ import (
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/events/embedded"
+	"github.com/countersign/countersign/notifier/notifiertest"
 	"github.com/countersign/countersign/services/api"
 )
 
-// lockedLog is a log sink the API's goroutines write to while a test reads it.
-type lockedLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lockedLog) has(s string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Contains(l.buf.String(), s)
-}
-
 // noteReplica starts an API replica whose records index keeps its note in
 // note; stop closes it (writing the note) and its HTTP server.
-func (e *env) noteReplica(t *testing.T, note string, recent int) (url string, log *lockedLog, stop func()) {
+func (e *env) noteReplica(t *testing.T, note string, recent int) (url string, logs *notifiertest.Logs, stop func()) {
 	t.Helper()
 	cfg := e.cfg
 	reg := prometheus.NewRegistry()
-	log = &lockedLog{}
+	logs = &notifiertest.Logs{}
 	cfg.Registerer, cfg.Gatherer = reg, reg
 	cfg.IndexRecent, cfg.IndexSnapshot = recent, note
-	cfg.Logger = slog.New(slog.NewTextHandler(log, nil))
+	cfg.Logger = logs.Logger()
 	s, err := api.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -65,8 +46,11 @@ func (e *env) noteReplica(t *testing.T, note string, recent int) (url string, lo
 		})
 	}
 	t.Cleanup(stop)
-	return hs.URL, log, stop
+	return hs.URL, logs, stop
 }
+
+// logged reports whether logs holds s.
+func logged(logs *notifiertest.Logs, s string) bool { return strings.Contains(logs.String(), s) }
 
 // A replica that stopped leaves a note of what its index held; the next
 // start on the same bucket reads those records by revision and follows the
@@ -96,7 +80,7 @@ func TestARestartFromTheIndexNoteListsWhatAFullReadLists(t *testing.T) {
 	note := filepath.Join(t.TempDir(), "records-index.json")
 
 	_, firstLog, stopFirst := e.noteReplica(t, note, recent)
-	if !firstLog.has("records index note not used") {
+	if !logged(firstLog, "records index note not used") {
 		t.Error("the first start found a note before any was written")
 	}
 	stopFirst()
@@ -137,7 +121,7 @@ func TestARestartFromTheIndexNoteListsWhatAFullReadLists(t *testing.T) {
 	slices.Sort(want)
 
 	fromNote, noteLog, _ := e.noteReplica(t, note, recent)
-	if !noteLog.has("records index loaded from its note") {
+	if !logged(noteLog, "records index loaded from its note") {
 		t.Fatal("the restart did not load its index from the note")
 	}
 	fullRead := e.replica(t, func(c *api.Config) { c.IndexRecent = recent })
@@ -177,7 +161,7 @@ func TestARestartFromTheIndexNoteListsWhatAFullReadLists(t *testing.T) {
 			}
 			url, log, stop := e.noteReplica(t, note, recent)
 			defer stop()
-			if !log.has("records index note not used") || log.has("records index loaded from its note") {
+			if !logged(log, "records index note not used") || logged(log, "records index loaded from its note") {
 				t.Fatal("a spoilt note was used")
 			}
 			e.url = url
