@@ -73,11 +73,12 @@ type Config struct {
 	// memory beside every pending one (DefaultIndexRecent when 0); older
 	// history is listed from the bucket's stream.
 	IndexRecent int
-	// IndexSnapshot is a file where the records index notes what it holds
+	// IndexSnapshot is a file where the records index notes where it stands
 	// when it stops and every 5 minutes (revisions only; no record
-	// content), so that a start on a long history reads those records
-	// instead of the headers of every record message. Empty: no note, every
-	// start reads the headers. serve keeps it in its data directory.
+	// content), so that a start on a long history reads the pending
+	// records and the newest decided ones from there instead of the
+	// headers of every record message. Empty: no note, every start reads
+	// the headers. serve keeps it in its data directory.
 	IndexSnapshot string
 	// HistoryPageBudget is about how long one page of older history looks
 	// through the bucket (25 ms when 0; it always reads the headers of at

@@ -220,11 +220,10 @@ type index struct {
 	stopped chan struct{}
 
 	// snapshotPath is where the index keeps its note (snapshot.go; "":
-	// nowhere); fromNote is whether this start read it.
+	// nowhere).
 	snapshotPath string
-	fromNote     bool
 	savedSeq     atomic.Uint64 // the revision the last note written holds
-	noteStop     chan struct{}
+	snapshotStop chan struct{}
 }
 
 // held is one decided summary in the eviction queue.
@@ -259,8 +258,8 @@ func (ix *index) start(ctx context.Context) error {
 	ix.stopped = make(chan struct{})
 	go ix.run(w)
 	if ix.snapshotPath != "" {
-		ix.noteStop = make(chan struct{})
-		go ix.keepSnapshot(ix.noteStop)
+		ix.snapshotStop = make(chan struct{})
+		go ix.keepSnapshot(ix.snapshotStop)
 	}
 	return nil
 }
@@ -269,8 +268,8 @@ func (ix *index) stop() error {
 	if ix.watcher == nil {
 		return nil
 	}
-	if ix.noteStop != nil {
-		close(ix.noteStop)
+	if ix.snapshotStop != nil {
+		close(ix.snapshotStop)
 	}
 	err := ix.watcher.Stop()
 	select {

@@ -57,8 +57,9 @@ type indexSnapshot struct {
 }
 
 // snapshotLocked is the note of what the index holds now.
-func (ix *index) snapshotLocked(created time.Time) *indexSnapshot {
-	sn := &indexSnapshot{Version: snapshotVersion, Stream: ix.stream.CachedInfo().Config.Name, Created: created,
+func (ix *index) snapshotLocked() *indexSnapshot {
+	info := ix.stream.CachedInfo()
+	sn := &indexSnapshot{Version: snapshotVersion, Stream: info.Config.Name, Created: info.Created,
 		Seq: ix.seq, ArchiveTop: ix.archiveTop, LeftOut: ix.leftOut}
 	for _, s := range ix.byID {
 		switch {
@@ -79,7 +80,7 @@ func (ix *index) saveSnapshot() error {
 		return nil
 	}
 	ix.mu.Lock()
-	sn := ix.snapshotLocked(ix.stream.CachedInfo().Created)
+	sn := ix.snapshotLocked()
 	ix.mu.Unlock()
 	data, err := json.Marshal(sn)
 	if err != nil {
@@ -192,7 +193,6 @@ func (ix *index) loadSnapshot(ctx context.Context, info *jetstream.StreamInfo) (
 	ix.leftOut = maxTime(ix.leftOut, sn.LeftOut)
 	ix.seq = max(ix.seq, from-1)
 	ix.mu.Unlock()
-	ix.fromNote = true
 	ix.log.Info("records index loaded from its note", "read_one_by_one", f.n, "noted_at", sn.Seq,
 		"watched_from", from, "took", time.Since(began).Round(time.Millisecond))
 	return from, true, nil

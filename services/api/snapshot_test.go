@@ -52,9 +52,10 @@ func (e *env) noteReplica(t *testing.T, note string, recent int) (url string, lo
 // logged reports whether logs holds s.
 func logged(logs *notifiertest.Logs, s string) bool { return strings.Contains(logs.String(), s) }
 
-// A replica that stopped leaves a note of what its index held; the next
-// start on the same bucket reads those records by revision and follows the
-// changes made since, instead of reading every record's headers, and lists
+// A replica that stopped leaves a note of where its index stood; the next
+// start on the same bucket reads the pending records it names and follows
+// the bucket from the oldest decided one, instead of reading every record's
+// headers, and lists
 // exactly what a replica that read every header lists: records written
 // since, a noted pending record decided since, a noted decided record
 // deleted since, records of an earlier arbiter (no summary headers), and

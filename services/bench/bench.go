@@ -27,7 +27,7 @@ const (
 )
 
 // clustered reports whether mode runs a cluster of several nodes.
-func clustered(mode string) bool { return mode == SyncCluster || mode == SyncCluster5 }
+func clustered(mode string) bool { return clusterNodes(mode) > 1 }
 
 // clusterNodes is how many nodes mode runs.
 func clusterNodes(mode string) int {

@@ -255,10 +255,10 @@ func (p *printer) policy(r PolicyReport) {
 }
 
 func modeDesc(mode string) string {
-	switch mode {
-	case SyncLazy:
+	switch {
+	case mode == SyncLazy:
 		return "JetStream default flush, every 2 min"
-	case SyncCluster, SyncCluster5:
+	case clustered(mode):
 		return fmt.Sprintf("%d nodes in this process, R3, fsync on every write", clusterNodes(mode))
 	}
 	return "fsync on every write"

@@ -155,33 +155,6 @@ func seedMore(ctx context.Context, cfg ServeMemoryConfig, dir string, rep *Serve
 	return err
 }
 
-// cpuSeconds is the process's user and system CPU time, from /proc.
-func (p *serveProc) cpuSeconds() (float64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
-	if err != nil {
-		return 0, err
-	}
-	// Fields after the command's closing parenthesis: state is the 3rd
-	// field of the line, utime and stime the 14th and 15th.
-	rest := string(data)
-	if i := strings.LastIndexByte(rest, ')'); i >= 0 {
-		rest = rest[i+1:]
-	}
-	f := strings.Fields(rest)
-	if len(f) < 13 {
-		return 0, fmt.Errorf("bench: unreadable /proc/%d/stat", p.cmd.Process.Pid)
-	}
-	utime, err1 := strconv.ParseFloat(f[11], 64)
-	stime, err2 := strconv.ParseFloat(f[12], 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("bench: unreadable /proc/%d/stat", p.cmd.Process.Pid)
-	}
-	return (utime + stime) / clockTicks, nil
-}
-
-// clockTicks is Linux's USER_HZ, the unit of /proc's CPU times.
-const clockTicks = 100
-
 // seededServe makes a data directory under cfg.Dir and has serve decide
 // cfg.Decided approvals in it.
 func seededServe(ctx context.Context, cfg ServeMemoryConfig, rep *ServeMemoryReport) (string, error) {
@@ -325,21 +298,35 @@ func (p *serveProc) rss() uint64 {
 }
 
 // heapInuse reads go_memstats_heap_inuse_bytes from /metrics (loopback
-// needs no token).
+// needs no token); 0 when it cannot.
 func (p *serveProc) heapInuse() uint64 {
+	v, _ := p.metric("go_memstats_heap_inuse_bytes")
+	return uint64(v)
+}
+
+// cpuSeconds is the process's user and system CPU time, as its /metrics
+// says (process_cpu_seconds_total).
+func (p *serveProc) cpuSeconds() (float64, error) {
+	return p.metric("process_cpu_seconds_total")
+}
+
+// metric reads one unlabelled sample from serve's /metrics.
+func (p *serveProc) metric(name string) (float64, error) {
 	res, err := httpClient.Get(p.base + "/metrics")
 	if err != nil {
-		return 0
+		return 0, err
 	}
 	defer res.Body.Close()
-	body, _ := io.ReadAll(res.Body)
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		return 0, err
+	}
 	for line := range strings.SplitSeq(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, "go_memstats_heap_inuse_bytes "); ok {
-			f, _ := strconv.ParseFloat(v, 64)
-			return uint64(f)
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return strconv.ParseFloat(v, 64)
 		}
 	}
-	return 0
+	return 0, fmt.Errorf("bench: serve's /metrics has no %s", name)
 }
 
 // stop ends serve with SIGTERM, as a service manager does, and waits for
