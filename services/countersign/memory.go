@@ -19,26 +19,64 @@ const (
 	// memoryLimitAuto (the default) keeps the runtime's memory within
 	// autoLimit of the live heap, re-read every memoryTick: memory freed
 	// by a burst (the start-up read of a large history, a flood of
-	// requests) goes back to the system instead of staying with the
-	// process until the collector's next idle cycle.
+	// requests) goes back to the system once the burst is over instead of
+	// staying with the process until the collector's next idle cycle.
 	memoryLimitAuto = "auto"
 	// memoryLimitOff leaves the runtime's defaults (GOGC only).
 	memoryLimitOff = "off"
 )
 
-// The auto limit: a quarter above the live heap, and never under memoryFloor,
-// so a small process collects no more often than GOGC=100 has it.
+// The auto limit sits above the memory the runtime holds besides the
+// heap's objects and free pages, by the heap a collection may let grow:
+//   - busy (more than busyAllocs, or a 32nd of the live heap, allocated
+//     in the last tick): a quarter above the live heap, and at least
+//     memoryFloor of heap, so that a small process collects no more often
+//     than GOGC=100 has it and a large one allocates a quarter of its live
+//     heap between two collections;
+//   - quiet: a 16th above the live heap, at least quietRoom: a quiet
+//     process collects its little garbage and keeps close to what it uses.
+//
+// On the first quiet tick after a busy spell the garbage and free pages
+// the spell left go back to the system at once (a collection and a
+// scavenge) where they are worth it (at least releaseWorth, or an eighth
+// of the live heap), at most once every releaseEvery.
 const (
-	memoryFloor = 96 << 20
-	memoryTick  = 2 * time.Second
+	memoryFloor  = 96 << 20
+	quietRoom    = 8 << 20
+	memoryTick   = 2 * time.Second
+	busyAllocs   = 4 << 20
+	releaseWorth = 16 << 20
+	releaseEvery = time.Minute
 )
 
-// autoLimit is the auto mode's limit for a live heap of live bytes.
-func autoLimit(live uint64) int64 {
-	if live > math.MaxInt64/2 {
+// runtimeMemory is what the auto limit is computed from: the live heap the
+// last collection found, and the memory the soft limit counts that is not
+// heap objects or free heap pages (goroutine stacks, the collector's
+// metadata, fragmentation inside spans, the runtime's other structures).
+type runtimeMemory struct {
+	live     uint64
+	overhead uint64
+	// spare is the heap's garbage and free pages not yet released: what a
+	// collection and a scavenge would give back.
+	spare uint64
+	// allocated counts every byte allocated on the heap since the start.
+	allocated uint64
+}
+
+// autoLimit is the auto mode's limit for m. The runtime compares its soft
+// limit with all the memory it holds, not the heap alone: a limit of
+// 1.25 × the live heap alone sits under what a large heap's process holds
+// anyway, and the collector then runs without pause (capped at half the
+// CPU). The overhead is added so that only the heap's growth is bounded.
+func autoLimit(m runtimeMemory, busy bool) int64 {
+	if m.live > math.MaxInt64/4 || m.overhead > math.MaxInt64/4 {
 		return math.MaxInt64
 	}
-	return max(memoryFloor, int64(live+live/4))
+	heap := int64(m.live) + max(quietRoom, int64(m.live/16))
+	if busy {
+		heap = max(memoryFloor, int64(m.live+m.live/4))
+	}
+	return int64(m.overhead) + heap
 }
 
 // memoryLimit is a parsed memory_limit: auto, off, or a fixed limit.
@@ -95,7 +133,7 @@ func (m memoryLimit) start(ctx context.Context, log *slog.Logger) string {
 	case memoryLimitOff:
 		return memoryLimitOff
 	case memoryLimitAuto:
-		f := &heapFollower{read: liveHeap, set: debug.SetMemoryLimit}
+		f := &heapFollower{read: readRuntimeMemory, set: debug.SetMemoryLimit, release: debug.FreeOSMemory, now: time.Now}
 		f.step()
 		go f.run(ctx, time.NewTicker(memoryTick))
 		return memoryLimitAuto
@@ -105,30 +143,68 @@ func (m memoryLimit) start(ctx context.Context, log *slog.Logger) string {
 	}
 }
 
-// liveHeap is the live heap the last collection found.
-func liveHeap() (uint64, bool) {
-	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
-	metrics.Read(sample)
-	if sample[0].Value.Kind() != metrics.KindUint64 {
-		return 0, false
+// readRuntimeMemory reads the live heap and the overhead from the runtime.
+func readRuntimeMemory() (runtimeMemory, bool) {
+	samples := []metrics.Sample{
+		{Name: "/gc/heap/live:bytes"},
+		{Name: "/memory/classes/total:bytes"},
+		{Name: "/memory/classes/heap/released:bytes"},
+		{Name: "/memory/classes/heap/free:bytes"},
+		{Name: "/memory/classes/heap/objects:bytes"},
+		{Name: "/gc/heap/allocs:bytes"},
 	}
-	return sample[0].Value.Uint64(), true
+	metrics.Read(samples)
+	var v [6]uint64
+	for i, s := range samples {
+		if s.Value.Kind() != metrics.KindUint64 {
+			return runtimeMemory{}, false
+		}
+		v[i] = s.Value.Uint64()
+	}
+	held := v[1] - min(v[1], v[2]+v[3]+v[4])
+	spare := v[3] + v[4] - min(v[3]+v[4], v[0])
+	return runtimeMemory{live: v[0], overhead: held, spare: spare, allocated: v[5]}, true
 }
 
-// heapFollower keeps the soft memory limit at autoLimit of the live heap.
+// heapFollower keeps the soft memory limit at autoLimit of the runtime's
+// memory, busy or quiet, and gives a busy spell's spare memory back once it
+// is over.
 type heapFollower struct {
-	read    func() (uint64, bool)
+	read    func() (runtimeMemory, bool)
 	set     func(int64) int64
-	current int64
+	release func() // a collection and a scavenge: debug.FreeOSMemory
+	now     func() time.Time
+
+	current     int64
+	allocated   uint64
+	owed        bool // a busy spell's spare memory is still to give back
+	lastRelease time.Time
 }
 
-// step sets the limit for the live heap now, if it changed.
+// step sets the limit for the runtime's memory now, if it changed, after
+// giving back what a busy spell that just ended left.
 func (f *heapFollower) step() {
-	live, ok := f.read()
+	m, ok := f.read()
 	if !ok {
 		return
 	}
-	if limit := autoLimit(live); limit != f.current {
+	spell := m.allocated - min(m.allocated, f.allocated)
+	f.allocated = m.allocated
+	busy := spell > max(busyAllocs, m.live/32)
+	switch {
+	case busy:
+		f.owed = true
+	case f.owed && m.spare < max(releaseWorth, m.live/8):
+		f.owed = false // little to give back
+	case f.owed && f.now().Sub(f.lastRelease) >= releaseEvery:
+		f.release()
+		f.owed, f.lastRelease = false, f.now()
+		if again, ok := f.read(); ok {
+			m = again
+			f.allocated = m.allocated
+		}
+	}
+	if limit := autoLimit(m, busy); limit != f.current {
 		f.set(limit)
 		f.current = limit
 	}
