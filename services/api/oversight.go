@@ -124,9 +124,17 @@ func decidedVia(sj *summaryJSON) (string, time.Duration) {
 
 // overseen returns the requests created in o's window that reader may read.
 func (ix *index) overseen(reader approval.Reader, o oversight.Options) []oversight.Request {
+	var out []oversight.Request
+	ix.eachOverseen(reader, o, func(r *oversight.Request) { out = append(out, *r) })
+	return out
+}
+
+// eachOverseen calls fn with each request of o's window reader may read,
+// newest first, under the index's lock. fn must not keep r: it is reused.
+func (ix *index) eachOverseen(reader approval.Reader, o oversight.Options, fn func(r *oversight.Request)) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	var out []oversight.Request
+	var r oversight.Request
 	for _, s := range ix.order { // newest first
 		if s.createdAt.Before(o.Since) {
 			break
@@ -134,14 +142,14 @@ func (ix *index) overseen(reader approval.Reader, o oversight.Options) []oversig
 		if !o.InWindow(s.createdAt) || !s.canRead(reader) {
 			continue
 		}
-		out = append(out, oversight.Request{
+		r = oversight.Request{
 			EventID: s.eventID, Rule: s.over.rule, Risk: s.over.risk, CreatedAt: s.createdAt,
 			Approvers: s.approvers, Votes: s.over.votes, TimedOut: s.over.timedOut, Shadow: s.over.shadow,
 			Status: s.status, Channel: s.over.channel, DecidedAfter: s.over.decidedAfter,
 			Claimed: s.over.claimed, Execution: s.over.execution, Review: s.over.review,
-		})
+		}
+		fn(&r)
 	}
-	return out
 }
 
 // OversightRoles may see the oversight view: admins, viewers and auditors.

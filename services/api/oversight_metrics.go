@@ -1,7 +1,6 @@
 package api
 
 import (
-	"cmp"
 	"context"
 	"slices"
 	"time"
@@ -82,46 +81,33 @@ func (c *recordsCollector) Collect(ch chan<- prometheus.Metric) {
 	cancel()
 	ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, c.s.index.pendingCount())
 	o := oversight.Options{Since: c.s.cfg.Now().Add(-oversight.DefaultWindow), Fast: oversight.DefaultFast}
-	reqs := c.s.index.overseen(approval.Reader{Admin: true}, o)
+	// One pass over the window, holding no copy of it: a scrape's cost is
+	// the pass and the times to decide, not a report of every row.
+	t := oversight.NewTally(o)
+	c.s.index.eachOverseen(approval.Reader{Admin: true}, o, t.Add)
 	ch <- prometheus.MustNewConstMetric(c.window, prometheus.GaugeValue, oversight.DefaultWindow.Seconds())
 	ch <- prometheus.MustNewConstMetric(c.threshold, prometheus.GaugeValue, o.Fast.Seconds())
 
 	// Per rule: the exact median and p90, as the JSON has them.
-	for _, r := range oversight.Compute(reqs, o).Rules {
+	for _, r := range t.Rules() {
 		if r.TimeToDecide != nil {
 			ch <- prometheus.MustNewConstMetric(c.median, prometheus.GaugeValue, r.TimeToDecide.Median, r.Rule)
 			ch <- prometheus.MustNewConstMetric(c.p90, prometheus.GaugeValue, r.TimeToDecide.P90, r.Rule)
 		}
 	}
 	// Per rule and risk.
-	type key struct{ rule, risk string }
-	groups := map[key][]oversight.Request{}
-	for _, r := range reqs {
-		k := key{r.Rule, r.Risk}
-		groups[k] = append(groups[k], r)
-	}
-	keys := make([]key, 0, len(groups))
-	for k := range groups {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b key) int { return cmp.Or(cmp.Compare(a.rule, b.rule), cmp.Compare(a.risk, b.risk)) })
-	for _, k := range keys {
-		st := oversight.Compute(groups[k], o).Total
-		ch <- prometheus.MustNewConstMetric(c.requests, prometheus.GaugeValue, float64(st.Requests), k.rule, k.risk)
-		ch <- prometheus.MustNewConstMetric(c.expired, prometheus.GaugeValue, float64(st.ExpiredUndecided), k.rule, k.risk)
-		byDecision := map[string]int{}
-		for _, r := range groups[k] {
-			for _, v := range r.Votes {
-				byDecision[v.Decision]++
-			}
-		}
+	keys, rows := t.Groups()
+	for i, k := range keys {
+		st := rows[i]
+		ch <- prometheus.MustNewConstMetric(c.requests, prometheus.GaugeValue, float64(st.Requests), k.Rule, k.Risk)
+		ch <- prometheus.MustNewConstMetric(c.expired, prometheus.GaugeValue, float64(st.ExpiredUndecided), k.Rule, k.Risk)
 		for _, dec := range []string{contracts.DecisionApprove, contracts.DecisionEdit, contracts.DecisionReject, contracts.DecisionRespond, contracts.DecisionAnswer} {
-			if n := byDecision[dec]; n > 0 {
-				ch <- prometheus.MustNewConstMetric(c.decisions, prometheus.GaugeValue, float64(n), k.rule, k.risk, dec)
+			if n := st.ByDecision[dec]; n > 0 {
+				ch <- prometheus.MustNewConstMetric(c.decisions, prometheus.GaugeValue, float64(n), k.Rule, k.Risk, dec)
 			}
 		}
-		if oversight.HighRisk(k.risk) {
-			ch <- prometheus.MustNewConstMetric(c.fast, prometheus.GaugeValue, float64(st.FastHighRisk), k.rule, k.risk)
+		if oversight.HighRisk(k.Risk) {
+			ch <- prometheus.MustNewConstMetric(c.fast, prometheus.GaugeValue, float64(st.FastHighRisk), k.Rule, k.Risk)
 		}
 		secs := st.Seconds()
 		buckets := make(map[float64]uint64, len(oversightBuckets))
@@ -130,12 +116,12 @@ func (c *recordsCollector) Collect(ch chan<- prometheus.Metric) {
 			sum += x
 		}
 		for _, b := range oversightBuckets {
-			i, _ := slices.BinarySearch(secs, b) // secs is sorted: first index ≥ b
-			for i < len(secs) && secs[i] == b {
-				i++ // le: a time equal to the bound is in its bucket
+			j, _ := slices.BinarySearch(secs, b) // secs is sorted: first index ≥ b
+			for j < len(secs) && secs[j] == b {
+				j++ // le: a time equal to the bound is in its bucket
 			}
-			buckets[b] = uint64(i)
+			buckets[b] = uint64(j)
 		}
-		ch <- prometheus.MustNewConstHistogram(c.timeToDecide, uint64(len(secs)), sum, buckets, k.rule, k.risk)
+		ch <- prometheus.MustNewConstHistogram(c.timeToDecide, uint64(len(secs)), sum, buckets, k.Rule, k.Risk)
 	}
 }

@@ -278,13 +278,8 @@ func Compute(reqs []Request, o Options) Report {
 			rule = &RuleStats{Rule: req.Rule}
 			rules[req.Rule] = rule
 		}
-		rows := []*Stats{&rep.Total, &rule.Stats}
-		for _, row := range rows {
-			row.Requests++
-			if req.TimedOut {
-				row.ExpiredUndecided++
-			}
-		}
+		rep.Total.add(req, o.Fast)
+		rule.add(req, o.Fast)
 		// An approver's requests: named by it or voted on, each once.
 		seen := map[string]bool{}
 		for _, id := range req.Approvers {
@@ -305,9 +300,7 @@ func Compute(reqs []Request, o Options) Report {
 				seen[v.Approver] = true
 				row.Requests++
 			}
-			for _, r := range []*Stats{&rep.Total, &rule.Stats, row} {
-				r.count(req, v, o.Fast)
-			}
+			row.count(req, v, o.Fast)
 		}
 	}
 	rep.Total.finish()
@@ -446,6 +439,17 @@ func (c *ExecutionCounts) add(r *Request) {
 
 func voted(req *Request, id string) bool {
 	return slices.ContainsFunc(req.Votes, func(v Vote) bool { return v.Approver == id })
+}
+
+// add counts req and its votes in s, the row of a rule or the total.
+func (s *Stats) add(req *Request, fast time.Duration) {
+	s.Requests++
+	if req.TimedOut {
+		s.ExpiredUndecided++
+	}
+	for j := range req.Votes {
+		s.count(req, &req.Votes[j], fast)
+	}
 }
 
 // count adds decision v on req to s.
