@@ -161,9 +161,13 @@ func readRuntimeMemory() (runtimeMemory, bool) {
 		}
 		v[i] = s.Value.Uint64()
 	}
-	held := v[1] - min(v[1], v[2]+v[3]+v[4])
-	spare := v[3] + v[4] - min(v[3]+v[4], v[0])
-	return runtimeMemory{live: v[0], overhead: held, spare: spare, allocated: v[5]}, true
+	live, total, released, free, objects, allocated := v[0], v[1], v[2], v[3], v[4], v[5]
+	return runtimeMemory{
+		live:      live,
+		overhead:  total - min(total, released+free+objects),
+		spare:     free + objects - min(free+objects, live),
+		allocated: allocated,
+	}, true
 }
 
 // heapFollower keeps the soft memory limit at autoLimit of the runtime's
