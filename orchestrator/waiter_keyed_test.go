@@ -470,8 +470,12 @@ func TestForgedRecordCopyWakesNothing(t *testing.T) {
 	agent := e.srv.ConnectAs(embedded.RoleOrchestrator)
 	hdr := nats.Header{}
 	hdr.Set(jetstream.SequenceHeader, "999999")
-	spy, err := e.srv.Connect().SubscribeSync(contracts.RecordCopySubject(id))
+	listener := e.srv.Connect()
+	spy, err := listener.SubscribeSync(contracts.RecordCopySubject(id))
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := listener.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	if err := agent.PublishMsg(&nats.Msg{Subject: contracts.SubjectHistoryPrefix + "forged", Header: hdr, Data: forged}); err != nil {

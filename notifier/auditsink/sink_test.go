@@ -106,8 +106,12 @@ func TestSinksDeliverEveryEntryAtLeastOnce(t *testing.T) {
 	}))
 	defer refusing.Close()
 	syslog := startSyslog(t)
-	dead, err := srv.Connect().SubscribeSync(contracts.DeadLetterSubject(audit.Stream))
+	listener := srv.Connect()
+	dead, err := listener.SubscribeSync(contracts.DeadLetterSubject(audit.Stream))
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := listener.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	cfg := auditsink.Config{

@@ -33,8 +33,12 @@ func TestAuditLogsEveryChangeOnceInOneSignedChain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkpoints, err := b.srv.Connect().SubscribeSync(audit.SubjectCheckpoint)
+	listener := b.srv.Connect()
+	checkpoints, err := listener.SubscribeSync(audit.SubjectCheckpoint)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := listener.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {

@@ -166,11 +166,17 @@ func TestAVoteRequestForARecordNotYetCreatedIsStoredAndApplied(t *testing.T) {
 func TestVotesAreStoredWhenNoArbiterAnswers(t *testing.T) {
 	b := newBus(t, events.ProvisionConfig{})
 	var asked atomic.Int32
-	sub, err := b.srv.Connect().Subscribe(contracts.SubjectVotePrefix+">", func(*nats.Msg) { asked.Add(1) })
+	listener := b.srv.Connect()
+	sub, err := listener.Subscribe(contracts.SubjectVotePrefix+">", func(*nats.Msg) { asked.Add(1) })
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	// The server knows of the listener before the first request: without
+	// the round trip, the request can find no responders and never reach it.
+	if err := listener.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	storedBefore := b.resolutionsLastSeq()
 	var s events.VoteSender
 	// A listener that never answers: the request times out.
