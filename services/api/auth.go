@@ -5,9 +5,11 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"errors"
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/approval"
@@ -29,6 +31,9 @@ type Principal struct {
 	// Agents limits a viewer or auditor to agents matching these patterns,
 	// and an agent to submitting as them; empty means every agent.
 	Agents []string
+	// Expires, when set, is when the credential stops being valid (an
+	// identity provider's token): a stream opened with it ends then.
+	Expires time.Time
 }
 
 // Reader is what p may read, for the rules of contracts/approval.
@@ -79,22 +84,69 @@ func principalFrom(ctx context.Context) *Principal {
 	return p
 }
 
-// authenticate finds the token presented in the Authorization header. Every
+// authenticate finds the principal of the bearer token presented in the
+// Authorization header: nil and an *Error when there is none. Every
 // configured hash, and every hash of the directory, is compared in constant
-// time, whatever matches first. A directory token's principal is its user:
-// the subject is the user's id.
-func (s *Server) authenticate(r *http.Request) *Principal {
+// time, whatever matches first; a directory token's principal is its user
+// (the subject is the user's id). A token none of them matches that is a
+// signed JWT goes to the identity provider's verifier, when one is set
+// (SetBearerVerifier).
+func (s *Server) authenticate(r *http.Request) (*Principal, *Error) {
+	invalid := errorf(http.StatusUnauthorized, CodeUnauthenticated, "the bearer token is not valid")
 	h := r.Header.Get("Authorization")
 	scheme, token, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return nil
+		return nil, invalid
 	}
 	token = strings.TrimSpace(token)
 	if token == "" {
-		return nil
+		return nil, invalid
 	}
-	return s.authenticateSum(sha256.Sum256([]byte(token)))
+	if p := s.authenticateSum(sha256.Sum256([]byte(token))); p != nil {
+		return p, nil
+	}
+	v := s.bearer.Load()
+	if v == nil || !looksLikeJWT(token) {
+		return nil, invalid
+	}
+	p, err := (*v).Verify(r.Context(), token)
+	if err != nil {
+		var aerr *Error
+		if errors.As(err, &aerr) {
+			return nil, aerr
+		}
+		return nil, invalid
+	}
+	return &p, nil
 }
+
+// BearerVerifier verifies bearer tokens that are not Countersign tokens:
+// an identity provider's signed JWTs. Verify answers the principal the
+// token stands for, or an *Error saying why it is refused.
+type BearerVerifier interface {
+	Verify(ctx context.Context, token string) (Principal, error)
+}
+
+// SetBearerVerifier makes v judge the bearer tokens that are signed JWTs
+// and match no Countersign token (the inbox sets its OIDC provider's).
+func (s *Server) SetBearerVerifier(v BearerVerifier) { s.bearer.Store(&v) }
+
+// looksLikeJWT reports whether token has a JWS compact form's shape: three
+// base64url parts.
+func looksLikeJWT(token string) bool {
+	if strings.Count(token, ".") != 2 || len(token) > maxJWT {
+		return false
+	}
+	for _, c := range token {
+		if c != '.' && c != '-' && c != '_' && (c < '0' || c > '9') && (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+// maxJWT bounds the size of a JWT bearer token read.
+const maxJWT = 16 << 10
 
 // authenticateSum finds the principal of a token known by its SHA-256, with
 // the same constant-time search as authenticate.
@@ -126,10 +178,12 @@ func (s *Server) authed(h http.HandlerFunc, roles ...string) http.HandlerFunc {
 			writeError(w, errorf(http.StatusUnauthorized, CodeUnauthenticated, "a bearer token is required"))
 			return
 		}
-		p := s.authenticate(r)
-		if p == nil {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="countersign", error="invalid_token"`)
-			writeError(w, errorf(http.StatusUnauthorized, CodeUnauthenticated, "the bearer token is not valid"))
+		p, aerr := s.authenticate(r)
+		if aerr != nil {
+			if aerr.Status == http.StatusUnauthorized {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="countersign", error="invalid_token"`)
+			}
+			writeError(w, aerr)
 			return
 		}
 		if len(roles) > 0 && !p.Has(roles...) {

@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -44,6 +45,8 @@ type Server struct {
 	pending              *pendingQuota
 	// scrape checks the scrape tokens of /metrics.
 	scrape func(sum [32]byte) bool
+	// bearer verifies an identity provider's tokens (SetBearerVerifier).
+	bearer atomic.Pointer[BearerVerifier]
 
 	handler http.Handler
 	mux     *http.ServeMux

@@ -115,6 +115,13 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, p *Princip
 	defer release()
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
+	if !p.Expires.IsZero() {
+		// A credential that expires ends its stream then; the client
+		// reconnects with a new one and resumes from its last event.
+		var stop context.CancelFunc
+		ctx, stop = context.WithTimeout(ctx, p.Expires.Sub(s.cfg.Now()))
+		defer stop()
+	}
 	sub, err := s.feed.subscribe()
 	if err != nil {
 		fail(s.backendError("follow the event streams", err))

@@ -39,6 +39,10 @@ type oidcConfig struct {
 	Name string `yaml:"name"`
 	// Only hides the token form.
 	Only bool `yaml:"only"`
+	// APIAudiences are audiences, besides client_id, of the provider's
+	// tokens the HTTP API takes as bearer tokens (a command-line client's
+	// id, or this API's identifier for JWT access tokens).
+	APIAudiences []string `yaml:"api_audiences"`
 }
 
 // configured reports whether the block asks for OIDC sign-in at all.
@@ -50,7 +54,7 @@ func (o *oidcConfig) configured() bool {
 // secret file is checked by inboxOIDC.
 func (o *oidcConfig) validate(directoryPath string) []error {
 	if !o.configured() {
-		if o.Only || o.Match != "" || len(o.Scopes) > 0 || o.GroupsClaim != "" || o.TenantsClaim != "" || o.Name != "" || o.PostLogoutRedirectURL != "" {
+		if o.Only || o.Match != "" || len(o.Scopes) > 0 || len(o.APIAudiences) > 0 || o.GroupsClaim != "" || o.TenantsClaim != "" || o.Name != "" || o.PostLogoutRedirectURL != "" {
 			return []error{errors.New("config: oidc: issuer is required when any other oidc key is set")}
 		}
 		return nil
@@ -93,6 +97,11 @@ func (o *oidcConfig) validate(directoryPath string) []error {
 			add("%s %q must be a claim name without spaces", key, claim)
 		}
 	}
+	for _, a := range o.APIAudiences {
+		if a == "" || strings.TrimSpace(a) != a {
+			add("api_audiences: %q is not an audience (empty, or spaces around it)", a)
+		}
+	}
 	if directoryPath == "" {
 		add("issuer needs a directory (directory: or COUNTERSIGN_DIRECTORY): its users are who may sign in")
 	}
@@ -129,6 +138,6 @@ func (o *oidcConfig) inboxOIDC(publicURL string, people directory.Source) (*inbo
 	return &inbox.OIDC{
 		Issuer: o.Issuer, ClientID: o.ClientID, ClientSecret: secret, RedirectURL: redirect, PostLogoutRedirectURL: logout,
 		Scopes: slices.Clone(o.Scopes), Match: o.Match, GroupsClaim: o.GroupsClaim, TenantsClaim: o.TenantsClaim,
-		Name: o.Name, Only: o.Only, People: people,
+		Name: o.Name, Only: o.Only, People: people, APIAudiences: slices.Clone(o.APIAudiences),
 	}, nil
 }

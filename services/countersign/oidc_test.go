@@ -15,6 +15,8 @@ func TestOIDCConfigIsValidated(t *testing.T) {
 	}{
 		{"absent", "", "", nil},
 		{"complete", "oidc: {issuer: https://id.example.com, client_id: inbox, client_secret: s, match: email, groups_claim: groups, tenants_claim: tenants}\n", "d.yaml", nil},
+		{"api audiences", "oidc: {issuer: https://id.example.com, client_id: inbox, client_secret: s, api_audiences: [countersign-cli, \"https://countersign.example.com\"]}\n", "d.yaml", nil},
+		{"blank api audience", "oidc: {issuer: https://id.example.com, client_id: inbox, client_secret: s, api_audiences: [\" cli\"]}\n", "d.yaml", []string{"oidc.api_audiences"}},
 		{"loopback http", "oidc: {issuer: \"http://127.0.0.1:9998\", client_id: inbox, client_secret_file: secret}\n", "d.yaml", nil},
 		{"keys without issuer", "oidc: {only: true}\n", "", []string{"oidc: issuer is required"}},
 		{"plain http", "oidc: {issuer: \"http://id.example.com\", client_id: inbox, client_secret: s}\n", "d.yaml", []string{"oidc.issuer", "must be https"}},

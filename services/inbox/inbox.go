@@ -313,6 +313,8 @@ func (st *sessionStore) drop(ctx context.Context, id string) error {
 type Backend interface {
 	Handle(pattern string, h http.Handler)
 	AuthenticateSum(sum [sha256.Size]byte) (api.Principal, bool)
+	// SetBearerVerifier hands the API the OIDC provider's tokens to judge.
+	SetBearerVerifier(v api.BearerVerifier)
 	Record(ctx context.Context, p api.Principal, id string, wait time.Duration) (*contracts.Record, *api.Error)
 	Records(ctx context.Context, p api.Principal, q api.Query) ([]*contracts.Record, *api.Error)
 	Timeline(ctx context.Context, p api.Principal, id string) ([]api.TimelineEvent, error)
@@ -406,6 +408,7 @@ func New(ctx context.Context, cfg Config) (*Inbox, error) {
 	if cfg.OIDC != nil {
 		in.oidc = &oidcSignIn{cfg: *cfg.OIDC, now: cfg.Now}
 		in.sessions.oidc = in.oidc
+		cfg.API.SetBearerVerifier(in.bearerTokens())
 	}
 	in.logins = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "countersign_inbox_logins_total",

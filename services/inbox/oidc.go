@@ -69,6 +69,10 @@ type OIDC struct {
 	Name string
 	// Only hides the token form: people sign in through the provider only.
 	Only bool
+	// APIAudiences are the audiences, besides ClientID, of the provider's
+	// tokens /v1 takes as bearer tokens (oidcbearer.go): a command-line
+	// client's id, or the identifier of this API for JWT access tokens.
+	APIAudiences []string
 	// People is the live directory sign-ins are matched to.
 	People directory.Source
 	// HTTPClient talks to the provider (default: one with a 10 s timeout).
@@ -150,6 +154,11 @@ func (o *OIDC) validate() []error {
 	}
 	if o.People == nil {
 		errs = append(errs, errors.New("inbox: Config.OIDC.People is required (the directory sign-ins are matched to)"))
+	}
+	for _, a := range o.APIAudiences {
+		if a == "" || strings.TrimSpace(a) != a {
+			errs = append(errs, fmt.Errorf("inbox: Config.OIDC.APIAudiences: %q is not an audience (empty, or spaces around it)", a))
+		}
 	}
 	return errs
 }

@@ -63,6 +63,13 @@ func (o *oidcEnv) now() time.Time { return time.Now().Add(time.Duration(o.shift.
 // provider's groups and tenants claims read when claims is true.
 func setupOIDC(t *testing.T, match string, claims bool) *oidcEnv {
 	t.Helper()
+	return setupOIDCWith(t, match, claims, nil)
+}
+
+// setupOIDCWith is setupOIDC with more of the inbox's OIDC configuration
+// set by more, when not nil.
+func setupOIDCWith(t *testing.T, match string, claims bool, more func(*inbox.OIDC)) *oidcEnv {
+	t.Helper()
 	o := &oidcEnv{env: setup(t), op: oidcop.Start(t), dir: &liveDirectory{}, reg: prometheus.NewRegistry()}
 	o.dir.set(t, oidcDirectory)
 	for _, p := range []oidcop.Person{
@@ -77,6 +84,7 @@ func setupOIDC(t *testing.T, match string, claims bool) *oidcEnv {
 	cfg := o.cfg
 	cfg.Registerer, cfg.Gatherer = o.reg, o.reg
 	cfg.Directory = o.dir
+	cfg.Now = o.now
 	ctx := context.Background()
 	s, err := api.New(ctx, cfg)
 	if err != nil {
@@ -90,6 +98,9 @@ func setupOIDC(t *testing.T, match string, claims bool) *oidcEnv {
 	}
 	if claims {
 		oc.GroupsClaim, oc.TenantsClaim = oidcop.GroupsClaim, oidcop.TenantsClaim
+	}
+	if more != nil {
+		more(oc)
 	}
 	if _, err := inbox.New(ctx, inbox.Config{API: s, JS: cfg.JS, Registerer: o.reg, Now: o.now, OIDC: oc}); err != nil {
 		t.Fatal(err)

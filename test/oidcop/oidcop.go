@@ -52,7 +52,16 @@ type Provider struct {
 	// client that may use refresh tokens and redirect to /oidc/callback,
 	// and after sign-out to /login, on any port of 127.0.0.1.
 	ClientID, ClientSecret string
-	people                 *people
+	// CLIClientID is a public (native) client with PKCE that redirects to
+	// /callback on any port of 127.0.0.1, as a command-line program
+	// signing in through the browser does. Its ID tokens carry the
+	// profile and email claims (the inbox client's leave them to the
+	// userinfo endpoint).
+	CLIClientID string
+	// OtherClientID and OtherClientSecret are a web client of another
+	// application, redirecting like ClientID.
+	OtherClientID, OtherClientSecret string
+	people                           *people
 }
 
 // Start runs a provider until the test ends.
@@ -64,13 +73,21 @@ func Start(t testing.TB) *Provider {
 	}
 	p := &Provider{
 		Issuer: "http://" + ln.Addr().String(), ClientID: "countersign-inbox", ClientSecret: "test-client-secret",
+		CLIClientID: "countersign-cli", OtherClientID: "another-app", OtherClientSecret: "another-secret",
 		people: &people{bySub: map[string]*storage.User{}, extra: map[string]Person{}},
 	}
 	web := storage.WebClient(p.ClientID, p.ClientSecret, "http://127.0.0.1/oidc/callback")
+	cli := storage.NativeClient(p.CLIClientID, "http://127.0.0.1/callback")
+	other := storage.WebClient(p.OtherClientID, p.OtherClientSecret, "http://127.0.0.1/oidc/callback")
+	webGlobs := func(c *storage.Client) globClient {
+		return globClient{Client: c, redirects: []string{"http://127.0.0.1:*/oidc/callback"}, logouts: []string{"http://127.0.0.1:*/login"}}
+	}
 	st := &store{
-		Storage: storage.NewStorageWithClients(p.people, map[string]*storage.Client{p.ClientID: web}),
-		client: globClient{Client: web,
-			redirects: []string{"http://127.0.0.1:*/oidc/callback"}, logouts: []string{"http://127.0.0.1:*/login"}},
+		Storage: storage.NewStorageWithClients(p.people, map[string]*storage.Client{p.ClientID: web, p.CLIClientID: cli, p.OtherClientID: other}),
+		clients: map[string]globClient{
+			p.ClientID: webGlobs(web), p.OtherClientID: webGlobs(other),
+			p.CLIClientID: {Client: cli, redirects: []string{"http://127.0.0.1:*/callback"}, claimsInIDToken: true},
+		},
 		people: p.people,
 	}
 	srv := &http.Server{Handler: exampleop.SetupServer(p.Issuer, st, nil, false)}
@@ -137,19 +154,19 @@ func (u *people) get(sub string) (Person, bool) {
 	return p, ok
 }
 
-// store is the example storage with the client's redirect globs, the
+// store is the example storage with the clients' redirect globs, the
 // groups and tenants claims, and refresh refused to removed people.
 type store struct {
 	*storage.Storage
-	client globClient
-	people *people
+	clients map[string]globClient
+	people  *people
 }
 
 func (s *store) GetClientByClientID(ctx context.Context, id string) (op.Client, error) {
-	if id != s.client.GetID() {
-		return s.Storage.GetClientByClientID(ctx, id)
+	if c, ok := s.clients[id]; ok {
+		return c, nil
 	}
-	return s.client, nil
+	return s.Storage.GetClientByClientID(ctx, id)
 }
 
 func (s *store) claims(info *oidc.UserInfo, sub string) {
@@ -190,11 +207,15 @@ func (s *store) TokenRequestByRefreshToken(ctx context.Context, token string) (o
 	return req, nil
 }
 
-// globClient is the example web client with redirect URI globs.
+// globClient is an example client with redirect URI globs, and the
+// userinfo claims in its ID tokens when claimsInIDToken.
 type globClient struct {
 	*storage.Client
 	redirects, logouts []string
+	claimsInIDToken    bool
 }
+
+func (c globClient) IDTokenUserinfoClaimsAssertion() bool { return c.claimsInIDToken }
 
 func (c globClient) RedirectURIGlobs() []string           { return c.redirects }
 func (c globClient) PostLogoutRedirectURIGlobs() []string { return c.logouts }
