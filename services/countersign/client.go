@@ -56,30 +56,48 @@ func (e *httpStatusError) Error() string { return fmt.Sprintf("HTTP %d: %s", e.S
 
 // clientFlags registers --url, --token and --data on fs.
 func clientFlags(fs *flag.FlagSet) func() (*client, error) {
-	url := fs.String("url", "", "API URL (default $COUNTERSIGN_URL, else the local serve)")
-	token := fs.String("token", "", "API token (default $COUNTERSIGN_TOKEN, else the local dev token)")
-	data := fs.String("data", "", "data directory of the local serve (default $COUNTERSIGN_DATA or ./data)")
+	target := urlFlags(fs)
+	token := fs.String("token", "", "API token (default $COUNTERSIGN_TOKEN, else a 'countersign login', else the local dev token)")
 	return func() (*client, error) {
-		dir := firstNonEmpty(*data, os.Getenv("COUNTERSIGN_DATA"), "./data")
-		c := &client{url: firstNonEmpty(*url, os.Getenv("COUNTERSIGN_URL")), token: firstNonEmpty(*token, os.Getenv("COUNTERSIGN_TOKEN")),
+		url, dir := target()
+		c := &client{url: url, token: firstNonEmpty(*token, os.Getenv("COUNTERSIGN_TOKEN")),
 			http: &http.Client{Timeout: 90 * time.Second}}
-		if c.url == "" {
-			var info serveInfo
-			if b, err := os.ReadFile(filepath.Join(dir, fileServe)); err == nil && json.Unmarshal(b, &info) == nil {
-				c.url = info.URL
-			} else {
-				c.url = "http://127.0.0.1:8080"
-			}
-		}
-		c.url = strings.TrimRight(c.url, "/")
 		if c.token == "" {
-			b, err := os.ReadFile(filepath.Join(dir, fileDevToken))
+			tok, found, err := loginToken(context.Background(), c.url)
 			if err != nil {
-				return nil, errors.New("no API token: set COUNTERSIGN_TOKEN or pass --token (or run where 'countersign serve' keeps ./data)")
+				return nil, err
 			}
-			c.token = strings.TrimSpace(string(b))
+			c.token = tok
+			if !found {
+				b, err := os.ReadFile(filepath.Join(dir, fileDevToken))
+				if err != nil {
+					return nil, errors.New("no API token: set COUNTERSIGN_TOKEN, pass --token, run 'countersign login', or run where 'countersign serve' keeps ./data")
+				}
+				c.token = strings.TrimSpace(string(b))
+			}
 		}
 		return c, nil
+	}
+}
+
+// urlFlags registers --url and --data on fs; the function it returns
+// answers the API's URL (--url, $COUNTERSIGN_URL, the local serve's, or
+// http://127.0.0.1:8080) and the local data directory.
+func urlFlags(fs *flag.FlagSet) func() (url, dataDir string) {
+	url := fs.String("url", "", "API URL (default $COUNTERSIGN_URL, else the local serve)")
+	data := fs.String("data", "", "data directory of the local serve (default $COUNTERSIGN_DATA or ./data)")
+	return func() (string, string) {
+		dir := firstNonEmpty(*data, os.Getenv("COUNTERSIGN_DATA"), "./data")
+		u := firstNonEmpty(*url, os.Getenv("COUNTERSIGN_URL"))
+		if u == "" {
+			var info serveInfo
+			if b, err := os.ReadFile(filepath.Join(dir, fileServe)); err == nil && json.Unmarshal(b, &info) == nil {
+				u = info.URL
+			} else {
+				u = "http://127.0.0.1:8080"
+			}
+		}
+		return strings.TrimRight(u, "/"), dir
 	}
 }
 

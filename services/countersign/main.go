@@ -62,6 +62,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return cmdBench(args[1:], stdout)
 	case "token":
 		return cmdToken(args[1:], stdout)
+	case "login":
+		return cmdLogin(args[1:], stdout)
+	case "logout":
+		return cmdLogout(args[1:], stdout)
 	case "receipts":
 		return cmdReceipts(args[1:], stdout)
 	case "mcp":

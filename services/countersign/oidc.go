@@ -43,6 +43,10 @@ type oidcConfig struct {
 	// tokens the HTTP API takes as bearer tokens (a command-line client's
 	// id, or this API's identifier for JWT access tokens).
 	APIAudiences []string `yaml:"api_audiences"`
+	// CLIClientID is a public client at the provider that 'countersign
+	// login' signs people in with (PKCE, redirect
+	// http://127.0.0.1/callback on any port).
+	CLIClientID string `yaml:"cli_client_id"`
 }
 
 // configured reports whether the block asks for OIDC sign-in at all.
@@ -54,7 +58,7 @@ func (o *oidcConfig) configured() bool {
 // secret file is checked by inboxOIDC.
 func (o *oidcConfig) validate(directoryPath string) []error {
 	if !o.configured() {
-		if o.Only || o.Match != "" || len(o.Scopes) > 0 || len(o.APIAudiences) > 0 || o.GroupsClaim != "" || o.TenantsClaim != "" || o.Name != "" || o.PostLogoutRedirectURL != "" {
+		if o.Only || o.Match != "" || len(o.Scopes) > 0 || len(o.APIAudiences) > 0 || o.CLIClientID != "" || o.GroupsClaim != "" || o.TenantsClaim != "" || o.Name != "" || o.PostLogoutRedirectURL != "" {
 			return []error{errors.New("config: oidc: issuer is required when any other oidc key is set")}
 		}
 		return nil
@@ -102,6 +106,9 @@ func (o *oidcConfig) validate(directoryPath string) []error {
 			add("api_audiences: %q is not an audience (empty, or spaces around it)", a)
 		}
 	}
+	if o.CLIClientID != strings.TrimSpace(o.CLIClientID) || o.CLIClientID != "" && o.CLIClientID == o.ClientID {
+		add("cli_client_id %q must be a public client of its own (not the inbox's client_id), without spaces", o.CLIClientID)
+	}
 	if directoryPath == "" {
 		add("issuer needs a directory (directory: or COUNTERSIGN_DIRECTORY): its users are who may sign in")
 	}
@@ -139,5 +146,6 @@ func (o *oidcConfig) inboxOIDC(publicURL string, people directory.Source) (*inbo
 		Issuer: o.Issuer, ClientID: o.ClientID, ClientSecret: secret, RedirectURL: redirect, PostLogoutRedirectURL: logout,
 		Scopes: slices.Clone(o.Scopes), Match: o.Match, GroupsClaim: o.GroupsClaim, TenantsClaim: o.TenantsClaim,
 		Name: o.Name, Only: o.Only, People: people, APIAudiences: slices.Clone(o.APIAudiences),
+		CLIClientID: o.CLIClientID,
 	}, nil
 }

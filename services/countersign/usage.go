@@ -53,6 +53,8 @@ var commands = []command{
 	{path: "bench", synopsis: "[flags]", about: "measure cycles/s, latency and pending capacity", long: benchAbout},
 	{path: "mcp", synopsis: "--name NAME [flags] -- COMMAND [ARGS...] | --listen ADDR --callers FILE --upstream NAME=URL...", about: "an MCP gateway: approvals in front of any MCP server's tools", long: mcpAbout},
 	{path: "hook", synopsis: "[--for claude-code|codex] [--wait 10m] [flags] < EVENT", about: "a coding agent's PreToolUse permission hook: each tool use reviewed, held ones wait for a human", long: hookAbout},
+	{path: "login", synopsis: "[--url URL] [--timeout 5m]", about: "sign in through the server's identity provider in the browser; the CLI then acts as you"},
+	{path: "logout", synopsis: "[--url URL]", about: "forget the sign-in to a server"},
 	{path: "token new", synopsis: "--subject ID [--name LABEL] [--roles agent,approver]", about: "a new API token and its hash"},
 	{path: "receipts keygen", synopsis: "[--into FILE [--public FILE]]", about: "a new receipt signing key; --into puts it first in a key file (rotation)"},
 	{path: "receipts public", synopsis: "FILE", about: "the public keys (JWKS) of a private key file"},
@@ -65,8 +67,9 @@ For scripts, every approvals command but edit and answer takes --json and
 prints the API's JSON answer instead of text (so do grants, audit and
 oversight); a refusal exits with status 1 and the error on stderr.
 'countersign COMMAND --help' lists a command's flags. The CLI finds the API
-through COUNTERSIGN_URL and COUNTERSIGN_TOKEN, or, on the machine that runs
-'countersign serve', through ./data (override with --data or COUNTERSIGN_DATA).
+through COUNTERSIGN_URL and COUNTERSIGN_TOKEN (else a 'countersign login'), or,
+on the machine that runs 'countersign serve', through ./data (override with
+--data or COUNTERSIGN_DATA).
 `
 
 // usageText is the CLI's overview: every command whose path starts with

@@ -448,6 +448,9 @@ func (in *Inbox) register() {
 	if in.oidc != nil {
 		mux.Handle("GET "+oidcStartPath, in.secure(in.getOIDCStart))
 		mux.Handle("GET "+oidcCallbackPath, in.secure(in.getOIDCCallback))
+		if in.oidc.cfg.CLIClientID != "" {
+			mux.Handle("GET "+LoginPath, in.secure(in.getLoginInfo))
+		}
 	}
 	// Browsers ask for /favicon.ico whatever the page names: the same icon.
 	mux.Handle("GET /favicon.ico", in.secure(func(w http.ResponseWriter, r *http.Request) {

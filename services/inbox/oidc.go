@@ -73,6 +73,12 @@ type OIDC struct {
 	// tokens /v1 takes as bearer tokens (oidcbearer.go): a command-line
 	// client's id, or the identifier of this API for JWT access tokens.
 	APIAudiences []string
+	// CLIClientID, when set, is a public client at the provider (PKCE,
+	// loopback redirect http://127.0.0.1:<any port>/callback) that
+	// 'countersign login' signs people in with; its tokens are accepted
+	// on /v1 like APIAudiences', and /.well-known/countersign-login names
+	// it with the issuer.
+	CLIClientID string
 	// People is the live directory sign-ins are matched to.
 	People directory.Source
 	// HTTPClient talks to the provider (default: one with a 10 s timeout).
@@ -155,9 +161,13 @@ func (o *OIDC) validate() []error {
 	if o.People == nil {
 		errs = append(errs, errors.New("inbox: Config.OIDC.People is required (the directory sign-ins are matched to)"))
 	}
-	for _, a := range o.APIAudiences {
+	audiences := slices.Clone(o.APIAudiences)
+	if o.CLIClientID != "" {
+		audiences = append(audiences, o.CLIClientID)
+	}
+	for _, a := range audiences {
 		if a == "" || strings.TrimSpace(a) != a {
-			errs = append(errs, fmt.Errorf("inbox: Config.OIDC.APIAudiences: %q is not an audience (empty, or spaces around it)", a))
+			errs = append(errs, fmt.Errorf("inbox: Config.OIDC: audience %q is empty or has spaces around it", a))
 		}
 	}
 	return errs

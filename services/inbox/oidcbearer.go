@@ -112,6 +112,9 @@ func (b *bearerTokens) Verify(ctx context.Context, raw string) (api.Principal, e
 // authorized party (azp).
 func (b *bearerTokens) meantForUs(idt *oidc.IDToken) bool {
 	accepted := append([]string{b.o.cfg.ClientID}, b.o.cfg.APIAudiences...)
+	if b.o.cfg.CLIClientID != "" {
+		accepted = append(accepted, b.o.cfg.CLIClientID)
+	}
 	if !slices.ContainsFunc(idt.Audience, func(a string) bool { return slices.Contains(accepted, a) }) {
 		return false
 	}
@@ -278,4 +281,28 @@ func (k *providerKeys) read(ctx context.Context) ([]jose.JSONWebKey, error) {
 		}
 	}
 	return out, nil
+}
+
+// LoginPath is where a server whose provider has a command-line client
+// says which (LoginInfo), for 'countersign login'.
+const LoginPath = "/.well-known/countersign-login"
+
+// LoginInfo is what 'countersign login' needs to sign a person in: the
+// provider and the public client it signs in as, and the scopes to ask.
+type LoginInfo struct {
+	Issuer   string   `json:"issuer"`
+	ClientID string   `json:"client_id"`
+	Scopes   []string `json:"scopes"`
+}
+
+// getLoginInfo answers LoginPath.
+func (in *Inbox) getLoginInfo(w http.ResponseWriter, _ *http.Request) {
+	cfg := &in.oidc.cfg
+	scopes := slices.Clone(cfg.Scopes)
+	if !slices.Contains(scopes, "offline_access") {
+		scopes = append(scopes, "offline_access")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-cache")
+	_ = json.NewEncoder(w).Encode(LoginInfo{Issuer: cfg.Issuer, ClientID: cfg.CLIClientID, Scopes: scopes})
 }
