@@ -43,6 +43,10 @@ type Config struct {
 	Users []User
 	// ServerName names the server (default "countersign").
 	ServerName string
+	// Durables are durable consumers to protect besides Durables, such as
+	// the audit sinks' (audit-sink-<name>, named by the configuration):
+	// no role but the owner may create, change or acknowledge them.
+	Durables []Durable
 	// Logger receives the server's log lines at debug level and the async
 	// errors (such as permission violations) of connections made by Connect.
 	// Without it the server does not log and async errors go to slog.Default().
@@ -159,7 +163,7 @@ func (c *Config) options() *server.Options {
 		opts.Users = append(opts.Users, &server.User{
 			Username:    u.Name,
 			Password:    u.Password,
-			Permissions: Permissions(u.Role),
+			Permissions: PermissionsWith(u.Role, c.Durables),
 		})
 	}
 	return opts

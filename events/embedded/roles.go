@@ -109,7 +109,11 @@ func InboxOptionFor(user string) nats.Option {
 // approval records, standing grants and receipts, every role but admin
 // and api writing the policy, the inbox sessions or the passkeys, and every
 // role but admin, api and notifier writing the push subscriptions.
-func Permissions(r Role) *server.Permissions {
+func Permissions(r Role) *server.Permissions { return PermissionsWith(r, nil) }
+
+// PermissionsWith is Permissions with the durables more protected as
+// Durables are (see Config.Durables).
+func PermissionsWith(r Role, more []Durable) *server.Permissions {
 	var g grant
 	switch r {
 	case RoleAdmin:
@@ -140,7 +144,7 @@ func Permissions(r Role) *server.Permissions {
 	g.pub("$JS.API.INFO")
 	g.sub(InboxPrefix(r) + ".>")
 	g.denyPub(managementDeny...)
-	g.protectDurables(r)
+	g.protectDurables(r, append(slices.Clone(Durables), more...))
 	if r != RoleArbiter {
 		g.denyPub(kvWrite(contracts.BucketApprovals), kvWrite(contracts.BucketGrants), kvWrite(contracts.BucketReceipts))
 	}
@@ -346,8 +350,8 @@ var Durables = []Durable{
 
 // protectDurables denies r the durables of other roles on the streams r
 // may create consumers on.
-func (g *grant) protectDurables(r Role) {
-	for _, d := range Durables {
+func (g *grant) protectDurables(r Role, durables []Durable) {
+	for _, d := range durables {
 		if d.Owner == r || !slices.ContainsFunc(g.pubAllow, func(s string) bool {
 			return strings.HasPrefix(s, "$JS.API.CONSUMER.CREATE."+d.Stream)
 		}) {

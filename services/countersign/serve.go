@@ -26,8 +26,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/audit"
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/events/embedded"
+	"github.com/countersign/countersign/notifier/auditsink"
 	"github.com/countersign/countersign/orchestrator"
 	"github.com/countersign/countersign/orchestrator/policy"
 	"github.com/countersign/countersign/services/api"
@@ -547,6 +549,16 @@ func embeddedConfig(cfg serveConfig, users []embedded.User, log *slog.Logger) (e
 		Users:      users,
 		ServerName: "countersign",
 		Logger:     log.With("role", "nats"),
+	}
+	// The audit sinks' durables are the notifier's alone, as the built-in
+	// durables are their roles': the arbiter and the API, which read the
+	// audit log, may neither re-filter nor acknowledge them.
+	sinks, err := cfg.Audit.sinks()
+	if err != nil {
+		return ec, err
+	}
+	for _, sk := range sinks {
+		ec.Durables = append(ec.Durables, embedded.Durable{Stream: audit.Stream, Name: auditsink.DurablePrefix + sk.Name, Owner: embedded.RoleNotifier})
 	}
 	if cfg.NATS.Listen == "off" || cfg.NATS.Listen == "" {
 		ec.NoListen = true
