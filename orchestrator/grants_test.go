@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/contracts/audit"
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/events/eventstest"
@@ -299,5 +301,80 @@ func TestConditionGrantCoversWhatItsConditionAdmits(t *testing.T) {
 	}
 	if got := submit(t, e.b, contracts.Run{ID: "run-6", Agent: "billing", Tenant: "globex"}, "p-4", "payments.send", `{"amount": 5}`); got.Verdict != orchestrator.VerdictPending {
 		t.Fatalf("another tenant: %+v, want a new request", got)
+	}
+}
+
+// Every call a grant allows is in the audit log, as the arbiter logs it
+// from the use the gate recorded: grant_used, with the grant's tenant, the
+// agent, and the run and tool call it allowed. A use an agent's credential
+// forges — for a grant that does not exist, or for a call the grant could
+// not allow (another tool or agent) — is logged as grant_use_refused with
+// why.
+func TestGrantUsesAreInTheAuditLog(t *testing.T) {
+	e := setupGrants(t)
+	run := contracts.Run{ID: "run-audit", Agent: "billing", Tenant: "acme", RequestedBy: "erin"}
+	args := `{"amount": 120, "to": "Globex"}`
+	first := submit(t, e.a, run, "call-1", "payments.send", args)
+	e.vote(t, first.EventID, "alice", &contracts.GrantRequest{Scope: contracts.GrantScopeRun, TTL: "1h", Arguments: contracts.GrantArgumentsSame})
+	e.waitGrant(t, first.EventID, func(*contracts.Grant) bool { return true })
+	if v := submit(t, e.b, run, "call-2", "payments.send", args); v.Verdict != orchestrator.VerdictAllowed || v.GrantID != first.EventID {
+		t.Fatalf("second call: %+v, want allowed under the grant", v)
+	}
+
+	agent := e.srv.JetStreamAs(embedded.RoleOrchestrator)
+	forge := func(grantID, tool, by, call string) {
+		ev := contracts.GrantEvent{Spec: contracts.SpecGrantEvent, GrantID: grantID, Event: contracts.GrantEventUsed, By: []string{by},
+			RunID: run.ID, ToolCallID: call, Tool: tool, At: time.Now().UTC()}
+		if _, err := events.Publish(context.Background(), agent, contracts.GrantUsedSubject(grantID), ev, uuid.NewString(), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forge(uuid.NewString(), "payments.send", "billing", "forged-1") // no such grant
+	forge(first.EventID, "payments.refund", "billing", "forged-2")  // another tool
+	forge(first.EventID, "payments.send", "sales", "forged-3")      // another agent
+
+	want := map[string]string{ // tool call → change and reason
+		"call-2":   "grant_used",
+		"forged-1": "grant_use_refused unknown_grant",
+		"forged-2": "grant_use_refused grant_use_mismatch",
+		"forged-3": "grant_use_refused grant_use_mismatch",
+	}
+	got := map[string]string{}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := e.js.OrderedConsumer(ctx, audit.Stream, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(got) < len(want) {
+		m, err := c.Next(jetstream.FetchContext(ctx))
+		if err != nil {
+			t.Fatalf("audit log so far %v, want %v: %v", got, want, err)
+		}
+		raws, _, err := audit.Entries(m.Subject(), m.Data())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, raw := range raws {
+			var en audit.Entry
+			if err := json.Unmarshal(raw, &en); err != nil {
+				t.Fatal(err)
+			}
+			if en.Change != audit.ChangeGrantUsed && en.Change != audit.ChangeGrantUseRefused {
+				continue
+			}
+			if _, dup := got[en.ToolCallID]; dup {
+				t.Fatalf("%s logged twice", en.ToolCallID)
+			}
+			got[en.ToolCallID] = strings.TrimSpace(en.Change + " " + en.Reason)
+			if en.ToolCallID == "call-2" && (en.GrantID != first.EventID || en.Tenant != "acme" || en.By != "billing" || en.RunID != run.ID) {
+				t.Errorf("the use's entry %+v: want the grant, its tenant, the agent and the run", en)
+			}
+		}
+	}
+	for call, w := range want {
+		if got[call] != w {
+			t.Errorf("%s: logged %q, want %q", call, got[call], w)
+		}
 	}
 }

@@ -50,9 +50,18 @@ const (
 	ChangeGrantIssued    = "grant_issued"
 	ChangeGrantRevoked   = "grant_revoked"
 	ChangeGrantUsed      = "grant_used"
+	// ChangeGrantUseRefused is a grant use logged as a failure: one that
+	// names a grant that does not exist (contracts.ReasonUnknownGrant) or
+	// a call the grant could not allow (ReasonGrantUseMismatch). Gates
+	// record only uses their grant covers: such a use is a forgery.
+	ChangeGrantUseRefused = "grant_use_refused"
 	ChangeGrantRefused   = "grant_revoke_refused"
 	ChangeRequestRefused = "request_refused"
 )
+
+// ReasonGrantUseMismatch refuses a grant use for another agent, tool or
+// run than its grant's.
+const ReasonGrantUseMismatch = "grant_use_mismatch"
 
 // Entry is one change in the audit log. It names what changed, who did it
 // and the record's state after it (revision and hash), never the record's
@@ -78,6 +87,9 @@ type Entry struct {
 	By     string `json:"by,omitempty"`
 	Via    string `json:"via,omitempty"`
 	VoteID string `json:"vote_id,omitempty"`
+	// RunID and ToolCallID name the call a grant allowed (grant_used).
+	RunID      string `json:"run_id,omitempty"`
+	ToolCallID string `json:"tool_call_id,omitempty"`
 	// Reason is a refusal's reason code.
 	Reason string `json:"reason,omitempty"`
 	Step   int    `json:"step,omitempty"`

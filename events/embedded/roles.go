@@ -182,6 +182,9 @@ func (g *grant) arbiter() {
 	g.pub(durableConsumer(contracts.StreamRequests)...)
 	g.pub(durableConsumer(contracts.StreamResolutions)...)
 	g.pub(durableConsumer(contracts.StreamTimers)...)
+	// Grant uses, which the gates record on HITL_EVENTS, are logged in
+	// the audit log by the arbiter's own durable there.
+	g.pub(durableConsumer(contracts.StreamEvents)...)
 	g.pub(
 		contracts.SubjectDecidedPrefix+">",
 		contracts.SubjectChangedPrefix+">",
@@ -343,6 +346,7 @@ var Durables = []Durable{
 	{contracts.StreamRequests, "arbiter-requests", RoleArbiter},
 	{contracts.StreamResolutions, "arbiter-resolutions", RoleArbiter},
 	{contracts.StreamTimers, "arbiter-timers", RoleArbiter},
+	{contracts.StreamEvents, "arbiter-grant-uses", RoleArbiter},
 	{contracts.StreamRequests, "notifier", RoleNotifier},
 	{contracts.StreamEvents, "notifier-decided", RoleNotifier},
 	{contracts.StreamEvents, "notifier-changes", RoleNotifier},

@@ -31,6 +31,9 @@ const (
 	DurableRequests    = "arbiter-requests"
 	DurableResolutions = "arbiter-resolutions"
 	DurableTimers      = "arbiter-timers"
+	// DurableGrantUses logs each use of a standing grant the gates record
+	// (hitl.grant.used.<grant_id> on HITL_EVENTS) in the audit log.
+	DurableGrantUses = "arbiter-grant-uses"
 )
 
 // Config wires an Arbiter.
@@ -244,14 +247,15 @@ func New(ctx context.Context, cfg Config) (*Arbiter, error) {
 	}, nil
 }
 
-// Run consumes requests, votes, commands and timers, and answers claim
-// requests, until ctx ends. If one consume loop fails, the others are
+// Run consumes requests, votes, commands, timers and grant uses, and
+// answers claim and vote requests, until ctx ends. If one consume loop fails, the others are
 // stopped too and Run returns the error once all have ended.
 func (a *Arbiter) Run(ctx context.Context) error {
 	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	const loops = 6
+	consumers := a.consumers()
+	loops := 3 + len(consumers) // checkpoints, claims, votes and the consumers
 	errc := make(chan error, loops)
 	go func() { errc <- a.runCheckpoints(ctx) }()
 	// The directory and live policy version, followed as they change.
@@ -264,47 +268,9 @@ func (a *Arbiter) Run(ctx context.Context) error {
 	swept := make(chan struct{})
 	go func() { a.announceUnannounced(ctx); close(swept) }()
 	defer func() { <-swept }()
-	go func() {
-		errc <- events.Consume(ctx, a.cfg.JS, events.ConsumerConfig{
-			Stream:  contracts.StreamRequests,
-			Durable: DurableRequests,
-			FilterSubjects: []string{
-				contracts.SubjectToolRequestedPrefix + ">", contracts.SubjectInputRequestedPrefix + ">",
-			},
-			Concurrency: a.cfg.Concurrency,
-			// Requests whose timers are deferred stay unacknowledged
-			// until they are written (deferred.go).
-			MaxAckPending: maxDeferred + max(1000, a.cfg.Concurrency*4),
-			MaxBackoff:    arbiterMaxBackoff,
-			Logger:        a.cfg.Logger,
-			OnDeadLetter:  a.cfg.OnDeadLetter,
-		}, a.handleRequest)
-	}()
-	go func() {
-		errc <- events.Consume(ctx, a.cfg.JS, events.ConsumerConfig{
-			Stream:  contracts.StreamResolutions,
-			Durable: DurableResolutions,
-			// Votes for records not created yet are retried while the
-			// requests consumer catches up (see unknownEvent), so the
-			// loop's own limit sits far beyond UnknownEventAttempts.
-			MaxDeliver:   max(1000, a.cfg.UnknownEventAttempts*50),
-			Concurrency:  a.cfg.Concurrency,
-			MaxBackoff:   arbiterMaxBackoff,
-			Logger:       a.cfg.Logger,
-			OnDeadLetter: a.cfg.OnDeadLetter,
-		}, a.handleResolution)
-	}()
-	go func() {
-		errc <- events.Consume(ctx, a.cfg.JS, events.ConsumerConfig{
-			Stream:         contracts.StreamTimers,
-			Durable:        DurableTimers,
-			FilterSubjects: []string{contracts.SubjectTimerFirePrefix + ">"},
-			Concurrency:    a.cfg.Concurrency,
-			MaxBackoff:     arbiterMaxBackoff,
-			Logger:         a.cfg.Logger,
-			OnDeadLetter:   a.cfg.OnDeadLetter,
-		}, a.handleTimer)
-	}()
+	for _, c := range consumers {
+		go func() { errc <- events.Consume(ctx, a.cfg.JS, c.cfg, c.h) }()
+	}
 	var errs []error
 	for i := range loops {
 		err := <-errc
@@ -317,6 +283,40 @@ func (a *Arbiter) Run(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// consumer is one of the arbiter's durable consumers and its handler.
+type consumer struct {
+	cfg events.ConsumerConfig
+	h   events.Handler
+}
+
+// consumers are the arbiter's durable consumers: requests, votes and
+// commands, timers, and grant uses.
+func (a *Arbiter) consumers() []consumer {
+	base := events.ConsumerConfig{
+		Concurrency: a.cfg.Concurrency, MaxBackoff: arbiterMaxBackoff,
+		Logger: a.cfg.Logger, OnDeadLetter: a.cfg.OnDeadLetter,
+	}
+	requests, resolutions, timers, uses := base, base, base, base
+	requests.Stream, requests.Durable = contracts.StreamRequests, DurableRequests
+	requests.FilterSubjects = []string{contracts.SubjectToolRequestedPrefix + ">", contracts.SubjectInputRequestedPrefix + ">"}
+	// Requests whose timers are deferred stay unacknowledged until they
+	// are written (deferred.go).
+	requests.MaxAckPending = maxDeferred + max(1000, a.cfg.Concurrency*4)
+	resolutions.Stream, resolutions.Durable = contracts.StreamResolutions, DurableResolutions
+	// Votes for records not created yet are retried while the requests
+	// consumer catches up (see unknownEvent), so the loop's own limit sits
+	// far beyond UnknownEventAttempts.
+	resolutions.MaxDeliver = max(1000, a.cfg.UnknownEventAttempts*50)
+	timers.Stream, timers.Durable = contracts.StreamTimers, DurableTimers
+	timers.FilterSubjects = []string{contracts.SubjectTimerFirePrefix + ">"}
+	uses.Stream, uses.Durable = contracts.StreamEvents, DurableGrantUses
+	uses.FilterSubjects = []string{contracts.SubjectGrantUsedPrefix + ">"}
+	return []consumer{
+		{requests, a.handleRequest}, {resolutions, a.handleResolution},
+		{timers, a.handleTimer}, {uses, a.handleGrantUse},
+	}
 }
 
 func (a *Arbiter) handleRequest(ctx context.Context, msg jetstream.Msg) error {

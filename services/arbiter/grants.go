@@ -169,3 +169,41 @@ func (a *Arbiter) revokeGrant(ctx context.Context, msg jetstream.Msg, c contract
 // ChangeGrantRevokeRefused announces a revocation of a grant that does not
 // exist, on the approval's changed subject.
 const ChangeGrantRevokeRefused = "grant_revoke_refused"
+
+// handleGrantUse logs a use of a standing grant, as a gate recorded it on
+// the grant's timeline, in the audit log: the call it allowed (run and
+// tool call), the agent, when; a use the grant could not have allowed is
+// logged as audit.ChangeGrantUseRefused. A redelivered use is logged once.
+func (a *Arbiter) handleGrantUse(ctx context.Context, msg jetstream.Msg) error {
+	var ev contracts.GrantEvent
+	if err := contracts.Decode(msg.Data(), &ev); err != nil {
+		return events.Poison(fmt.Errorf("decode grant use: %w", err))
+	}
+	if ev.Event != contracts.GrantEventUsed || ev.GrantID == "" || msg.Subject() != contracts.GrantUsedSubject(ev.GrantID) {
+		return events.Poison(fmt.Errorf("not a grant use of its subject %s", msg.Subject()))
+	}
+	e := audit.Entry{Change: audit.ChangeGrantUsed, GrantID: ev.GrantID, RunID: ev.RunID, ToolCallID: ev.ToolCallID, At: ev.At}
+	if len(ev.By) == 1 {
+		e.By = ev.By[0]
+	}
+	kv, err := a.grantsBucket(ctx)
+	if err != nil {
+		return err
+	}
+	entry, err := kv.Get(ctx, ev.GrantID)
+	var g contracts.Grant
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		e.Change, e.Reason = audit.ChangeGrantUseRefused, contracts.ReasonUnknownGrant
+	case err != nil:
+		return err
+	case contracts.Decode(entry.Value(), &g) != nil:
+		return events.Poison(fmt.Errorf("grant %s is unreadable", ev.GrantID))
+	default:
+		e.Tenant = g.Tenant
+		if e.By != g.Agent || ev.Tool != g.Tool || g.Scope == contracts.GrantScopeRun && ev.RunID != g.RunID {
+			e.Change, e.Reason = audit.ChangeGrantUseRefused, audit.ReasonGrantUseMismatch
+		}
+	}
+	return a.appendAudit(ctx, &e, e.Change+":"+ev.GrantID+":"+ev.RunID+":"+ev.ToolCallID)
+}

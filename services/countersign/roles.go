@@ -240,6 +240,7 @@ func (n *node) startArbiter(ctx context.Context) ([]events.Consumer, error) {
 		{JS: js, Stream: contracts.StreamRequests, Durable: arbiter.DurableRequests},
 		{JS: js, Stream: contracts.StreamResolutions, Durable: arbiter.DurableResolutions},
 		{JS: js, Stream: contracts.StreamTimers, Durable: arbiter.DurableTimers},
+		{JS: js, Stream: contracts.StreamEvents, Durable: arbiter.DurableGrantUses},
 	}, nil
 }
 

@@ -238,6 +238,7 @@ func TestProtectedDurablesAreTheRolesDurables(t *testing.T) {
 		{Stream: contracts.StreamRequests, Name: arbiter.DurableRequests, Owner: embedded.RoleArbiter},
 		{Stream: contracts.StreamResolutions, Name: arbiter.DurableResolutions, Owner: embedded.RoleArbiter},
 		{Stream: contracts.StreamTimers, Name: arbiter.DurableTimers, Owner: embedded.RoleArbiter},
+		{Stream: contracts.StreamEvents, Name: arbiter.DurableGrantUses, Owner: embedded.RoleArbiter},
 		{Stream: contracts.StreamRequests, Name: dispatch.DurableRequests, Owner: embedded.RoleNotifier},
 		{Stream: contracts.StreamEvents, Name: dispatch.DurableDecided, Owner: embedded.RoleNotifier},
 		{Stream: contracts.StreamEvents, Name: dispatch.DurableChanges, Owner: embedded.RoleNotifier},

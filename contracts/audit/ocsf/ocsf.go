@@ -181,7 +181,8 @@ func actorOf(e *audit.Entry) Actor {
 	if e.By == "" || strings.Contains(e.By, ",") {
 		return Actor{AppName: "Countersign"}
 	}
-	if e.Change == audit.ChangeCreated || e.Change == audit.ChangeRequestRefused {
+	switch e.Change {
+	case audit.ChangeCreated, audit.ChangeRequestRefused, audit.ChangeGrantUsed, audit.ChangeGrantUseRefused:
 		return Actor{User: &User{UID: e.By, TypeID: userTypeOther, Type: "AI agent"}}
 	}
 	return Actor{User: &User{UID: e.By, TypeID: userTypeUser, Type: "User"}}
@@ -223,6 +224,12 @@ func unmappedOf(e *audit.Entry) map[string]any {
 	}
 	if e.Step != 0 {
 		u["countersign_step"] = e.Step
+	}
+	if e.RunID != "" {
+		u["countersign_run_id"] = e.RunID
+	}
+	if e.ToolCallID != "" {
+		u["countersign_tool_call_id"] = e.ToolCallID
 	}
 	return u
 }

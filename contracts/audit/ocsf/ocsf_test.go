@@ -38,6 +38,8 @@ func entries() []audit.Entry {
 		{Change: audit.ChangeGrantIssued, EventID: ev, GrantID: ev, Tenant: "acme", By: "alice", At: at},
 		{Change: audit.ChangeGrantRevoked, GrantID: ev, By: "admin", At: at},
 		{Change: audit.ChangeGrantRefused, GrantID: ev, By: "eve", Reason: "forbidden", At: at},
+		{Change: audit.ChangeGrantUsed, GrantID: ev, Tenant: "acme", By: "billing-agent", RunID: "run-7", ToolCallID: "call-3", At: at},
+		{Change: audit.ChangeGrantUseRefused, GrantID: ev, By: "rogue-agent", RunID: "run-8", ToolCallID: "call-4", Reason: audit.ReasonGrantUseMismatch, At: at},
 		{Change: "some_future_change", EventID: ev, At: at},
 	}
 }
@@ -65,14 +67,16 @@ func TestEveryChangeIsAValidOCSFEvent(t *testing.T) {
 // TestMapping pins the mapping docs/audit.md's table states.
 func TestMapping(t *testing.T) {
 	want := map[string]struct{ activity, status int }{
-		audit.ChangeCreated:        {ocsf.ActivityCreate, ocsf.StatusSuccess},
-		audit.ChangeRequestRefused: {ocsf.ActivityCreate, ocsf.StatusFailure},
-		"vote_counted":             {ocsf.ActivityUpdate, ocsf.StatusSuccess},
-		"vote_refused":             {ocsf.ActivityUpdate, ocsf.StatusFailure},
-		audit.ChangeDecided:        {ocsf.ActivityUpdate, ocsf.StatusSuccess},
-		audit.ChangeGrantIssued:    {ocsf.ActivityCreate, ocsf.StatusSuccess},
-		audit.ChangeGrantRevoked:   {ocsf.ActivityDelete, ocsf.StatusSuccess},
-		audit.ChangeGrantRefused:   {ocsf.ActivityUpdate, ocsf.StatusFailure},
+		audit.ChangeCreated:         {ocsf.ActivityCreate, ocsf.StatusSuccess},
+		audit.ChangeRequestRefused:  {ocsf.ActivityCreate, ocsf.StatusFailure},
+		"vote_counted":              {ocsf.ActivityUpdate, ocsf.StatusSuccess},
+		"vote_refused":              {ocsf.ActivityUpdate, ocsf.StatusFailure},
+		audit.ChangeDecided:         {ocsf.ActivityUpdate, ocsf.StatusSuccess},
+		audit.ChangeGrantIssued:     {ocsf.ActivityCreate, ocsf.StatusSuccess},
+		audit.ChangeGrantRevoked:    {ocsf.ActivityDelete, ocsf.StatusSuccess},
+		audit.ChangeGrantRefused:    {ocsf.ActivityUpdate, ocsf.StatusFailure},
+		audit.ChangeGrantUsed:       {ocsf.ActivityUpdate, ocsf.StatusSuccess},
+		audit.ChangeGrantUseRefused: {ocsf.ActivityUpdate, ocsf.StatusFailure},
 	}
 	for i, e := range entries() {
 		ev := ocsf.FromEntry(&e, audit.Pos{Seq: uint64(i + 1)}, product)
@@ -84,6 +88,10 @@ func TestMapping(t *testing.T) {
 		}
 		if ev.Metadata.UID == "" || ev.Metadata.TenantUID != e.Tenant || ev.Time != e.At.UnixMilli() {
 			t.Errorf("%s: metadata %+v time %d", e.Change, ev.Metadata, ev.Time)
+		}
+		if (e.Change == audit.ChangeGrantUsed || e.Change == audit.ChangeGrantUseRefused) && (ev.Actor.User == nil || ev.Actor.User.UID != e.By || ev.Actor.User.Type != "AI agent" ||
+			ev.Unmapped["countersign_run_id"] != e.RunID || ev.Unmapped["countersign_tool_call_id"] != e.ToolCallID) {
+			t.Errorf("grant_used: actor %+v unmapped %v, want the agent and the call it allowed", ev.Actor.User, ev.Unmapped)
 		}
 		if e.Reason != "" && ev.StatusCode != e.Reason {
 			t.Errorf("%s: status_code %q, want the reason %q", e.Change, ev.StatusCode, e.Reason)
