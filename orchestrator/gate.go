@@ -178,6 +178,7 @@ type Gate struct {
 	sm        shadowMetrics
 	claims    events.RequestPath
 	hist      gateHistory
+	receipts  *Receipts
 	// store is the live policy the gate follows when Config.Policy was
 	// not set.
 	store *PolicyStore
@@ -240,7 +241,8 @@ func NewGate(ctx context.Context, cfg Config) (*Gate, error) {
 		closeStore()
 		return nil, fmt.Errorf("orchestrator: open bucket %s: %w", contracts.BucketApprovals, err)
 	}
-	g := &Gate{cfg: cfg, kv: kv, waiter: cfg.Waiter, grants: cfg.Grants, gm: newGrantMetrics(cfg.Registerer), sm: newShadowMetrics(cfg.Registerer), store: store}
+	g := &Gate{cfg: cfg, kv: kv, waiter: cfg.Waiter, grants: cfg.Grants, gm: newGrantMetrics(cfg.Registerer), sm: newShadowMetrics(cfg.Registerer), store: store,
+		receipts: &Receipts{JS: cfg.JS}}
 	if g.grants == nil {
 		if g.grants, err = NewGrantBook(ctx, cfg.JS, cfg.Logger); err != nil {
 			closeStore()
@@ -1136,7 +1138,7 @@ func (p *Permit) claimByCommand(ctx context.Context, claimID string, cmd contrac
 // ReadReceipt) and keeps it for Receipt. The claim stands whether or not
 // it is found: a tool that requires receipts refuses a call without one.
 func (p *Permit) keepReceipt(ctx context.Context, claim *contracts.Claim) error {
-	r, err := ReadReceipt(ctx, p.g.cfg.JS, p.eventID, claim)
+	r, err := p.g.receipts.Read(ctx, p.eventID, claim)
 	if err != nil {
 		p.g.cfg.Logger.Warn("the receipt of an accepted claim could not be read", "event_id", p.eventID, "err", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -23,14 +24,44 @@ const ReceiptWait = 5 * time.Second
 // no receipts) or it did not appear within ReceiptWait. A receipt is a
 // bearer token: give it only to the claimant.
 func ReadReceipt(ctx context.Context, js jetstream.JetStream, eventID string, claim *contracts.Claim) (contracts.IssuedReceipt, error) {
+	return (&Receipts{JS: js}).Read(ctx, eventID, claim)
+}
+
+// Receipts reads the receipts of accepted claims (ReadReceipt), opening
+// the hitl_receipts bucket at its first read and keeping it: a bucket's
+// opening asks the server for the stream's info, a round trip to the
+// stream leader that a claim need not pay each time.
+type Receipts struct {
+	JS jetstream.JetStream
+
+	mu sync.Mutex
+	kv jetstream.KeyValue
+}
+
+func (r *Receipts) bucket(ctx context.Context) (jetstream.KeyValue, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.kv != nil {
+		return r.kv, nil
+	}
+	kv, err := r.JS.KeyValue(ctx, contracts.BucketReceipts)
+	if err != nil {
+		return nil, fmt.Errorf("orchestrator: open bucket %s: %w", contracts.BucketReceipts, err)
+	}
+	r.kv = kv
+	return kv, nil
+}
+
+// Read is ReadReceipt through r's bucket.
+func (r *Receipts) Read(ctx context.Context, eventID string, claim *contracts.Claim) (contracts.IssuedReceipt, error) {
 	if claim == nil || claim.ReceiptID == "" {
 		return contracts.IssuedReceipt{}, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, ReceiptWait)
 	defer cancel()
-	kv, err := js.KeyValue(ctx, contracts.BucketReceipts)
+	kv, err := r.bucket(ctx)
 	if err != nil {
-		return contracts.IssuedReceipt{}, fmt.Errorf("orchestrator: open bucket %s: %w", contracts.BucketReceipts, err)
+		return contracts.IssuedReceipt{}, err
 	}
 	decode := func(e jetstream.KeyValueEntry) (contracts.IssuedReceipt, error) {
 		var r contracts.IssuedReceipt

@@ -21,6 +21,7 @@ import (
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/events/tracing"
 	"github.com/countersign/countersign/notifier/push"
+	"github.com/countersign/countersign/orchestrator"
 )
 
 // Server is the HTTP API. Create it with New, serve Handler, stop it with Close.
@@ -43,6 +44,8 @@ type Server struct {
 	reviewRate, voteRate *rateLimiter
 	streams              *streamSlots
 	pending              *pendingQuota
+	// receipts reads the receipts of accepted claims for their claimants.
+	receipts *orchestrator.Receipts
 	// scrape checks the scrape tokens of /metrics.
 	scrape func(sum [32]byte) bool
 	// bearer verifies an identity provider's tokens (SetBearerVerifier).
@@ -85,13 +88,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("api: open bucket %s: %w", contracts.BucketApprovals, err)
 	}
 	s := &Server{
-		events:  &events.StreamHandle{JS: cfg.JS, Name: contracts.StreamEvents},
-		cfg:     cfg,
-		log:     cfg.Logger,
-		kv:      kv,
-		tokens:  newTokenEntries(cfg.Tokens),
-		done:    make(chan struct{}),
-		dirPoke: make(chan struct{}, 1),
+		events:   &events.StreamHandle{JS: cfg.JS, Name: contracts.StreamEvents},
+		receipts: &orchestrator.Receipts{JS: cfg.JS},
+		cfg:      cfg,
+		log:      cfg.Logger,
+		kv:       kv,
+		tokens:   newTokenEntries(cfg.Tokens),
+		done:     make(chan struct{}),
+		dirPoke:  make(chan struct{}, 1),
 	}
 	s.feed = newFeed(s)
 	s.index = newIndex(kv, cfg.JS, cfg.IndexRecent, cfg.Logger)

@@ -12,7 +12,6 @@ import (
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/approval"
 	"github.com/countersign/countersign/events"
-	"github.com/countersign/countersign/orchestrator"
 )
 
 // Who may read what is decided by approval.CanRead, for every read of this
@@ -139,7 +138,7 @@ func (s *Server) withReceipt(ctx context.Context, rec *contracts.Record, p *Prin
 	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	r, err := orchestrator.ReadReceipt(ctx, s.cfg.JS, rec.Request.EventID, rec.Claim)
+	r, err := s.receipts.Read(ctx, rec.Request.EventID, rec.Claim)
 	if err != nil {
 		s.log.Warn("the receipt of a claim could not be read", "event_id", rec.Request.EventID, "err", err)
 	}
