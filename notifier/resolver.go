@@ -111,3 +111,28 @@ func RetryAfterOf(err error) (time.Duration, bool) {
 	}
 	return 0, false
 }
+
+// heldUntilError says a notification may not be sent before until (its
+// person's quiet hours): not a failure, a later time.
+type heldUntilError struct {
+	until time.Time
+	err   error
+}
+
+func (e *heldUntilError) Error() string {
+	return fmt.Sprintf("%v (held until %s)", e.err, e.until.UTC().Format(time.RFC3339))
+}
+func (e *heldUntilError) Unwrap() error { return e.err }
+
+// HeldUntil marks err as a hold: the notification is sent at until, if
+// its request still waits then, and no receipt is published meanwhile.
+func HeldUntil(until time.Time, err error) error { return &heldUntilError{until: until, err: err} }
+
+// HeldUntilOf returns the time HeldUntil asked for anywhere in err's chain.
+func HeldUntilOf(err error) (time.Time, bool) {
+	var h *heldUntilError
+	if errors.As(err, &h) {
+		return h.until, true
+	}
+	return time.Time{}, false
+}

@@ -80,7 +80,7 @@ func (d *Dispatcher) handleChange(ctx context.Context, msg jetstream.Msg) error 
 		}
 	}
 	return d.detach(ctx, msg, func() (time.Duration, error) {
-		return 0, d.deliverAll(ctx, notes, problems, req, have)
+		return d.deliverAll(ctx, notes, problems, req, have)
 	})
 }
 

@@ -60,7 +60,8 @@ func (d *Dispatcher) handleDecided(ctx context.Context, msg jetstream.Msg) error
 		}
 	}
 	return d.detach(ctx, msg, func() (time.Duration, error) {
-		if err := d.deliverAll(ctx, notes, nil, rec.Request, have); err != nil {
+		// Outcomes are never held (push shows them whatever the hour).
+		if _, err := d.deliverAll(ctx, notes, nil, rec.Request, have); err != nil {
 			return 0, err
 		}
 		if len(unshown) > 0 && !late {

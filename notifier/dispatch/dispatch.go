@@ -364,7 +364,7 @@ func (d *Dispatcher) handleRequest(ctx context.Context, msg jetstream.Msg) error
 		notes = append(notes, notifier.Requested(req, t))
 	}
 	return d.detach(ctx, msg, func() (time.Duration, error) {
-		return 0, d.deliverAll(ctx, notes, problems, req, have)
+		return d.deliverAll(ctx, notes, problems, req, have)
 	})
 }
 
@@ -372,7 +372,7 @@ func (d *Dispatcher) handleRequest(ctx context.Context, msg jetstream.Msg) error
 // on its own goroutine, within the fan-out cap, and records the problems
 // once. It returns an error when a delivery must be tried again by
 // redelivering the bus message.
-func (d *Dispatcher) deliverAll(ctx context.Context, notes []notifier.Notification, problems []Problem, req contracts.ApprovalRequested, have receiptSet) error {
+func (d *Dispatcher) deliverAll(ctx context.Context, notes []notifier.Notification, problems []Problem, req contracts.ApprovalRequested, have receiptSet) (again time.Duration, err error) {
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
@@ -434,7 +434,43 @@ func (d *Dispatcher) deliverAll(ctx context.Context, notes []notifier.Notificati
 		}()
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return d.laterOf(errs)
+}
+
+// heldNote is a notification its channel keeps until a later time (its
+// person's quiet hours; notifier.HeldUntil).
+type heldNote struct{ until time.Time }
+
+func (h *heldNote) Error() string {
+	return "held until " + h.until.UTC().Format(time.RFC3339)
+}
+
+// quietRecheck bounds how long a bus message with held notifications is
+// handed back for: their holds are judged again at least this often.
+const quietRecheck = 10 * time.Minute
+
+// laterOf splits the errors of a fan-out into the failures, joined, and
+// how long to hand the bus message back for the held notifications: until
+// the earliest hold ends (at least a second, at most quietRecheck).
+func (d *Dispatcher) laterOf(errs []error) (time.Duration, error) {
+	var (
+		failed  []error
+		earlier time.Time
+	)
+	for _, err := range errs {
+		var h *heldNote
+		if !errors.As(err, &h) {
+			failed = append(failed, err)
+			continue
+		}
+		if earlier.IsZero() || h.until.Before(earlier) {
+			earlier = h.until
+		}
+	}
+	if earlier.IsZero() {
+		return 0, errors.Join(failed...)
+	}
+	return min(max(earlier.Sub(d.cfg.Now()), time.Second), quietRecheck), errors.Join(failed...)
 }
 
 // held records that the fan-out cap kept n from its target: a failed
@@ -495,6 +531,14 @@ func (d *Dispatcher) deliver(ctx context.Context, ch notifier.Channel, n notifie
 		}
 		if ctx.Err() != nil {
 			return ctx.Err() // shutting down: the bus message comes back
+		}
+		if until, ok := notifier.HeldUntilOf(err); ok {
+			// Kept for later: no receipt, so that the bus message, handed
+			// back until then, tells this target when it comes again.
+			d.m.notifications.WithLabelValues(channel, kind, "quiet").Inc()
+			log.Info("notification kept for the end of quiet hours", "until", until)
+			span.SetAttributes(tracing.AttrStatus.String("held"))
+			return &heldNote{until: until}
 		}
 		permanent := errors.Is(err, notifier.ErrPermanent)
 		if permanent {

@@ -890,3 +890,40 @@ func TestForgedRequestNotifiesNobody(t *testing.T) {
 		t.Errorf("receipts for the forged request: %v", got)
 	}
 }
+
+// A notification its channel holds (a person's quiet hours) gets no
+// receipt while held; the bus message is handed back until the hold ends,
+// when the held target is told and the others, told at once, are not told
+// again.
+func TestHeldNotificationIsSentWhenItsHoldEnds(t *testing.T) {
+	e := newEnv(t)
+	reg := prometheus.NewRegistry()
+	heldUntil := time.Now().Add(300 * time.Millisecond)
+	email := newChannel("email", func(_ context.Context, c call, attempt int) (string, error) {
+		if c.N.Target.Address == "alice@example.com" && attempt == 1 {
+			return "", notifier.HeldUntil(heldUntil, errors.New("held by alice's quiet hours"))
+		}
+		return "ref-" + c.N.Target.Address, nil
+	})
+	e.start(dispatch.Config{Channels: []notifier.Channel{email}, Registerer: reg})
+	req := request("email")
+	e.publish(req)
+	bob := e.receipt("bob's, at once", func(r notifier.Receipt) bool { return r.EventID == req.EventID && r.Target == "bob@example.com" })
+	alice := e.receipt("alice's, after her hold", func(r notifier.Receipt) bool { return r.EventID == req.EventID && r.Target == "alice@example.com" })
+	if bob.Status != notifier.ReceiptDelivered || alice.Status != notifier.ReceiptDelivered {
+		t.Fatalf("receipts: bob %+v, alice %+v; want both delivered", bob, alice)
+	}
+	if alice.At.Before(heldUntil) {
+		t.Errorf("alice was told at %s, before her hold ended at %s", alice.At, heldUntil)
+	}
+	if a, b := email.count("alice@example.com", false), email.count("bob@example.com", false); a != 2 || b != 1 {
+		t.Errorf("calls: alice %d (want the held one and the one after), bob %d (want 1)", a, b)
+	}
+	if got := counter(t, reg, "countersign_notifications_total", map[string]string{"channel": "email", "kind": "requested", "result": "quiet"}); got != 1 {
+		t.Errorf("quiet metric = %v, want 1", got)
+	}
+	stored, err := dispatch.Receipts(context.Background(), e.js, req.EventID)
+	if err != nil || len(stored) != 2 {
+		t.Fatalf("stored receipts: %d, %v; want one per person", len(stored), err)
+	}
+}

@@ -20,7 +20,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		notifications: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "countersign_notifications_total",
-			Help: "Notifications by channel, kind (requested, reminder, escalation, decided, held) and result (delivered, failed, already_delivered, obsolete, unconfigured, unroutable, unreadable, held).",
+			Help: "Notifications by channel, kind (requested, reminder, escalation, decided, held) and result (delivered, failed, already_delivered, obsolete, unconfigured, unroutable, unreadable, held; quiet: kept for the end of its person's quiet hours).",
 		}, []string{"channel", "kind", "result"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "countersign_notification_attempts_total",

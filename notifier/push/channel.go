@@ -87,8 +87,7 @@ func (c *Channel) Notify(ctx context.Context, n notifier.Notification) (notifier
 	if n.Kind != notifier.KindHeld && n.Request.Risk != contracts.RiskCritical {
 		if q, ok := c.cfg.Quiet[n.Target.Approver]; ok {
 			if on, until := q.Active(c.cfg.Now()); on {
-				return c.receipt(n, "", fmt.Errorf("%w: held by %s's quiet hours until %s; the request waits in the inbox",
-					notifier.ErrPermanent, n.Target.Approver, until.UTC().Format(time.RFC3339)))
+				return c.receipt(n, "", notifier.HeldUntil(until, fmt.Errorf("held by %s's quiet hours", n.Target.Approver)))
 			}
 		}
 	}
