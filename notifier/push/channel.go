@@ -33,6 +33,10 @@ type Config struct {
 	// Quiet holds a person's non-critical pushes in their quiet hours:
 	// person id to window; nil or absent: never quiet.
 	Quiet map[string]QuietHours
+	// QuietOf, when set, answers a person's own quiet hours (a live
+	// directory's), asked at each push; Quiet is read where it answers
+	// none.
+	QuietOf func(person string) (QuietHours, bool)
 	// AllowInsecure accepts http:// endpoints on loopback hosts (tests and
 	// local push services); production endpoints are https only.
 	AllowInsecure bool
@@ -85,7 +89,7 @@ func (c *Channel) Notify(ctx context.Context, n notifier.Notification) (notifier
 		return c.receipt(n, "", fmt.Errorf("%w: an outcome goes through Update", notifier.ErrPermanent))
 	}
 	if n.Kind != notifier.KindHeld && n.Request.Risk != contracts.RiskCritical {
-		if q, ok := c.cfg.Quiet[n.Target.Approver]; ok {
+		if q, ok := c.quietOf(n.Target.Approver); ok {
 			if on, until := q.Active(c.cfg.Now()); on {
 				return c.receipt(n, "", notifier.HeldUntil(until, fmt.Errorf("held by %s's quiet hours", n.Target.Approver)))
 			}
@@ -93,6 +97,20 @@ func (c *Channel) Notify(ctx context.Context, n notifier.Notification) (notifier
 	}
 	ref, err := c.send(ctx, n)
 	return c.receipt(n, ref, err)
+}
+
+// quietOf is person's quiet hours: their own, else the configured ones.
+func (c *Channel) quietOf(person string) (QuietHours, bool) {
+	if person == "" {
+		return QuietHours{}, false
+	}
+	if c.cfg.QuietOf != nil {
+		if q, ok := c.cfg.QuietOf(person); ok {
+			return q, true
+		}
+	}
+	q, ok := c.cfg.Quiet[person]
+	return q, ok
 }
 
 // receipt is the receipt of n with ref, or failed with err.

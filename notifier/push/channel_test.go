@@ -333,3 +333,35 @@ func TestVAPIDIsCheckedAsAPushServiceDoes(t *testing.T) {
 		t.Fatalf("the private key does not read back: %v", err)
 	}
 }
+
+// A person's own quiet hours (QuietOf, a live directory's) win over the
+// configured ones; where it answers none, the configured ones count.
+func TestAPersonsOwnQuietHoursWin(t *testing.T) {
+	f := newFixture(t, map[string]push.QuietHours{"alice": {From: 12 * 60, To: 13 * 60}}) // not quiet at 06:00
+	f.devs.add("bob", f.sub.Device("d2", "iPhone"))
+	own := map[string]push.QuietHours{"alice": {From: 5 * 60, To: 7 * 60}} // quiet at 06:00
+	var err error
+	f.ch, err = push.New(push.Config{VAPID: newVAPID(t), Devices: f.devs, Actions: f.acts, PublicURL: "https://cs.example.com",
+		AllowInsecure: true, Quiet: map[string]push.QuietHours{"bob": {From: 5 * 60, To: 7 * 60}},
+		QuietOf: func(p string) (push.QuietHours, bool) { q, ok := own[p]; return q, ok },
+		Now:     func() time.Time { return testNow }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, who := range []string{"alice", "bob"} {
+		target := notifier.Target{Channel: contracts.ChannelPush, Address: who, Approver: who}
+		if _, err := f.ch.Notify(context.Background(), notifier.Requested(request(), target)); err == nil {
+			t.Errorf("%s's push was sent in their quiet hours", who)
+		} else if _, held := notifier.HeldUntilOf(err); !held {
+			t.Errorf("%s: %v, want held", who, err)
+		}
+	}
+	delete(own, "alice")
+	f.ch, _ = push.New(push.Config{VAPID: newVAPID(t), Devices: f.devs, Actions: f.acts, PublicURL: "https://cs.example.com",
+		AllowInsecure: true, Quiet: map[string]push.QuietHours{"alice": {From: 12 * 60, To: 13 * 60}},
+		QuietOf: func(p string) (push.QuietHours, bool) { q, ok := own[p]; return q, ok },
+		Now:     func() time.Time { return testNow }})
+	if _, err := f.ch.Notify(context.Background(), notifier.Requested(request(), alice)); err != nil {
+		t.Errorf("alice without hours of her own, outside the configured ones: %v", err)
+	}
+}

@@ -46,6 +46,10 @@ type User struct {
 	// Tenants limits everything the user reads and decides to these
 	// tenants; empty means no limit.
 	Tenants []string
+	// Quiet, when set, is the user's daily quiet hours (quiet_hours:
+	// "22:00-07:00 Europe/Berlin"), in which their non-critical pushes
+	// are held.
+	Quiet *QuietHours
 }
 
 // Token is one bearer token of a user. Only its hash is kept.

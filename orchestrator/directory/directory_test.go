@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/countersign/countersign/orchestrator/directory"
 )
@@ -38,6 +39,7 @@ users:
     email: bob@example.com
     slack_user_id: W0123ABC
     oidc_subject: 00u1bob
+    quiet_hours: "22:00-07:00 Europe/Berlin"
     groups: [finance]
     tokens:
       - sha256: %q
@@ -80,6 +82,16 @@ func TestLookups(t *testing.T) {
 	}
 	if u, ok := d.ByOIDCSubject("00u1bob"); !ok || u.ID != "bob" || u.OIDCSubject != "00u1bob" {
 		t.Errorf("ByOIDCSubject: %+v %v", u, ok)
+	}
+	// bob's quiet hours, 22:00-07:00 in Berlin (UTC+1 in December): quiet
+	// at 23:30 UTC until 06:00 UTC; alice has none.
+	if u, _ := d.User("bob"); u.Quiet == nil {
+		t.Error("bob's quiet_hours were not read")
+	} else if on, until := u.Quiet.Active(time.Date(2026, 12, 7, 23, 30, 0, 0, time.UTC)); !on || !until.Equal(time.Date(2026, 12, 8, 6, 0, 0, 0, time.UTC)) {
+		t.Errorf("bob at 23:30 UTC: quiet %v until %s, want until 06:00 UTC", on, until)
+	}
+	if u, _ := d.User("alice"); u.Quiet != nil {
+		t.Errorf("alice has quiet hours %+v, set none", u.Quiet)
 	}
 	for _, sub := range []string{"", "00U1BOB", "00u1bob "} {
 		if u, ok := d.ByOIDCSubject(sub); ok {
@@ -224,6 +236,7 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate email", "users:\n  - {id: a, email: A@example.com}\n  - {id: b, email: a@EXAMPLE.com}\n", []string{`3: users[1] (b): email "a@EXAMPLE.com" is also the email of users[0]`}},
 		{"bad slack id", "users:\n  - {id: a, slack_user_id: alice}\n", []string{"2: users[0] (a): slack_user_id \"alice\" is not a Slack user id"}},
 		{"duplicate slack id", "users:\n  - {id: a, slack_user_id: U1AB}\n  - {id: b, slack_user_id: U1AB}\n", []string{"3: users[1] (b): slack_user_id"}},
+		{"bad quiet hours", "users:\n  - {id: a, quiet_hours: \"22:00-25:00\"}\n", []string{`2: users[0] (a): quiet hours "22:00-25:00"`}},
 		{"bad oidc subject", "users:\n  - {id: a, oidc_subject: \"a b\"}\n", []string{`2: users[0] (a): oidc_subject "a b" is not a subject`}},
 		{"duplicate oidc subject", "users:\n  - {id: a, oidc_subject: 248289761001}\n  - {id: b, oidc_subject: \"248289761001\"}\n", []string{`3: users[1] (b): oidc_subject "248289761001" is also the subject of users[0]`}},
 		{"prefixed group", "users:\n  - id: a\n    groups: [group:finance]\n", []string{`3: users[0] (a): groups: write "finance", not "group:finance"`}},

@@ -98,6 +98,7 @@ type userSpec struct {
 	Email       string      `yaml:"email"`
 	SlackUserID string      `yaml:"slack_user_id"`
 	OIDCSubject string      `yaml:"oidc_subject"`
+	QuietHours  string      `yaml:"quiet_hours"`
 	Groups      []string    `yaml:"groups"`
 	Tokens      []tokenSpec `yaml:"tokens"`
 	Tenants     []string    `yaml:"tenants"`
@@ -271,6 +272,13 @@ func (b *builder) user(i int, us userSpec, un *yaml.Node) {
 	b.email(i, where, us.Email, un)
 	b.slackUser(i, where, us.SlackUserID, un)
 	b.oidcSubject(i, where, us.OIDCSubject, un)
+	if us.QuietHours != "" {
+		if q, err := ParseQuietHours(us.QuietHours); err != nil {
+			b.ps.add(fieldLine(un, "quiet_hours"), "%s: %v", where, err)
+		} else {
+			u.Quiet = &q
+		}
+	}
 	u.Groups = b.userGroups(where, us.Groups, mapValue(un, "groups"))
 	tn := mapValue(un, "tokens")
 	for j, ts := range us.Tokens {

@@ -129,7 +129,7 @@ type notifierParts struct {
 }
 
 // buildChannels creates the configured channels.
-func buildChannels(cfg serveConfig, publicURL string, log *slog.Logger) (*notifierParts, error) {
+func buildChannels(cfg serveConfig, publicURL string, dir directory.Source, log *slog.Logger) (*notifierParts, error) {
 	p := &notifierParts{}
 	n := cfg.Notify
 	if n.Slack != nil {
@@ -203,7 +203,7 @@ func buildChannels(cfg serveConfig, publicURL string, log *slog.Logger) (*notifi
 		p.channels = append(p.channels, ch)
 		p.summary = append(p.summary, fmt.Sprintf("webhooks %s", strings.Join(p.endpoints, ", ")))
 	}
-	if err := buildPush(cfg, publicURL, log, p); err != nil {
+	if err := buildPush(cfg, publicURL, dir, log, p); err != nil {
 		return nil, err
 	}
 	return p, nil

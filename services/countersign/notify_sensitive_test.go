@@ -45,7 +45,7 @@ func TestWebhookIncludeSensitiveFromConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	parts, err := buildChannels(serveConfig{fileConfig: fc}, "http://127.0.0.1:8080", slog.New(slog.DiscardHandler))
+	parts, err := buildChannels(serveConfig{fileConfig: fc}, "http://127.0.0.1:8080", nil, slog.New(slog.DiscardHandler))
 	if err != nil || len(parts.channels) != 1 {
 		t.Fatalf("buildChannels: %v, %d channels", err, len(parts.channels))
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/notifier/push"
+	"github.com/countersign/countersign/orchestrator/directory"
 	"github.com/countersign/countersign/services/api"
 )
 
@@ -38,13 +39,32 @@ type pushConfig struct {
 	AllowInsecureEndpoints bool `yaml:"allow_insecure_endpoints"`
 }
 
+// directoryQuiet answers a person's quiet_hours from the live directory
+// (nil without one): theirs win over notify.push.quiet_hours.
+func directoryQuiet(dir directory.Source) func(string) (push.QuietHours, bool) {
+	if dir == nil {
+		return nil
+	}
+	return func(person string) (push.QuietHours, bool) {
+		d := dir.Current()
+		if d == nil {
+			return push.QuietHours{}, false
+		}
+		u, ok := d.User(person)
+		if !ok || u.Quiet == nil {
+			return push.QuietHours{}, false
+		}
+		return *u.Quiet, true
+	}
+}
+
 // fileVAPIDKey is the VAPID key serve generates under the data directory.
 const fileVAPIDKey = "vapid-key"
 
 // buildPush adds the push channel to p and sets what the API needs of it.
 // The one-tap actions are signed with the email link keys (configured or
 // generated), under a context of their own.
-func buildPush(cfg serveConfig, publicURL string, log *slog.Logger, p *notifierParts) error {
+func buildPush(cfg serveConfig, publicURL string, dir directory.Source, log *slog.Logger, p *notifierParts) error {
 	pc := cfg.Notify.Push
 	if pc == nil {
 		return nil
@@ -83,7 +103,7 @@ func buildPush(cfg serveConfig, publicURL string, log *slog.Logger, p *notifierP
 	}
 	p.pushDevices = &lazyDevices{}
 	ch, err := push.New(push.Config{VAPID: vapid, Devices: p.pushDevices, Actions: actions, PublicURL: publicURL,
-		Quiet: quiet, AllowInsecure: pc.AllowInsecureEndpoints, Logger: log.With("channel", "push")})
+		Quiet: quiet, QuietOf: directoryQuiet(dir), AllowInsecure: pc.AllowInsecureEndpoints, Logger: log.With("channel", "push")})
 	if err != nil {
 		return fmt.Errorf("config: notify.push: %w", err)
 	}

@@ -137,7 +137,7 @@ func (n *node) prepare(ctx context.Context) error {
 		}
 	}
 	n.publicURL = strings.TrimRight(n.publicURL, "/")
-	parts, err := buildChannels(cfg, n.publicURL, n.log)
+	parts, err := buildChannels(cfg, n.publicURL, n.dir, n.log)
 	if err != nil {
 		return err
 	}
