@@ -106,6 +106,9 @@ func writeLogins(path string, logins map[string]loginEntry) error {
 // renewed first when it is about to expire; found is false when there is
 // none.
 func loginToken(ctx context.Context, url string) (token string, found bool, err error) {
+	if _, err := loginFile(); err != nil {
+		return "", false, nil // nowhere a login could be kept (no home directory): none
+	}
 	logins, path, err := readLogins()
 	if err != nil {
 		return "", false, err

@@ -57,7 +57,9 @@ func TestServeGeneratesAVAPIDKeyOnceAndKeepsItPrivate(t *testing.T) {
 }
 
 // liveDir is a directory a test replaces, as serve's watcher does.
-type liveDir struct{ d atomic.Pointer[directory.Directory] }
+type liveDir struct {
+	d atomic.Pointer[directory.Directory]
+}
 
 func (l *liveDir) Current() *directory.Directory { return l.d.Load() }
 
