@@ -45,18 +45,18 @@ const (
 // outcome, ...), which entries carry as they are: any change kind is an
 // entry's kind.
 const (
-	ChangeCreated        = contracts.ChangeCreated
-	ChangeDecided        = contracts.ChangeDecided
-	ChangeGrantIssued    = "grant_issued"
-	ChangeGrantRevoked   = "grant_revoked"
-	ChangeGrantUsed      = "grant_used"
+	ChangeCreated      = contracts.ChangeCreated
+	ChangeDecided      = contracts.ChangeDecided
+	ChangeGrantIssued  = "grant_issued"
+	ChangeGrantRevoked = "grant_revoked"
+	ChangeGrantUsed    = "grant_used"
 	// ChangeGrantUseRefused is a grant use logged as a failure: one that
 	// names a grant that does not exist (contracts.ReasonUnknownGrant) or
 	// a call the grant could not allow (ReasonGrantUseMismatch). Gates
 	// record only uses their grant covers: such a use is a forgery.
 	ChangeGrantUseRefused = "grant_use_refused"
-	ChangeGrantRefused   = "grant_revoke_refused"
-	ChangeRequestRefused = "request_refused"
+	ChangeGrantRefused    = "grant_revoke_refused"
+	ChangeRequestRefused  = "request_refused"
 )
 
 // ReasonGrantUseMismatch refuses a grant use for another agent, tool or
