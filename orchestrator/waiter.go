@@ -633,11 +633,15 @@ func (w *Waiter) answerDecided(key string, d *contracts.Decided) bool {
 		if wt.finished.Load() {
 			continue
 		}
+		// Counted before the wait is handed the decision, which may reach
+		// its caller at once: whoever reads the count after the answer
+		// finds it; taken back when the wait could not take it.
+		w.answered.Add(1)
 		if !wt.decided(d) {
+			w.answered.Add(^uint64(0))
 			all = false
 			continue
 		}
-		w.answered.Add(1)
 		w.finish(key, wt)
 	}
 	return all
