@@ -1,16 +1,12 @@
 package codingagent
 
 import (
-	"bufio"
-	"context"
 	"encoding/json"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 )
@@ -145,41 +141,8 @@ func (a *agent) resultFor(id string) toolResult {
 }
 
 // pendingApproval returns the id of the session's pending approval once
-// there is one, reading again on each change the server announces.
+// there is one.
 func (a *agent) pendingApproval() string {
 	a.t.Helper()
-	p := a.serve
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", p.url+"/v1/events", nil)
-	req.Header.Set("Authorization", "Bearer "+p.token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		a.t.Fatalf("GET /v1/events: %v %v", err, resp)
-	}
-	defer resp.Body.Close()
-	events := bufio.NewScanner(resp.Body)
-	for {
-		var page struct {
-			Items []struct {
-				Record struct {
-					Request struct {
-						EventID string `json:"event_id"`
-					} `json:"request"`
-				} `json:"record"`
-			} `json:"items"`
-		}
-		out := p.cli(a.t, "approvals", "ls", "--run", a.session, "--json")
-		if err := json.Unmarshal([]byte(out), &page); err != nil {
-			a.t.Fatalf("approvals ls --json: %v\n%s", err, out)
-		}
-		if len(page.Items) > 0 {
-			return page.Items[0].Record.Request.EventID
-		}
-		for events.Scan() && events.Text() != "" {
-		}
-		if events.Err() != nil || ctx.Err() != nil {
-			a.t.Fatalf("no approval appeared for session %s: %v", a.session, events.Err())
-		}
-	}
+	return a.serve.pendingApproval(a.t, a.session)
 }

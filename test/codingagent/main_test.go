@@ -2,7 +2,10 @@ package codingagent
 
 import (
 	"bufio"
+	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -144,4 +147,47 @@ func (p *serveProc) cli(t *testing.T, args ...string) string {
 		t.Fatalf("countersign %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return string(out)
+}
+
+// pendingApproval returns the id of a pending approval of run ("": any)
+// once there is one, reading again on each change the server announces.
+func (p *serveProc) pendingApproval(t *testing.T, run string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", p.url+"/v1/events", nil)
+	req.Header.Set("Authorization", "Bearer "+p.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /v1/events: %v %v", err, resp)
+	}
+	defer resp.Body.Close()
+	events := bufio.NewScanner(resp.Body)
+	for {
+		var page struct {
+			Items []struct {
+				Record struct {
+					Request struct {
+						EventID string `json:"event_id"`
+					} `json:"request"`
+				} `json:"record"`
+			} `json:"items"`
+		}
+		args := []string{"approvals", "ls", "--json"}
+		if run != "" {
+			args = append(args, "--run", run)
+		}
+		out := p.cli(t, args...)
+		if err := json.Unmarshal([]byte(out), &page); err != nil {
+			t.Fatalf("approvals ls --json: %v\n%s", err, out)
+		}
+		if len(page.Items) > 0 {
+			return page.Items[0].Record.Request.EventID
+		}
+		for events.Scan() && events.Text() != "" {
+		}
+		if events.Err() != nil || ctx.Err() != nil {
+			t.Fatalf("no approval appeared (run %q): %v", run, events.Err())
+		}
+	}
 }
