@@ -7,55 +7,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 )
 
 // pinnedCodex is the Codex CLI release these tests drive (package.json
 // pins the same).
 const pinnedCodex = "0.171.0"
-
-var (
-	codexOnce sync.Once
-	codexPath string
-	codexErr  error
-)
-
-// codexBin is the pinned Codex CLI, installed with the other pinned agent
-// CLIs by install-claude.sh when it is missing or another version.
-func codexBin(t *testing.T) string {
-	t.Helper()
-	codexOnce.Do(func() {
-		path, err := filepath.Abs("node_modules/.bin/codex")
-		if err != nil {
-			codexErr = err
-			return
-		}
-		if codexVersion(path) != pinnedCodex {
-			if out, err := exec.Command("sh", "install-claude.sh").CombinedOutput(); err != nil {
-				codexErr = fmt.Errorf("sh test/codingagent/install-claude.sh: %v\n%s", err, out)
-				return
-			}
-		}
-		if v := codexVersion(path); v != pinnedCodex {
-			codexErr = fmt.Errorf("codex --version says %q after install-claude.sh, want %s", v, pinnedCodex)
-			return
-		}
-		codexPath = path
-	})
-	if codexErr != nil {
-		t.Fatal(codexErr)
-	}
-	return codexPath
-}
-
-func codexVersion(path string) string {
-	out, err := exec.Command(path, "--version").Output()
-	if err != nil {
-		return ""
-	}
-	return strings.TrimPrefix(strings.TrimSpace(string(out)), "codex-cli ")
-}
 
 // codexAgent is Codex set up for one test: its own HOME with the fake
 // model as its provider and docs/coding-agents.md's hooks.json, with the

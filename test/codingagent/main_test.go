@@ -41,49 +41,69 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-var (
-	claudeOnce sync.Once
-	claudePath string
-	claudeErr  error
-)
-
-// claudeBin is the pinned Claude Code, installed by install-claude.sh when
+// agentCLI is a coding agent CLI these tests drive, pinned in
+// package.json and installed (with the others) by install-claude.sh when
 // it is missing or another version.
-func claudeBin(t *testing.T) string {
-	t.Helper()
-	claudeOnce.Do(func() {
-		path, err := filepath.Abs("node_modules/.bin/claude")
-		if err != nil {
-			claudeErr = err
-			return
-		}
-		if claudeVersion(path) == pinnedClaude {
-			claudePath = path
-			return
-		}
-		if out, err := exec.Command("sh", "install-claude.sh").CombinedOutput(); err != nil {
-			claudeErr = fmt.Errorf("sh test/codingagent/install-claude.sh: %v\n%s", err, out)
-			return
-		}
-		if v := claudeVersion(path); v != pinnedClaude {
-			claudeErr = fmt.Errorf("claude --version says %q after install-claude.sh, want %s", v, pinnedClaude)
-			return
-		}
-		claudePath = path
-	})
-	if claudeErr != nil {
-		t.Fatal(claudeErr)
-	}
-	return claudePath
+type agentCLI struct {
+	bin, pinned string
+	// version reads the version the CLI's --version prints.
+	version func(out string) string
+
+	once sync.Once
+	path string
+	err  error
 }
 
-func claudeVersion(path string) string {
+var (
+	claude = &agentCLI{bin: "claude", pinned: pinnedClaude, version: func(out string) string {
+		v, _, _ := strings.Cut(out, " ")
+		return v
+	}}
+	codex = &agentCLI{bin: "codex", pinned: pinnedCodex, version: func(out string) string {
+		return strings.TrimPrefix(out, "codex-cli ")
+	}}
+)
+
+// claudeBin is the pinned Claude Code.
+func claudeBin(t *testing.T) string { return claude.get(t) }
+
+// codexBin is the pinned Codex CLI.
+func codexBin(t *testing.T) string { return codex.get(t) }
+
+// get is the CLI's path, installing it first when it is missing or
+// another version.
+func (c *agentCLI) get(t *testing.T) string {
+	t.Helper()
+	c.once.Do(func() {
+		path, err := filepath.Abs("node_modules/.bin/" + c.bin)
+		if err != nil {
+			c.err = err
+			return
+		}
+		if c.versionOf(path) != c.pinned {
+			if out, err := exec.Command("sh", "install-claude.sh").CombinedOutput(); err != nil {
+				c.err = fmt.Errorf("sh test/codingagent/install-claude.sh: %v\n%s", err, out)
+				return
+			}
+		}
+		if v := c.versionOf(path); v != c.pinned {
+			c.err = fmt.Errorf("%s --version says %q after install-claude.sh, want %s", c.bin, v, c.pinned)
+			return
+		}
+		c.path = path
+	})
+	if c.err != nil {
+		t.Fatal(c.err)
+	}
+	return c.path
+}
+
+func (c *agentCLI) versionOf(path string) string {
 	out, err := exec.Command(path, "--version").Output()
 	if err != nil {
 		return ""
 	}
-	v, _, _ := strings.Cut(strings.TrimSpace(string(out)), " ")
-	return v
+	return c.version(strings.TrimSpace(string(out)))
 }
 
 // serveProc is a running `countersign serve`.
