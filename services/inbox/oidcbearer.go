@@ -216,11 +216,7 @@ func (k *providerKeys) VerifySignature(ctx context.Context, raw string) ([]byte,
 		return nil, errors.New("oidc bearer: want one signature")
 	}
 	kid := jws.Signatures[0].Header.KeyID
-	keys, err := k.keysFor(ctx, kid)
-	if err != nil {
-		return nil, err
-	}
-	for _, key := range keys {
+	for _, key := range k.keysFor(ctx, kid) {
 		if kid != "" && key.KeyID != kid {
 			continue
 		}
@@ -232,21 +228,26 @@ func (k *providerKeys) VerifySignature(ctx context.Context, raw string) ([]byte,
 }
 
 // keysFor answers the keys known, read afresh first when none has kid (or
-// none is known) and the last read is older than keysRefetchEvery.
-func (k *providerKeys) keysFor(ctx context.Context, kid string) ([]jose.JSONWebKey, error) {
+// none is known) and the last read is older than keysRefetchEvery. The
+// read happens outside the lock: tokens of keys already known are not held
+// up by a slow provider meanwhile.
+func (k *providerKeys) keysFor(ctx context.Context, kid string) []jose.JSONWebKey {
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	known := len(k.keys) > 0 && (kid == "" || slices.ContainsFunc(k.keys, func(key jose.JSONWebKey) bool { return key.KeyID == kid }))
 	if known || !k.fetched.IsZero() && k.now().Sub(k.fetched) < keysRefetchEvery {
-		return k.keys, nil
+		keys := k.keys
+		k.mu.Unlock()
+		return keys
 	}
-	k.fetched = k.now()
+	k.fetched = k.now() // this caller reads; the others meanwhile use the keys known
+	k.mu.Unlock()
 	keys, err := k.read(ctx)
-	if err != nil {
-		return k.keys, nil // the keys known still verify what they signed
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err == nil {
+		k.keys = keys
 	}
-	k.keys = keys
-	return k.keys, nil
+	return k.keys // on a failed read, the keys known still verify what they signed
 }
 
 // read fetches the provider's JWKS and keeps its public signing keys.
