@@ -106,15 +106,7 @@ func (a *agent) start(prompt string, extra ...string) (*exec.Cmd, *strings.Build
 	cmd := a.command(prompt, extra...)
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
-		a.t.Fatal(err)
-	}
-	a.t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	})
+	startAgent(a.t, cmd)
 	return cmd, &stdout, &stderr
 }
 

@@ -88,15 +88,7 @@ func (a *codexAgent) start(trusted bool) (wait func() string) {
 		"COUNTERSIGN_URL="+a.serve.url, "COUNTERSIGN_TOKEN="+a.serve.token)
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		a.t.Fatal(err)
-	}
-	a.t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	})
+	startAgent(a.t, cmd)
 	return func() string {
 		a.t.Helper()
 		if err := cmd.Wait(); err != nil {

@@ -211,3 +211,18 @@ func (p *serveProc) pendingApproval(t *testing.T, run string) string {
 		}
 	}
 }
+
+// startAgent starts an agent CLI's command, killed at the end of the test
+// if it is still running.
+func startAgent(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+}
