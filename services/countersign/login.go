@@ -285,6 +285,9 @@ func awaitRedirect(ctx context.Context, ln net.Listener, state string) (string, 
 		} else {
 			fmt.Fprintln(w, "Signed in to Countersign. You can close this window and return to the terminal.")
 		}
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
 		select {
 		case got <- res:
 		default:
@@ -292,7 +295,13 @@ func awaitRedirect(ctx context.Context, ln net.Listener, state string) (string, 
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	defer func() {
+		// Gracefully: the browser's page is written out before the
+		// listener goes (Close would cut the answer being written).
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
 	select {
 	case res := <-got:
 		return res.code, res.err
