@@ -199,10 +199,31 @@ func (g *grant) arbiter() {
 	// Automated reviewers' opinions: published by the arbiter alone,
 	// which asks the reviewers, and recorded by it from the stream.
 	g.pub(contracts.SubjectOpinionPrefix + ">")
-	// Claim and vote requests: answered once each, on the requester's
-	// inbox.
+	// Claim and vote requests: answered on the requester's inbox, the
+	// inboxes of the roles that may ask, and nowhere else. Not with
+	// allow_responses: that lets a requester name any subject as the
+	// reply, and the answer, published with the arbiter's rights, would
+	// be a JetStream API call (a purge of the records) or a record write.
 	g.sub(contracts.SubjectClaimPrefix+">", contracts.SubjectVotePrefix+">")
-	g.responses = true
+	for _, r := range askers() {
+		g.pub(InboxPrefix(r) + ".>")
+	}
+}
+
+// askers are the roles that may ask the arbiter for a claim or a vote by
+// request (publish on contracts.SubjectClaimPrefix or SubjectVotePrefix).
+func askers() []Role {
+	var out []Role
+	for _, r := range Roles {
+		if r == RoleAdmin || r == RoleArbiter {
+			continue
+		}
+		allow := Permissions(r).Publish.Allow
+		if slices.Contains(allow, contracts.SubjectClaimPrefix+">") || slices.Contains(allow, contracts.SubjectVotePrefix+">") {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // api is the API's grant: an orchestrator and a resolver that also keeps
@@ -288,9 +309,6 @@ var managementDeny = func() []string {
 // grant accumulates allowed and denied subjects.
 type grant struct {
 	pubAllow, pubDeny, subAllow []string
-	// responses lets the role answer the requests it receives, once each
-	// (allow_responses), without a grant on the requesters' inboxes.
-	responses bool
 }
 
 func (g *grant) pub(s ...string)     { g.pubAllow = append(g.pubAllow, s...) }
@@ -385,16 +403,10 @@ func (g *grant) permissions() *server.Permissions {
 		slices.Sort(s)
 		return slices.Compact(s)
 	}
-	p := &server.Permissions{
+	return &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: clean(g.pubAllow), Deny: clean(g.pubDeny)},
 		Subscribe: &server.SubjectPermission{Allow: clean(g.subAllow)},
 	}
-	if g.responses {
-		// What allow_responses: true means in a config file.
-		p.Response = &server.ResponsePermission{MaxMsgs: server.DEFAULT_ALLOW_RESPONSE_MAX_MSGS,
-			Expires: server.DEFAULT_ALLOW_RESPONSE_EXPIRATION}
-	}
-	return p
 }
 
 // kvWrite is the subject space of a bucket's keys: publishing there writes.

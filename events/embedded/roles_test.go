@@ -666,6 +666,31 @@ func onlyTheArbiterAnswers(t *testing.T, prefix string, askers, others []embedde
 		c.noErrors(t)
 	}
 	arb.noErrors(t)
+	// An asker that names another subject as the reply cannot have the
+	// arbiter publish there with its rights, even where the arbiter would
+	// answer anything: the answer is refused (no allow_responses), and the
+	// records the purge named are all there.
+	kv, err := arb.js.KeyValue(testContext(t, opTimeout), contracts.BucketApprovals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(testContext(t, opTimeout), "ev-1", []byte(`{"status":"pending"}`)); err != nil {
+		t.Fatal(err)
+	}
+	purge := "$JS.API.STREAM.PURGE.KV_" + contracts.BucketApprovals
+	for _, r := range askers {
+		c := e.connect(t, r)
+		arb.denied(t, purge, func(ctx context.Context) error {
+			if err := c.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: purge, Data: []byte("{}")}); err != nil {
+				return err
+			}
+			<-ctx.Done()
+			return ctx.Err()
+		})
+	}
+	if st, err := kv.Status(testContext(t, opTimeout)); err != nil || st.Values() != 1 {
+		t.Fatalf("the records after the answers on %s: %v, %v", purge, st, err)
+	}
 	for _, r := range others {
 		c := e.connect(t, r)
 		c.denied(t, subject, func(ctx context.Context) error {

@@ -177,6 +177,9 @@ type metrics struct {
 	timerLag *prometheus.HistogramVec
 	// reminders and escalations count announced reminders and tiers reached.
 	reminders, escalations prometheus.Counter
+	// unanswerable counts claim and vote requests left alone because their
+	// reply subject is not an inbox, by kind.
+	unanswerable *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) metrics {
@@ -213,9 +216,13 @@ func newMetrics(reg prometheus.Registerer) metrics {
 		escalations: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "countersign_escalations_total", Help: "Escalation tiers reached by pending approvals.",
 		}),
+		unanswerable: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "countersign_requests_unanswerable_total",
+			Help: "Claim and vote requests the arbiter neither applied nor answered because their reply subject is not an inbox, by kind (claim, vote).",
+		}, []string{"kind"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.created, m.requestsRefused, m.decided, m.refused, m.conflict, m.latency, m.timerLag, m.reminders, m.escalations)
+		reg.MustRegister(m.created, m.requestsRefused, m.decided, m.refused, m.conflict, m.latency, m.timerLag, m.reminders, m.escalations, m.unanswerable)
 	}
 	return m
 }

@@ -78,8 +78,12 @@ func (a *Arbiter) serveRequests(ctx context.Context, k appliedRequests) error {
 	nc := a.cfg.JS.Conn()
 	slots := make(chan struct{}, requestsInHand(a.cfg.Concurrency))
 	sub, err := nc.QueueSubscribe(k.prefix+"*", k.queue, func(m *nats.Msg) {
-		if m.Reply == "" {
-			return // nobody to answer: these come by request only
+		if !events.Answerable(m.Reply) {
+			// These come by request only, answered on the requester's
+			// inbox; an answer anywhere else would be published with the
+			// arbiter's rights for whoever chose the subject.
+			a.m.unanswerable.WithLabelValues(k.kind).Inc()
+			return
 		}
 		select {
 		case slots <- struct{}{}:
