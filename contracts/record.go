@@ -2,6 +2,8 @@ package contracts
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strings"
 	"time"
 )
@@ -282,4 +284,41 @@ type Changed struct {
 	Step     int       `json:"step,omitempty"`
 	Revision uint64    `json:"revision"`
 	At       time.Time `json:"at"`
+}
+
+// ErrNotThisRecord is a value stored under a record's key that is not
+// that record: its spec is not SpecRecord, or its request names another
+// event. Only the arbiter may publish on the bucket's subjects, but the
+// server also publishes there what it answers to whoever names such a
+// subject as the reply of a JetStream API request (an account info, a
+// message get's envelope); such a value is no record, and every reader
+// treats the key as unreadable.
+var ErrNotThisRecord = errors.New("contracts: the value stored under this key is not its approval record")
+
+// CheckRecordIdentity is the one rule by which a reader knows a value it
+// read under key is the record of key, given the value's spec and its
+// request's event id.
+func CheckRecordIdentity(key, spec, eventID string) error {
+	if spec != SpecRecord || eventID != key {
+		return fmt.Errorf("%w (spec %q, event %q, key %q)", ErrNotThisRecord, truncated(spec), truncated(eventID), key)
+	}
+	return nil
+}
+
+// DecodeRecord decodes data, a value read under key in the approvals
+// bucket, into rec, and checks that it is the record of key
+// (CheckRecordIdentity).
+func DecodeRecord(key string, data []byte, rec *Record) error {
+	if err := Decode(data, rec); err != nil {
+		return err
+	}
+	return CheckRecordIdentity(key, rec.Spec, rec.Request.EventID)
+}
+
+// truncated keeps an error message short whatever a value held.
+func truncated(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
 }

@@ -112,19 +112,19 @@ func StreamConfigs(cfg ProvisionConfig) []jetstream.StreamConfig {
 // stream settings KeyValueConfig cannot express, with one read of the
 // stream and at most one update:
 //
-//   - leaderReads turns off direct gets on a replicated bucket. With direct
-//     gets any replica answers a read, and a follower that is behind answers
-//     with an old record: a decision not seen yet, a claim refused as not
-//     approved. Without them every read goes to the stream's leader, which
-//     has every acknowledged write. Clients choose when they open the
-//     bucket. A bucket with one replica has no follower, and keeps direct
-//     gets: its one server answers them from the store, with every write, at
-//     a fraction of the cost of a stream API request.
+//   - direct gets off, on every bucket. A direct get answers with the stored
+//     message itself, headers and value, on whatever reply subject the
+//     requester names, and the server publishes that answer with its own
+//     rights: a reader of the approvals bucket naming $KV.hitl_approvals.<B>
+//     as the reply had the server store a copy of record A (approved) as
+//     record B, and a reader of the policy bucket could put an older policy
+//     or directory back as the live one. A stream message get answers with
+//     the message wrapped in a JSON envelope, which no reader takes for a
+//     record, a policy or a grant. Reads also go to the stream's leader,
+//     which has every acknowledged write (a follower that is behind answers
+//     with an old record: a decision not seen yet).
 //   - watchers gives the stream room for FleetWatchers consumers.
-func tuneBucket(ctx context.Context, js jetstream.JetStream, bucket string, leaderReads, watchers bool) error {
-	if !leaderReads && !watchers {
-		return nil
-	}
+func tuneBucket(ctx context.Context, js jetstream.JetStream, bucket string, watchers bool) error {
 	stream := "KV_" + bucket
 	st, err := js.Stream(ctx, stream)
 	if err != nil {
@@ -132,7 +132,7 @@ func tuneBucket(ctx context.Context, js jetstream.JetStream, bucket string, lead
 	}
 	sc := st.CachedInfo().Config
 	changed := false
-	if leaderReads && sc.AllowDirect {
+	if sc.AllowDirect {
 		sc.AllowDirect, changed = false, true
 	}
 	if watchers && sc.MaxConsumers != FleetWatchers {
@@ -287,42 +287,33 @@ func provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig)
 		}
 	}
 	for _, b := range provisionedBuckets(cfg) {
-		if err := ensureBucket(ctx, js, b.cfg, b.leaderReads, b.watchers); err != nil {
+		if err := ensureBucket(ctx, js, b.cfg, b.watchers); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// provisionedBucket is a bucket of the contract and how its stream is
-// tuned (tuneBucket).
+// provisionedBucket is a bucket of the contract and whether its stream
+// takes a fleet of watchers (tuneBucket).
 type provisionedBucket struct {
-	cfg                   jetstream.KeyValueConfig
-	leaderReads, watchers bool
+	cfg      jetstream.KeyValueConfig
+	watchers bool
 }
 
-// provisionedBuckets are the contract's buckets.
+// provisionedBuckets are the contract's buckets. Every agent process
+// watches the policy and the grants.
 func provisionedBuckets(cfg ProvisionConfig) []provisionedBucket {
 	cfg.setDefaults()
-	replicated := cfg.Replicas > 1
 	return []provisionedBucket{
-		// Reads that must see every acknowledged write go to the leader:
-		// records; sessions (a sign-out on one API replica ends the session
-		// on every other at once); grants (a revocation stops a grant on
-		// every gate at once). Every agent process watches the policy and
-		// the grants.
-		{ApprovalsBucketConfig(cfg), replicated, false},
-		{PolicyBucketConfig(cfg), false, true},
-		{SessionsBucketConfig(cfg), replicated, false},
-		{GrantsBucketConfig(cfg), replicated, true},
-		// A claimant reads its receipt right after the claim is written.
-		{ReceiptsBucketConfig(cfg), replicated, false},
-		// A use is created on the leader (KV Create), which refuses a second.
-		{ReceiptUsesBucketConfig(cfg), replicated, false},
-		// A revoked passkey must stop counting at once on every arbiter.
-		{PasskeysBucketConfig(cfg), replicated, false},
-		// A removed subscription must stop getting pushes at once.
-		{PushBucketConfig(cfg), replicated, false},
+		{ApprovalsBucketConfig(cfg), false},
+		{PolicyBucketConfig(cfg), true},
+		{SessionsBucketConfig(cfg), false},
+		{GrantsBucketConfig(cfg), true},
+		{ReceiptsBucketConfig(cfg), false},
+		{ReceiptUsesBucketConfig(cfg), false},
+		{PasskeysBucketConfig(cfg), false},
+		{PushBucketConfig(cfg), false},
 	}
 }
 

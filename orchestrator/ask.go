@@ -198,7 +198,7 @@ func (g *Gate) submitQuestion(ctx context.Context, run contracts.Run, q Question
 	switch {
 	case err == nil:
 		var rec contracts.Record
-		if err := json.Unmarshal(entry.Value(), &rec); err != nil {
+		if err := contracts.DecodeRecord(eventID, entry.Value(), &rec); err != nil {
 			return a, false, fmt.Errorf("orchestrator: record %s is unreadable: %w", eventID, err)
 		}
 		if rec.Request.Kind != contracts.KindHumanInput || rec.Request.Question == nil || rec.Request.Question.Text != q.Text || !sameSubmitter(ctx, &rec) {

@@ -13,6 +13,7 @@ import (
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/approval"
 	"github.com/countersign/countersign/events"
+	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/orchestrator"
 	"github.com/countersign/countersign/orchestrator/policy"
 	"github.com/countersign/countersign/services/countersigntest"
@@ -63,7 +64,7 @@ func decisionsGate(t *testing.T, e *env) *orchestrator.Gate {
 		t.Fatal(err)
 	}
 	countersigntest.Trust(t, p)
-	g, err := orchestrator.NewGate(context.Background(), orchestrator.Config{JS: e.js, Policy: orchestrator.StaticPolicy{P: p}})
+	g, err := orchestrator.NewGate(context.Background(), orchestrator.Config{JS: e.srv.JetStreamAs(embedded.RoleOrchestrator), Policy: orchestrator.StaticPolicy{P: p}})
 	if err != nil {
 		t.Fatal(err)
 	}

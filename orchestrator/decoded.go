@@ -1,7 +1,6 @@
 package orchestrator
 
 import (
-	"encoding/json"
 	"sync"
 
 	"github.com/countersign/countersign/contracts"
@@ -41,7 +40,7 @@ func (d *decodedRecords) decode(key string, value []byte, rev uint64) (*contract
 	}
 	d.mu.Unlock()
 	rec := new(contracts.Record)
-	if err := json.Unmarshal(value, rec); err != nil {
+	if err := contracts.DecodeRecord(key, value, rec); err != nil {
 		return nil, err
 	}
 	d.mu.Lock()

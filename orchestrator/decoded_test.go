@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,8 +14,8 @@ import (
 // one never replaces a newer.
 func TestDecodedRecordsOncePerRevision(t *testing.T) {
 	var d decodedRecords
-	v1 := []byte(`{"status":"pending"}`)
-	v2 := []byte(`{"status":"approved"}`)
+	v1 := recordValue("e1", "pending", "")
+	v2 := recordValue("e1", "approved", "")
 	a, err := d.decode("e1", v1, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -36,8 +37,15 @@ func TestDecodedRecordsOncePerRevision(t *testing.T) {
 	if _, err := d.decode("e2", []byte(`{`), 1); err == nil {
 		t.Fatal("an unreadable record decoded")
 	}
+	// e1's record stored under e2 (a copy), and a value that is no record
+	// (an answer of the server's API published on the key): neither is e2's.
+	for _, v := range [][]byte{v2, []byte(`{"type":"io.nats.jetstream.api.v1.account_info_response","memory":0}`)} {
+		if _, err := d.decode("e2", v, 2); !errors.Is(err, contracts.ErrNotThisRecord) {
+			t.Fatalf("%s decoded as e2's record: %v", v, err)
+		}
+	}
 	for i := range maxDecodedRecords + 10 {
-		if _, err := d.decode("k"+strconv.Itoa(i), v1, 1); err != nil {
+		if _, err := d.decode("k"+strconv.Itoa(i), recordValue("k"+strconv.Itoa(i), "pending", ""), 1); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -67,13 +75,19 @@ func TestVerdictArgumentsAreACopy(t *testing.T) {
 
 func TestDecodedRecordsBoundTheirBytes(t *testing.T) {
 	var d decodedRecords
-	big := []byte(`{"status":"pending","summary":"` + strings.Repeat("x", 1<<20) + `"}`)
+	summary := strings.Repeat("x", 1<<20)
+	big := recordValue("k0", "pending", summary)
 	for i := range 40 {
-		if _, err := d.decode("k"+strconv.Itoa(i), big, 1); err != nil {
+		if _, err := d.decode("k"+strconv.Itoa(i), recordValue("k"+strconv.Itoa(i), "pending", summary), 1); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if d.bytes > maxDecodedRecordsBytes || d.len() != maxDecodedRecordsBytes/len(big) {
 		t.Fatalf("%d records, %d bytes kept; want at most %d bytes", d.len(), d.bytes, maxDecodedRecordsBytes)
 	}
+}
+
+// recordValue is a stored record of key with status and a summary.
+func recordValue(key, status, summary string) []byte {
+	return []byte(`{"spec":"` + contracts.SpecRecord + `","request":{"event_id":"` + key + `","summary":"` + summary + `"},"status":"` + status + `"}`)
 }

@@ -1,6 +1,13 @@
 package orchestrator
 
-import "time"
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
 
 // MissAnnouncementsForTest ends a keyed waiter's subscriptions to key's
 // announcements while its waits stay, as if the connection had dropped
@@ -26,4 +33,23 @@ func (g *Gate) HistoryHorizonForTest() time.Duration {
 		return 0
 	}
 	return g.hist.horizon
+}
+
+// FailReadsForTest makes the waiter's reads of records fail while fail is
+// set, as when the bucket's stream answers none. Call it before the
+// waiter's first wait.
+func (w *Waiter) FailReadsForTest(fail *atomic.Bool) {
+	w.kv = failingReads{KeyValue: w.kv, fail: fail}
+}
+
+type failingReads struct {
+	jetstream.KeyValue
+	fail *atomic.Bool
+}
+
+func (f failingReads) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	if f.fail.Load() {
+		return nil, errors.New("the bucket answers no reads (test)")
+	}
+	return f.KeyValue.Get(ctx, key)
 }

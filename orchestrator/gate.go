@@ -572,7 +572,7 @@ func (g *Gate) gate(ctx context.Context, run contracts.Run, c ToolCall, args jso
 	switch {
 	case err == nil:
 		var rec contracts.Record
-		if err := json.Unmarshal(entry.Value(), &rec); err != nil {
+		if err := contracts.DecodeRecord(eventID, entry.Value(), &rec); err != nil {
 			return v, fmt.Errorf("record %s is unreadable: %w", eventID, err)
 		}
 		// Only the request's submitter learns whether the arguments are

@@ -559,6 +559,7 @@ func (w *Waiter) announced(key string, data []byte) {
 // recordDecision is what a record copy tells a decided announcement would:
 // decoded without the rest of the record.
 type recordDecision struct {
+	Spec    string `json:"spec"`
 	Request struct {
 		EventID string `json:"event_id"`
 	} `json:"request"`
@@ -576,7 +577,8 @@ func (w *Waiter) recorded(key string, data []byte, rev uint64, pending bool) {
 		return // not decided, by its summary header: nothing to decode
 	}
 	var d recordDecision
-	if err := json.Unmarshal(data, &d); err == nil && d.Request.EventID == key && decidedStatus(d.Status) && d.Outcome != nil {
+	if err := json.Unmarshal(data, &d); err == nil && contracts.CheckRecordIdentity(key, d.Spec, d.Request.EventID) == nil &&
+		decidedStatus(d.Status) && d.Outcome != nil {
 		if w.answerDecided(key, &contracts.Decided{Spec: contracts.SpecDecided, EventID: key, Status: d.Status,
 			Outcome: d.Outcome, Revision: rev}) {
 			return

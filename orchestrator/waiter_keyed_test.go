@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -175,23 +176,13 @@ func TestWaiterReadsAnAnnouncedRecordAgainAfterAFailedRead(t *testing.T) {
 	failed := make(chan struct{}, 16)
 	log := slog.New(&signalHandler{msg: "reading an announced approval record failed; reading it again", c: failed})
 	w := e.keyedWaiter(ctx, t, log)
+	var failing atomic.Bool
+	w.FailReadsForTest(&failing)
 	id, decided := e.proposeAndWaitDecided(ctx, t, w, "reread-retry")
 
-	// The bucket stops answering the waiter's reads (its direct gets) while
-	// the decision is announced.
-	setDirect := func(on bool) {
-		t.Helper()
-		st, err := e.js.Stream(ctx, "KV_"+contracts.BucketApprovals)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc := st.CachedInfo().Config
-		sc.AllowDirect = on
-		if _, err := e.js.UpdateStream(ctx, sc); err != nil {
-			t.Fatal(err)
-		}
-	}
-	setDirect(false)
+	// The bucket stops answering the waiter's reads while the decision is
+	// announced.
+	failing.Store(true)
 	e.vote(t, id, "alice", contracts.DecisionApprove, "")
 	for range 2 {
 		select {
@@ -202,7 +193,7 @@ func TestWaiterReadsAnAnnouncedRecordAgainAfterAFailedRead(t *testing.T) {
 			t.Fatal("the waiter never tried to read the announced record (twice)")
 		}
 	}
-	setDirect(true)
+	failing.Store(false)
 	select {
 	case rec := <-decided:
 		if rec.Status != contracts.StatusApproved {

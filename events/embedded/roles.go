@@ -412,27 +412,27 @@ func (g *grant) permissions() *server.Permissions {
 // kvWrite is the subject space of a bucket's keys: publishing there writes.
 func kvWrite(bucket string) string { return "$KV." + bucket + ".>" }
 
-// kvRead binds a bucket (stream info) and reads keys: direct gets, as the
-// client uses them, and the stream message get for servers without direct
-// access.
+// kvRead binds a bucket (stream info) and reads keys with stream message
+// gets. Never direct gets: a direct get's answer is the stored message
+// itself, published by the server on whatever reply subject the requester
+// names, so a reader could have the server store a copy of one record as
+// another (events.Provision turns them off on every bucket).
 func kvRead(stream string) []string {
 	return []string{
 		"$JS.API.STREAM.INFO." + stream,
-		"$JS.API.DIRECT.GET." + stream,
-		"$JS.API.DIRECT.GET." + stream + ".>",
 		"$JS.API.STREAM.MSG.GET." + stream,
 	}
 }
 
-// keyRead binds a bucket (stream info), reads one key with direct gets and
-// watches that key alone: an ordered consumer filtered on the key (created
-// with the filter in the subject, as the client does), its flow control,
-// and deleting it when the watch stops.
+// keyRead binds a bucket (stream info) and reads and watches one key alone
+// with a watch of it: an ordered consumer filtered on the key (created with
+// the filter in the subject, as the client does), its flow control, and
+// deleting it when the watch stops. No message gets: one names its key in
+// the request's body, which no grant can pin to a key.
 func keyRead(stream, bucket, key string) []string {
 	subject := "$KV." + bucket + "." + key
 	return []string{
 		"$JS.API.STREAM.INFO." + stream,
-		"$JS.API.DIRECT.GET." + stream + "." + subject,
 		"$JS.API.CONSUMER.CREATE." + stream + ".*." + subject,
 		"$JS.API.CONSUMER.DELETE." + stream + ".>",
 		"$JS.FC." + stream + ".>",
@@ -480,8 +480,6 @@ func orderedConsumer(stream string) []string {
 		"$JS.API.CONSUMER.CREATE." + stream + ".>",
 		"$JS.API.CONSUMER.INFO." + stream + ".>",
 		"$JS.API.CONSUMER.MSG.NEXT." + stream + ".>",
-		"$JS.API.DIRECT.GET." + stream,
-		"$JS.API.DIRECT.GET." + stream + ".>",
 		"$JS.API.STREAM.MSG.GET." + stream,
 		"$JS.FC." + stream + ".>",
 		"$JS.FC.*.*." + stream + ".>",

@@ -105,22 +105,46 @@ func (d *Directory) Roster(ctx context.Context) (*approval.Roster, error) {
 	if ready {
 		return r, nil
 	}
-	kv, err := d.js.KeyValue(ctx, contracts.BucketPolicy)
-	if err != nil {
-		return nil, fmt.Errorf("audience: live directory: %w", err)
-	}
-	e, err := kv.Get(ctx, contracts.DirectoryKey)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("audience: live directory: %w", err)
+	e, err := readKey(ctx, d.js)
+	if err != nil || e == nil {
+		return nil, err
 	}
 	r, err = decode(e)
 	if err != nil {
 		return nil, fmt.Errorf("audience: live directory revision %d: %w", e.Revision(), err)
 	}
 	return r, nil
+}
+
+// readKey reads the directory's key with a watch of that key alone (nil:
+// not published), the one read the notifier's NATS user may make of the
+// policy bucket: a message get names its key in the request's body, which
+// no grant can pin to one key.
+func readKey(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValueEntry, error) {
+	kv, err := js.KeyValue(ctx, contracts.BucketPolicy)
+	if err != nil {
+		return nil, fmt.Errorf("audience: live directory: %w", err)
+	}
+	w, err := kv.Watch(ctx, contracts.DirectoryKey)
+	if err != nil {
+		return nil, fmt.Errorf("audience: live directory: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	var last jetstream.KeyValueEntry
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, errors.New("audience: live directory: the watch ended")
+			}
+			if e == nil {
+				return last, nil // the key's value as of now, or none
+			}
+			last = e
+		case <-ctx.Done():
+			return nil, fmt.Errorf("audience: live directory: %w", ctx.Err())
+		}
+	}
 }
 
 // Revision is the revision of the watched directory (0: none seen yet).

@@ -302,7 +302,7 @@ func (d *Dispatcher) record(ctx context.Context, id string) (*contracts.Record, 
 		return nil, err
 	}
 	var rec contracts.Record
-	if err := contracts.Decode(e.Value(), &rec); err != nil {
+	if err := contracts.DecodeRecord(id, e.Value(), &rec); err != nil {
 		return nil, fmt.Errorf("record %s: %w", id, err)
 	}
 	return &rec, nil

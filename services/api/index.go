@@ -40,12 +40,14 @@ type summary struct {
 
 // summaryJSON is the part of a record the index decodes.
 type summaryJSON struct {
+	Spec            string `json:"spec"`
 	Status          string `json:"status"`
 	EscalationLevel int    `json:"escalation_level"`
 	// Sensitive is what the record's edits add to the request's.
 	Sensitive []string `json:"sensitive"`
 	overseenJSON
 	Request struct {
+		EventID    string                     `json:"event_id"`
 		Run        contracts.Run              `json:"run"`
 		Quorum     contracts.Quorum           `json:"quorum"`
 		Escalation []contracts.EscalationTier `json:"escalation"`
@@ -63,6 +65,9 @@ type summaryJSON struct {
 func summarize(id string, rev uint64, stored time.Time, value []byte) (*summary, error) {
 	var sj summaryJSON
 	if err := json.Unmarshal(value, &sj); err != nil {
+		return nil, err
+	}
+	if err := contracts.CheckRecordIdentity(id, sj.Spec, sj.Request.EventID); err != nil {
 		return nil, err
 	}
 	sum := &summary{

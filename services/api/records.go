@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -80,7 +79,7 @@ func (s *Server) getRecord(ctx context.Context, id string) (*contracts.Record, u
 		return nil, 0, s.backendError("read record", err)
 	}
 	var rec contracts.Record
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+	if err := contracts.DecodeRecord(id, e.Value(), &rec); err != nil {
 		s.log.Error("unreadable approval record", "event_id", id, "err", err)
 		return nil, 0, errorf(http.StatusInternalServerError, CodeInternal, "approval %s is unreadable", id)
 	}

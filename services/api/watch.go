@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -79,7 +78,7 @@ func (ix *index) watch(ctx context.Context, id string, wake chan struct{}) (w *r
 		return nil, nil, err
 	}
 	var rec contracts.Record
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+	if err := contracts.DecodeRecord(id, e.Value(), &rec); err != nil {
 		stop()
 		return nil, nil, fmt.Errorf("record %s is unreadable: %w", id, err)
 	}
@@ -96,7 +95,7 @@ func (ix *index) notify(e jetstream.KeyValueEntry) {
 		return
 	}
 	var rec contracts.Record
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+	if err := contracts.DecodeRecord(e.Key(), e.Value(), &rec); err != nil {
 		return // logged by apply
 	}
 	for _, w := range list {

@@ -415,7 +415,7 @@ func (a *Arbiter) existing(ctx context.Context, eventID string) (contracts.Recor
 		return contracts.Record{}, err
 	}
 	var cur contracts.Record
-	if err := contracts.Decode(entry.Value(), &cur); err != nil {
+	if err := contracts.DecodeRecord(eventID, entry.Value(), &cur); err != nil {
 		return cur, events.Poison(fmt.Errorf("record %s is unreadable: %w", eventID, err))
 	}
 	// The creation's entry may have been lost with the attempt that wrote
@@ -781,7 +781,7 @@ func (a *Arbiter) readGroupRecord(ctx context.Context, group []*queuedOp, useCac
 		return 0, nil, false
 	}
 	var rec contracts.Record
-	if err := contracts.Decode(entry.Value(), &rec); err != nil {
+	if err := contracts.DecodeRecord(eventID, entry.Value(), &rec); err != nil {
 		setErr(group, events.Poison(fmt.Errorf("record %s is unreadable: %w", eventID, err)))
 		return 0, nil, false
 	}

@@ -169,7 +169,7 @@ func (a *Arbiter) stillPending(ctx context.Context, id string) bool {
 		return true
 	}
 	var cur contracts.Record
-	if err := contracts.Decode(entry.Value(), &cur); err != nil {
+	if err := contracts.DecodeRecord(id, entry.Value(), &cur); err != nil {
 		return true
 	}
 	return !cur.Terminal()

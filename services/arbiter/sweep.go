@@ -66,7 +66,7 @@ func (a *Arbiter) sweepUnannounced(ctx context.Context) (int, error) {
 			return n, err
 		}
 		var rec contracts.Record
-		if err := contracts.Decode(entry.Value(), &rec); err != nil || !rec.Terminal() {
+		if err := contracts.DecodeRecord(id, entry.Value(), &rec); err != nil || !rec.Terminal() {
 			continue
 		}
 		if err := a.issueGrant(ctx, rec); err != nil {

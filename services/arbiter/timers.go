@@ -241,7 +241,7 @@ func (a *Arbiter) remind(ctx context.Context, msg jetstream.Msg, id string, step
 		return err
 	}
 	var rec contracts.Record
-	if err := contracts.Decode(entry.Value(), &rec); err != nil {
+	if err := contracts.DecodeRecord(id, entry.Value(), &rec); err != nil {
 		return events.Poison(fmt.Errorf("record %s is unreadable: %w", id, err))
 	}
 	if rec.Status != contracts.StatusPending {
