@@ -782,10 +782,12 @@ func assertProvisioned(t *testing.T, js jetstream.JetStream, retention time.Dura
 			t.Errorf("bucket %s answers direct gets", b)
 		}
 	}
-	if _, err := kv.Put(ctx, "probe", []byte("{}")); err != nil {
+	// A key takes its first value as a plain write.
+	probe := "probe-" + strconv.FormatInt(int64(retention), 10)
+	if _, err := kv.Put(ctx, probe, []byte("{}")); err != nil {
 		t.Fatal(err)
 	}
-	if e, err := kv.Get(ctx, "probe"); err != nil || string(e.Value()) != "{}" {
+	if e, err := kv.Get(ctx, probe); err != nil || string(e.Value()) != "{}" {
 		t.Fatalf("read back: %v", err)
 	}
 }

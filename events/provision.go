@@ -124,7 +124,13 @@ func StreamConfigs(cfg ProvisionConfig) []jetstream.StreamConfig {
 //     which has every acknowledged write (a follower that is behind answers
 //     with an old record: a decision not seen yet).
 //   - watchers gives the stream room for FleetWatchers consumers.
-func tuneBucket(ctx context.Context, js jetstream.JetStream, bucket string, watchers bool) error {
+//   - rollupOnly (the approvals bucket) has the stream take a second message
+//     on a key only as a roll-up (discard new per subject, one message per
+//     subject): the arbiter writes every revision after the first so
+//     (events.RecordWriter), and nothing the server publishes on a record's
+//     key as the answer to a request whose reply names it (an account info,
+//     a message get's envelope, a publish acknowledgement) replaces a record.
+func tuneBucket(ctx context.Context, js jetstream.JetStream, bucket string, watchers, rollupOnly bool) error {
 	stream := "KV_" + bucket
 	st, err := js.Stream(ctx, stream)
 	if err != nil {
@@ -137,6 +143,9 @@ func tuneBucket(ctx context.Context, js jetstream.JetStream, bucket string, watc
 	}
 	if watchers && sc.MaxConsumers != FleetWatchers {
 		sc.MaxConsumers, changed = FleetWatchers, true
+	}
+	if rollupOnly && !sc.DiscardNewPerSubject {
+		sc.DiscardNewPerSubject, changed = true, true
 	}
 	if !changed {
 		return nil
@@ -287,18 +296,18 @@ func provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig)
 		}
 	}
 	for _, b := range provisionedBuckets(cfg) {
-		if err := ensureBucket(ctx, js, b.cfg, b.watchers); err != nil {
+		if err := ensureBucket(ctx, js, b.cfg, b.watchers, b.rollupOnly); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// provisionedBucket is a bucket of the contract and whether its stream
-// takes a fleet of watchers (tuneBucket).
+// provisionedBucket is a bucket of the contract and how its stream is
+// tuned (tuneBucket).
 type provisionedBucket struct {
-	cfg      jetstream.KeyValueConfig
-	watchers bool
+	cfg                  jetstream.KeyValueConfig
+	watchers, rollupOnly bool
 }
 
 // provisionedBuckets are the contract's buckets. Every agent process
@@ -306,14 +315,14 @@ type provisionedBucket struct {
 func provisionedBuckets(cfg ProvisionConfig) []provisionedBucket {
 	cfg.setDefaults()
 	return []provisionedBucket{
-		{ApprovalsBucketConfig(cfg), false},
-		{PolicyBucketConfig(cfg), true},
-		{SessionsBucketConfig(cfg), false},
-		{GrantsBucketConfig(cfg), true},
-		{ReceiptsBucketConfig(cfg), false},
-		{ReceiptUsesBucketConfig(cfg), false},
-		{PasskeysBucketConfig(cfg), false},
-		{PushBucketConfig(cfg), false},
+		{ApprovalsBucketConfig(cfg), false, true},
+		{PolicyBucketConfig(cfg), true, false},
+		{SessionsBucketConfig(cfg), false, false},
+		{GrantsBucketConfig(cfg), true, false},
+		{ReceiptsBucketConfig(cfg), false, false},
+		{ReceiptUsesBucketConfig(cfg), false, false},
+		{PasskeysBucketConfig(cfg), false, false},
+		{PushBucketConfig(cfg), false, false},
 	}
 }
 

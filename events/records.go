@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -101,13 +102,19 @@ type RecordWriter struct {
 // NewRecordWriter returns a writer of records through js.
 func NewRecordWriter(js jetstream.JetStream) *RecordWriter { return &RecordWriter{js: js} }
 
-// Create writes the first revision of record id (data encodes rec).
+// Create writes the first revision of record id (data encodes rec). A
+// value under id that is not a record (contracts.CheckRecordIdentity:
+// something the server published there as the answer to someone's
+// request, before the arbiter wrote the record) is replaced.
 func (w *RecordWriter) Create(ctx context.Context, id string, data []byte, rec *contracts.Record) (uint64, error) {
 	rev, err := w.write(ctx, id, data, rec, 0)
-	if isWrongLastSequence(err) {
-		return 0, fmt.Errorf("%w: %w", err, jetstream.ErrKeyExists)
+	if !isWrongLastSequence(err) {
+		return rev, err
 	}
-	return rev, err
+	if last, junk := w.notARecord(ctx, id); junk {
+		return w.Update(ctx, id, data, rec, last)
+	}
+	return 0, fmt.Errorf("%w: %w", err, jetstream.ErrKeyExists)
 }
 
 // Update writes a new revision of record id over revision last.
@@ -119,16 +126,50 @@ func (w *RecordWriter) Update(ctx context.Context, id string, data []byte, rec *
 	return rev, err
 }
 
+// write publishes a revision of record id over revision last (0: none).
+// A revision over another is a roll-up of the key's subject: the bucket's
+// stream takes a second message on a key only as a roll-up
+// (ApprovalsBucketConfig), so what the server publishes on a record's key
+// as someone's answer never replaces the record.
 func (w *RecordWriter) write(ctx context.Context, id string, data []byte, rec *contracts.Record, last uint64) (uint64, error) {
 	if !contracts.ValidEventID(id) {
 		return 0, jetstream.ErrInvalidKey
 	}
 	m := &nats.Msg{Subject: RecordSubject(id), Header: RecordHeader(rec), Data: data}
+	if last > 0 {
+		if m.Header == nil {
+			m.Header = nats.Header{}
+		}
+		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	}
 	ack, err := w.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(last))
 	if err != nil {
 		return 0, err
 	}
 	return ack.Sequence, nil
+}
+
+// notARecord reads the value under id and reports, with its revision,
+// whether it is something other than id's record.
+func (w *RecordWriter) notARecord(ctx context.Context, id string) (uint64, bool) {
+	st, err := w.js.Stream(ctx, RecordStream)
+	if err != nil {
+		return 0, false
+	}
+	m, err := st.GetLastMsgForSubject(ctx, RecordSubject(id))
+	if err != nil {
+		return 0, false
+	}
+	var probe struct {
+		Spec    string `json:"spec"`
+		Request struct {
+			EventID string `json:"event_id"`
+		} `json:"request"`
+	}
+	if json.Unmarshal(m.Data, &probe) == nil && contracts.CheckRecordIdentity(id, probe.Spec, probe.Request.EventID) == nil {
+		return 0, false
+	}
+	return m.Sequence, true
 }
 
 // RecordSubject is the subject record id is stored under in its bucket's

@@ -2,6 +2,7 @@ package events_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -25,10 +26,14 @@ func TestRecordWriterKeepsTheBucketsSemantics(t *testing.T) {
 	js := srv.JetStreamAs(embedded.RoleArbiter)
 	w := events.NewRecordWriter(js)
 	created := time.Date(2026, 11, 24, 9, 0, 0, 123, time.UTC)
-	rec := contracts.Record{Status: contracts.StatusPending, Request: contracts.ApprovalRequested{
+	rec := contracts.Record{Spec: contracts.SpecRecord, Status: contracts.StatusPending, Request: contracts.ApprovalRequested{
 		EventID: "rec-1", CreatedAt: created, Run: contracts.Run{ID: "run 7\r\nX-Injected: 1", Agent: "billing bot", Tenant: "acme"},
 	}}
-	rev, err := w.Create(ctx, "rec-1", []byte(`{"v":1}`), &rec)
+	first, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, err := w.Create(ctx, "rec-1", first, &rec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,5 +77,53 @@ func TestRecordWriterKeepsTheBucketsSemantics(t *testing.T) {
 	}
 	if _, ok := events.ParseRecordHeader(nil); ok {
 		t.Error("no headers parsed as a summary")
+	}
+}
+
+// The approvals bucket takes a second message on a key only as a roll-up,
+// which the record writer makes of every revision after the first: a plain
+// publish on a record's key (what the server publishes there as the answer
+// to a request naming it as the reply) is refused. A key's first message
+// that is not its record is replaced by the record's creation.
+func TestOnlyTheRecordWriterReplacesAKeysValue(t *testing.T) {
+	srv := eventstest.NewServer(t)
+	admin := srv.JetStream()
+	srv.Provision(admin)
+	ctx := context.Background()
+	w := events.NewRecordWriter(srv.JetStreamAs(embedded.RoleArbiter))
+	rec := contracts.Record{Spec: contracts.SpecRecord, Status: contracts.StatusPending,
+		Request: contracts.ApprovalRequested{EventID: "rec-2"}}
+	data, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Something that is no record, stored before the record.
+	if _, err := admin.Publish(ctx, events.RecordSubject("rec-2"), []byte(`{"type":"io.nats.jetstream.api.v1.account_info_response"}`)); err != nil {
+		t.Fatal(err)
+	}
+	rev, err := w.Create(ctx, "rec-2", data, &rec)
+	if err != nil {
+		t.Fatalf("create over a value that is no record: %v", err)
+	}
+	// Plain publishes on the record's key, with and without an expected
+	// revision: refused, the record stays.
+	for _, opts := range [][]jetstream.PublishOpt{nil, {jetstream.WithExpectLastSequencePerSubject(rev)}} {
+		if _, err := admin.Publish(ctx, events.RecordSubject("rec-2"), []byte(`{}`), opts...); err == nil {
+			t.Error("a plain publish on a record's key was stored")
+		}
+	}
+	kv, err := admin.KeyValue(ctx, contracts.BucketApprovals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err := kv.Get(ctx, "rec-2"); err != nil || e.Revision() != rev || string(e.Value()) != string(data) {
+		t.Fatalf("the record after the publishes: %v, %v", e, err)
+	}
+	rec.Status = contracts.StatusApproved
+	if data, err = json.Marshal(rec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Update(ctx, "rec-2", data, &rec, rev); err != nil {
+		t.Fatalf("the writer's update: %v", err)
 	}
 }

@@ -439,7 +439,7 @@ func TestMalformedDecidedAnnouncementFallsBackToTheRecord(t *testing.T) {
 		if data, err = json.Marshal(rec); err != nil {
 			t.Fatal(err)
 		}
-		rev, err := arbKV.Update(ctx, id, data, pendingRev)
+		rev, err := events.NewRecordWriter(arbJS).Update(ctx, id, data, nil, pendingRev)
 		if err != nil {
 			t.Fatal(err)
 		}

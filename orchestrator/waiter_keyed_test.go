@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/events/eventstest"
 	"github.com/countersign/countersign/orchestrator"
@@ -377,7 +378,7 @@ func (e *env) decideAsArbiter(ctx context.Context, t *testing.T, id string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kv.Update(ctx, id, data, entry.Revision()); err != nil {
+	if _, err := events.NewRecordWriter(e.srv.JetStreamAs(embedded.RoleArbiter)).Update(ctx, id, data, nil, entry.Revision()); err != nil {
 		t.Fatal(err)
 	}
 }

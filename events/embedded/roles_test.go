@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/events/embedded"
 )
 
@@ -28,7 +29,7 @@ func TestOnlyArbiterWritesApprovals(t *testing.T) {
 	if err != nil {
 		t.Fatalf("arbiter: Create: %v", err)
 	}
-	if _, err := kv.Update(ctx, "ev-1", []byte(`{"status":"approved"}`), rev); err != nil {
+	if _, err := events.NewRecordWriter(arb.js).Update(ctx, "ev-1", []byte(`{"status":"approved"}`), nil, rev); err != nil {
 		t.Fatalf("arbiter: Update: %v", err)
 	}
 	arb.noErrors(t)
@@ -174,7 +175,7 @@ func TestReadersGetAndWatchApprovals(t *testing.T) {
 				t.Fatal(err)
 			}
 			val := "v-" + string(r)
-			if _, err := akv.Update(ctx, "ev-1", []byte(val), cur.Revision()); err != nil {
+			if _, err := events.NewRecordWriter(arb.js).Update(ctx, "ev-1", []byte(val), nil, cur.Revision()); err != nil {
 				t.Fatal(err)
 			}
 			if got := next(); got == nil || string(got.Value()) != val {

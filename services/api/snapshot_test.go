@@ -110,7 +110,7 @@ func TestARestartFromTheIndexNoteListsWhatAFullReadLists(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := kv.Delete(ctx, gone.Request.EventID); err != nil {
+	if err := kv.Purge(ctx, gone.Request.EventID); err != nil {
 		t.Fatal(err)
 	}
 	var want []string

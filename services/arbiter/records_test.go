@@ -72,7 +72,7 @@ func writeAsOtherReplica(t *testing.T, b *bus, v contracts.Vote) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.kv.Update(context.Background(), eventID, data, rev); err != nil {
+	if _, err := events.NewRecordWriter(b.js).Update(context.Background(), eventID, data, nil, rev); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -2,6 +2,7 @@ package arbiter_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -152,5 +153,55 @@ func TestRequestsAreAnsweredOnlyOnInboxes(t *testing.T) {
 	}
 	if rec, rev := b.record(eventID); rev != revBefore || rec.Status != contracts.StatusPending || len(rec.Votes) != 0 || rec.Claim != nil {
 		t.Errorf("the record after the attack: %s, revision %d (before %d), votes %v, claim %+v", rec.Status, rev, revBefore, rec.Votes, rec.Claim)
+	}
+}
+
+// A credential that may ask the server anything names the key of an
+// approval that does not exist yet (event ids are derived from the run and
+// tool call ids, so they can be known before the request) as the reply of
+// a request: the server stores its answer there, the one message a key
+// takes without a roll-up. The arbiter replaces it with the record when the
+// request comes, and the approval is decided as any other.
+func TestAnAnswerStoredUnderAKeyBeforeItsRecordIsReplacedByTheRecord(t *testing.T) {
+	b := newBus(t, events.ProvisionConfig{})
+	b.startArbiter(arbiter.Config{})
+	resolver := b.srv.JetStreamAs(embedded.RoleResolver).Conn()
+	if err := resolver.PublishMsg(&nats.Msg{Subject: "$JS.API.INFO", Reply: events.RecordSubject(eventID)}); err != nil {
+		t.Fatal(err)
+	}
+	junk := b.waitEntry(eventID)
+	var rec contracts.Record
+	if err := contracts.DecodeRecord(eventID, junk, &rec); !errors.Is(err, contracts.ErrNotThisRecord) {
+		t.Fatalf("the answer stored under the key (%s) decodes as its record: %v", junk, err)
+	}
+	b.create(request(t))
+	created := b.waitRecord(eventID, func(r *contracts.Record) bool { return r.Spec == contracts.SpecRecord })
+	if created.Status != contracts.StatusPending || created.Request.EventID != eventID {
+		t.Fatalf("record %+v", created)
+	}
+	b.acks.wait(t, b.vote(vote("v-alice", "alice", contracts.DecisionApprove)), "+ACK")
+	b.waitRecord(eventID, func(r *contracts.Record) bool { return r.Status == contracts.StatusApproved })
+}
+
+// waitEntry blocks until key has a value in the approvals bucket and
+// returns it.
+func (b *bus) waitEntry(key string) []byte {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), busWait)
+	defer cancel()
+	w, err := b.kv.Watch(ctx, key)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case e := <-w.Updates():
+			if e != nil {
+				return e.Value()
+			}
+		case <-ctx.Done():
+			b.t.Fatalf("nothing was stored under %s", key)
+		}
 	}
 }
