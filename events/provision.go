@@ -124,7 +124,8 @@ func StreamConfigs(cfg ProvisionConfig) []jetstream.StreamConfig {
 //     which has every acknowledged write (a follower that is behind answers
 //     with an old record: a decision not seen yet).
 //   - watchers gives the stream room for FleetWatchers consumers.
-//   - rollupOnly (the approvals bucket) has the stream take a second message
+//   - rollupOnly (the approvals bucket, and the buckets written once per
+//     key: receipts and their uses) has the stream take a second message
 //     on a key only as a roll-up (discard new per subject, one message per
 //     subject): the arbiter writes every revision after the first so
 //     (events.RecordWriter), and nothing the server publishes on a record's
@@ -319,8 +320,10 @@ func provisionedBuckets(cfg ProvisionConfig) []provisionedBucket {
 		{PolicyBucketConfig(cfg), true, false},
 		{SessionsBucketConfig(cfg), false, false},
 		{GrantsBucketConfig(cfg), true, false},
-		{ReceiptsBucketConfig(cfg), false, false},
-		{ReceiptUsesBucketConfig(cfg), false, false},
+		// Written once per key (KV Create), never replaced: a second
+		// message on a key is refused like a record's.
+		{ReceiptsBucketConfig(cfg), false, true},
+		{ReceiptUsesBucketConfig(cfg), false, true},
 		{PasskeysBucketConfig(cfg), false, false},
 		{PushBucketConfig(cfg), false, false},
 	}
