@@ -165,10 +165,11 @@ func (b *policyBook) live(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("read the live policy: %w", err)
 	}
 	var doc struct {
+		Spec    string `json:"spec"`
 		Version string `json:"version"`
 	}
-	if err := json.Unmarshal(e.Value(), &doc); err != nil || doc.Version == "" {
-		return "", fmt.Errorf("the live policy's document is unreadable: %v", err)
+	if err := json.Unmarshal(e.Value(), &doc); err != nil || doc.Spec != orchestrator.SpecPolicyDocument || doc.Version == "" {
+		return "", fmt.Errorf("the live policy's document is unreadable (spec %q): %v", doc.Spec, err)
 	}
 	return doc.Version, nil
 }
