@@ -63,6 +63,13 @@ type last struct {
 	head       audit.Hash
 }
 
+//
+// Only the arbiter may publish on the log's subjects, but the server also
+// publishes there what it answers to whoever names such a subject as the
+// reply of a request (an account info, a message get's envelope), and the
+// log stores it. Such a message is no checkpoint: the chain goes on from
+// the newest one that is, and seq stays the subject's last sequence (the
+// next checkpoint's compare-and-set).
 func lastCheckpoint(ctx context.Context, st jetstream.Stream) (last, error) {
 	m, err := st.GetLastMsgForSubject(ctx, audit.SubjectCheckpoint)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -71,12 +78,43 @@ func lastCheckpoint(ctx context.Context, st jetstream.Stream) (last, error) {
 	if err != nil {
 		return last{}, err
 	}
-	c, err := audit.PayloadOf(string(m.Data))
-	if err != nil {
-		return last{}, fmt.Errorf("auditlog: the last checkpoint (sequence %d): %w", m.Sequence, err)
+	subjectLast := m.Sequence
+	for {
+		if c, err := audit.PayloadOf(string(m.Data)); err == nil {
+			head, err := audit.ParseHex(c.Head)
+			if err == nil {
+				return last{seq: subjectLast, after: c.Last().Seq, head: head}, nil
+			}
+		}
+		if m, err = previousCheckpoint(ctx, st, m.Sequence); err != nil {
+			return last{}, err
+		}
+		if m == nil {
+			return last{seq: subjectLast, head: audit.Genesis}, nil
+		}
 	}
-	head, err := audit.ParseHex(c.Head)
-	return last{seq: m.Sequence, after: c.Last().Seq, head: head}, err
+}
+
+// previousCheckpoint is the message on the checkpoint subject stored before
+// seq (nil: none is left in the stream).
+func previousCheckpoint(ctx context.Context, st jetstream.Stream, seq uint64) (*jetstream.RawStreamMsg, error) {
+	info, err := st.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for s := seq - 1; s >= info.State.FirstSeq && s > 0; s-- {
+		m, err := st.GetMsg(ctx, s)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if m.Subject == audit.SubjectCheckpoint {
+			return m, nil
+		}
+	}
+	return nil, nil
 }
 
 // Checkpoint signs the entries after the last checkpoint when a checkpoint
@@ -103,7 +141,9 @@ func Checkpoint(ctx context.Context, cfg CheckpointConfig) (int, error) {
 	err = Read(ctx, cfg.JS, prev.after+1, end, func(seq uint64, m jetstream.Msg) error {
 		entries, first, err := audit.Entries(m.Subject(), m.Data())
 		if err != nil || len(entries) == 0 {
-			return err
+			// Not entries (see lastCheckpoint): signed by no checkpoint,
+			// which a verification of the log names.
+			return nil
 		}
 		// A checkpoint holds whole messages: the next one starts after
 		// the last message this one covers.
