@@ -63,7 +63,6 @@ type last struct {
 	head       audit.Hash
 }
 
-//
 // Only the arbiter may publish on the log's subjects, but the server also
 // publishes there what it answers to whoever names such a subject as the
 // reply of a request (an account info, a message get's envelope), and the
