@@ -63,6 +63,8 @@ type last struct {
 	head       audit.Hash
 }
 
+// lastCheckpoint reads the log's last checkpoint.
+//
 // Only the arbiter may publish on the log's subjects, but the server also
 // publishes there what it answers to whoever names such a subject as the
 // reply of a request (an account info, a message get's envelope), and the
