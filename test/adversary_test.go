@@ -379,6 +379,54 @@ func TestAdversaryEveryCredential(t *testing.T) {
 			t.Fatalf("the submitting agent's claim: %d", code)
 		}
 	})
+
+	t.Run("no NATS credential has the server or the arbiter write for it", func(t *testing.T) {
+		a := parent.on(t)
+		// An approved payment, and a config change waiting for two people.
+		_, approved := a.review("bot", acme, "payments.send", pay)
+		if code := a.p.callAs(a.tokens["bob"], "POST", "/v1/approvals/"+approved+"/votes", map[string]any{"decision": "approve"}, nil); code != 200 {
+			t.Fatalf("bob's approval: %d", code)
+		}
+		a.waitRecord(approved, func(r *contracts.Record) bool { return r.Status == contracts.StatusApproved })
+		_, pending := a.review("bot", acme, "config.set", map[string]any{"key": "k", "value": "v"})
+		key := "$KV." + contracts.BucketApprovals + "." + pending
+		for _, role := range []embedded.Role{embedded.RoleResolver, embedded.RoleOrchestrator} {
+			nc := a.js(role).Conn()
+			send := func(subject, reply string, data []byte) {
+				t.Helper()
+				if err := nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Data: data}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The arbiter's answer, named to be a purge of the records or
+			// the deletion of the requests' stream.
+			send(contracts.VoteSubject(pending), "$JS.API.STREAM.PURGE.KV_"+contracts.BucketApprovals, []byte(`{}`))
+			send(contracts.ClaimSubject(pending), "$JS.API.STREAM.DELETE."+contracts.StreamRequests, []byte(`{}`))
+			// The server's answer to a read of the approved record, named
+			// to land on the pending one's key.
+			send("$JS.API.DIRECT.GET.KV_"+contracts.BucketApprovals+".$KV."+contracts.BucketApprovals+"."+approved, key, nil)
+			send("$JS.API.STREAM.MSG.GET.KV_"+contracts.BucketApprovals, key, []byte(`{"last_by_subj":"$KV.`+contracts.BucketApprovals+`.`+approved+`"}`))
+			if err := nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The pending record is the arbiter's: alice's vote counts on it,
+		// and it still waits for a second person.
+		if code := a.p.callAs(a.tokens["alice"], "POST", "/v1/approvals/"+pending+"/votes", map[string]any{"decision": "approve"}, nil); code != 200 {
+			t.Fatalf("alice's vote on the pending record: %d", code)
+		}
+		rec := a.waitRecord(pending, func(r *contracts.Record) bool { return len(r.Votes) == 1 })
+		if rec.Status != contracts.StatusPending || rec.Request.EventID != pending || rec.Request.ToolCall == nil || rec.Request.ToolCall.Name != "config.set" {
+			t.Fatalf("the pending record after the attacks: %s, %+v", rec.Status, rec.Request.ToolCall)
+		}
+		// The approved record is there, and requests are still taken.
+		if got := a.record(approved); got.Status != contracts.StatusApproved {
+			t.Fatalf("the approved record after the attacks: %q", got.Status)
+		}
+		if verdict, _ := a.review("bot", acme, "config.set", map[string]any{"key": "k2", "value": "v"}); verdict != "pending" {
+			t.Fatalf("a review after the attacks: %s", verdict)
+		}
+	})
 }
 
 // forgeRequest publishes, with js (the orchestrator's user), a request for
