@@ -135,18 +135,36 @@ func (w *RecordWriter) write(ctx context.Context, id string, data []byte, rec *c
 	if !contracts.ValidEventID(id) {
 		return 0, jetstream.ErrInvalidKey
 	}
-	m := &nats.Msg{Subject: RecordSubject(id), Header: RecordHeader(rec), Data: data}
+	return publishRevision(ctx, w.js, &nats.Msg{Subject: RecordSubject(id), Header: RecordHeader(rec), Data: data}, last)
+}
+
+// publishRevision publishes m, a key's value, over the key's revision last
+// (0: the key has none), a roll-up of the key's subject when last is not 0.
+func publishRevision(ctx context.Context, js jetstream.JetStream, m *nats.Msg, last uint64) (uint64, error) {
 	if last > 0 {
 		if m.Header == nil {
 			m.Header = nats.Header{}
 		}
 		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 	}
-	ack, err := w.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(last))
+	ack, err := js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(last))
 	if err != nil {
 		return 0, err
 	}
 	return ack.Sequence, nil
+}
+
+// UpdateKey writes data as key's value in bucket over revision last, as a
+// roll-up of the key's subject: the way to update a key of a bucket whose
+// stream takes a second message on a key only as a roll-up (the grants').
+// Its error is jetstream.ErrKeyRevisionMismatch when last is not the key's
+// last revision.
+func UpdateKey(ctx context.Context, js jetstream.JetStream, bucket, key string, data []byte, last uint64) (uint64, error) {
+	rev, err := publishRevision(ctx, js, &nats.Msg{Subject: "$KV." + bucket + "." + key, Data: data}, last)
+	if isWrongLastSequence(err) {
+		return 0, fmt.Errorf("%w: %w", err, jetstream.ErrKeyRevisionMismatch)
+	}
+	return rev, err
 }
 
 // notARecord reads the value under id and reports, with its revision,

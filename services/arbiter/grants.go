@@ -143,7 +143,7 @@ func (a *Arbiter) revokeGrant(ctx context.Context, msg jetstream.Msg, c contract
 			if err != nil {
 				return events.Poison(err)
 			}
-			if _, err := kv.Update(ctx, c.EventID, data, entry.Revision()); err != nil {
+			if _, err := events.UpdateKey(ctx, a.cfg.JS, contracts.BucketGrants, c.EventID, data, entry.Revision()); err != nil {
 				if (errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSequence(err)) && attempt < 50 {
 					a.m.conflict.Inc()
 					continue
