@@ -124,8 +124,8 @@ func StreamConfigs(cfg ProvisionConfig) []jetstream.StreamConfig {
 //     which has every acknowledged write (a follower that is behind answers
 //     with an old record: a decision not seen yet).
 //   - watchers gives the stream room for FleetWatchers consumers.
-//   - rollupOnly (the approvals and grants buckets, and those written once
-//     per key: receipts and their uses) has the stream take a second message
+//   - rollupOnly (the buckets that keep one value per key: records, grants,
+//     sessions, receipts and their uses) has the stream take a second message
 //     on a key only as a roll-up (discard new per subject, one message per
 //     subject): the arbiter writes every revision after the first so
 //     (events.RecordWriter), and nothing the server publishes on a record's
@@ -318,13 +318,15 @@ func provisionedBuckets(cfg ProvisionConfig) []provisionedBucket {
 	return []provisionedBucket{
 		{ApprovalsBucketConfig(cfg), false, true},
 		{PolicyBucketConfig(cfg), true, false},
-		{SessionsBucketConfig(cfg), false, false},
+		{SessionsBucketConfig(cfg), false, true},
 		// Grants: created once, revoked with a roll-up (UpdateKey).
 		{GrantsBucketConfig(cfg), true, true},
 		// Written once per key (KV Create), never replaced: a second
 		// message on a key is refused like a record's.
 		{ReceiptsBucketConfig(cfg), false, true},
 		{ReceiptUsesBucketConfig(cfg), false, true},
+		// Passkeys and push subscriptions keep their recent changes as
+		// history, which a roll-up would drop.
 		{PasskeysBucketConfig(cfg), false, false},
 		{PushBucketConfig(cfg), false, false},
 	}

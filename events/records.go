@@ -156,7 +156,8 @@ func publishRevision(ctx context.Context, js jetstream.JetStream, m *nats.Msg, l
 
 // UpdateKey writes data as key's value in bucket over revision last, as a
 // roll-up of the key's subject: the way to update a key of a bucket whose
-// stream takes a second message on a key only as a roll-up (the grants').
+// stream takes a second message on a key only as a roll-up (the grants'
+// and sessions'; a deletion there is a purge, which is a roll-up too).
 // Its error is jetstream.ErrKeyRevisionMismatch when last is not the key's
 // last revision.
 func UpdateKey(ctx context.Context, js jetstream.JetStream, bucket, key string, data []byte, last uint64) (uint64, error) {

@@ -127,3 +127,43 @@ func TestOnlyTheRecordWriterReplacesAKeysValue(t *testing.T) {
 		t.Fatalf("the writer's update: %v", err)
 	}
 }
+
+// The buckets that keep one value per key take a second message on a key
+// only as a roll-up: a plain publish on a key that holds a value is
+// refused, a roll-up (events.UpdateKey) replaces it. The buckets
+// that keep a key's history (policy, passkeys, push subscriptions) take
+// plain writes.
+func TestBucketsOfOneValuePerKeyTakeUpdatesOnlyAsRollUps(t *testing.T) {
+	srv := eventstest.NewServer(t)
+	admin := srv.JetStream()
+	srv.Provision(admin)
+	ctx := context.Background()
+	for _, bucket := range []string{contracts.BucketApprovals, contracts.BucketGrants, contracts.BucketSessions, contracts.BucketReceipts,
+		contracts.BucketReceiptUses} {
+		subject := "$KV." + bucket + ".k"
+		first, err := admin.Publish(ctx, subject, []byte(`{"v":1}`))
+		if err != nil {
+			t.Fatalf("%s: first write: %v", bucket, err)
+		}
+		if _, err := admin.Publish(ctx, subject, []byte(`{"v":2}`)); err == nil {
+			t.Errorf("%s: a plain second write was stored", bucket)
+		}
+		rev, err := events.UpdateKey(ctx, admin, bucket, "k", []byte(`{"v":3}`), first.Sequence)
+		if err != nil {
+			t.Fatalf("%s: update: %v", bucket, err)
+		}
+		if _, err := events.UpdateKey(ctx, admin, bucket, "k", []byte(`{"v":4}`), first.Sequence); !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			t.Errorf("%s: an update over an old revision: %v", bucket, err)
+		}
+		if rev == 0 {
+			t.Errorf("%s: no revision", bucket)
+		}
+	}
+	for _, bucket := range []string{contracts.BucketPolicy, contracts.BucketPasskeys, contracts.BucketPush} {
+		for i := range 2 {
+			if _, err := admin.Publish(ctx, "$KV."+bucket+".k", []byte(`{}`)); err != nil {
+				t.Fatalf("%s: write %d: %v", bucket, i, err)
+			}
+		}
+	}
+}

@@ -349,7 +349,7 @@ func (s *Server) takeEnrolment(ctx context.Context, id string) (enrolment, *Erro
 	if err != nil {
 		return e, s.backendError("read the enrolment", err)
 	}
-	if err := sessions.Delete(ctx, enrolmentPrefix+id, jetstream.LastRevision(entry.Revision())); err != nil {
+	if err := sessions.Purge(ctx, enrolmentPrefix+id, jetstream.LastRevision(entry.Revision())); err != nil {
 		return e, errorf(http.StatusBadRequest, CodeEnrolmentExpired, "this enrolment was used already; start again")
 	}
 	if err := json.Unmarshal(entry.Value(), &e); err != nil {

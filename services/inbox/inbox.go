@@ -93,6 +93,7 @@ type sessionEntry struct {
 // sessionStore keeps sessions in the hitl_sessions bucket.
 type sessionStore struct {
 	kv  jetstream.KeyValue
+	js  jetstream.JetStream // writes the bucket's updates (events.UpdateKey)
 	now func() time.Time
 	// resolve finds the principal of a token hash now, or nil.
 	resolve func(sum [sha256.Size]byte) (api.Principal, bool)
@@ -276,7 +277,7 @@ func (st *sessionStore) refresh(ctx context.Context, id string) (*sessionEntry, 
 		if err != nil {
 			return nil, err
 		}
-		if _, err := st.kv.Update(ctx, key, b, entry.Revision()); err != nil {
+		if _, err := events.UpdateKey(ctx, st.js, contracts.BucketSessions, key, b, entry.Revision()); err != nil {
 			// Changed or deleted meanwhile (a sign-out): read what is there.
 			again, gerr := st.kv.Get(ctx, key)
 			var e2 sessionEntry
@@ -301,7 +302,7 @@ func (st *sessionStore) forget(ctx context.Context, id string) {
 
 // drop deletes a session that can no longer be used.
 func (st *sessionStore) drop(ctx context.Context, id string) error {
-	if err := st.kv.Delete(ctx, sessionKey(id)); err != nil {
+	if err := st.kv.Purge(ctx, sessionKey(id)); err != nil {
 		return fmt.Errorf("drop the session: %w", err)
 	}
 	return nil
@@ -404,7 +405,7 @@ func New(ctx context.Context, cfg Config) (*Inbox, error) {
 		return nil, fmt.Errorf("inbox: open bucket %s (created by countersign provision, or by serve with provisioning on): %w", contracts.BucketSessions, err)
 	}
 	in := &Inbox{api: cfg.API, log: cfg.Logger, now: cfg.Now}
-	in.sessions = &sessionStore{kv: kv, now: cfg.Now, resolve: cfg.API.AuthenticateSum}
+	in.sessions = &sessionStore{kv: kv, js: cfg.JS, now: cfg.Now, resolve: cfg.API.AuthenticateSum}
 	if cfg.OIDC != nil {
 		in.oidc = &oidcSignIn{cfg: *cfg.OIDC, now: cfg.Now}
 		in.sessions.oidc = in.oidc
