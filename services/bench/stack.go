@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -248,31 +249,86 @@ func (st *stack) startServers() error {
 	n := clusterNodes(st.mode)
 	st.replicas = min(n, 3)
 	users := st.generateUsers()
-	routePorts, routes, err := loopbackRoutes(n)
+	// A node's route port is picked free before its server binds it, and
+	// another process may take it meanwhile: the server then cannot listen
+	// and says so as a fatal error. The nodes start again on other ports.
+	var err error
+	for attempt := range startAttempts {
+		if err = st.startNodes(users, n, attempt); !errors.Is(err, errNodeCannotListen) {
+			break
+		}
+		for _, ns := range st.servers {
+			ns.Shutdown()
+		}
+		st.servers = nil
+	}
 	if err != nil {
 		return err
 	}
-	for i := range n {
-		ns, err := server.NewServer(st.serverOptions(i, users, routePorts, routes))
-		if err != nil {
-			return fmt.Errorf("embedded server: %w", err)
-		}
-		go ns.Start()
-		st.servers = append(st.servers, ns)
-	}
-	var urls []string
-	for _, ns := range st.servers {
-		if !ns.ReadyForConnections(clusterStart) {
-			return fmt.Errorf("embedded server %s not ready for connections within %s", ns.Name(), clusterStart)
-		}
-		urls = append(urls, ns.ClientURL())
-	}
-	st.url = strings.Join(urls, ",")
 	if n == 1 {
 		return nil
 	}
 	return st.awaitCluster()
 }
+
+// startAttempts bounds how often the nodes start again on other ports.
+const startAttempts = 3
+
+// errNodeCannotListen is a node that could not listen on its ports.
+var errNodeCannotListen = errors.New("a node could not listen")
+
+// startNodes starts n servers (attempt numbers their store directories)
+// and returns once every one is ready for connections.
+func (st *stack) startNodes(users []*server.User, n, attempt int) error {
+	routePorts, routes, err := loopbackRoutes(n)
+	if err != nil {
+		return err
+	}
+	logs := make([]*startLog, n)
+	for i := range n {
+		ns, err := server.NewServer(st.serverOptions(i, users, routePorts, routes, attempt))
+		if err != nil {
+			return fmt.Errorf("embedded server: %w", err)
+		}
+		logs[i] = &startLog{failed: make(chan struct{})}
+		ns.SetLogger(logs[i], false, false)
+		go ns.Start()
+		st.servers = append(st.servers, ns)
+	}
+	var urls []string
+	for i, ns := range st.servers {
+		ready := make(chan bool, 1)
+		go func() { ready <- ns.ReadyForConnections(clusterStart) }()
+		select {
+		case ok := <-ready:
+			if !ok {
+				return fmt.Errorf("embedded server %s not ready for connections within %s", ns.Name(), clusterStart)
+			}
+		case <-logs[i].failed:
+			return fmt.Errorf("%w: embedded server %s: %s", errNodeCannotListen, ns.Name(), logs[i].err)
+		}
+		urls = append(urls, ns.ClientURL())
+	}
+	st.url = strings.Join(urls, ",")
+	return nil
+}
+
+// startLog is a server's logger that keeps the first fatal error: a server
+// that cannot listen on a port reports it so and goes on without it.
+type startLog struct {
+	once   sync.Once
+	failed chan struct{}
+	err    string
+}
+
+func (l *startLog) Fatalf(format string, v ...any) {
+	l.once.Do(func() { l.err = fmt.Sprintf(format, v...); close(l.failed) })
+}
+func (l *startLog) Noticef(string, ...any) {}
+func (l *startLog) Warnf(string, ...any)   {}
+func (l *startLog) Errorf(string, ...any)  {}
+func (l *startLog) Debugf(string, ...any)  {}
+func (l *startLog) Tracef(string, ...any)  {}
 
 // generateUsers makes the servers' NATS users, one per Countersign role
 // with production's grants, and keeps them in st.users.
@@ -305,13 +361,17 @@ func loopbackRoutes(n int) (ports []int, routes []*neturl.URL, err error) {
 
 // serverOptions are the options of server i of the stack: clustered over
 // routes when there is more than one.
-func (st *stack) serverOptions(i int, users []*server.User, routePorts []int, routes []*neturl.URL) *server.Options {
+func (st *stack) serverOptions(i int, users []*server.User, routePorts []int, routes []*neturl.URL, attempt int) *server.Options {
+	store := filepath.Join(st.dir, strconv.Itoa(i+1))
+	if attempt > 0 {
+		store = filepath.Join(st.dir, "start-"+strconv.Itoa(attempt), strconv.Itoa(i+1))
+	}
 	opts := &server.Options{
 		ServerName: fmt.Sprintf("countersign-bench-%s-%d", st.mode, i+1),
 		Host:       "127.0.0.1",
 		Port:       server.RANDOM_PORT,
 		JetStream:  true,
-		StoreDir:   filepath.Join(st.dir, strconv.Itoa(i+1)),
+		StoreDir:   store,
 		SyncAlways: st.mode != SyncLazy,
 		NoLog:      true,
 		NoSigs:     true,
