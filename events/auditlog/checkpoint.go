@@ -80,6 +80,7 @@ func lastCheckpoint(ctx context.Context, st jetstream.Stream) (last, error) {
 		return last{}, err
 	}
 	subjectLast := m.Sequence
+	first := uint64(0) // the stream's first sequence, read once if needed
 	for {
 		if c, err := audit.PayloadOf(string(m.Data)); err == nil {
 			head, err := audit.ParseHex(c.Head)
@@ -87,7 +88,14 @@ func lastCheckpoint(ctx context.Context, st jetstream.Stream) (last, error) {
 				return last{seq: subjectLast, after: c.Last().Seq, head: head}, nil
 			}
 		}
-		if m, err = previousCheckpoint(ctx, st, m.Sequence); err != nil {
+		if first == 0 {
+			info, err := st.Info(ctx)
+			if err != nil {
+				return last{}, err
+			}
+			first = max(info.State.FirstSeq, 1)
+		}
+		if m, err = previousCheckpoint(ctx, st, m.Sequence, first); err != nil {
 			return last{}, err
 		}
 		if m == nil {
@@ -97,13 +105,9 @@ func lastCheckpoint(ctx context.Context, st jetstream.Stream) (last, error) {
 }
 
 // previousCheckpoint is the message on the checkpoint subject stored before
-// seq (nil: none is left in the stream).
-func previousCheckpoint(ctx context.Context, st jetstream.Stream, seq uint64) (*jetstream.RawStreamMsg, error) {
-	info, err := st.Info(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for s := seq - 1; s >= info.State.FirstSeq && s > 0; s-- {
+// seq and at or after first (nil: none).
+func previousCheckpoint(ctx context.Context, st jetstream.Stream, seq, first uint64) (*jetstream.RawStreamMsg, error) {
+	for s := seq - 1; s >= first && s > 0; s-- {
 		m, err := st.GetMsg(ctx, s)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue
