@@ -26,11 +26,11 @@ func TestBrowserBatchApproval(t *testing.T) {
 	do(t, ctx,
 		chromedp.Navigate(st.url+"/"),
 		until(`document.querySelectorAll("#rows .pick").length === 4`),
-		chromedp.Click(chromedp.CSS(fmt.Sprintf(`.pick[value="%s"]`, ids["b1"]))),
-		chromedp.Click(chromedp.CSS(fmt.Sprintf(`.pick[value="%s"]`, ids["x1"]))),
+		click(chromedp.CSS(fmt.Sprintf(`.pick[value="%s"]`, ids["b1"]))),
+		click(chromedp.CSS(fmt.Sprintf(`.pick[value="%s"]`, ids["x1"]))),
 		until(pick(ids["b1"])+`.checked && `+pick(ids["x1"])+`.checked`),
 		chromedp.SetValue(chromedp.ID("batch-comment"), "checked both"),
-		chromedp.Click(chromedp.ID("approve-selected")),
+		click(chromedp.ID("approve-selected")),
 		chromedp.WaitVisible(chromedp.ID("batch-results")),
 	)
 	if got := eval[string](t, ctx, `document.getElementById("batch-summary").textContent`); got != "2 counted." {
@@ -53,13 +53,13 @@ func TestBrowserBatchApproval(t *testing.T) {
 	do(t, ctx,
 		chromedp.Navigate(st.url+"/approvals/"+ids["b2"]),
 		chromedp.WaitVisible(chromedp.ID("run-link")),
-		chromedp.Click(chromedp.ID("run-link")),
+		click(chromedp.ID("run-link")),
 		chromedp.WaitVisible(chromedp.ID("approve-run")),
 	)
 	if got := eval[string](t, ctx, `document.getElementById("approve-run").textContent`); got != "Approve all 2 of this run" {
 		t.Fatalf("run button %q", got)
 	}
-	do(t, ctx, chromedp.Click(chromedp.ID("approve-run")), chromedp.WaitVisible(chromedp.ID("batch-results")))
+	do(t, ctx, click(chromedp.ID("approve-run")), chromedp.WaitVisible(chromedp.ID("batch-results")))
 	if got := eval[string](t, ctx, `document.getElementById("batch-summary").textContent`); got != "2 counted." {
 		t.Fatalf("run batch summary %q", got)
 	}
@@ -95,7 +95,7 @@ func TestBrowserGrantCreateAndRevoke(t *testing.T) {
 	do(t, ctx,
 		chromedp.SetValue(chromedp.ID("grant-scope"), "run"),
 		chromedp.SetValue(chromedp.ID("grant-ttl"), "1h"),
-		chromedp.Click(chromedp.ID("approve")),
+		click(chromedp.ID("approve")),
 		chromedp.WaitVisible(chromedp.ID("outcome")),
 		// The grants page lists what every gate of this process sees.
 		until(fmt.Sprintf(`(fetch("/grants").then(r => r.text()).then(t => { window.__grants = t; }), (window.__grants || "").includes('data-grant-id="%s"'))`, id)),
@@ -113,7 +113,7 @@ func TestBrowserGrantCreateAndRevoke(t *testing.T) {
 		t.Fatalf("grant row %q", got)
 	}
 	do(t, ctx,
-		chromedp.Click(chromedp.ID("revoke-"+id)),
+		click(chromedp.ID("revoke-"+id)),
 		chromedp.WaitVisible(chromedp.ID("result")),
 	)
 	if st := eval[string](t, ctx, fmt.Sprintf(`document.querySelector('[data-grant-id="%s"]').dataset.status`, id)); st != "revoked" {

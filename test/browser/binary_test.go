@@ -158,7 +158,7 @@ func TestBinaryInboxStaysLiveAndServerStaysUp(t *testing.T) {
 		chromedp.Navigate(s.url+"/login"),
 		chromedp.WaitVisible(chromedp.ID("token")),
 		chromedp.SendKeys(chromedp.ID("token"), s.token),
-		chromedp.Click(chromedp.ID("sign-in")),
+		click(chromedp.ID("sign-in")),
 		chromedp.WaitVisible(chromedp.ID("rows")),
 		liveOpen(), markPage(),
 		until(`document.querySelectorAll("#rows .row").length === 0`),

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto"
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -295,7 +297,7 @@ func (st *stack) signIn(name string) chromedp.Action[chromedp.Void] {
 		chromedp.Navigate(st.url+"/login"),
 		chromedp.WaitVisible(chromedp.ID("token")),
 		chromedp.SendKeys(chromedp.ID("token"), st.tokens[name]),
-		chromedp.Click(chromedp.ID("sign-in")),
+		click(chromedp.ID("sign-in")),
 		chromedp.WaitVisible(chromedp.ID("rows")),
 		liveOpen(),
 	)
@@ -315,5 +317,21 @@ func until(expr string) chromedp.Action[chromedp.Void] {
 			return chromedp.Void{}, fmt.Errorf("waiting for %s: %w", expr, err)
 		}
 		return chromedp.Void{}, nil
+	}
+}
+
+// click clicks the element sel names. The browser can forget a node's id
+// between the query that found it and the scroll before the click (the DOM
+// agent hands out a fresh document); nothing was clicked then, so the
+// click is tried again on the element found anew.
+func click[S chromedp.Selectable](sel S) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		for tries := 1; ; tries++ {
+			_, err := chromedp.Click(sel)(ctx, t)
+			var stale *cdproto.Error
+			if err == nil || tries == 5 || !errors.As(err, &stale) || stale.Message != "Could not find node with given id" {
+				return chromedp.Void{}, err
+			}
+		}
 	}
 }

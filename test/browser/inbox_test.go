@@ -107,7 +107,7 @@ func TestBrowserRejectWithReasonDeniesRun(t *testing.T) {
 		// Typed keys reach the focused field (the test's key events carry
 		// the character separately, so the shortcut's own key is cleared).
 		chromedp.SetValue(chromedp.ID("reject-reason"), reason),
-		chromedp.Click(chromedp.ID("reject")),
+		click(chromedp.ID("reject")),
 		chromedp.WaitVisible(chromedp.ID("outcome")),
 	)
 	if got := eval[string](t, ctx, `document.getElementById("outcome").textContent`); got != "Rejected by alice via web: "+reason {
@@ -131,7 +131,7 @@ func TestBrowserEditFailingSchemaShowsErrorNextToField(t *testing.T) {
 		chromedp.KeyEvent("e"),
 		until(`document.activeElement && document.activeElement.id === "arguments"`),
 		chromedp.SetValue(chromedp.ID("arguments"), `{"amount": 5000, "customer": "Umbrella Corp"}`),
-		chromedp.Click(chromedp.ID("edit")),
+		click(chromedp.ID("edit")),
 		chromedp.WaitVisible(chromedp.ID("arguments-error")),
 	)
 	msg := eval[string](t, ctx, `document.getElementById("arguments-error").textContent`)
@@ -164,7 +164,7 @@ func TestBrowserSecondApproverSeesDecisionLive(t *testing.T) {
 		do(t, p, chromedp.Navigate(st.url+"/approvals/"+id), chromedp.WaitVisible(chromedp.ID("approve")), liveOpen())
 	}
 	do(t, bob, markPage())
-	do(t, alice, chromedp.Click(chromedp.ID("approve")), chromedp.WaitVisible(chromedp.ID("outcome")))
+	do(t, alice, click(chromedp.ID("approve")), chromedp.WaitVisible(chromedp.ID("outcome")))
 
 	// Bob's buttons give way to the outcome, without a reload.
 	do(t, bob,

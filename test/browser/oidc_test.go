@@ -86,7 +86,7 @@ func TestBinaryOIDCSignInApproveAndSignOut(t *testing.T) {
 	do(t, ctx,
 		chromedp.Navigate(s.url+"/"),
 		chromedp.WaitVisible(chromedp.ID("sign-in-oidc")),
-		chromedp.Click(chromedp.ID("sign-in-oidc")),
+		click(chromedp.ID("sign-in-oidc")),
 		// The provider's own login page.
 		chromedp.WaitVisible(chromedp.ID("username")),
 	)
@@ -97,14 +97,14 @@ func TestBinaryOIDCSignInApproveAndSignOut(t *testing.T) {
 	do(t, ctx,
 		chromedp.SendKeys(chromedp.ID("username"), "alice"),
 		chromedp.SendKeys(chromedp.ID("password"), "alice-pw"),
-		chromedp.Click(chromedp.CSS(`button[type=submit]`)),
+		click(chromedp.CSS(`button[type=submit]`)),
 		chromedp.WaitVisible(chromedp.ID("rows")),
 		liveOpen(),
 		until(fmt.Sprintf(`document.querySelector('#rows .row[data-event-id=%q]') !== null`, id)),
 		until(`document.querySelector("header .who").textContent === "alice"`),
 		chromedp.Navigate(s.url+"/approvals/"+id),
 		chromedp.WaitVisible(chromedp.ID("approve")),
-		chromedp.Click(chromedp.ID("approve")),
+		click(chromedp.ID("approve")),
 		chromedp.WaitVisible(chromedp.ID("outcome")),
 	)
 	var ans struct {

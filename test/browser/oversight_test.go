@@ -265,7 +265,7 @@ func TestBrowserOversightPage(t *testing.T) {
 
 	browser := newBrowser(t, testTimeout)
 	lead := person(t, browser)
-	do(t, lead, st.signIn("lead"), chromedp.Click(chromedp.ID("nav-oversight")), chromedp.WaitVisible(chromedp.ID("oversight-approvers")))
+	do(t, lead, st.signIn("lead"), click(chromedp.ID("nav-oversight")), chromedp.WaitVisible(chromedp.ID("oversight-approvers")))
 	if got := eval[string](t, lead, `location.pathname`); got != "/oversight" {
 		t.Fatalf("the nav link led to %s", got)
 	}
@@ -308,7 +308,7 @@ func TestBrowserOversightPage(t *testing.T) {
 		t.Errorf("a box's fill is %q: the oversight stylesheet did not apply", got)
 	}
 	// A shorter window, from the form, shows what the API shows for it.
-	do(t, lead, chromedp.SetValue(chromedp.ID("fast"), "1m"), chromedp.Click(chromedp.CSS(`form.filters button`)))
+	do(t, lead, chromedp.SetValue(chromedp.ID("fast"), "1m"), click(chromedp.CSS(`form.filters button`)))
 	afterNavigation(t, lead, `location.search.includes("fast=1m") && document.readyState === "complete" && !!document.getElementById("oversight-approvers")`)
 	st.apiCall(t, "GET", "/v1/oversight?fast=1m", "lead", "", &rep)
 	if got := eval[string](t, lead, `document.querySelector("#oversight-total [data-k=fast_high_risk]").textContent`); got != fmt.Sprintf("%d of %d", rep.Total.FastHighRisk, rep.Total.HighRiskDecisions) {

@@ -167,13 +167,13 @@ func TestBinaryPasskeyStepUpApprovalRunsTheToolOnce(t *testing.T) {
 		chromedp.Navigate(s.url+"/login"),
 		chromedp.WaitVisible(chromedp.ID("token")),
 		chromedp.SendKeys(chromedp.ID("token"), aliceToken),
-		chromedp.Click(chromedp.ID("sign-in")),
+		click(chromedp.ID("sign-in")),
 		chromedp.WaitVisible(chromedp.ID("rows")),
-		chromedp.Click(chromedp.ID("nav-passkeys")),
+		click(chromedp.ID("nav-passkeys")),
 		chromedp.WaitVisible(chromedp.ID("no-passkeys")),
 		until(`!document.getElementById("enrol-submit").disabled`),
 		chromedp.SendKeys(chromedp.ID("passkey-name"), "laptop"),
-		chromedp.Click(chromedp.ID("enrol-submit")),
+		click(chromedp.ID("enrol-submit")),
 		chromedp.WaitVisible(chromedp.CSS(`#passkeys .passkey[data-revoked="false"]`)),
 	)
 	if got := eval[string](t, ctx, `document.querySelector("#passkeys .passkey .summary").textContent`); got != "laptop" {
@@ -203,7 +203,7 @@ func TestBinaryPasskeyStepUpApprovalRunsTheToolOnce(t *testing.T) {
 		t.Fatal("the approval page says no passkey is enrolled")
 	}
 	checkLooks(t, ctx, "step-up approval (desktop)")
-	stage(t, ctx, "approve, signed", chromedp.Click(chromedp.ID("approve")), chromedp.WaitVisible(chromedp.ID("outcome")))
+	stage(t, ctx, "approve, signed", click(chromedp.ID("approve")), chromedp.WaitVisible(chromedp.ID("outcome")))
 	rec := s.record(t, id)
 	if rec.Status != contracts.StatusApproved || len(rec.Votes) != 1 || rec.Votes[0].Passkey == nil ||
 		rec.Votes[0].Approver != (contracts.Approver{ID: "alice", Via: contracts.ViaWeb}) {
@@ -249,11 +249,11 @@ func TestBinaryPasskeyStepUpApprovalRunsTheToolOnce(t *testing.T) {
 	stage(t, other, "revoke the passkey",
 		chromedp.Navigate(s.url+"/passkeys"),
 		chromedp.WaitVisible(chromedp.CSS(`#passkeys .passkey[data-revoked="false"] form.revoke button`)),
-		chromedp.Click(chromedp.CSS(`#passkeys .passkey[data-revoked="false"] form.revoke button`)),
+		click(chromedp.CSS(`#passkeys .passkey[data-revoked="false"] form.revoke button`)),
 		chromedp.WaitVisible(chromedp.CSS(`#passkeys .passkey[data-revoked="true"]`)),
 		chromedp.WaitVisible(chromedp.ID("result")),
 	)
-	stage(t, ctx, "approve with the revoked passkey", chromedp.Click(chromedp.ID("approve")), chromedp.WaitVisible(chromedp.ID("result-error")))
+	stage(t, ctx, "approve with the revoked passkey", click(chromedp.ID("approve")), chromedp.WaitVisible(chromedp.ID("result-error")))
 	refusedWith(t, ctx, contracts.ReasonPasskeyUnknown)
 	do(t, ctx, chromedp.WaitVisible(chromedp.ID("no-passkey")))
 	if rec := s.record(t, revoked); rec.Status != contracts.StatusPending || len(rec.Votes) != 0 {

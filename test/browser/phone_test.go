@@ -196,7 +196,7 @@ func TestBrowserInstallsAndApprovesFromANotification(t *testing.T) {
 		chromedp.Navigate(base+"/login"),
 		chromedp.WaitVisible(chromedp.ID("token")),
 		chromedp.SendKeys(chromedp.ID("token"), st.tokens["alice"]),
-		chromedp.Click(chromedp.ID("sign-in")),
+		click(chromedp.ID("sign-in")),
 		chromedp.WaitVisible(chromedp.ID("rows")),
 		until(`navigator.serviceWorker.controller !== null && navigator.serviceWorker.controller.state === "activated"`),
 	)
