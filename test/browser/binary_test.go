@@ -157,7 +157,7 @@ func TestBinaryInboxStaysLiveAndServerStaysUp(t *testing.T) {
 	do(t, ctx,
 		chromedp.Navigate(s.url+"/login"),
 		chromedp.WaitVisible(chromedp.ID("token")),
-		chromedp.SendKeys(chromedp.ID("token"), s.token),
+		typeInto(chromedp.ID("token"), s.token),
 		click(chromedp.ID("sign-in")),
 		chromedp.WaitVisible(chromedp.ID("rows")),
 		liveOpen(), markPage(),

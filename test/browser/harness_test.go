@@ -296,7 +296,7 @@ func (st *stack) signIn(name string) chromedp.Action[chromedp.Void] {
 	return chromedp.Steps(
 		chromedp.Navigate(st.url+"/login"),
 		chromedp.WaitVisible(chromedp.ID("token")),
-		chromedp.SendKeys(chromedp.ID("token"), st.tokens[name]),
+		typeInto(chromedp.ID("token"), st.tokens[name]),
 		click(chromedp.ID("sign-in")),
 		chromedp.WaitVisible(chromedp.ID("rows")),
 		liveOpen(),
@@ -320,14 +320,23 @@ func until(expr string) chromedp.Action[chromedp.Void] {
 	}
 }
 
-// click clicks the element sel names. The browser can forget a node's id
-// between the query that found it and the scroll before the click (the DOM
-// agent hands out a fresh document); nothing was clicked then, so the
-// click is tried again on the element found anew.
+// click clicks the element sel names, and typeInto types keys into it.
+// The browser can forget a node's id between the query that found it and
+// the step before the input (the DOM agent hands out a fresh document);
+// nothing was clicked or typed then, so the action is tried again on the
+// element found anew.
 func click[S chromedp.Selectable](sel S) chromedp.Action[chromedp.Void] {
+	return again(func() chromedp.Action[chromedp.Void] { return chromedp.Click(sel) })
+}
+
+func typeInto[S chromedp.Selectable](sel S, keys string) chromedp.Action[chromedp.Void] {
+	return again(func() chromedp.Action[chromedp.Void] { return chromedp.SendKeys(sel, keys) })
+}
+
+func again(action func() chromedp.Action[chromedp.Void]) chromedp.Action[chromedp.Void] {
 	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
 		for tries := 1; ; tries++ {
-			_, err := chromedp.Click(sel)(ctx, t)
+			_, err := action()(ctx, t)
 			var stale *cdproto.Error
 			if err == nil || tries == 5 || !errors.As(err, &stale) || stale.Message != "Could not find node with given id" {
 				return chromedp.Void{}, err

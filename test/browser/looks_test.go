@@ -437,7 +437,7 @@ func TestBrowserLooks(t *testing.T) {
 			if p.name == "sign-in refused" {
 				// The refused sign-in is the answer to a POST.
 				do(t, pc, v.apply(), chromedp.Navigate(st.url+"/login"), chromedp.WaitVisible(chromedp.ID("token")),
-					chromedp.SendKeys(chromedp.ID("token"), "not-a-token"), click(chromedp.ID("sign-in")),
+					typeInto(chromedp.ID("token"), "not-a-token"), click(chromedp.ID("sign-in")),
 					chromedp.WaitVisible(chromedp.ID("login-error")))
 			} else {
 				base := st.url

@@ -95,8 +95,8 @@ func TestBinaryOIDCSignInApproveAndSignOut(t *testing.T) {
 		t.Fatalf("the sign-in went to %s, not the provider's login page", at)
 	}
 	do(t, ctx,
-		chromedp.SendKeys(chromedp.ID("username"), "alice"),
-		chromedp.SendKeys(chromedp.ID("password"), "alice-pw"),
+		typeInto(chromedp.ID("username"), "alice"),
+		typeInto(chromedp.ID("password"), "alice-pw"),
 		click(chromedp.CSS(`button[type=submit]`)),
 		chromedp.WaitVisible(chromedp.ID("rows")),
 		liveOpen(),

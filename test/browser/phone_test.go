@@ -195,7 +195,7 @@ func TestBrowserInstallsAndApprovesFromANotification(t *testing.T) {
 	stage(t, ctx, "sign in; the service worker takes the page",
 		chromedp.Navigate(base+"/login"),
 		chromedp.WaitVisible(chromedp.ID("token")),
-		chromedp.SendKeys(chromedp.ID("token"), st.tokens["alice"]),
+		typeInto(chromedp.ID("token"), st.tokens["alice"]),
 		click(chromedp.ID("sign-in")),
 		chromedp.WaitVisible(chromedp.ID("rows")),
 		until(`navigator.serviceWorker.controller !== null && navigator.serviceWorker.controller.state === "activated"`),
