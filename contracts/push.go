@@ -41,7 +41,17 @@ type PushDevice struct {
 	// the read rule judges each notification by the live directory).
 	Tenants   []string  `json:"tenants,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
+	// LastDeliveredAt is when the device's push service last took a
+	// notification for it (zero: never), kept to within
+	// PushDeliveredEvery: the notifier writes it at most that often.
+	LastDeliveredAt time.Time `json:"last_delivered_at,omitzero"`
 }
+
+// PushDeliveredEvery is how often, at most, the notifier writes a
+// device's LastDeliveredAt: a person sees when a device last got a
+// notification to within this, and a busy approver's pushes do not
+// each rewrite their subscriptions.
+const PushDeliveredEvery = time.Hour
 
 // PushKey is the key of person's subscriptions in BucketPush: the hex
 // SHA-256 of the id, so that any id is a valid key.

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -215,6 +216,7 @@ func (c *Channel) deliver(ctx context.Context, n notifier.Notification, person s
 			transient = err
 		}
 	}
+	c.delivered(ctx, person, devices, sent)
 	if transient != nil {
 		return "", transient
 	}
@@ -222,6 +224,25 @@ func (c *Channel) deliver(ctx context.Context, n notifier.Notification, person s
 		return "", fmt.Errorf("%w: no device of %s took the notification (%s)", notifier.ErrPermanent, person, strings.Join(problems, "; "))
 	}
 	return strings.Join(sent, ","), nil
+}
+
+// delivered records the delivery to the devices sent to whose last one is
+// contracts.PushDeliveredEvery old or more. Failing to record it fails no
+// notification.
+func (c *Channel) delivered(ctx context.Context, person string, devices []contracts.PushDevice, sent []string) {
+	now := c.cfg.Now()
+	var due []string
+	for _, d := range devices {
+		if slices.Contains(sent, d.ID) && now.Sub(d.LastDeliveredAt) >= contracts.PushDeliveredEvery {
+			due = append(due, d.ID)
+		}
+	}
+	if len(due) == 0 {
+		return
+	}
+	if err := c.cfg.Devices.Delivered(ctx, person, due, now); err != nil {
+		c.log.Warn("could not record a push delivery on the devices", "person", person, "err", err)
+	}
 }
 
 // errGone: the push service no longer knows the subscription (404, 410).

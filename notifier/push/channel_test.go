@@ -365,3 +365,55 @@ func TestAPersonsOwnQuietHoursWin(t *testing.T) {
 		t.Errorf("alice without hours of her own, outside the configured ones: %v", err)
 	}
 }
+
+// A delivery is recorded on the devices that took it, at most once an
+// hour each: a person sees when a device last got a notification, and a
+// busy approver's pushes do not each rewrite their subscriptions.
+func TestDeliveryIsRecordedOnTheDevicesThatTookItAtMostHourly(t *testing.T) {
+	f := newFixture(t, nil)
+	second := f.srv.Subscribe()
+	f.devs.add("alice", second.Device("d2", "Laptop"))
+	now := testNow
+	ch, err := push.New(push.Config{VAPID: newVAPID(t), Devices: f.devs, Actions: f.acts, PublicURL: "https://cs.example.com",
+		AllowInsecure: true, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv.Gone(second.ID)
+	lastOf := func() map[string]time.Time {
+		devs, _ := f.devs.Devices(context.Background(), "alice")
+		out := map[string]time.Time{}
+		for _, d := range devs {
+			out[d.ID] = d.LastDeliveredAt
+		}
+		return out
+	}
+	if _, err := ch.Notify(context.Background(), notifier.Requested(request(), alice)); err != nil {
+		t.Fatal(err)
+	}
+	if got := lastOf(); !got["d1"].Equal(testNow) || len(got) != 1 || f.devs.writes != 1 {
+		t.Fatalf("after one push: last delivered %v in %d writes; want d1 at %v (d2 gone) in 1", got, f.devs.writes, testNow)
+	}
+	now = testNow.Add(contracts.PushDeliveredEvery - time.Minute)
+	if _, err := ch.Notify(context.Background(), notifier.Reminder(request(), alice, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if got := lastOf(); !got["d1"].Equal(testNow) || f.devs.writes != 1 {
+		t.Fatalf("within the hour: last delivered %v in %d writes; want it kept, no write", got, f.devs.writes)
+	}
+	now = testNow.Add(contracts.PushDeliveredEvery)
+	if _, err := ch.Notify(context.Background(), notifier.Reminder(request(), alice, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if got := lastOf(); !got["d1"].Equal(now) || f.devs.writes != 2 {
+		t.Fatalf("an hour on: last delivered %v in %d writes; want %v in 2", got, f.devs.writes, now)
+	}
+	f.srv.Gone(f.sub.ID)
+	now = now.Add(2 * contracts.PushDeliveredEvery)
+	if _, err := ch.Notify(context.Background(), notifier.Reminder(request(), alice, 3)); !errors.Is(err, notifier.ErrPermanent) {
+		t.Fatalf("no device took it: %v, want permanent", err)
+	}
+	if f.devs.writes != 2 {
+		t.Fatalf("a push no device took was recorded (%d writes)", f.devs.writes)
+	}
+}

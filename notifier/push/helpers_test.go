@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/notifier/push"
@@ -13,8 +14,9 @@ import (
 
 // memDevices is a Devices in memory.
 type memDevices struct {
-	mu sync.Mutex
-	m  map[string][]contracts.PushDevice
+	mu     sync.Mutex
+	m      map[string][]contracts.PushDevice
+	writes int // calls of Delivered
 }
 
 func (d *memDevices) add(person string, dev contracts.PushDevice) {
@@ -36,6 +38,18 @@ func (d *memDevices) Forget(_ context.Context, person, id string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.m[person] = slices.DeleteFunc(d.m[person], func(x contracts.PushDevice) bool { return x.ID == id })
+	return nil
+}
+
+func (d *memDevices) Delivered(_ context.Context, person string, ids []string, at time.Time) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.writes++
+	for i := range d.m[person] {
+		if dev := &d.m[person][i]; slices.Contains(ids, dev.ID) && dev.LastDeliveredAt.Before(at) {
+			dev.LastDeliveredAt = at
+		}
+	}
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -18,6 +19,9 @@ type Devices interface {
 	Devices(ctx context.Context, person string) ([]contracts.PushDevice, error)
 	// Forget drops subscription id of person, if it is still there.
 	Forget(ctx context.Context, person, id string) error
+	// Delivered records at as the last delivery to person's devices ids
+	// (contracts.PushDevice.LastDeliveredAt), for those still there.
+	Delivered(ctx context.Context, person string, ids []string, at time.Time) error
 }
 
 // MaxDevices bounds the subscriptions of one person.
@@ -133,4 +137,18 @@ func (s *Store) Remove(ctx context.Context, person, id string) (bool, error) {
 func (s *Store) Forget(ctx context.Context, person, id string) error {
 	_, err := s.Remove(ctx, person, id)
 	return err
+}
+
+// Delivered implements Devices. A device whose last delivery is already
+// at or after at keeps it (deliveries finish out of order).
+func (s *Store) Delivered(ctx context.Context, person string, ids []string, at time.Time) error {
+	return s.update(ctx, person, func(v *contracts.PushDevices) (bool, error) {
+		changed := false
+		for i := range v.Devices {
+			if d := &v.Devices[i]; slices.Contains(ids, d.ID) && d.LastDeliveredAt.Before(at) {
+				d.LastDeliveredAt, changed = at.UTC(), true
+			}
+		}
+		return changed, nil
+	})
 }

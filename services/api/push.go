@@ -128,6 +128,9 @@ type PushDevice struct {
 	// Service is the push service's host (fcm.googleapis.com, …).
 	Service   string `json:"service"`
 	CreatedAt string `json:"created_at"`
+	// LastDeliveredAt is when the device's push service last took a
+	// notification for it, to within an hour (absent: never).
+	LastDeliveredAt string `json:"last_delivered_at,omitempty"`
 }
 
 func shownDevice(d contracts.PushDevice) PushDevice {
@@ -135,7 +138,11 @@ func shownDevice(d contracts.PushDevice) PushDevice {
 	if o, err := push.Origin(d.Endpoint); err == nil {
 		host = strings.TrimPrefix(strings.TrimPrefix(o, "https://"), "http://")
 	}
-	return PushDevice{ID: d.ID, Name: d.Name, Service: host, CreatedAt: d.CreatedAt.UTC().Format("2006-01-02T15:04:05Z")}
+	shown := PushDevice{ID: d.ID, Name: d.Name, Service: host, CreatedAt: d.CreatedAt.UTC().Format("2006-01-02T15:04:05Z")}
+	if !d.LastDeliveredAt.IsZero() {
+		shown.LastDeliveredAt = d.LastDeliveredAt.UTC().Format("2006-01-02T15:04:05Z")
+	}
+	return shown
 }
 
 // PushDevices lists p's subscribed devices.

@@ -1,11 +1,13 @@
 package api_test
 
 import (
+	"context"
 	"net/http"
 	"testing"
 	"time"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/notifier/push"
 	"github.com/countersign/countersign/notifier/push/pushtest"
 	"github.com/countersign/countersign/services/api"
@@ -71,6 +73,25 @@ func TestPushSubscriptionsArePerPersonAndChecked(t *testing.T) {
 	e.call(t, "GET", "/v1/push/subscriptions", "alice", nil).decode(t, &list)
 	if len(list.Devices) != 1 || list.Devices[0].ID != dev.ID {
 		t.Fatalf("alice's devices: %+v", list.Devices)
+	}
+	if list.Devices[0].LastDeliveredAt != "" {
+		t.Fatalf("a device never notified lists last_delivered_at %q", list.Devices[0].LastDeliveredAt)
+	}
+	// The notifier, as its own NATS user, records a delivery; an older one
+	// that finishes later does not move it back.
+	store, err := push.OpenStore(context.Background(), e.srv.JetStreamAs(embedded.RoleNotifier))
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 1, 9, 30, 0, 0, time.UTC)
+	for _, when := range []time.Time{at, at.Add(-time.Hour)} {
+		if err := store.Delivered(context.Background(), "alice", []string{dev.ID, "someone-elses"}, when); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.call(t, "GET", "/v1/push/subscriptions", "alice", nil).decode(t, &list)
+	if len(list.Devices) != 1 || list.Devices[0].LastDeliveredAt != "2026-12-01T09:30:00Z" {
+		t.Fatalf("after a delivery: %+v, want last_delivered_at 2026-12-01T09:30:00Z", list.Devices)
 	}
 	e.call(t, "GET", "/v1/push/subscriptions", "bob", nil).decode(t, &list)
 	if len(list.Devices) != 0 {

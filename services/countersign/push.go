@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -196,4 +197,12 @@ func (l *lazyDevices) Forget(ctx context.Context, person, id string) error {
 		return err
 	}
 	return st.Forget(ctx, person, id)
+}
+
+func (l *lazyDevices) Delivered(ctx context.Context, person string, ids []string, at time.Time) error {
+	st, err := l.get(ctx)
+	if err != nil {
+		return err
+	}
+	return st.Delivered(ctx, person, ids, at)
 }

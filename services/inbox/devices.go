@@ -40,6 +40,9 @@ type deviceRow struct {
 	Name    string
 	Service string
 	Added   moment
+	// Notified is the last delivery to the device (to within an hour);
+	// empty: none yet.
+	Notified moment
 }
 
 type devicesPage struct {
@@ -90,6 +93,9 @@ func (in *Inbox) devicesPage(ctx context.Context, sess *session) (devicesPage, i
 		}
 		if t, err := time.Parse(time.RFC3339, d.CreatedAt); err == nil {
 			row.Added = momentAgo(now, t)
+		}
+		if t, err := time.Parse(time.RFC3339, d.LastDeliveredAt); err == nil {
+			row.Notified = momentAgo(now, t)
 		}
 		pg.Devices = append(pg.Devices, row)
 	}

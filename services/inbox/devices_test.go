@@ -1,12 +1,14 @@
 package inbox_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/countersign/countersign/notifier/push"
 	"github.com/countersign/countersign/notifier/push/pushtest"
@@ -61,6 +63,19 @@ func TestInboxDevicesAddListRemove(t *testing.T) {
 	id := added.Device["id"]
 	if body := string(alice.get("/devices?added=" + id).body); !strings.Contains(body, `data-device-id="`+id+`"`) || !strings.Contains(body, `id="result"`) {
 		t.Fatalf("devices page after adding:\n%s", body)
+	}
+	if body := string(alice.get("/devices").body); !strings.Contains(body, "not notified yet") {
+		t.Fatalf("a device never notified: the page does not say so:\n%s", body)
+	}
+	store, err := push.OpenStore(context.Background(), e.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Delivered(context.Background(), "alice", []string{id}, time.Date(2026, 12, 1, 9, 30, 0, 0, time.UTC)); err != nil {
+		t.Fatal(err)
+	}
+	if body := string(alice.get("/devices").body); !strings.Contains(body, `last notified <time datetime="2026-12-01T09:30:00Z"`) || strings.Contains(body, "not notified yet") {
+		t.Fatalf("a device notified: the page does not say when:\n%s", body)
 	}
 	if body := string(bob.get("/devices").body); strings.Contains(body, id) {
 		t.Fatal("bob's devices page lists alice's device")

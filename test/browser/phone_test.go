@@ -240,6 +240,9 @@ func TestBrowserInstallsAndApprovesFromANotification(t *testing.T) {
 		rec.Record.Votes[0].Approver != (contracts.Approver{ID: "alice", Via: contracts.ViaPush}) {
 		t.Fatalf("the record after the tap: %s %+v", rec.Record.Status, rec.Record.Votes)
 	}
+	// The push was recorded on the device by the notifier's own NATS user.
+	stage(t, ctx, "the devices page says when the device was last notified", chromedp.Navigate(base+"/devices"),
+		chromedp.WaitVisible(chromedp.CSS(`#devices .device .notified time`)))
 	shellOnly(t, ctx)
 	offline(t, ctx, worker, base)
 }
