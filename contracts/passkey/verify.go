@@ -240,3 +240,37 @@ func KeyName(person string) string {
 	}
 	return b.String()
 }
+
+// Of reads data as person's passkeys, the value under KeyName(person):
+// false for anything else (another person's, or no passkeys value at all,
+// such as an answer the NATS server stored on the key). Every reader of
+// the bucket takes a person's passkeys through it.
+func Of(person string, data []byte) (contracts.Passkeys, bool) {
+	var keys contracts.Passkeys
+	if json.Unmarshal(data, &keys) != nil || keys.Spec != contracts.SpecPasskeys || keys.Person != person {
+		return contracts.Passkeys{}, false
+	}
+	return keys, true
+}
+
+// PartyOf reads data as the relying party (the value under
+// contracts.PasskeyPartyKey): false for anything else.
+func PartyOf(data []byte) (contracts.PasskeyParty, bool) {
+	var party contracts.PasskeyParty
+	if json.Unmarshal(data, &party) != nil || party.Spec != contracts.SpecPasskeyParty || party.RPID == "" {
+		return contracts.PasskeyParty{}, false
+	}
+	return party, true
+}
+
+// OfKey reads data as the passkeys stored under key, whoever they are:
+// false unless the person they name is the one key is of.
+func OfKey(key string, data []byte) (contracts.Passkeys, bool) {
+	var named struct {
+		Person string `json:"person"`
+	}
+	if json.Unmarshal(data, &named) != nil || KeyName(named.Person) != key {
+		return contracts.Passkeys{}, false
+	}
+	return Of(named.Person, data)
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/events"
 )
 
 // Devices is where the channel finds a person's subscriptions and drops
@@ -33,6 +34,7 @@ var ErrTooManyDevices = errors.New("push: too many subscribed devices")
 // Store keeps the subscriptions in the bucket contracts.BucketPush, one key
 // per person, changed with compare-and-set. It is safe for concurrent use.
 type Store struct {
+	js jetstream.JetStream
 	kv jetstream.KeyValue
 }
 
@@ -42,26 +44,35 @@ func OpenStore(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("push: open bucket %s: %w", contracts.BucketPush, err)
 	}
-	return &Store{kv: kv}, nil
+	return &Store{js: js, kv: kv}, nil
 }
 
-// get returns person's value and its revision (0: none).
+// get returns person's value and the key's last revision (0: none). A
+// value under person's key that is not their devices (the server stores
+// its answer to anyone's JetStream request on the reply subject the
+// requester names) is not taken: the newest that is stands
+// (events.NewestReadable), and the next write replaces what was stored.
+// A push never goes to devices the key does not name.
 func (s *Store) get(ctx context.Context, person string) (contracts.PushDevices, uint64, error) {
-	e, err := s.kv.Get(ctx, contracts.PushKey(person))
+	none := contracts.PushDevices{Spec: contracts.SpecPushDevices, Person: person}
+	r, err := events.NewestReadable(ctx, s.js, s.kv, contracts.BucketPush, contracts.PushKey(person), func(data []byte) bool {
+		var v contracts.PushDevices
+		return contracts.Decode(data, &v) == nil && v.Spec == contracts.SpecPushDevices && v.Person == person
+	})
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return contracts.PushDevices{Spec: contracts.SpecPushDevices, Person: person}, 0, nil
+		return none, 0, nil
 	}
 	if err != nil {
 		return contracts.PushDevices{}, 0, fmt.Errorf("push: devices of %s: %w", person, err)
 	}
-	var v contracts.PushDevices
-	if err := contracts.Decode(e.Value(), &v); err != nil {
+	if r.Value == nil {
+		return none, r.Last, nil
+	}
+	var kept contracts.PushDevices
+	if err := contracts.Decode(r.Value, &kept); err != nil {
 		return contracts.PushDevices{}, 0, fmt.Errorf("push: devices of %s: %w", person, err)
 	}
-	if v.Person != person {
-		return contracts.PushDevices{}, 0, fmt.Errorf("push: devices under %s name another person", contracts.PushKey(person))
-	}
-	return v, e.Revision(), nil
+	return kept, r.Last, nil
 }
 
 // Devices implements Devices.

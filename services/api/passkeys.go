@@ -21,6 +21,7 @@ import (
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/passkey"
+	"github.com/countersign/countersign/events"
 )
 
 // PasskeyConfig binds passkeys to the inbox: the WebAuthn relying party.
@@ -120,8 +121,7 @@ func (s *Server) publishParty(ctx context.Context) error {
 		return err
 	}
 	if e, err := kv.Get(ctx, contracts.PasskeyPartyKey); err == nil {
-		var cur contracts.PasskeyParty
-		if json.Unmarshal(e.Value(), &cur) == nil && cur.RPID == party.RPID && slices.Equal(cur.Origins, party.Origins) {
+		if cur, ok := passkey.PartyOf(e.Value()); ok && cur.RPID == party.RPID && slices.Equal(cur.Origins, party.Origins) {
 			return nil
 		}
 	}
@@ -165,18 +165,24 @@ func (s *Server) PasskeysOf(ctx context.Context, person string) (contracts.Passk
 	if err != nil {
 		return empty, 0, s.backendError("open the passkeys", err)
 	}
-	e, err := kv.Get(ctx, passkey.KeyName(person))
+	// What the NATS server stored on the key as its answer to someone's
+	// request is not taken: the newest value the API wrote stands, and
+	// the next write replaces it (events.NewestReadable).
+	r, err := events.NewestReadable(ctx, s.cfg.JS, kv, contracts.BucketPasskeys, passkey.KeyName(person), func(data []byte) bool {
+		_, ok := passkey.Of(person, data)
+		return ok
+	})
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return empty, 0, nil
 	}
 	if err != nil {
 		return empty, 0, s.backendError("read the passkeys", err)
 	}
-	var keys contracts.Passkeys
-	if err := json.Unmarshal(e.Value(), &keys); err != nil || keys.Person != person {
-		return empty, 0, errorf(http.StatusInternalServerError, CodeInternal, "the passkeys of %s cannot be read", person)
+	keys, ok := passkey.Of(person, r.Value)
+	if !ok {
+		return empty, r.Last, nil
 	}
-	return keys, e.Revision(), nil
+	return keys, r.Last, nil
 }
 
 // savePasskeys writes keys with compare-and-set on rev (0: create).

@@ -3,8 +3,8 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -13,6 +13,7 @@ import (
 	"github.com/countersign/countersign/contracts/approval"
 	"github.com/countersign/countersign/contracts/passkey"
 	"github.com/countersign/countersign/contracts/receipt"
+	"github.com/countersign/countersign/events"
 )
 
 // passkeysAnswer is GET /v1/passkeys: the person's passkeys and the relying
@@ -192,15 +193,18 @@ func (s *Server) signApprovers(ctx context.Context, party contracts.PasskeyParty
 	}
 	defer func() { _ = lister.Stop() }()
 	for key := range lister.Keys() {
-		e, err := kv.Get(ctx, key)
-		if err == jetstream.ErrKeyNotFound {
+		r, err := events.NewestReadable(ctx, s.cfg.JS, kv, contracts.BucketPasskeys, key, func(data []byte) bool {
+			_, ok := passkey.OfKey(key, data)
+			return ok
+		})
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue
 		}
 		if err != nil {
 			return "", s.backendError("read the passkeys", err)
 		}
-		var keys contracts.Passkeys
-		if json.Unmarshal(e.Value(), &keys) != nil || !strings.HasPrefix(key, "p.") {
+		keys, ok := passkey.OfKey(key, r.Value)
+		if !ok {
 			continue
 		}
 		for _, c := range keys.Credentials {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/countersign/countersign/contracts"
@@ -375,3 +376,60 @@ func TestPasskeyEnrolmentIsTheEnrollersAndOnce(t *testing.T) {
 }
 
 func sumOf(token string) [32]byte { return sha256.Sum256([]byte(token)) }
+
+// A credential that may send any JetStream request can have the NATS
+// server store its answer under a person's passkeys key (or the relying
+// party's): the reply subject names the key. That value is no one's
+// passkeys: the person's enrolled passkey still signs approvals the
+// arbiter counts, it is still theirs on the API and in the approvers
+// document, and the next enrolment replaces what was stored.
+func TestJunkTheServerStoredUnderPasskeyKeysChangesNoPasskey(t *testing.T) {
+	e := setupPasskeys(t)
+	ctx := context.Background()
+	alice := passkeytest.NewES256(pkRP, pkOrigin, []byte("alice"))
+	first := e.enrol(t, "alice", alice)
+	agent := e.srv.ConnectAs(embedded.RoleOrchestrator) // the credential agent processes hold
+	kv, err := e.js.KeyValue(ctx, contracts.BucketPasskeys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{passkey.KeyName("alice"), contracts.PasskeyPartyKey} {
+		w, err := kv.Watch(ctx, key, jetstream.UpdatesOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := agent.PublishRequest("$JS.API.STREAM.INFO.KV_"+contracts.BucketPolicy, "$KV."+contracts.BucketPasskeys+"."+key, nil); err != nil {
+			t.Fatal(err)
+		}
+		for entry := range w.Updates() {
+			if entry != nil {
+				t.Logf("stored under %s: %.60s", key, entry.Value())
+				break
+			}
+		}
+		_ = w.Stop()
+	}
+
+	id := e.pending(t, "payments.send", `{"amount":1250,"to":"Globex"}`)
+	if r := e.signedVote(t, "alice", id, alice); r.status != http.StatusOK {
+		t.Fatalf("alice's signed approval over junk: %d %s", r.status, r.body)
+	}
+	var mine struct {
+		Passkeys []contracts.Passkey `json:"passkeys"`
+	}
+	r := e.call(t, "GET", "/v1/passkeys", "alice", nil)
+	if r.decode(t, &mine); r.status != http.StatusOK || len(mine.Passkeys) != 1 || mine.Passkeys[0].ID != first.ID {
+		t.Fatalf("alice's passkeys over junk: %d %s", r.status, r.body)
+	}
+	second := e.enrol(t, "alice", passkeytest.NewEdDSA(pkRP, pkOrigin, []byte("alice-phone")))
+	doc := e.call(t, "GET", "/.well-known/countersign-approvers", "", nil)
+	d, err := receipt.ParseApprovers(ctx, string(doc.body), e.keys, "", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pk := range []contracts.Passkey{first, second} {
+		if k, ok := d.Key(pk.ID); !ok || k.Person != "alice" || k.RevokedAt != nil {
+			t.Fatalf("approvers document after enrolling over junk, %s: %s", pk.ID, doc.body)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/countersign/countersign/notifier/push"
 	"github.com/countersign/countersign/notifier/push/pushtest"
 	"github.com/countersign/countersign/services/api"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // setupPush is the test server with Web Push on: its VAPID key and the
@@ -137,5 +139,106 @@ func TestPushActionVotesOnceAsItsPersonOverTheArgumentsShown(t *testing.T) {
 	e.call(t, "GET", "/v1/approvals/"+id, "alice", nil).decode(t, &rec)
 	if rec.Record.Status != contracts.StatusApproved || len(rec.Record.Votes) != 1 || rec.Record.Votes[0].Approver != (contracts.Approver{ID: "alice", Via: contracts.ViaPush}) {
 		t.Fatalf("record after the tap: %s, votes %+v", rec.Record.Status, rec.Record.Votes)
+	}
+}
+
+// An agent's NATS credential cannot write the push bucket, but the server
+// publishes its answer to any JetStream request on the reply subject the
+// requester names, and the bucket's stream stores what lands on a key.
+// Such a value under a person's key is not taken for their devices: the
+// devices they had stay theirs, on the inbox and for the notifier, and
+// their next subscription replaces what was stored; a key that held
+// nothing else holds no device (before, the person's devices could
+// neither be read nor added until an operator purged the key).
+func TestJunkTheServerStoredUnderAPersonsPushKeyIsNoDevice(t *testing.T) {
+	e, _, _ := setupPush(t)
+	ctx := context.Background()
+	agent := e.srv.ConnectAs(embedded.RoleOrchestrator) // the credential agent processes hold
+	kv, err := e.js.KeyValue(ctx, contracts.BucketPush)
+	if err != nil {
+		t.Fatal(err)
+	}
+	junk := func(person string) {
+		t.Helper()
+		key := contracts.PushKey(person)
+		w, err := kv.Watch(ctx, key, jetstream.UpdatesOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = w.Stop() }()
+		if err := agent.PublishRequest("$JS.API.STREAM.INFO.KV_"+contracts.BucketPolicy, "$KV."+contracts.BucketPush+"."+key, nil); err != nil {
+			t.Fatal(err)
+		}
+		for entry := range w.Updates() {
+			if entry != nil {
+				t.Logf("stored under %s's key: %.60s", person, entry.Value())
+				return
+			}
+		}
+	}
+	ps := pushtest.New()
+	defer ps.Close()
+	subscribe := func(who, name string) pushtest.Subscription {
+		t.Helper()
+		sub := ps.Subscribe()
+		r := e.call(t, "POST", "/v1/push/subscriptions", who, map[string]any{"endpoint": sub.Endpoint, "keys": map[string]string{"p256dh": sub.P256DH, "auth": sub.Auth}, "device_name": name})
+		if r.status != http.StatusCreated {
+			t.Fatalf("subscribe %s's %s: %d %s", who, name, r.status, r.body)
+		}
+		return sub
+	}
+	listed := func(who string) []string {
+		t.Helper()
+		var list struct {
+			Devices []api.PushDevice `json:"devices"`
+		}
+		r := e.call(t, "GET", "/v1/push/subscriptions", who, nil)
+		if r.status != http.StatusOK {
+			t.Fatalf("%s's devices: %d %s", who, r.status, r.body)
+		}
+		r.decode(t, &list)
+		var names []string
+		for _, d := range list.Devices {
+			names = append(names, d.Name)
+		}
+		return names
+	}
+	store, err := push.OpenStore(ctx, e.srv.JetStreamAs(embedded.RoleNotifier))
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoints := func(who string) []string {
+		t.Helper()
+		devs, err := store.Devices(ctx, who)
+		if err != nil {
+			t.Fatalf("the notifier reads %s's devices: %v", who, err)
+		}
+		var out []string
+		for _, d := range devs {
+			out = append(out, d.Endpoint)
+		}
+		return out
+	}
+
+	pixel := subscribe("alice", "Pixel")
+	junk("alice")
+	if got := listed("alice"); !slices.Equal(got, []string{"Pixel"}) {
+		t.Fatalf("alice's devices over junk: %v, want her Pixel", got)
+	}
+	if got := endpoints("alice"); !slices.Equal(got, []string{pixel.Endpoint}) {
+		t.Fatalf("the notifier's view of alice's devices over junk: %v", got)
+	}
+	laptop := subscribe("alice", "Laptop")
+	if got := endpoints("alice"); !slices.Equal(got, []string{pixel.Endpoint, laptop.Endpoint}) {
+		t.Fatalf("alice's devices after subscribing over junk: %v", got)
+	}
+
+	junk("bob")
+	if got := listed("bob"); len(got) != 0 {
+		t.Fatalf("bob's devices, junk only: %v", got)
+	}
+	phone := subscribe("bob", "Phone")
+	if got := endpoints("bob"); !slices.Equal(got, []string{phone.Endpoint}) {
+		t.Fatalf("bob's devices after subscribing over junk: %v", got)
 	}
 }

@@ -2,14 +2,13 @@ package arbiter
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/passkey"
+	"github.com/countersign/countersign/events"
 )
 
 // passkeysOf reads, at the moment a vote is counted, the voter's enrolled
@@ -28,36 +27,33 @@ func (a *Arbiter) passkeysOf(ctx context.Context, v *contracts.Vote) (*contracts
 	if err != nil {
 		return nil, nil, err
 	}
+	// A value the NATS server stored on a key as its answer to someone's
+	// request is not read for the person's passkeys or the party: the
+	// newest the API wrote is (events.NewestReadable).
 	var party contracts.PasskeyParty
-	if ok, err := readJSON(ctx, kv, contracts.PasskeyPartyKey, &party); err != nil || !ok {
-		return nil, nil, err
+	r, err := events.NewestReadable(ctx, a.cfg.JS, kv, contracts.BucketPasskeys, contracts.PasskeyPartyKey, func(data []byte) bool {
+		_, ok := passkey.PartyOf(data)
+		return ok
+	})
+	if errors.Is(err, jetstream.ErrKeyNotFound) || err == nil && r.Value == nil {
+		return nil, nil, nil
 	}
-	var keys contracts.Passkeys
-	ok, err := readJSON(ctx, kv, passkey.KeyName(v.Approver.ID), &keys)
 	if err != nil {
 		return nil, nil, err
 	}
-	if !ok {
+	party, _ = passkey.PartyOf(r.Value)
+	r, err = events.NewestReadable(ctx, a.cfg.JS, kv, contracts.BucketPasskeys, passkey.KeyName(v.Approver.ID), func(data []byte) bool {
+		_, ok := passkey.Of(v.Approver.ID, data)
+		return ok
+	})
+	if errors.Is(err, jetstream.ErrKeyNotFound) || err == nil && r.Value == nil {
 		return nil, &party, nil
 	}
-	return &keys, &party, nil
-}
-
-// readJSON reads key of kv into v; false when there is no such key. A
-// value that cannot be read is an error for good (dead-lettered by the
-// caller's message), never a reason to count a vote.
-func readJSON(ctx context.Context, kv jetstream.KeyValue, key string, v any) (bool, error) {
-	e, err := kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return false, nil
-	}
 	if err != nil {
-		return false, fmt.Errorf("read %s: %w", key, err)
+		return nil, nil, err
 	}
-	if err := json.Unmarshal(e.Value(), v); err != nil {
-		return false, nil
-	}
-	return true, nil
+	keys, _ := passkey.Of(v.Approver.ID, r.Value)
+	return &keys, &party, nil
 }
 
 // passkeysBucket opens hitl_passkeys once it exists.
