@@ -22,6 +22,9 @@ type Readable struct {
 // NewestReadable reads key of kv, a bucket whose stream keeps a key's
 // history (kv's bucket, named bucket), for readers whose values only one
 // role writes: the newest value accept takes, and the key's last revision.
+// accept tells the writer's values from others (contracts.Owned), not
+// readable ones from unreadable: a value the writer wrote in a version
+// the reader cannot read must stop the reader, not let an older one stand.
 //
 // A value accept refuses is one the NATS server stored there as its answer
 // to someone's JetStream request whose reply subject named the key (any

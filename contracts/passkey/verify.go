@@ -242,15 +242,30 @@ func KeyName(person string) string {
 }
 
 // Of reads data as person's passkeys, the value under KeyName(person):
-// false for anything else (another person's, or no passkeys value at all,
-// such as an answer the NATS server stored on the key). Every reader of
-// the bucket takes a person's passkeys through it.
+// false for anything else (another person's, a version this release does
+// not read, or no passkeys value at all). Owned tells which of these a
+// reader may skip.
 func Of(person string, data []byte) (contracts.Passkeys, bool) {
 	var keys contracts.Passkeys
 	if json.Unmarshal(data, &keys) != nil || keys.Spec != contracts.SpecPasskeys || keys.Person != person {
 		return contracts.Passkeys{}, false
 	}
 	return keys, true
+}
+
+// Owned reports whether data is a passkeys value of person, in any
+// version (contracts.Owned).
+func Owned(person string, data []byte) bool {
+	return contracts.Owned(data, contracts.SpecPasskeys, "person", person)
+}
+
+// OwnedByKey reports whether data is a passkeys value of the person key
+// is of, in any version.
+func OwnedByKey(key string, data []byte) bool {
+	var named struct {
+		Person string `json:"person"`
+	}
+	return json.Unmarshal(data, &named) == nil && KeyName(named.Person) == key && Owned(named.Person, data)
 }
 
 // PartyOf reads data as the relying party (the value under
@@ -263,14 +278,8 @@ func PartyOf(data []byte) (contracts.PasskeyParty, bool) {
 	return party, true
 }
 
-// OfKey reads data as the passkeys stored under key, whoever they are:
-// false unless the person they name is the one key is of.
-func OfKey(key string, data []byte) (contracts.Passkeys, bool) {
-	var named struct {
-		Person string `json:"person"`
-	}
-	if json.Unmarshal(data, &named) != nil || KeyName(named.Person) != key {
-		return contracts.Passkeys{}, false
-	}
-	return Of(named.Person, data)
+// OwnedParty reports whether data is a relying party value, in any
+// version.
+func OwnedParty(data []byte) bool {
+	return contracts.Owned(data, contracts.SpecPasskeyParty, "", "")
 }

@@ -56,8 +56,7 @@ func OpenStore(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 func (s *Store) get(ctx context.Context, person string) (contracts.PushDevices, uint64, error) {
 	none := contracts.PushDevices{Spec: contracts.SpecPushDevices, Person: person}
 	r, err := events.NewestReadable(ctx, s.js, s.kv, contracts.BucketPush, contracts.PushKey(person), func(data []byte) bool {
-		var v contracts.PushDevices
-		return contracts.Decode(data, &v) == nil && v.Spec == contracts.SpecPushDevices && v.Person == person
+		return contracts.Owned(data, contracts.SpecPushDevices, "person", person)
 	})
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return none, 0, nil
@@ -69,8 +68,8 @@ func (s *Store) get(ctx context.Context, person string) (contracts.PushDevices, 
 		return none, r.Last, nil
 	}
 	var kept contracts.PushDevices
-	if err := contracts.Decode(r.Value, &kept); err != nil {
-		return contracts.PushDevices{}, 0, fmt.Errorf("push: devices of %s: %w", person, err)
+	if err := contracts.Decode(r.Value, &kept); err != nil || kept.Spec != contracts.SpecPushDevices {
+		return contracts.PushDevices{}, 0, fmt.Errorf("push: devices of %s are unreadable (spec %q): %v", person, kept.Spec, err)
 	}
 	return kept, r.Last, nil
 }

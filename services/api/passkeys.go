@@ -169,8 +169,7 @@ func (s *Server) PasskeysOf(ctx context.Context, person string) (contracts.Passk
 	// request is not taken: the newest value the API wrote stands, and
 	// the next write replaces it (events.NewestReadable).
 	r, err := events.NewestReadable(ctx, s.cfg.JS, kv, contracts.BucketPasskeys, passkey.KeyName(person), func(data []byte) bool {
-		_, ok := passkey.Of(person, data)
-		return ok
+		return passkey.Owned(person, data)
 	})
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return empty, 0, nil
@@ -178,9 +177,12 @@ func (s *Server) PasskeysOf(ctx context.Context, person string) (contracts.Passk
 	if err != nil {
 		return empty, 0, s.backendError("read the passkeys", err)
 	}
+	if r.Value == nil {
+		return empty, r.Last, nil
+	}
 	keys, ok := passkey.Of(person, r.Value)
 	if !ok {
-		return empty, r.Last, nil
+		return empty, 0, errorf(http.StatusInternalServerError, CodeInternal, "the passkeys of %s cannot be read", person)
 	}
 	return keys, r.Last, nil
 }

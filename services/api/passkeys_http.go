@@ -194,8 +194,7 @@ func (s *Server) signApprovers(ctx context.Context, party contracts.PasskeyParty
 	defer func() { _ = lister.Stop() }()
 	for key := range lister.Keys() {
 		r, err := events.NewestReadable(ctx, s.cfg.JS, kv, contracts.BucketPasskeys, key, func(data []byte) bool {
-			_, ok := passkey.OfKey(key, data)
-			return ok
+			return passkey.OwnedByKey(key, data)
 		})
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue
@@ -203,9 +202,12 @@ func (s *Server) signApprovers(ctx context.Context, party contracts.PasskeyParty
 		if err != nil {
 			return "", s.backendError("read the passkeys", err)
 		}
-		keys, ok := passkey.OfKey(key, r.Value)
-		if !ok {
+		if r.Value == nil {
 			continue
+		}
+		var keys contracts.Passkeys
+		if err := json.Unmarshal(r.Value, &keys); err != nil {
+			return "", errorf(http.StatusInternalServerError, CodeInternal, "the passkeys under %s cannot be read", key)
 		}
 		for _, c := range keys.Credentials {
 			doc.Keys = append(doc.Keys, receipt.ApproverKey{

@@ -432,4 +432,19 @@ func TestJunkTheServerStoredUnderPasskeyKeysChangesNoPasskey(t *testing.T) {
 			t.Fatalf("approvers document after enrolling over junk, %s: %s", pk.ID, doc.body)
 		}
 	}
+
+	// A passkeys value of a version this release cannot read is alice's
+	// all the same: it is not skipped for the older one it may revoke
+	// from. Her passkeys cannot be read, and her signed approval is
+	// refused.
+	id = e.pending(t, "payments.send", `{"amount":1300,"to":"Globex"}`)
+	assertion := alice.Sign(e.statement(t, "alice", id))
+	if _, err := kv.Put(ctx, passkey.KeyName("alice"), []byte(`{"spec":"countersign.passkeys/v2","person":"alice","keys":{}}`)); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.call(t, "GET", "/v1/passkeys", "alice", nil); r.status != http.StatusInternalServerError {
+		t.Fatalf("alice's passkeys under a newer version: %d %s, want 500", r.status, r.body)
+	}
+	r = e.vote(t, "alice", id, map[string]any{"decision": "approve", "passkey": assertion})
+	r.wantError(t, http.StatusForbidden, contracts.ReasonPasskeyUnknown, "")
 }

@@ -29,30 +29,32 @@ func (a *Arbiter) passkeysOf(ctx context.Context, v *contracts.Vote) (*contracts
 	}
 	// A value the NATS server stored on a key as its answer to someone's
 	// request is not read for the person's passkeys or the party: the
-	// newest the API wrote is (events.NewestReadable).
-	var party contracts.PasskeyParty
-	r, err := events.NewestReadable(ctx, a.cfg.JS, kv, contracts.BucketPasskeys, contracts.PasskeyPartyKey, func(data []byte) bool {
-		_, ok := passkey.PartyOf(data)
-		return ok
-	})
-	if errors.Is(err, jetstream.ErrKeyNotFound) || err == nil && r.Value == nil {
+	// newest the API wrote is (events.NewestReadable). One the API wrote
+	// that this release cannot read counts as none: the vote is refused.
+	r, err := events.NewestReadable(ctx, a.cfg.JS, kv, contracts.BucketPasskeys, contracts.PasskeyPartyKey, passkey.OwnedParty)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, nil, nil
 	}
 	if err != nil {
 		return nil, nil, err
 	}
-	party, _ = passkey.PartyOf(r.Value)
+	party, ok := passkey.PartyOf(r.Value)
+	if !ok {
+		return nil, nil, nil
+	}
 	r, err = events.NewestReadable(ctx, a.cfg.JS, kv, contracts.BucketPasskeys, passkey.KeyName(v.Approver.ID), func(data []byte) bool {
-		_, ok := passkey.Of(v.Approver.ID, data)
-		return ok
+		return passkey.Owned(v.Approver.ID, data)
 	})
-	if errors.Is(err, jetstream.ErrKeyNotFound) || err == nil && r.Value == nil {
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, &party, nil
 	}
 	if err != nil {
 		return nil, nil, err
 	}
-	keys, _ := passkey.Of(v.Approver.ID, r.Value)
+	keys, ok := passkey.Of(v.Approver.ID, r.Value)
+	if !ok {
+		return nil, &party, nil
+	}
 	return &keys, &party, nil
 }
 
