@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/countersign/countersign/contracts"
@@ -394,20 +393,7 @@ func TestJunkTheServerStoredUnderPasskeyKeysChangesNoPasskey(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, key := range []string{passkey.KeyName("alice"), contracts.PasskeyPartyKey} {
-		w, err := kv.Watch(ctx, key, jetstream.UpdatesOnly())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := agent.PublishRequest("$JS.API.STREAM.INFO.KV_"+contracts.BucketPolicy, "$KV."+contracts.BucketPasskeys+"."+key, nil); err != nil {
-			t.Fatal(err)
-		}
-		for entry := range w.Updates() {
-			if entry != nil {
-				t.Logf("stored under %s: %.60s", key, entry.Value())
-				break
-			}
-		}
-		_ = w.Stop()
+		storeAnswerOn(t, e.js, agent, contracts.BucketPasskeys, key)
 	}
 
 	id := e.pending(t, "payments.send", `{"amount":1250,"to":"Globex"}`)

@@ -12,6 +12,7 @@ import (
 	"github.com/countersign/countersign/notifier/push"
 	"github.com/countersign/countersign/notifier/push/pushtest"
 	"github.com/countersign/countersign/services/api"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -154,28 +155,7 @@ func TestJunkTheServerStoredUnderAPersonsPushKeyIsNoDevice(t *testing.T) {
 	e, _, _ := setupPush(t)
 	ctx := context.Background()
 	agent := e.srv.ConnectAs(embedded.RoleOrchestrator) // the credential agent processes hold
-	kv, err := e.js.KeyValue(ctx, contracts.BucketPush)
-	if err != nil {
-		t.Fatal(err)
-	}
-	junk := func(person string) {
-		t.Helper()
-		key := contracts.PushKey(person)
-		w, err := kv.Watch(ctx, key, jetstream.UpdatesOnly())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = w.Stop() }()
-		if err := agent.PublishRequest("$JS.API.STREAM.INFO.KV_"+contracts.BucketPolicy, "$KV."+contracts.BucketPush+"."+key, nil); err != nil {
-			t.Fatal(err)
-		}
-		for entry := range w.Updates() {
-			if entry != nil {
-				t.Logf("stored under %s's key: %.60s", person, entry.Value())
-				return
-			}
-		}
-	}
+	junk := func(person string) { storeAnswerOn(t, e.js, agent, contracts.BucketPush, contracts.PushKey(person)) }
 	ps := pushtest.New()
 	defer ps.Close()
 	subscribe := func(who, name string) pushtest.Subscription {
@@ -240,5 +220,31 @@ func TestJunkTheServerStoredUnderAPersonsPushKeyIsNoDevice(t *testing.T) {
 	phone := subscribe("bob", "Phone")
 	if got := endpoints("bob"); !slices.Equal(got, []string{phone.Endpoint}) {
 		t.Fatalf("bob's devices after subscribing over junk: %v", got)
+	}
+}
+
+// storeAnswerOn has the NATS server store its answer to a JetStream
+// request of conn (any credential's) under key of bucket, by naming the
+// key's subject as the reply, and waits until it is stored.
+func storeAnswerOn(t *testing.T, js jetstream.JetStream, conn *nats.Conn, bucket, key string) {
+	t.Helper()
+	ctx := context.Background()
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := kv.Watch(ctx, key, jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = w.Stop() }()
+	if err := conn.PublishRequest("$JS.API.STREAM.INFO.KV_"+contracts.BucketPolicy, "$KV."+bucket+"."+key, nil); err != nil {
+		t.Fatal(err)
+	}
+	for entry := range w.Updates() {
+		if entry != nil {
+			t.Logf("stored under %s in %s: %.60s", key, bucket, entry.Value())
+			return
+		}
 	}
 }
