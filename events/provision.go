@@ -124,8 +124,8 @@ func StreamConfigs(cfg ProvisionConfig) []jetstream.StreamConfig {
 //     which has every acknowledged write (a follower that is behind answers
 //     with an old record: a decision not seen yet).
 //   - watchers gives the stream room for FleetWatchers consumers.
-//   - rollupOnly (the buckets that keep one value per key: records, grants,
-//     sessions, receipts and their uses) has the stream take a second message
+//   - rollupOnly (the buckets that keep one value per key: records, policy,
+//     grants, sessions, receipts and their uses) has the stream take a second message
 //     on a key only as a roll-up (discard new per subject, one message per
 //     subject): the arbiter writes every revision after the first so
 //     (events.RecordWriter), and nothing the server publishes on a record's
@@ -181,10 +181,14 @@ func ApprovalsBucketConfig(cfg ProvisionConfig) jetstream.KeyValueConfig {
 }
 
 // PolicyBucketConfig returns the configuration of the hitl_policy bucket: the
-// fleet's live policy under one key, with its recent versions kept as history
-// for audit. Policies never expire.
+// fleet's live policy and the live directory under a key each, and every
+// applied policy version under a key of its own (contracts.PolicyVersionKey),
+// one value a key. Its stream takes a second message on a key only as a
+// roll-up, like the records' (tuneBucket), so nothing the server publishes
+// on the live policy's or the directory's key as the answer to someone's
+// request replaces them. Policies never expire.
 func PolicyBucketConfig(cfg ProvisionConfig) jetstream.KeyValueConfig {
-	return bucketConfig(cfg, contracts.BucketPolicy, "Countersign live policy; written through the API (policy apply)", 64, 0)
+	return bucketConfig(cfg, contracts.BucketPolicy, "Countersign live policy, directory and applied policy versions; written through the API", 1, 0)
 }
 
 // SessionsTTL is how long a web inbox session lives after sign-in; the
@@ -297,6 +301,11 @@ func provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig)
 		}
 	}
 	for _, b := range provisionedBuckets(cfg) {
+		if b.cfg.Bucket == contracts.BucketPolicy {
+			if err := keepPolicyHistory(ctx, js); err != nil {
+				return err
+			}
+		}
 		if err := ensureBucket(ctx, js, b.cfg, b.watchers, b.rollupOnly); err != nil {
 			return err
 		}
@@ -317,7 +326,9 @@ func provisionedBuckets(cfg ProvisionConfig) []provisionedBucket {
 	cfg.setDefaults()
 	return []provisionedBucket{
 		{ApprovalsBucketConfig(cfg), false, true},
-		{PolicyBucketConfig(cfg), true, false},
+		// The live policy and directory: replaced with a roll-up; the
+		// versions: created once.
+		{PolicyBucketConfig(cfg), true, true},
 		{SessionsBucketConfig(cfg), false, true},
 		// Grants: created once, revoked with a roll-up (UpdateKey).
 		{GrantsBucketConfig(cfg), true, true},

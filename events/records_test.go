@@ -131,15 +131,15 @@ func TestOnlyTheRecordWriterReplacesAKeysValue(t *testing.T) {
 // The buckets that keep one value per key take a second message on a key
 // only as a roll-up: a plain publish on a key that holds a value is
 // refused, a roll-up (events.UpdateKey) replaces it. The buckets
-// that keep a key's history (policy, passkeys, push subscriptions) take
-// plain writes.
+// that keep a key's history (passkeys, push subscriptions) take plain
+// writes.
 func TestBucketsOfOneValuePerKeyTakeUpdatesOnlyAsRollUps(t *testing.T) {
 	srv := eventstest.NewServer(t)
 	admin := srv.JetStream()
 	srv.Provision(admin)
 	ctx := context.Background()
-	for _, bucket := range []string{contracts.BucketApprovals, contracts.BucketGrants, contracts.BucketSessions, contracts.BucketReceipts,
-		contracts.BucketReceiptUses} {
+	for _, bucket := range []string{contracts.BucketApprovals, contracts.BucketPolicy, contracts.BucketGrants, contracts.BucketSessions,
+		contracts.BucketReceipts, contracts.BucketReceiptUses} {
 		subject := "$KV." + bucket + ".k"
 		first, err := admin.Publish(ctx, subject, []byte(`{"v":1}`))
 		if err != nil {
@@ -159,7 +159,7 @@ func TestBucketsOfOneValuePerKeyTakeUpdatesOnlyAsRollUps(t *testing.T) {
 			t.Errorf("%s: no revision", bucket)
 		}
 	}
-	for _, bucket := range []string{contracts.BucketPolicy, contracts.BucketPasskeys, contracts.BucketPush} {
+	for _, bucket := range []string{contracts.BucketPasskeys, contracts.BucketPush} {
 		for i := range 2 {
 			if _, err := admin.Publish(ctx, "$KV."+bucket+".k", []byte(`{}`)); err != nil {
 				t.Fatalf("%s: write %d: %v", bucket, i, err)

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,45 +15,23 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/orchestrator/policy"
 )
 
 // SpecPolicyDocument names the value stored under PolicyKey in hitl_policy.
-const SpecPolicyDocument = "countersign.policy/v1"
+const SpecPolicyDocument = contracts.SpecPolicyDocument
 
 // PolicyKey is the key of the live policy in the hitl_policy bucket.
-const PolicyKey = "current"
+const PolicyKey = contracts.PolicyKey
 
 // PolicyVersionsPrefix opens the key of every applied policy version in
-// hitl_policy (see PolicyVersionKey). A version's key is written once and
-// never changed, so every version that ever gated a request stays readable.
-const PolicyVersionsPrefix = "versions."
+// hitl_policy (contracts.PolicyVersionKey).
+const PolicyVersionsPrefix = contracts.PolicyVersionsPrefix
 
-// PolicyVersionKey is the hitl_policy key of a policy version: the version
-// itself when it is a plain name (letters, digits, '-', '_' and inner dots,
-// at most 128 bytes), else "=" and the hex SHA-256 of the version. The two
-// forms cannot collide: a plain name has no '='.
-func PolicyVersionKey(version string) string {
-	if plainVersion(version) {
-		return PolicyVersionsPrefix + version
-	}
-	sum := sha256.Sum256([]byte(version))
-	return PolicyVersionsPrefix + "=" + hex.EncodeToString(sum[:])
-}
-
-func plainVersion(v string) bool {
-	if v == "" || len(v) > 128 || v[0] == '.' || v[len(v)-1] == '.' || strings.Contains(v, "..") {
-		return false
-	}
-	for _, c := range []byte(v) {
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == '.':
-		default:
-			return false
-		}
-	}
-	return true
-}
+// PolicyVersionKey is the hitl_policy key of a policy version
+// (contracts.PolicyVersionKey).
+func PolicyVersionKey(version string) string { return contracts.PolicyVersionKey(version) }
 
 // ErrUnknownPolicyVersion means no policy with the version was ever applied
 // to the bucket (or the history that still holds it has moved on).
@@ -336,7 +313,7 @@ func ApplyPolicy(ctx context.Context, js jetstream.JetStream, source []byte, by 
 			liveOK = true
 			if live.SHA256 == doc.SHA256 {
 				// Already live; make sure its version has its own key.
-				if _, err := keepVersion(ctx, kv, live, e.Value()); err != nil {
+				if _, err := keepVersion(ctx, js, kv, live, e.Value()); err != nil {
 					return ApplyResult{}, err
 				}
 				return ApplyResult{Document: live, Revision: e.Revision()}, nil
@@ -346,14 +323,14 @@ func ApplyPolicy(ctx context.Context, js jetstream.JetStream, source []byte, by 
 			}
 		}
 	}
-	if stored, err := keepVersion(ctx, kv, doc, value); err != nil {
+	if stored, err := keepVersion(ctx, js, kv, doc, value); err != nil {
 		return ApplyResult{}, err
 	} else if stored.SHA256 != doc.SHA256 {
 		return ApplyResult{Document: stored}, ErrPolicyVersionExists
 	}
 	if liveOK {
 		// The version being replaced stays readable too.
-		if _, err := keepVersion(ctx, kv, live, e.Value()); err != nil {
+		if _, err := keepVersion(ctx, js, kv, live, e.Value()); err != nil {
 			return ApplyResult{}, err
 		}
 	}
@@ -364,11 +341,12 @@ func ApplyPolicy(ctx context.Context, js jetstream.JetStream, source []byte, by 
 			return ApplyResult{}, ErrPolicyConflict
 		}
 	} else {
-		rev, err = kv.Update(ctx, PolicyKey, value, e.Revision())
-		var apiErr *jetstream.APIError
-		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.As(err, &apiErr) &&
-			(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-				apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		// A roll-up over the live revision: the bucket takes a second
+		// message on a key only so (events.PolicyBucketConfig), and it
+		// replaces whatever the key held, a policy or something the server
+		// published there as the answer to someone's request.
+		rev, err = events.UpdateKey(ctx, js, contracts.BucketPolicy, PolicyKey, value, e.Revision())
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			return ApplyResult{}, ErrPolicyConflict
 		}
 	}
@@ -379,11 +357,14 @@ func ApplyPolicy(ctx context.Context, js jetstream.JetStream, source []byte, by 
 }
 
 // keepVersion stores doc (encoded as value) under its version's key unless
-// that key exists, and returns the document the key holds: doc, or the one
-// applied before under the same version.
-func keepVersion(ctx context.Context, kv jetstream.KeyValue, doc PolicyDocument, value []byte) (PolicyDocument, error) {
+// that key holds an applied policy, and returns the document the key holds:
+// doc, or the one applied before under the same version. A value there that
+// is no policy of that version (something the server published on the key
+// as the answer to someone's request before the version was applied) is
+// replaced.
+func keepVersion(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, doc PolicyDocument, value []byte) (PolicyDocument, error) {
 	key := PolicyVersionKey(doc.Version)
-	for range 2 {
+	for range 3 {
 		if _, err := kv.Create(ctx, key, value); err == nil {
 			return doc, nil
 		} else if !errors.Is(err, jetstream.ErrKeyExists) {
@@ -396,11 +377,16 @@ func keepVersion(ctx context.Context, kv jetstream.KeyValue, doc PolicyDocument,
 		if err != nil {
 			return PolicyDocument{}, fmt.Errorf("orchestrator: read policy version %q: %w", doc.Version, err)
 		}
-		stored, err := decodePolicyDocument(e.Value())
-		if err != nil {
-			return PolicyDocument{}, fmt.Errorf("orchestrator: policy version %q is stored unreadable: %w", doc.Version, err)
+		if stored, err := decodePolicyDocument(e.Value()); err == nil && stored.Version == doc.Version {
+			return stored, nil
 		}
-		return stored, nil
+		_, err = events.UpdateKey(ctx, js, contracts.BucketPolicy, key, value, e.Revision())
+		switch {
+		case err == nil:
+			return doc, nil
+		case !errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+			return PolicyDocument{}, fmt.Errorf("orchestrator: store policy version %q: %w", doc.Version, err)
+		}
 	}
 	return PolicyDocument{}, ErrPolicyConflict
 }

@@ -1,6 +1,7 @@
 package orchestrator_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,7 +12,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/events/embedded"
+	"github.com/countersign/countersign/events/eventstest"
 	"github.com/countersign/countersign/orchestrator"
 	"github.com/countersign/countersign/orchestrator/policy"
 	"github.com/countersign/countersign/services/countersigntest"
@@ -188,7 +191,11 @@ func TestStoreKeepsThePolicyInForceWhenTheStoredOneIsBroken(t *testing.T) {
 		t.Fatal(err)
 	}
 	broken, _ := json.Marshal(orchestrator.PolicyDocument{Spec: orchestrator.SpecPolicyDocument, Version: "broken", Source: "rules: [oops"})
-	if _, err := kv.Put(context.Background(), orchestrator.PolicyKey, broken); err != nil {
+	live, err := kv.Get(context.Background(), orchestrator.PolicyKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := events.UpdateKey(context.Background(), e.js, contracts.BucketPolicy, orchestrator.PolicyKey, broken, live.Revision()); err != nil {
 		t.Fatal(err)
 	}
 	// Then a good one: the store must skip the broken one and take this.
@@ -328,6 +335,7 @@ func TestAppliedPolicyVersionsStayReadable(t *testing.T) {
 func TestPolicyVersionsWrittenByAnEarlierRelease(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
+	eventstest.EarlierPolicyBucket(t, e.js)
 	admin, err := e.js.KeyValue(ctx, contracts.BucketPolicy)
 	if err != nil {
 		t.Fatal(err)
@@ -380,5 +388,180 @@ func TestPolicyVersionKey(t *testing.T) {
 	}
 	if k := orchestrator.PolicyVersionKey("p1"); k != "versions.p1" {
 		t.Errorf("key of p1 = %q, want versions.p1", k)
+	}
+}
+
+// answerOn has the NATS server publish its answer to a JetStream request
+// of role's credential on subject (by naming it as the request's reply)
+// and returns once the answer is published: a subscriber of the subject
+// has it. It reports false when role may make no JetStream request.
+func answerOn(t *testing.T, e *env, role embedded.Role, subject string) bool {
+	t.Helper()
+	var request string
+	for _, s := range embedded.Permissions(role).Publish.Allow {
+		if strings.HasPrefix(s, "$JS.API.") && !strings.ContainsAny(s, "*>") {
+			request = s
+			break
+		}
+	}
+	if request == "" {
+		return false
+	}
+	admin := e.srv.Connect()
+	seen, err := admin.SubscribeSync(subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.srv.ConnectAs(role).PublishRequest(request, subject, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := seen.NextMsg(10 * time.Second); err != nil {
+		t.Fatalf("%s: no answer published on %s: %v", role, subject, err)
+	}
+	return true
+}
+
+// An attacker holding any credential names the live policy's key, or a
+// policy version's key, as the reply of a JetStream request: the server
+// publishes its answer there with its own rights. Before a policy is
+// applied the answer is stored (the key holds nothing) and the apply
+// replaces it; after, the bucket refuses it (a second message on a key is
+// taken only as a roll-up), so the policy in force, the versions and the
+// next apply are untouched.
+func TestAnswersPublishedOnThePolicysKeysChangeNothing(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	kv := policyBucket(t, e)
+	writer := e.srv.JetStreamAs(embedded.RoleAPI)
+	current := "$KV." + contracts.BucketPolicy + "." + orchestrator.PolicyKey
+	v1Key := "$KV." + contracts.BucketPolicy + "." + orchestrator.PolicyVersionKey("p1")
+	// Before the first apply: an answer on each key that will hold p1.
+	for _, subject := range []string{current, v1Key} {
+		if !answerOn(t, e, embedded.RoleOrchestrator, subject) {
+			t.Fatal("an agent's credential makes no JetStream request: the test proves nothing")
+		}
+	}
+	junk, err := kv.Get(ctx, orchestrator.PolicyKey)
+	if err != nil {
+		t.Fatalf("the answer on the live key before any apply was not stored (%v): the test proves nothing", err)
+	}
+	t.Logf("stored on the live key before the first apply: %.60s", junk.Value())
+	s, changes := openStore(t, e)
+	res, err := orchestrator.ApplyPolicy(ctx, writer, []byte(policyV1), "admin", time.Now())
+	if err != nil || !res.Changed {
+		t.Fatalf("the first apply over the answers: %+v, %v", res, err)
+	}
+	nextChange(t, changes, "p1")
+	if doc, err := orchestrator.ReadPolicyVersion(ctx, kv, "p1"); err != nil || doc.Source != policyV1 {
+		t.Fatalf("version p1 after the apply: %+v, %v", doc, err)
+	}
+	v1, err := kv.Get(ctx, orchestrator.PolicyVersionKey("p1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	liveValue, err := kv.Get(ctx, orchestrator.PolicyKey)
+	if err != nil || liveValue.Revision() != res.Revision {
+		t.Fatalf("the live policy after the apply: %v", err)
+	}
+	// After: every credential's answers on the live key and p1's key.
+	asked := 0
+	for _, r := range embedded.Roles {
+		if r == embedded.RoleAdmin {
+			continue
+		}
+		for _, subject := range []string{current, v1Key} {
+			if answerOn(t, e, r, subject) {
+				asked++
+			}
+		}
+	}
+	if asked == 0 {
+		t.Fatal("no credential made a JetStream request: the test proves nothing")
+	}
+	// A write that expects each key's revision from before the answers,
+	// queued in the stream behind them, fails if any answer was stored.
+	for _, was := range []jetstream.KeyValueEntry{liveValue, v1} {
+		if _, err := events.UpdateKey(ctx, writer, contracts.BucketPolicy, was.Key(), was.Value(), was.Revision()); err != nil {
+			t.Fatalf("%s after %d answers: a write over its revision before them: %v", was.Key(), asked, err)
+		}
+	}
+	nextChange(t, changes, "p1") // the live key written again
+	if doc, err := orchestrator.ReadPolicyVersion(ctx, kv, "p1"); err != nil || doc.Source != policyV1 {
+		t.Fatalf("version p1 after the answers: %+v, %v", doc, err)
+	}
+	if res, err := orchestrator.ApplyPolicy(ctx, writer, []byte(policyV2), "admin", time.Now()); err != nil || !res.Changed {
+		t.Fatalf("the next apply: %+v, %v", res, err)
+	}
+	nextChange(t, changes, "p2")
+	if got := s.Current().Version(); got != "p2" {
+		t.Fatalf("serving %q, want p2", got)
+	}
+}
+
+// A bucket provisioned by an earlier release kept the last 64 values of
+// each key, and versions applied before they had keys of their own live
+// only in the live key's history. Provisioning this release's bucket
+// gives each of them its own key first, puts back the newest policy and
+// directory where an answer the server published is newest, and then
+// keeps one value a key.
+func TestProvisionKeepsThePolicyVersionsOfAnEarlierReleasesBucket(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	eventstest.EarlierPolicyBucket(t, e.js)
+	admin, err := e.js.KeyValue(ctx, contracts.BucketPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range []string{policyV1, policyV2} {
+		p := countersigntest.Policy(t, src)
+		value, _ := json.Marshal(orchestrator.PolicyDocument{Spec: orchestrator.SpecPolicyDocument, Version: p.Version(),
+			SHA256: p.SHA256(), Source: src, AppliedBy: "admin", AppliedAt: time.Now().UTC()})
+		if _, err := admin.Put(ctx, orchestrator.PolicyKey, value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir, _ := json.Marshal(contracts.Directory{Spec: contracts.SpecDirectory, Version: "d1", People: []contracts.DirectoryPerson{{ID: "alice"}}})
+	if _, err := admin.Put(ctx, contracts.DirectoryKey, dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{orchestrator.PolicyKey, contracts.DirectoryKey} {
+		answerOn(t, e, embedded.RoleResolver, "$KV."+contracts.BucketPolicy+"."+key)
+		if got, err := admin.Get(ctx, key); err != nil || bytes.Contains(got.Value(), []byte(`"spec"`)) {
+			t.Fatalf("%s: the answer is not the newest value (%v): the test proves nothing", key, err)
+		}
+	}
+	e.srv.Provision(e.js)
+
+	st, err := e.js.Stream(ctx, "KV_"+contracts.BucketPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := st.CachedInfo().Config; c.MaxMsgsPerSubject != 1 || !c.DiscardNewPerSubject {
+		t.Fatalf("the policy bucket after provisioning: %d values a key, discard new per subject %v", c.MaxMsgsPerSubject, c.DiscardNewPerSubject)
+	}
+	for version, src := range map[string]string{"p1": policyV1, "p2": policyV2} {
+		e, err := admin.Get(ctx, orchestrator.PolicyVersionKey(version))
+		if err != nil {
+			t.Fatalf("version %s has no key of its own: %v", version, err)
+		}
+		var doc orchestrator.PolicyDocument
+		if err := json.Unmarshal(e.Value(), &doc); err != nil || doc.Version != version || doc.Source != src {
+			t.Fatalf("version %s's key holds %s (%v)", version, e.Value(), err)
+		}
+	}
+	s, _ := openStore(t, e)
+	if got := s.Current().Version(); got != "p2" {
+		t.Fatalf("the live policy after provisioning: %q, want p2", got)
+	}
+	if got, err := admin.Get(ctx, contracts.DirectoryKey); err != nil || !bytes.Equal(got.Value(), dir) {
+		t.Fatalf("the directory after provisioning: %v", err)
+	}
+	// Provisioning again changes nothing.
+	e.srv.Provision(e.js)
+	if res := apply(t, e, policyV3); !res.Changed {
+		t.Fatalf("an apply after provisioning: %+v", res)
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
-	"github.com/countersign/countersign/contracts/approval"
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/events/embedded"
 )
@@ -27,7 +26,9 @@ import (
 // the attacker wrote as a history fact. No credential gets a copy stored:
 // direct gets, whose answer is the stored message itself, are refused to
 // every role and served by no bucket; what a message get answers is an
-// envelope that no reader takes for a record, a directory or a vote.
+// envelope, refused on a record's or the directory's key (their buckets
+// take a second message on a key only as a roll-up) and, on a vote's
+// subject, taken by no reader for a vote.
 func TestNoCredentialHasTheServerStoreACopyOfAStoredMessage(t *testing.T) {
 	e := newEnv(t)
 	ctx := testContext(t, opTimeout)
@@ -70,11 +71,13 @@ func TestNoCredentialHasTheServerStoreACopyOfAStoredMessage(t *testing.T) {
 		}
 		return data
 	}
-	oldDirRev, err := policy.Put(ctx, contracts.DirectoryKey, directory("v1", "alice", "mallory"))
+	oldDirRev, err := policy.Create(ctx, contracts.DirectoryKey, directory("v1", "alice", "mallory"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := policy.Put(ctx, contracts.DirectoryKey, directory("v2", "alice")); err != nil {
+	liveDir := directory("v2", "alice")
+	dirRev, err := events.UpdateKey(ctx, api.js, contracts.BucketPolicy, contracts.DirectoryKey, liveDir, oldDirRev)
+	if err != nil {
 		t.Fatal(err)
 	}
 	// A vote for the pending approval, written by an agent's credential as
@@ -93,11 +96,11 @@ func TestNoCredentialHasTheServerStoreACopyOfAStoredMessage(t *testing.T) {
 	recordKey := events.RecordSubject(pendingID)
 	directoryKey := "$KV." + contracts.BucketPolicy + "." + contracts.DirectoryKey
 	voteSubject := contracts.ResolvedSubject(pendingID)
-	// The admin sees every message stored on the three subjects from now.
+	// The admin sees every message stored on the vote's subject from now.
 	admin := e.connect(t, embedded.RoleAdmin)
 	stored := map[string]chan []byte{}
 	for _, target := range []struct{ stream, subject string }{
-		{"KV_" + contracts.BucketPolicy, directoryKey}, {contracts.StreamResolutions, voteSubject},
+		{contracts.StreamResolutions, voteSubject},
 	} {
 		ch := make(chan []byte, 16)
 		stored[target.subject] = ch
@@ -112,10 +115,15 @@ func TestNoCredentialHasTheServerStoreACopyOfAStoredMessage(t *testing.T) {
 		}
 		t.Cleanup(cc.Stop)
 	}
-	// On a record's key the answers are published but not stored: the
-	// bucket takes a second message on a key only as a roll-up.
+	// On a record's key and the directory's the answers are published but
+	// not stored: the buckets take a second message on a key only as a
+	// roll-up.
 	answers := make(chan *nats.Msg, 16)
 	if _, err := admin.nc.ChanSubscribe(recordKey, answers); err != nil {
+		t.Fatal(err)
+	}
+	dirAnswers := make(chan *nats.Msg, 16)
+	if _, err := admin.nc.ChanSubscribe(directoryKey, dirAnswers); err != nil {
 		t.Fatal(err)
 	}
 	if err := admin.nc.Flush(); err != nil {
@@ -159,8 +167,18 @@ func TestNoCredentialHasTheServerStoreACopyOfAStoredMessage(t *testing.T) {
 			}
 		})
 	}
-	if expect[recordKey] == 0 || expect[voteSubject] == 0 {
-		t.Fatalf("no role read the records or the history (%v): the test proves nothing", expect)
+	if expect[recordKey] == 0 || expect[voteSubject] == 0 || expect[directoryKey] == 0 {
+		t.Fatalf("no role read the records, the directory or the history (%v): the test proves nothing", expect)
+	}
+	for range expect[directoryKey] {
+		select {
+		case m := <-dirAnswers:
+			if bytes.Contains(m.Data, []byte(`"mallory"`)) {
+				t.Errorf("the server answered with the old directory itself: %s", m.Data)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%d answers published on the directory's key, want %d", len(dirAnswers), expect[directoryKey])
+		}
 	}
 	for range expect[recordKey] {
 		select {
@@ -184,8 +202,17 @@ func TestNoCredentialHasTheServerStoreACopyOfAStoredMessage(t *testing.T) {
 		t.Fatalf("the arbiter's write over the pending record's revision: %v", err)
 	}
 	delete(expect, recordKey)
-	// Elsewhere each answer is stored, and none is a copy of what was read,
-	// nor what a reader takes for a directory or a vote.
+	// The directory is as the API wrote it, at its revision: none of the
+	// answers published on its key was stored.
+	if e, err := policy.Get(ctx, contracts.DirectoryKey); err != nil || e.Revision() != dirRev || !bytes.Equal(e.Value(), liveDir) {
+		t.Fatalf("the live directory after the answers: %v, want revision %d %s", err, dirRev, liveDir)
+	}
+	if _, err := events.UpdateKey(ctx, api.js, contracts.BucketPolicy, contracts.DirectoryKey, directory("v3", "alice"), dirRev); err != nil {
+		t.Fatalf("the API's write over the directory's revision: %v", err)
+	}
+	delete(expect, directoryKey)
+	// On the vote's subject each answer is stored, and none is a copy of
+	// what was read, nor what a reader takes for a vote.
 	for subject, n := range expect {
 		for range n {
 			var data []byte
@@ -200,11 +227,6 @@ func TestNoCredentialHasTheServerStoreACopyOfAStoredMessage(t *testing.T) {
 				t.Errorf("%s: a copy was stored: %s", subject, data)
 			case subject == voteSubject && contracts.Decode(data, &v) == nil && v.Spec == contracts.SpecVote:
 				t.Errorf("%s: a vote was stored: %s", subject, data)
-			}
-			if subject == directoryKey {
-				if _, err := approval.ParseRoster(data); err == nil {
-					t.Errorf("%s: a directory was stored: %s", subject, data)
-				}
 			}
 		}
 	}

@@ -251,3 +251,22 @@ func (s *Server) Provision(js jetstream.JetStream) {
 		s.tb.Fatalf("eventstest: provision: %v", fmt.Errorf("%w", err))
 	}
 }
+
+// EarlierPolicyBucket configures the provisioned hitl_policy bucket as
+// releases before one value a key provisioned it: the last 64 values of
+// each key kept, plain writes taken on a key that holds one. For tests of
+// what this release does with a bucket such a release wrote.
+func EarlierPolicyBucket(tb testing.TB, js jetstream.JetStream) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, "KV_hitl_policy")
+	if err != nil {
+		tb.Fatalf("eventstest: the policy bucket: %v", err)
+	}
+	sc := st.CachedInfo().Config
+	sc.MaxMsgsPerSubject, sc.DiscardNewPerSubject = 64, false
+	if _, err := js.UpdateStream(ctx, sc); err != nil {
+		tb.Fatalf("eventstest: configure the policy bucket as an earlier release did: %v", err)
+	}
+}

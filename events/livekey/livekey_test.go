@@ -8,7 +8,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events/eventstest"
 	"github.com/countersign/countersign/events/livekey"
 )
@@ -57,12 +56,13 @@ func (r *recorder) isReady(t *testing.T, want bool) {
 	}
 }
 
-func policyBucket(t *testing.T) jetstream.KeyValue {
+// testBucket is a bucket that takes plain
+// writes, on the server of the test.
+func testBucket(t *testing.T) jetstream.KeyValue {
 	t.Helper()
 	srv := eventstest.NewServer(t)
 	js := srv.JetStream()
-	srv.Provision(js)
-	kv, err := js.KeyValue(t.Context(), contracts.BucketPolicy)
+	kv, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: "livekey_test", History: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func policyBucket(t *testing.T) jetstream.KeyValue {
 // installs every change of the watched keys (and of no other key); it is
 // not ready once it stops.
 func TestWatchInstallsTheBucketThenEveryChange(t *testing.T) {
-	kv := policyBucket(t)
+	kv := testBucket(t)
 	ctx := t.Context()
 	if _, err := kv.PutString(ctx, "watched", "v1"); err != nil {
 		t.Fatal(err)
@@ -101,7 +101,7 @@ func TestWatchInstallsTheBucketThenEveryChange(t *testing.T) {
 // Every watch of one Watcher follows the same keys: the watch after the
 // first delivers the bucket's values again.
 func TestEveryWatchFollowsTheSameKeys(t *testing.T) {
-	kv := policyBucket(t)
+	kv := testBucket(t)
 	if _, err := kv.PutString(t.Context(), "watched", "v1"); err != nil {
 		t.Fatal(err)
 	}

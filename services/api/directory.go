@@ -14,6 +14,7 @@ import (
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/approval"
+	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/orchestrator/directory"
 )
 
@@ -119,22 +120,36 @@ func (s *Server) PublishDirectory(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("api: open bucket %s: %w", contracts.BucketPolicy, err)
 	}
-	if e, err := kv.Get(ctx, contracts.DirectoryKey); err == nil {
-		var old contracts.Directory
-		if json.Unmarshal(e.Value(), &old) == nil && old.Version == doc.Version {
-			s.dirVersion = doc.Version
-			return doc.Version, nil
-		}
-	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return "", fmt.Errorf("api: read the directory: %w", err)
-	}
 	doc.UpdatedAt = s.cfg.Now().UTC()
 	data, err := json.Marshal(doc)
 	if err != nil {
 		return "", err
 	}
-	if _, err := kv.Put(ctx, contracts.DirectoryKey, data); err != nil {
-		return "", fmt.Errorf("api: publish the directory: %w", err)
+	// The bucket takes a second value on the key only as a roll-up over the
+	// key's last revision (events.PolicyBucketConfig); another replica
+	// publishing at the same time makes that revision move, and the
+	// directory is read again.
+	for attempt := 0; ; attempt++ {
+		var last uint64
+		e, err := kv.Get(ctx, contracts.DirectoryKey)
+		switch {
+		case err == nil:
+			var old contracts.Directory
+			if json.Unmarshal(e.Value(), &old) == nil && old.Spec == contracts.SpecDirectory && old.Version == doc.Version {
+				s.dirVersion = doc.Version
+				return doc.Version, nil
+			}
+			last = e.Revision()
+		case !errors.Is(err, jetstream.ErrKeyNotFound):
+			return "", fmt.Errorf("api: read the directory: %w", err)
+		}
+		_, err = events.UpdateKey(ctx, s.cfg.JS, contracts.BucketPolicy, contracts.DirectoryKey, data, last)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) || attempt == 4 {
+			return "", fmt.Errorf("api: publish the directory: %w", err)
+		}
 	}
 	s.dirVersion = doc.Version
 	s.log.Info("directory published", "version", doc.Version, "people", len(doc.People))
