@@ -1,6 +1,7 @@
 package test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -390,6 +391,19 @@ func TestAdversaryEveryCredential(t *testing.T) {
 		a.waitRecord(approved, func(r *contracts.Record) bool { return r.Status == contracts.StatusApproved })
 		_, pending := a.review("bot", acme, "config.set", map[string]any{"key": "k", "value": "v"})
 		key := "$KV." + contracts.BucketApprovals + "." + pending
+		// The live policy's and the directory's keys, watched by the admin
+		// for the answers published there.
+		policyKeys := []string{"$KV." + contracts.BucketPolicy + "." + contracts.PolicyKey, "$KV." + contracts.BucketPolicy + "." + contracts.DirectoryKey}
+		admin := a.js(embedded.RoleAdmin)
+		published := make(chan *nats.Msg, 16)
+		for _, subject := range policyKeys {
+			if _, err := admin.Conn().ChanSubscribe(subject, published); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := admin.Conn().Flush(); err != nil {
+			t.Fatal(err)
+		}
 		for _, role := range []embedded.Role{embedded.RoleResolver, embedded.RoleOrchestrator} {
 			nc := a.js(role).Conn()
 			send := func(subject, reply string, data []byte) {
@@ -406,8 +420,20 @@ func TestAdversaryEveryCredential(t *testing.T) {
 			// to land on the pending one's key.
 			send("$JS.API.DIRECT.GET.KV_"+contracts.BucketApprovals+".$KV."+contracts.BucketApprovals+"."+approved, key, nil)
 			send("$JS.API.STREAM.MSG.GET.KV_"+contracts.BucketApprovals, key, []byte(`{"last_by_subj":"$KV.`+contracts.BucketApprovals+`.`+approved+`"}`))
+			// The server's answers, named to replace the live policy and
+			// the directory every role judges by.
+			for _, subject := range policyKeys {
+				send("$JS.API.STREAM.MSG.GET.KV_"+contracts.BucketApprovals, subject, []byte(`{"last_by_subj":"$KV.`+contracts.BucketApprovals+`.`+approved+`"}`))
+			}
 			if err := nc.Flush(); err != nil {
 				t.Fatal(err)
+			}
+		}
+		for range 2 * len(policyKeys) {
+			select {
+			case <-published:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the server's answers on the policy's keys were not published")
 			}
 		}
 		// The pending record is the arbiter's: alice's vote counts on it,
@@ -425,6 +451,25 @@ func TestAdversaryEveryCredential(t *testing.T) {
 		}
 		if verdict, _ := a.review("bot", acme, "config.set", map[string]any{"key": "k2", "value": "v"}); verdict != "pending" {
 			t.Fatalf("a review after the attacks: %s", verdict)
+		}
+		// The live policy and the directory are each the one value the API
+		// wrote: no answer was stored on their keys.
+		st, err := admin.Stream(context.Background(), "KV_"+contracts.BucketPolicy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, subject := range policyKeys {
+			info, err := st.Info(context.Background(), jetstream.WithSubjectFilter(subject))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := st.GetLastMsgForSubject(context.Background(), subject)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := info.State.Subjects[subject]; n != 1 || !bytes.Contains(m.Data, []byte(`"spec":"countersign.`)) {
+				t.Fatalf("%s holds %d messages, the last %.80s", subject, n, m.Data)
+			}
 		}
 	})
 }
