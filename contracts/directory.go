@@ -9,8 +9,8 @@ const SpecDirectory = "countersign.directory/v1"
 // beside the policy it is read with. Only the API role writes it (from its
 // directory file and its tokens); the arbiter reads it at the moment it
 // applies each vote, command and request, so every role of a split
-// deployment judges by the same directory. The key's history keeps the
-// versions that were live.
+// deployment judges by the same directory. The key holds the live
+// directory only; the API replaces it with a roll-up.
 const DirectoryKey = "directory"
 
 // Directory is who may take part in approvals, and with what authority:
