@@ -124,8 +124,8 @@ func StreamConfigs(cfg ProvisionConfig) []jetstream.StreamConfig {
 //     which has every acknowledged write (a follower that is behind answers
 //     with an old record: a decision not seen yet).
 //   - watchers gives the stream room for FleetWatchers consumers.
-//   - rollupOnly (the buckets that keep one value per key: records, policy,
-//     grants, sessions, receipts and their uses) has the stream take a second message
+//   - rollupOnly (every bucket: each keeps one value per key) has the
+//     stream take a second message
 //     on a key only as a roll-up (discard new per subject, one message per
 //     subject): the arbiter writes every revision after the first so
 //     (events.RecordWriter), and nothing the server publishes on a record's
@@ -233,9 +233,10 @@ func ReceiptUsesBucketConfig(cfg ProvisionConfig) jetstream.KeyValueConfig {
 // bucket: each person's enrolled passkeys (public keys only) and the
 // relying party, written by the API only, read by the arbiter when it
 // counts a step-up approval. Kept until revoked and beyond (a revoked
-// passkey stays listed); the history keeps recent changes for audit.
+// passkey stays listed, with when and by whom). One value a key, replaced
+// with a roll-up (tuneBucket).
 func PasskeysBucketConfig(cfg ProvisionConfig) jetstream.KeyValueConfig {
-	return bucketConfig(cfg, contracts.BucketPasskeys, "Countersign passkeys (public keys); written by the API only", 16, 0)
+	return bucketConfig(cfg, contracts.BucketPasskeys, "Countersign passkeys (public keys); written by the API only", 1, 0)
 }
 
 // PushBucketConfig returns the configuration of the hitl_push bucket:
@@ -243,7 +244,7 @@ func PasskeysBucketConfig(cfg ProvisionConfig) jetstream.KeyValueConfig {
 // remove) and by the notifier (which drops a subscription its push service
 // says is gone), read by the notifier when it delivers.
 func PushBucketConfig(cfg ProvisionConfig) jetstream.KeyValueConfig {
-	return bucketConfig(cfg, contracts.BucketPush, "Countersign Web Push subscriptions; written by the API and the notifier", 4, 0)
+	return bucketConfig(cfg, contracts.BucketPush, "Countersign Web Push subscriptions; written by the API and the notifier", 1, 0)
 }
 
 // Provision creates or updates every stream and bucket of the contract. It is
@@ -301,8 +302,8 @@ func provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig)
 		}
 	}
 	for _, b := range provisionedBuckets(cfg) {
-		if b.cfg.Bucket == contracts.BucketPolicy {
-			if err := keepPolicyHistory(ctx, js); err != nil {
+		if b.rollupOnly {
+			if err := keepWhatHistoryHolds(ctx, js, b.cfg.Bucket); err != nil {
 				return err
 			}
 		}
@@ -336,10 +337,10 @@ func provisionedBuckets(cfg ProvisionConfig) []provisionedBucket {
 		// message on a key is refused like a record's.
 		{ReceiptsBucketConfig(cfg), false, true},
 		{ReceiptUsesBucketConfig(cfg), false, true},
-		// Passkeys and push subscriptions keep their recent changes as
-		// history, which a roll-up would drop.
-		{PasskeysBucketConfig(cfg), false, false},
-		{PushBucketConfig(cfg), false, false},
+		// Each person's passkeys and push subscriptions: replaced with a
+		// roll-up.
+		{PasskeysBucketConfig(cfg), false, true},
+		{PushBucketConfig(cfg), false, true},
 	}
 }
 

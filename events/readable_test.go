@@ -8,7 +8,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/events/eventstest"
 )
@@ -20,16 +19,18 @@ import (
 func TestNewestReadableTakesTheNewestValueTheReaderAccepts(t *testing.T) {
 	srv := eventstest.NewServer(t)
 	js := srv.JetStream()
-	srv.Provision(js)
 	ctx := context.Background()
-	kv, err := js.KeyValue(ctx, contracts.BucketPush)
+	// A bucket that keeps a key's history, as buckets of earlier releases
+	// did (those of this release keep one value a key).
+	const bucket = "readable_test"
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, History: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
 	mine := func(data []byte) bool { return strings.HasPrefix(string(data), "mine:") }
 	read := func(key string) events.Readable {
 		t.Helper()
-		r, err := events.NewestReadable(ctx, js, kv, contracts.BucketPush, key, mine)
+		r, err := events.NewestReadable(ctx, js, kv, bucket, key, mine)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -43,7 +44,7 @@ func TestNewestReadableTakesTheNewestValueTheReaderAccepts(t *testing.T) {
 		}
 		return rev
 	}
-	if _, err := events.NewestReadable(ctx, js, kv, contracts.BucketPush, "p.none", mine); !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if _, err := events.NewestReadable(ctx, js, kv, bucket, "p.none", mine); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Fatalf("a key without a message: %v, want ErrKeyNotFound", err)
 	}
 	put("p.a", "mine:1")

@@ -300,7 +300,7 @@ func TestRequestsVerifyAgainstEveryAppliedVersion(t *testing.T) {
 func TestRequestsVerifyAgainstVersionsAnEarlierReleaseStored(t *testing.T) {
 	e := setupIntegrity(t)
 	ctx := context.Background()
-	eventstest.EarlierPolicyBucket(t, e.js)
+	eventstest.EarlierBucket(t, e.js, contracts.BucketPolicy, 64)
 	bucket, err := e.js.KeyValue(ctx, contracts.BucketPolicy)
 	if err != nil {
 		t.Fatal(err)

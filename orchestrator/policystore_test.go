@@ -335,7 +335,7 @@ func TestAppliedPolicyVersionsStayReadable(t *testing.T) {
 func TestPolicyVersionsWrittenByAnEarlierRelease(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	eventstest.EarlierPolicyBucket(t, e.js)
+	eventstest.EarlierBucket(t, e.js, contracts.BucketPolicy, 64)
 	admin, err := e.js.KeyValue(ctx, contracts.BucketPolicy)
 	if err != nil {
 		t.Fatal(err)
@@ -391,39 +391,6 @@ func TestPolicyVersionKey(t *testing.T) {
 	}
 }
 
-// answerOn has the NATS server publish its answer to a JetStream request
-// of role's credential on subject (by naming it as the request's reply)
-// and returns once the answer is published: a subscriber of the subject
-// has it. It reports false when role may make no JetStream request.
-func answerOn(t *testing.T, e *env, role embedded.Role, subject string) bool {
-	t.Helper()
-	var request string
-	for _, s := range embedded.Permissions(role).Publish.Allow {
-		if strings.HasPrefix(s, "$JS.API.") && !strings.ContainsAny(s, "*>") {
-			request = s
-			break
-		}
-	}
-	if request == "" {
-		return false
-	}
-	admin := e.srv.Connect()
-	seen, err := admin.SubscribeSync(subject)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := admin.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.srv.ConnectAs(role).PublishRequest(request, subject, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := seen.NextMsg(10 * time.Second); err != nil {
-		t.Fatalf("%s: no answer published on %s: %v", role, subject, err)
-	}
-	return true
-}
-
 // An attacker holding any credential names the live policy's key, or a
 // policy version's key, as the reply of a JetStream request: the server
 // publishes its answer there with its own rights. Before a policy is
@@ -440,7 +407,7 @@ func TestAnswersPublishedOnThePolicysKeysChangeNothing(t *testing.T) {
 	v1Key := "$KV." + contracts.BucketPolicy + "." + orchestrator.PolicyVersionKey("p1")
 	// Before the first apply: an answer on each key that will hold p1.
 	for _, subject := range []string{current, v1Key} {
-		if !answerOn(t, e, embedded.RoleOrchestrator, subject) {
+		if !e.srv.AnswerOn(embedded.RoleOrchestrator, subject) {
 			t.Fatal("an agent's credential makes no JetStream request: the test proves nothing")
 		}
 	}
@@ -473,7 +440,7 @@ func TestAnswersPublishedOnThePolicysKeysChangeNothing(t *testing.T) {
 			continue
 		}
 		for _, subject := range []string{current, v1Key} {
-			if answerOn(t, e, r, subject) {
+			if e.srv.AnswerOn(r, subject) {
 				asked++
 			}
 		}
@@ -510,7 +477,7 @@ func TestAnswersPublishedOnThePolicysKeysChangeNothing(t *testing.T) {
 func TestProvisionKeepsThePolicyVersionsOfAnEarlierReleasesBucket(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	eventstest.EarlierPolicyBucket(t, e.js)
+	eventstest.EarlierBucket(t, e.js, contracts.BucketPolicy, 64)
 	admin, err := e.js.KeyValue(ctx, contracts.BucketPolicy)
 	if err != nil {
 		t.Fatal(err)
@@ -528,7 +495,7 @@ func TestProvisionKeepsThePolicyVersionsOfAnEarlierReleasesBucket(t *testing.T) 
 		t.Fatal(err)
 	}
 	for _, key := range []string{orchestrator.PolicyKey, contracts.DirectoryKey} {
-		answerOn(t, e, embedded.RoleResolver, "$KV."+contracts.BucketPolicy+"."+key)
+		e.srv.AnswerOn(embedded.RoleResolver, "$KV."+contracts.BucketPolicy+"."+key)
 		if got, err := admin.Get(ctx, key); err != nil || bytes.Contains(got.Value(), []byte(`"spec"`)) {
 			t.Fatalf("%s: the answer is not the newest value (%v): the test proves nothing", key, err)
 		}

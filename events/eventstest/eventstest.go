@@ -252,21 +252,57 @@ func (s *Server) Provision(js jetstream.JetStream) {
 	}
 }
 
-// EarlierPolicyBucket configures the provisioned hitl_policy bucket as
-// releases before one value a key provisioned it: the last 64 values of
-// each key kept, plain writes taken on a key that holds one. For tests of
-// what this release does with a bucket such a release wrote.
-func EarlierPolicyBucket(tb testing.TB, js jetstream.JetStream) {
+// EarlierBucket configures the provisioned bucket as releases before one
+// value a key provisioned it: the last history values of each key kept
+// (hitl_policy 64, hitl_passkeys 16, hitl_push 4), plain writes taken on a
+// key that holds one. For tests of what this release does with a bucket
+// such a release wrote.
+func EarlierBucket(tb testing.TB, js jetstream.JetStream, bucket string, history int64) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := js.Stream(ctx, "KV_hitl_policy")
+	st, err := js.Stream(ctx, "KV_"+bucket)
 	if err != nil {
-		tb.Fatalf("eventstest: the policy bucket: %v", err)
+		tb.Fatalf("eventstest: bucket %s: %v", bucket, err)
 	}
 	sc := st.CachedInfo().Config
-	sc.MaxMsgsPerSubject, sc.DiscardNewPerSubject = 64, false
+	sc.MaxMsgsPerSubject, sc.DiscardNewPerSubject = history, false
 	if _, err := js.UpdateStream(ctx, sc); err != nil {
-		tb.Fatalf("eventstest: configure the policy bucket as an earlier release did: %v", err)
+		tb.Fatalf("eventstest: configure bucket %s as an earlier release did: %v", bucket, err)
 	}
+}
+
+// AnswerOn has the server publish its answer to a JetStream request of
+// role's credential on subject, by naming subject as the request's reply
+// (what an attacker holding that credential can do), and returns once the
+// answer is published: a subscriber of subject has it. A stream whose
+// subjects take subject has it queued then, ahead of any later write. It
+// reports false when role may make no JetStream request.
+func (s *Server) AnswerOn(role embedded.Role, subject string) bool {
+	s.tb.Helper()
+	var request string
+	for _, p := range embedded.Permissions(role).Publish.Allow {
+		if strings.HasPrefix(p, "$JS.API.") && !strings.ContainsAny(p, "*>") {
+			request = p
+			break
+		}
+	}
+	if request == "" {
+		return false
+	}
+	admin := s.Connect()
+	seen, err := admin.SubscribeSync(subject)
+	if err != nil {
+		s.tb.Fatal(err)
+	}
+	if err := admin.Flush(); err != nil {
+		s.tb.Fatal(err)
+	}
+	if err := s.ConnectAs(role).PublishRequest(request, subject, nil); err != nil {
+		s.tb.Fatal(err)
+	}
+	if _, err := seen.NextMsg(10 * time.Second); err != nil {
+		s.tb.Fatalf("eventstest: %s: no answer published on %s: %v", role, subject, err)
+	}
+	return true
 }

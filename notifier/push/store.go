@@ -95,22 +95,16 @@ func (s *Store) update(ctx context.Context, person string, change func(*contract
 		if err != nil {
 			return err
 		}
-		if rev == 0 {
-			_, err = s.kv.Create(ctx, contracts.PushKey(person), data)
-		} else {
-			_, err = s.kv.Update(ctx, contracts.PushKey(person), data, rev)
-		}
-		if err == nil || !(errors.Is(err, jetstream.ErrKeyExists) || isWrongSequence(err)) {
+		// Over rev as a roll-up: the bucket takes a second value on a key
+		// only so (events.PushBucketConfig).
+		_, err = events.UpdateKey(ctx, s.js, contracts.BucketPush, contracts.PushKey(person), data, rev)
+		if err == nil || !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			return err
 		}
 	}
 	return fmt.Errorf("push: devices of %s kept changing", person)
 }
 
-func isWrongSequence(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
-}
 
 // Add stores d for person, replacing a subscription with the same endpoint
 // (a browser that subscribes again keeps its place) and keeping its id.

@@ -120,17 +120,30 @@ func (s *Server) publishParty(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if e, err := kv.Get(ctx, contracts.PasskeyPartyKey); err == nil {
-		if cur, ok := passkey.PartyOf(e.Value()); ok && cur.RPID == party.RPID && slices.Equal(cur.Origins, party.Origins) {
-			return nil
-		}
-	}
 	party.UpdatedAt = s.cfg.Now().UTC()
 	data, _ := json.Marshal(party)
-	if _, err := kv.Put(ctx, contracts.PasskeyPartyKey, data); err != nil {
-		return fmt.Errorf("publish the passkey relying party: %w", err)
+	// A roll-up over the key's last revision (another replica publishing
+	// at the same time moves it, and the party is read again).
+	for attempt := 0; ; attempt++ {
+		var last uint64
+		e, err := kv.Get(ctx, contracts.PasskeyPartyKey)
+		switch {
+		case err == nil:
+			if cur, ok := passkey.PartyOf(e.Value()); ok && cur.RPID == party.RPID && slices.Equal(cur.Origins, party.Origins) {
+				return nil
+			}
+			last = e.Revision()
+		case !errors.Is(err, jetstream.ErrKeyNotFound):
+			return fmt.Errorf("publish the passkey relying party: %w", err)
+		}
+		_, err = events.UpdateKey(ctx, s.cfg.JS, contracts.BucketPasskeys, contracts.PasskeyPartyKey, data, last)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) || attempt == 4 {
+			return fmt.Errorf("publish the passkey relying party: %w", err)
+		}
 	}
-	return nil
 }
 
 func (s *Server) webAuthn() (*webauthn.WebAuthn, *Error) {
@@ -189,20 +202,14 @@ func (s *Server) PasskeysOf(ctx context.Context, person string) (contracts.Passk
 
 // savePasskeys writes keys with compare-and-set on rev (0: create).
 func (s *Server) savePasskeys(ctx context.Context, keys contracts.Passkeys, rev uint64) error {
-	kv, err := s.passkeysBucket(ctx)
-	if err != nil {
-		return err
-	}
 	keys.Spec, keys.UpdatedAt = contracts.SpecPasskeys, s.cfg.Now().UTC()
 	data, err := json.Marshal(keys)
 	if err != nil {
 		return err
 	}
-	if rev == 0 {
-		_, err = kv.Create(ctx, passkey.KeyName(keys.Person), data)
-	} else {
-		_, err = kv.Update(ctx, passkey.KeyName(keys.Person), data, rev)
-	}
+	// Over rev as a roll-up: the bucket takes a second value on a key only
+	// so (events.PasskeysBucketConfig).
+	_, err = events.UpdateKey(ctx, s.cfg.JS, contracts.BucketPasskeys, passkey.KeyName(keys.Person), data, rev)
 	if err == nil {
 		s.pk.mu.Lock()
 		s.pk.doc.token = "" // the approvers document changes
@@ -369,7 +376,7 @@ func (s *Server) takeEnrolment(ctx context.Context, id string) (enrolment, *Erro
 // isConflict reports whether a compare-and-set lost to another write.
 func isConflict(err error) bool {
 	var apiErr *jetstream.APIError
-	return errors.Is(err, jetstream.ErrKeyExists) ||
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) ||
 		errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 

@@ -12,12 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/passkey"
 	"github.com/countersign/countersign/contracts/passkey/passkeytest"
 	"github.com/countersign/countersign/contracts/receipt"
+	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/events/eventstest"
 	"github.com/countersign/countersign/orchestrator"
@@ -377,23 +379,38 @@ func TestPasskeyEnrolmentIsTheEnrollersAndOnce(t *testing.T) {
 func sumOf(token string) [32]byte { return sha256.Sum256([]byte(token)) }
 
 // A credential that may send any JetStream request can have the NATS
-// server store its answer under a person's passkeys key (or the relying
-// party's): the reply subject names the key. That value is no one's
-// passkeys: the person's enrolled passkey still signs approvals the
-// arbiter counts, it is still theirs on the API and in the approvers
-// document, and the next enrolment replaces what was stored.
+// server publish its answer on a person's passkeys key (or the relying
+// party's): the reply subject names the key. Before the person enrols
+// the key holds nothing and the answer is stored, and the enrolment
+// replaces it; after, the bucket refuses it. The person's enrolled
+// passkey still signs approvals the arbiter counts, it is still theirs on
+// the API and in the approvers document.
 func TestJunkTheServerStoredUnderPasskeyKeysChangesNoPasskey(t *testing.T) {
 	e := setupPasskeys(t)
 	ctx := context.Background()
 	alice := passkeytest.NewES256(pkRP, pkOrigin, []byte("alice"))
-	first := e.enrol(t, "alice", alice)
 	agent := e.srv.ConnectAs(embedded.RoleOrchestrator) // the credential agent processes hold
 	kv, err := e.js.KeyValue(ctx, contracts.BucketPasskeys)
 	if err != nil {
 		t.Fatal(err)
 	}
+	storeAnswerOn(t, e.js, agent, contracts.BucketPasskeys, passkey.KeyName("alice"))
+	first := e.enrol(t, "alice", alice)
+	var before []jetstream.KeyValueEntry
 	for _, key := range []string{passkey.KeyName("alice"), contracts.PasskeyPartyKey} {
-		storeAnswerOn(t, e.js, agent, contracts.BucketPasskeys, key)
+		was, err := kv.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before = append(before, was)
+		e.srv.AnswerOn(embedded.RoleOrchestrator, "$KV."+contracts.BucketPasskeys+"."+key)
+	}
+	// A write over each key's revision from before the answers, queued
+	// behind them, fails if any was stored.
+	for _, was := range before {
+		if _, err := events.UpdateKey(ctx, e.js, contracts.BucketPasskeys, was.Key(), was.Value(), was.Revision()); err != nil {
+			t.Fatalf("%s: a write over its revision before the answers: %v", was.Key(), err)
+		}
 	}
 
 	id := e.pending(t, "payments.send", `{"amount":1250,"to":"Globex"}`)
@@ -425,7 +442,12 @@ func TestJunkTheServerStoredUnderPasskeyKeysChangesNoPasskey(t *testing.T) {
 	// refused.
 	id = e.pending(t, "payments.send", `{"amount":1300,"to":"Globex"}`)
 	assertion := alice.Sign(e.statement(t, "alice", id))
-	if _, err := kv.Put(ctx, passkey.KeyName("alice"), []byte(`{"spec":"countersign.passkeys/v2","person":"alice","keys":{}}`)); err != nil {
+	cur, err := kv.Get(ctx, passkey.KeyName("alice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := events.UpdateKey(ctx, e.js, contracts.BucketPasskeys, passkey.KeyName("alice"),
+		[]byte(`{"spec":"countersign.passkeys/v2","person":"alice","keys":{}}`), cur.Revision()); err != nil {
 		t.Fatal(err)
 	}
 	if r := e.call(t, "GET", "/v1/passkeys", "alice", nil); r.status != http.StatusInternalServerError {

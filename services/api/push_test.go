@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/contracts"
+	"github.com/countersign/countersign/events"
 	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/notifier/push"
 	"github.com/countersign/countersign/notifier/push/pushtest"
@@ -145,12 +146,11 @@ func TestPushActionVotesOnceAsItsPersonOverTheArgumentsShown(t *testing.T) {
 
 // An agent's NATS credential cannot write the push bucket, but the server
 // publishes its answer to any JetStream request on the reply subject the
-// requester names, and the bucket's stream stores what lands on a key.
-// Such a value under a person's key is not taken for their devices: the
-// devices they had stay theirs, on the inbox and for the notifier, and
-// their next subscription replaces what was stored; a key that held
-// nothing else holds no device (before, the person's devices could
-// neither be read nor added until an operator purged the key).
+// requester names. On a person's key that holds their devices the bucket
+// refuses it (a second message on a key is taken only as a roll-up): the
+// devices stay theirs, on the inbox and for the notifier. On a key that
+// holds nothing yet it is stored, and is no device: the person's first
+// subscription replaces it.
 func TestJunkTheServerStoredUnderAPersonsPushKeyIsNoDevice(t *testing.T) {
 	e, _, _ := setupPush(t)
 	ctx := context.Background()
@@ -201,16 +201,29 @@ func TestJunkTheServerStoredUnderAPersonsPushKeyIsNoDevice(t *testing.T) {
 	}
 
 	pixel := subscribe("alice", "Pixel")
-	junk("alice")
+	kv, err := e.js.KeyValue(ctx, contracts.BucketPush)
+	if err != nil {
+		t.Fatal(err)
+	}
+	was, err := kv.Get(ctx, contracts.PushKey("alice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv.AnswerOn(embedded.RoleOrchestrator, "$KV."+contracts.BucketPush+"."+contracts.PushKey("alice"))
+	// A write over the revision from before the answer, queued behind it,
+	// fails if it was stored.
+	if _, err := events.UpdateKey(ctx, e.js, contracts.BucketPush, was.Key(), was.Value(), was.Revision()); err != nil {
+		t.Fatalf("a write over alice's revision before the answer: %v", err)
+	}
 	if got := listed("alice"); !slices.Equal(got, []string{"Pixel"}) {
-		t.Fatalf("alice's devices over junk: %v, want her Pixel", got)
+		t.Fatalf("alice's devices after the answer: %v, want her Pixel", got)
 	}
 	if got := endpoints("alice"); !slices.Equal(got, []string{pixel.Endpoint}) {
-		t.Fatalf("the notifier's view of alice's devices over junk: %v", got)
+		t.Fatalf("the notifier's view of alice's devices after the answer: %v", got)
 	}
 	laptop := subscribe("alice", "Laptop")
 	if got := endpoints("alice"); !slices.Equal(got, []string{pixel.Endpoint, laptop.Endpoint}) {
-		t.Fatalf("alice's devices after subscribing over junk: %v", got)
+		t.Fatalf("alice's devices after subscribing again: %v", got)
 	}
 
 	junk("bob")

@@ -698,8 +698,13 @@ func seedPolicy(ctx context.Context, js jetstream.JetStream, source []byte, file
 		return fmt.Errorf("serve: open the policy bucket: %w", err)
 	}
 	e, err := kv.Get(ctx, orchestrator.PolicyKey)
+	var live orchestrator.PolicyDocument
 	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case errors.Is(err, jetstream.ErrKeyNotFound) ||
+		err == nil && (json.Unmarshal(e.Value(), &live) != nil || live.Spec != orchestrator.SpecPolicyDocument):
+		// None stored, or the key holds no policy (what the server
+		// published there as the answer to someone's request before any
+		// was applied): the apply replaces it.
 		res, err := orchestrator.ApplyPolicy(ctx, js, source, "serve:"+file, time.Now())
 		if errors.Is(err, orchestrator.ErrPolicyConflict) {
 			return nil // another replica seeded it at the same moment
@@ -712,8 +717,7 @@ func seedPolicy(ctx context.Context, js jetstream.JetStream, source []byte, file
 	case err != nil:
 		return fmt.Errorf("serve: read the live policy: %w", err)
 	}
-	var live orchestrator.PolicyDocument
-	if json.Unmarshal(e.Value(), &live) == nil && live.Source != string(source) {
+	if live.Source != string(source) {
 		log.Warn("the live policy differs from the file given to serve; the live one stays in force (use 'countersign policy apply FILE' to change it)",
 			"file", file, "live_version", live.Version, "applied_by", live.AppliedBy)
 	}
