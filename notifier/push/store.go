@@ -105,7 +105,6 @@ func (s *Store) update(ctx context.Context, person string, change func(*contract
 	return fmt.Errorf("push: devices of %s kept changing", person)
 }
 
-
 // Add stores d for person, replacing a subscription with the same endpoint
 // (a browser that subscribes again keeps its place) and keeping its id.
 // It returns the stored device.
