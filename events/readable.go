@@ -19,9 +19,13 @@ type Readable struct {
 	Last uint64
 }
 
-// NewestReadable reads key of kv, a bucket whose stream keeps a key's
-// history (kv's bucket, named bucket), for readers whose values only one
-// role writes: the newest value accept takes, and the key's last revision.
+// NewestReadable reads key of kv (kv's bucket, named bucket) for readers
+// whose values only one role writes: the newest value accept takes, and
+// the key's last revision. The contract's buckets keep one value a key and
+// refuse such an answer once the key holds the writer's value, so what it
+// skips there is an answer stored on a key that held nothing yet; on a
+// bucket an earlier release provisioned, which kept a key's history, it
+// also finds the writer's value under later answers.
 // accept tells the writer's values from others (contracts.Owned), not
 // readable ones from unreadable: a value the writer wrote in a version
 // the reader cannot read must stop the reader, not let an older one stand.
