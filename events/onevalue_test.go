@@ -5,9 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
-	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/passkey"
@@ -57,7 +54,7 @@ func TestProvisionKeepsEachKeysNewestValueOfAnEarlierReleasesBucket(t *testing.T
 		if _, err := kv.Put(ctx, k.key, k.value); err != nil {
 			t.Fatal(err)
 		}
-		storedAnswer(t, srv, kv, k.bucket, k.key)
+		srv.StoreAnswerOn(embedded.RoleOrchestrator, k.bucket, k.key)
 	}
 
 	srv.Provision(admin)
@@ -82,31 +79,6 @@ func TestProvisionKeepsEachKeysNewestValueOfAnEarlierReleasesBucket(t *testing.T
 		srv.AnswerOn(embedded.RoleOrchestrator, "$KV."+k.bucket+"."+k.key)
 		if _, err := events.UpdateKey(ctx, admin, k.bucket, k.key, k.value, was.Revision()); err != nil {
 			t.Fatalf("%s %s: a write over its revision before the answer: %v", k.bucket, k.key, err)
-		}
-	}
-}
-
-// storedAnswer has the server store its answer to an agent's request on
-// key (of a bucket that takes it) and waits until it is the key's newest
-// value.
-func storedAnswer(t *testing.T, srv *eventstest.Server, kv jetstream.KeyValue, bucket, key string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	w, err := kv.Watch(ctx, key, jetstream.UpdatesOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = w.Stop() }()
-	srv.AnswerOn(embedded.RoleOrchestrator, "$KV."+bucket+"."+key)
-	for {
-		select {
-		case e := <-w.Updates():
-			if e != nil {
-				return
-			}
-		case <-ctx.Done():
-			t.Fatalf("%s %s: the answer was not stored", bucket, key)
 		}
 	}
 }

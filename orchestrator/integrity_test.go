@@ -300,19 +300,7 @@ func TestRequestsVerifyAgainstEveryAppliedVersion(t *testing.T) {
 func TestRequestsVerifyAgainstVersionsAnEarlierReleaseStored(t *testing.T) {
 	e := setupIntegrity(t)
 	ctx := context.Background()
-	eventstest.EarlierBucket(t, e.js, contracts.BucketPolicy, 64)
-	bucket, err := e.js.KeyValue(ctx, contracts.BucketPolicy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, src := range []string{paymentsV1, paymentsV2} {
-		p := countersigntest.Policy(t, src)
-		value, _ := json.Marshal(orchestrator.PolicyDocument{Spec: orchestrator.SpecPolicyDocument, Version: p.Version(),
-			SHA256: p.SHA256(), Source: src, AppliedBy: "admin", AppliedAt: time.Now().UTC()})
-		if _, err := bucket.Put(ctx, orchestrator.PolicyKey, value); err != nil {
-			t.Fatal(err)
-		}
-	}
+	bucket := storedAsEarlierReleases(t, e.js, paymentsV1, paymentsV2)
 	pay := []orchestrator.ToolCall{{ID: "p1", Name: "payments.send", Arguments: json.RawMessage(`{"amount":50}`)}}
 	for i, src := range []string{paymentsV1, paymentsV2} {
 		p := countersigntest.Policy(t, src)

@@ -335,20 +335,7 @@ func TestAppliedPolicyVersionsStayReadable(t *testing.T) {
 func TestPolicyVersionsWrittenByAnEarlierRelease(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	eventstest.EarlierBucket(t, e.js, contracts.BucketPolicy, 64)
-	admin, err := e.js.KeyValue(ctx, contracts.BucketPolicy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, src := range []string{policyV1, policyV2} {
-		p := countersigntest.Policy(t, src)
-		doc := orchestrator.PolicyDocument{Spec: orchestrator.SpecPolicyDocument, Version: p.Version(), SHA256: p.SHA256(),
-			Source: src, AppliedBy: "admin", AppliedAt: time.Now().UTC()}
-		value, _ := json.Marshal(doc)
-		if _, err := admin.Put(ctx, orchestrator.PolicyKey, value); err != nil {
-			t.Fatal(err)
-		}
-	}
+	admin := storedAsEarlierReleases(t, e.js, policyV1, policyV2)
 	kv := policyBucket(t, e)
 	for version, src := range map[string]string{"p1": policyV1, "p2": policyV2} {
 		if doc, err := orchestrator.ReadPolicyVersion(ctx, kv, version); err != nil || doc.Source != src {
@@ -477,19 +464,7 @@ func TestAnswersPublishedOnThePolicysKeysChangeNothing(t *testing.T) {
 func TestProvisionKeepsThePolicyVersionsOfAnEarlierReleasesBucket(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	eventstest.EarlierBucket(t, e.js, contracts.BucketPolicy, 64)
-	admin, err := e.js.KeyValue(ctx, contracts.BucketPolicy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, src := range []string{policyV1, policyV2} {
-		p := countersigntest.Policy(t, src)
-		value, _ := json.Marshal(orchestrator.PolicyDocument{Spec: orchestrator.SpecPolicyDocument, Version: p.Version(),
-			SHA256: p.SHA256(), Source: src, AppliedBy: "admin", AppliedAt: time.Now().UTC()})
-		if _, err := admin.Put(ctx, orchestrator.PolicyKey, value); err != nil {
-			t.Fatal(err)
-		}
-	}
+	admin := storedAsEarlierReleases(t, e.js, policyV1, policyV2)
 	dir, _ := json.Marshal(contracts.Directory{Spec: contracts.SpecDirectory, Version: "d1", People: []contracts.DirectoryPerson{{ID: "alice"}}})
 	if _, err := admin.Put(ctx, contracts.DirectoryKey, dir); err != nil {
 		t.Fatal(err)
@@ -531,4 +506,27 @@ func TestProvisionKeepsThePolicyVersionsOfAnEarlierReleasesBucket(t *testing.T) 
 	if res := apply(t, e, policyV3); !res.Changed {
 		t.Fatalf("an apply after provisioning: %+v", res)
 	}
+}
+
+// storedAsEarlierReleases configures js's policy bucket as releases before
+// one value a key did and stores the policies (sources) there as releases
+// before versions had keys of their own did: under the live key only, one
+// after another. It returns the bucket, opened with js.
+func storedAsEarlierReleases(t *testing.T, js jetstream.JetStream, sources ...string) jetstream.KeyValue {
+	t.Helper()
+	ctx := context.Background()
+	eventstest.EarlierBucket(t, js, contracts.BucketPolicy, 64)
+	kv, err := js.KeyValue(ctx, contracts.BucketPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range sources {
+		p := countersigntest.Policy(t, src)
+		value, _ := json.Marshal(orchestrator.PolicyDocument{Spec: orchestrator.SpecPolicyDocument, Version: p.Version(),
+			SHA256: p.SHA256(), Source: src, AppliedBy: "admin", AppliedAt: time.Now().UTC()})
+		if _, err := kv.Put(ctx, orchestrator.PolicyKey, value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return kv
 }

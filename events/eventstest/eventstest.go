@@ -306,3 +306,35 @@ func (s *Server) AnswerOn(role embedded.Role, subject string) bool {
 	}
 	return true
 }
+
+// StoreAnswerOn has the server store its answer to a JetStream request of
+// role's credential under key of bucket (AnswerOn, on the key's subject)
+// and returns once it is the key's newest value: for a key that holds
+// nothing yet, or a bucket that keeps a key's history.
+func (s *Server) StoreAnswerOn(role embedded.Role, bucket, key string) {
+	s.tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := s.JetStream().KeyValue(ctx, bucket)
+	if err != nil {
+		s.tb.Fatal(err)
+	}
+	w, err := kv.Watch(ctx, key, jetstream.UpdatesOnly())
+	if err != nil {
+		s.tb.Fatal(err)
+	}
+	defer func() { _ = w.Stop() }()
+	if !s.AnswerOn(role, "$KV."+bucket+"."+key) {
+		s.tb.Fatalf("eventstest: %s makes no JetStream request", role)
+	}
+	for {
+		select {
+		case e := <-w.Updates():
+			if e != nil {
+				return
+			}
+		case <-ctx.Done():
+			s.tb.Fatalf("eventstest: the answer was not stored under %s in %s", key, bucket)
+		}
+	}
+}

@@ -389,12 +389,11 @@ func TestJunkTheServerStoredUnderPasskeyKeysChangesNoPasskey(t *testing.T) {
 	e := setupPasskeys(t)
 	ctx := context.Background()
 	alice := passkeytest.NewES256(pkRP, pkOrigin, []byte("alice"))
-	agent := e.srv.ConnectAs(embedded.RoleOrchestrator) // the credential agent processes hold
 	kv, err := e.js.KeyValue(ctx, contracts.BucketPasskeys)
 	if err != nil {
 		t.Fatal(err)
 	}
-	storeAnswerOn(t, e.js, agent, contracts.BucketPasskeys, passkey.KeyName("alice"))
+	e.srv.StoreAnswerOn(embedded.RoleOrchestrator, contracts.BucketPasskeys, passkey.KeyName("alice"))
 	first := e.enrol(t, "alice", alice)
 	var before []jetstream.KeyValueEntry
 	for _, key := range []string{passkey.KeyName("alice"), contracts.PasskeyPartyKey} {

@@ -13,8 +13,6 @@ import (
 	"github.com/countersign/countersign/notifier/push"
 	"github.com/countersign/countersign/notifier/push/pushtest"
 	"github.com/countersign/countersign/services/api"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // setupPush is the test server with Web Push on: its VAPID key and the
@@ -154,8 +152,9 @@ func TestPushActionVotesOnceAsItsPersonOverTheArgumentsShown(t *testing.T) {
 func TestJunkTheServerStoredUnderAPersonsPushKeyIsNoDevice(t *testing.T) {
 	e, _, _ := setupPush(t)
 	ctx := context.Background()
-	agent := e.srv.ConnectAs(embedded.RoleOrchestrator) // the credential agent processes hold
-	junk := func(person string) { storeAnswerOn(t, e.js, agent, contracts.BucketPush, contracts.PushKey(person)) }
+	junk := func(person string) {
+		e.srv.StoreAnswerOn(embedded.RoleOrchestrator, contracts.BucketPush, contracts.PushKey(person))
+	}
 	ps := pushtest.New()
 	defer ps.Close()
 	subscribe := func(who, name string) pushtest.Subscription {
@@ -233,31 +232,5 @@ func TestJunkTheServerStoredUnderAPersonsPushKeyIsNoDevice(t *testing.T) {
 	phone := subscribe("bob", "Phone")
 	if got := endpoints("bob"); !slices.Equal(got, []string{phone.Endpoint}) {
 		t.Fatalf("bob's devices after subscribing over junk: %v", got)
-	}
-}
-
-// storeAnswerOn has the NATS server store its answer to a JetStream
-// request of conn (any credential's) under key of bucket, by naming the
-// key's subject as the reply, and waits until it is stored.
-func storeAnswerOn(t *testing.T, js jetstream.JetStream, conn *nats.Conn, bucket, key string) {
-	t.Helper()
-	ctx := context.Background()
-	kv, err := js.KeyValue(ctx, bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := kv.Watch(ctx, key, jetstream.UpdatesOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = w.Stop() }()
-	if err := conn.PublishRequest("$JS.API.STREAM.INFO.KV_"+contracts.BucketPolicy, "$KV."+bucket+"."+key, nil); err != nil {
-		t.Fatal(err)
-	}
-	for entry := range w.Updates() {
-		if entry != nil {
-			t.Logf("stored under %s in %s: %.60s", key, bucket, entry.Value())
-			return
-		}
 	}
 }

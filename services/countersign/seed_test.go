@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/events/embedded"
 	"github.com/countersign/countersign/events/eventstest"
@@ -24,23 +22,10 @@ func TestServeSeedsItsPolicyOverAnAnswerStoredOnTheLiveKey(t *testing.T) {
 	srv.Provision(admin)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	srv.StoreAnswerOn(embedded.RoleResolver, contracts.BucketPolicy, orchestrator.PolicyKey)
 	kv, err := admin.KeyValue(ctx, contracts.BucketPolicy)
 	if err != nil {
 		t.Fatal(err)
-	}
-	w, err := kv.Watch(ctx, orchestrator.PolicyKey, jetstream.UpdatesOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = w.Stop() }()
-	srv.AnswerOn(embedded.RoleResolver, "$KV."+contracts.BucketPolicy+"."+orchestrator.PolicyKey)
-	for stored := false; !stored; {
-		select {
-		case e := <-w.Updates():
-			stored = e != nil
-		case <-ctx.Done():
-			t.Fatal("the answer was not stored on the live key")
-		}
 	}
 	const file = "version: \"seed-1\"\nrules:\n  - name: all\n    tools: [\"*\"]\n    action: require_approval\n"
 	if err := seedPolicy(ctx, srv.JetStreamAs(embedded.RoleAPI), []byte(file), "policy.yaml", slog.New(slog.DiscardHandler)); err != nil {
