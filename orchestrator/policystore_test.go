@@ -393,10 +393,8 @@ func TestAnswersPublishedOnThePolicysKeysChangeNothing(t *testing.T) {
 	current := "$KV." + contracts.BucketPolicy + "." + orchestrator.PolicyKey
 	v1Key := "$KV." + contracts.BucketPolicy + "." + orchestrator.PolicyVersionKey("p1")
 	// Before the first apply: an answer on each key that will hold p1.
-	for _, subject := range []string{current, v1Key} {
-		if !e.srv.AnswerOn(embedded.RoleOrchestrator, subject) {
-			t.Fatal("an agent's credential makes no JetStream request: the test proves nothing")
-		}
+	for _, key := range []string{orchestrator.PolicyKey, orchestrator.PolicyVersionKey("p1")} {
+		e.srv.StoreAnswerOn(embedded.RoleOrchestrator, contracts.BucketPolicy, key)
 	}
 	junk, err := kv.Get(ctx, orchestrator.PolicyKey)
 	if err != nil {
@@ -470,7 +468,7 @@ func TestProvisionKeepsThePolicyVersionsOfAnEarlierReleasesBucket(t *testing.T) 
 		t.Fatal(err)
 	}
 	for _, key := range []string{orchestrator.PolicyKey, contracts.DirectoryKey} {
-		e.srv.AnswerOn(embedded.RoleResolver, "$KV."+contracts.BucketPolicy+"."+key)
+		e.srv.StoreAnswerOn(embedded.RoleResolver, contracts.BucketPolicy, key)
 		if got, err := admin.Get(ctx, key); err != nil || bytes.Contains(got.Value(), []byte(`"spec"`)) {
 			t.Fatalf("%s: the answer is not the newest value (%v): the test proves nothing", key, err)
 		}
