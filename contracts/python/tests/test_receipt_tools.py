@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import http.server
 import json
+import os
+import re
 import threading
 import unittest
 import urllib.error
@@ -17,7 +19,7 @@ from countersign import ToolCall, gated
 from countersign.receipts import (JWKSFetcher, MemoryReplayStore, ReceiptError, ReplayedReceipt, ReplayStore,
                                   ServerReplayStore, verify_receipt)
 
-from .server import Server, approver_tokens, client_for, visible
+from .server import PYROOT, Server, approver_tokens, client_for, visible
 
 
 class ReceiptTool:
@@ -149,6 +151,37 @@ class SharedReplayStoreTest(unittest.TestCase):
         self.assertEqual(cm.exception.code, "receipt_unavailable")
         with self.assertRaises(ReceiptError):  # further ahead than any receipt lives
             self.store().use("rcpt-py-3", until + 3 * 3600)
+
+
+class DocsBlockTest(unittest.TestCase):
+    """The Python lines docs/receipts.md gives a tool, run as written (the issuer's address is this
+    server's): they verify a receipt the claim returned, for exactly the approved arguments."""
+
+    def block(self) -> str:
+        with open(os.path.join(PYROOT, "..", "..", "docs", "receipts.md")) as f:
+            blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
+        lines = [b for b in blocks if "verify_receipt(" in b]
+        self.assertEqual(len(lines), 1, blocks)
+        return lines[0]
+
+    def test_the_docs_lines_verify_a_claimed_receipt(self) -> None:
+        server = Server(self)
+        run: countersign.Run = {"id": self.id(), "agent": "billing-bot", "requested_by": "carol"}
+        args = {"amount": 7, "recipient": "Globex"}
+        event_id = visible(server, run, {"id": "pay-doc", "name": "payments.send", "arguments": args})
+        client_for(server, "alice").approve(event_id)
+        receipt = client_for(server).claim(event_id, countersign.new_claim_id())["claim"]["receipt"]
+        code = self.block().replace("https://countersign.example.com", server.url)
+
+        class Request:
+            headers = {"Countersign-Receipt": receipt}
+
+        scope: Dict[str, Any] = {"request": Request(), "arguments": args}
+        exec(code, scope)
+        self.assertEqual(scope["claims"]["event_id"], event_id)
+        scope = {"request": Request(), "arguments": dict(args, amount=700)}
+        with self.assertRaises(ReceiptError):
+            exec(code, scope)
 
 
 if __name__ == "__main__":
