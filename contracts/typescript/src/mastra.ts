@@ -5,7 +5,7 @@
  *   const pay = g.tool({ id: 'payments_send', description: 'Send a payment', inputSchema, execute: sendPayment });
  *   const agent = new Agent({ id: 'billing', name: 'Billing', instructions, model, tools: { pay } });
  *   let out = await agent.generate('Pay invoice 42');          // suspends while a human decides
- *   if (out.finishReason === 'suspended') out = await g.resume(agent, out.runId); // on any worker
+ *   if (out.finishReason === 'suspended' && out.runId) await g.resume(agent, out.runId); // on any worker
  *
  * g.tool is Mastra's createTool whose execute asks Countersign first (the
  * model's toolCallId as the call id, the tool's inputSchema as JSON Schema).

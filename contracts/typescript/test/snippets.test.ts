@@ -1,17 +1,24 @@
 // The README's snippets are files under examples/snippets: this test runs
 // each against a real server (a human approves through the API while the
-// snippet waits) and checks that the package README and docs/using.md embed them verbatim.
+// snippet waits) and checks that the package README and docs/using.md embed them verbatim;
+// so are the lines docs/adk.md, docs/claude-agent-sdk.md and docs/mastra.md
+// (and the package README) give, each run with its framework's own runner
+// over a scripted model.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFile } from 'node:fs/promises';
+import { mkdtemp, readFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { z } from 'zod';
 import { END, MemorySaver, MessagesAnnotation, START, StateGraph } from '@langchain/langgraph';
 import { ToolNode } from '@langchain/langgraph/prebuilt';
 import { AIMessage, HumanMessage, ToolMessage } from '@langchain/core/messages';
+import { InMemorySessionService } from '@google/adk';
 import { Server, pkgDir, runId } from './harness.js';
 import { ScriptedAgentsModel, scriptedAiModel } from './models.js';
+import { ScriptedAdkModel } from './adk-model.js';
+import { AnthropicModel } from './anthropic-model.js';
 
 let server: Server;
 before(async () => {
@@ -81,6 +88,71 @@ describe('README snippets', () => {
         assert.ok(src.trim().split('\n').length <= 10, `${name}.ts is longer than 10 lines`);
         assert.ok(blocks.includes(src), `${readme} does not embed examples/snippets/${name}.ts verbatim`);
       }
+    });
+  }
+});
+
+/** Runs the snippet file name: it must wait for the human, then pay once. */
+async function runsAndPaysOnce(name: string, paid: unknown[], run: string, callId: string) {
+  const file = pathToFileURL(path.join(pkgDir, 'build-test/examples/snippets', name + '.js')).href;
+  const running = import(file);
+  const req = await server.requestFor(run, callId);
+  assert.equal(req.run.agent, 'billing-bot');
+  assert.equal(req.policy.rule, 'payments', 'the shipped policy holds payments_send by its payments rule');
+  assert.deepEqual(paid, [], 'paid before the human decided');
+  await server.alice().decide(req.event_id, { decision: 'approve' });
+  await running;
+  assert.deepEqual(paid, [args]);
+}
+
+describe('docs snippets of the adapters', () => {
+  test('docs/adk.md: runs, waits for the human, pays once', async () => {
+    const { paid } = provide();
+    const sessionService = new InMemorySessionService();
+    const sessionId = runId('adk-snippet');
+    await sessionService.createSession({ appName: 'billing', userId: 'carol', sessionId });
+    Object.assign(globalThis, {
+      model: new ScriptedAdkModel([call]), sessionService, userId: 'carol', sessionId,
+      newMessage: { role: 'user', parts: [{ text: 'Pay invoice 42' }] },
+    });
+    // The run id is the ADK session's.
+    await runsAndPaysOnce('adk', paid, sessionId, call.id);
+  });
+
+  test('docs/claude-agent-sdk.md: runs, waits for the human, pays once', async () => {
+    const { paid, id } = provide();
+    // The SDK's tool handlers answer with an MCP tool result.
+    const g = globalThis as Record<string, unknown>;
+    g.sendPayment = async (a: unknown) => {
+      paid.push(a);
+      return { content: [{ type: 'text', text: 'paid' }] };
+    };
+    // query() runs the Claude Code process with this process's environment:
+    // its model is a scripted one behind a local Messages API endpoint.
+    const model = new AnthropicModel([{ id: 'toolu_pay', name: 'mcp__billing__payments_send', input: args }]);
+    await model.start();
+    const saved = { ...process.env };
+    Object.assign(process.env, model.env(await mkdtemp(path.join(tmpdir(), 'countersign-claude-snippet-'))));
+    try {
+      await runsAndPaysOnce('claude-agent-sdk', paid, id, 'toolu_pay');
+    } finally {
+      for (const k of Object.keys(process.env)) if (!(k in saved)) delete process.env[k];
+      Object.assign(process.env, saved);
+      await model.stop();
+    }
+  });
+
+  // Mastra's snippet runs on Node 22 (test/node22/snippets.test.ts).
+  const embedded = [
+    ['adk', '../../docs/adk.md'], ['adk', 'README.md'],
+    ['claude-agent-sdk', '../../docs/claude-agent-sdk.md'], ['claude-agent-sdk', 'README.md'],
+    ['mastra', '../../docs/mastra.md'], ['mastra', 'README.md'],
+  ];
+  for (const [name, doc] of embedded) {
+    test(`${doc} embeds exactly examples/snippets/${name}.ts`, async () => {
+      const text = await readFile(path.join(pkgDir, doc), 'utf8');
+      const src = await readFile(path.join(pkgDir, 'examples/snippets', name + '.ts'), 'utf8');
+      assert.ok([...text.matchAll(/```ts\n([\s\S]*?)```/g)].some((m) => m[1] === src), `${doc} does not embed examples/snippets/${name}.ts verbatim`);
     });
   }
 });
