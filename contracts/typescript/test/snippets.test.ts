@@ -3,7 +3,7 @@
 // snippet waits) and checks that the package README and docs/using.md embed them verbatim;
 // so are the lines docs/adk.md, docs/claude-agent-sdk.md and docs/mastra.md
 // (and the package README) give, each run with its framework's own runner
-// over a scripted model.
+// over a scripted model, and the Express tool docs/receipts.md gives.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtemp, readFile } from 'node:fs/promises';
@@ -14,7 +14,11 @@ import { z } from 'zod';
 import { END, MemorySaver, MessagesAnnotation, START, StateGraph } from '@langchain/langgraph';
 import { ToolNode } from '@langchain/langgraph/prebuilt';
 import { AIMessage, HumanMessage, ToolMessage } from '@langchain/core/messages';
+import { once } from 'node:events';
+import type { AddressInfo } from 'node:net';
 import { InMemorySessionService } from '@google/adk';
+import express from 'express';
+import { Countersign, newClaimId } from '@countersign/client';
 import { Server, pkgDir, runId } from './harness.js';
 import { ScriptedAgentsModel, scriptedAiModel } from './models.js';
 import { ScriptedAdkModel } from './adk-model.js';
@@ -142,11 +146,52 @@ describe('docs snippets of the adapters', () => {
     }
   });
 
+  test('docs/receipts.md: the Express tool runs a payment only with its receipt, once', async () => {
+    const ran: unknown[] = [];
+    const app = express();
+    Object.assign(globalThis, {
+      app, express,
+      sendPayment: async (a: unknown) => {
+        ran.push(a);
+        return { sent: true };
+      },
+    });
+    // The issuer's address in the lines is this server's.
+    const realFetch = globalThis.fetch;
+    globalThis.fetch = (input, init) =>
+      realFetch(String(input instanceof Request ? input.url : input).replace('https://countersign.example.com', server.url), init);
+    const listener = app.listen(0, '127.0.0.1');
+    try {
+      await import(pathToFileURL(path.join(pkgDir, 'build-test/examples/snippets/receipts.js')).href);
+      if (!listener.listening) await once(listener, 'listening');
+      const tool = `http://127.0.0.1:${(listener.address() as AddressInfo).port}/payments.send`;
+      const cs = new Countersign({ url: server.url, token: server.token, agent: 'billing-bot' });
+      const body = { amount: 1250, recipient: 'Globex GmbH' };
+      const [r] = await cs.review({ id: runId('receipts-snippet'), requested_by: 'carol' }, [{ id: 'pay-1', name: 'payments.send', arguments: body }]);
+      assert.equal(r!.verdict, 'pending');
+      await server.alice().decide(r!.event_id!, { decision: 'approve' });
+      const receipt = (await cs.claim(r!.event_id!, { claimId: newClaimId() })).claim!.receipt!;
+      const post = async (headers: Record<string, string>, payment: unknown) => {
+        const res = await realFetch(tool, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(payment) });
+        return res.status;
+      };
+      assert.equal(await post({}, body), 401, 'no receipt');
+      assert.equal(await post({ 'countersign-receipt': receipt }, { ...body, amount: 12500 }), 403, 'other arguments');
+      assert.equal(await post({ 'countersign-receipt': receipt }, body), 200);
+      assert.equal(await post({ 'countersign-receipt': receipt }, body), 409, 'used once');
+      assert.deepEqual(ran, [body]);
+    } finally {
+      globalThis.fetch = realFetch;
+      listener.close();
+    }
+  });
+
   // Mastra's snippet runs on Node 22 (test/node22/snippets.test.ts).
   const embedded = [
     ['adk', '../../docs/adk.md'], ['adk', 'README.md'],
     ['claude-agent-sdk', '../../docs/claude-agent-sdk.md'], ['claude-agent-sdk', 'README.md'],
     ['mastra', '../../docs/mastra.md'], ['mastra', 'README.md'],
+    ['receipts', '../../docs/receipts.md'],
   ];
   for (const [name, doc] of embedded) {
     test(`${doc} embeds exactly examples/snippets/${name}.ts`, async () => {
