@@ -26,10 +26,12 @@ import (
 var previousReleases = []string{
 	"70cc8ed", // 2026-11-23: inbox sessions in hitl_sessions, one live feed per process
 	"b8dc2a3", // 2026-12-06: audit entries stored one by one on hitl.audit.entry.<event_id>
+	"ba0a339", // 2026-12-07: the policy, passkeys and push buckets keep each key's history
 }
 
-// auditedReleases wrote the audit log: their entries must verify in one
-// chain with the ones the release under test appends.
+// auditedReleases stored audit entries one by one: those must verify in
+// one chain with the batches the release under test appends (every
+// release's log must verify).
 var auditedReleases = map[string]bool{"b8dc2a3": true}
 
 // buildRelease builds countersign as it was at commit rev, from this
@@ -198,6 +200,14 @@ func testUpgradeFrom(t *testing.T, rev string) {
 	}
 	if !n.signedIn(t, session) {
 		t.Error("the inbox session made by the earlier release is signed out after the upgrade")
+	}
+	// The policy bucket the earlier release kept history in takes the next
+	// apply, and the version applied before the upgrade stays readable.
+	if code := n.callRaw("POST", "/v1/policy", strings.Replace(upgradePolicyV2, `"upgrade-2"`, `"upgrade-3"`, 1)+"  - name: reads\n    tools: [\"read_*\"]\n    action: allow\n", nil); code != 200 {
+		t.Errorf("apply policy upgrade-3 after the upgrade: %d", code)
+	}
+	if code := n.call("GET", "/v1/policy", nil, &pol); code != 200 || pol.Version != "upgrade-3" {
+		t.Errorf("live policy after an apply after the upgrade: %d %q, want upgrade-3", code, pol.Version)
 	}
 	checkAuditAcrossUpgrade(t, n, auditedReleases[rev])
 }
