@@ -225,6 +225,18 @@ export class Server {
   }
 }
 
+/**
+ * A server for the docs' snippets: under the policy make run applies, its
+ * address and token in this process's environment (COUNTERSIGN_URL,
+ * COUNTERSIGN_TOKEN), as a reader runs them.
+ */
+export async function snippetServer(): Promise<Server> {
+  const server = await Server.start({ policy: await readFile(path.join(pkgDir, '../../deploy/policy.yaml'), 'utf8') });
+  process.env.COUNTERSIGN_URL = server.url;
+  process.env.COUNTERSIGN_TOKEN = server.token;
+  return server;
+}
+
 let seq = 0;
 /** A run id unique to this test process. */
 export function runId(prefix = 'run'): string {

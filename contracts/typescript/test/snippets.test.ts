@@ -19,17 +19,14 @@ import type { AddressInfo } from 'node:net';
 import { InMemorySessionService } from '@google/adk';
 import express from 'express';
 import { Countersign, newClaimId } from '@countersign/client';
-import { Server, pkgDir, runId } from './harness.js';
+import { Server, pkgDir, runId, snippetServer } from './harness.js';
 import { ScriptedAgentsModel, scriptedAiModel } from './models.js';
 import { ScriptedAdkModel } from './adk-model.js';
 import { AnthropicModel } from './anthropic-model.js';
 
 let server: Server;
 before(async () => {
-  // The snippets run under the policy make run applies, as a reader runs them.
-  server = await Server.start({ policy: await readFile(path.join(pkgDir, '../../deploy/policy.yaml'), 'utf8') });
-  process.env.COUNTERSIGN_URL = server.url;
-  process.env.COUNTERSIGN_TOKEN = server.token;
+  server = await snippetServer();
 });
 after(async () => {
   await server?.stop();

@@ -5,20 +5,18 @@
 // and resumed by g.resume.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtemp, readFile } from 'node:fs/promises';
+import { mkdtemp } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { LibSQLStore } from '@mastra/libsql';
 import { z } from 'zod';
-import { Server, pkgDir } from '../harness.js';
+import { Server, pkgDir, snippetServer } from '../harness.js';
 import { streamingModel } from './mastra-agent.js';
 
 let server: Server;
 before(async () => {
-  server = await Server.start({ policy: await readFile(path.join(pkgDir, '../../deploy/policy.yaml'), 'utf8') });
-  process.env.COUNTERSIGN_URL = server.url;
-  process.env.COUNTERSIGN_TOKEN = server.token;
+  server = await snippetServer();
 });
 after(async () => {
   await server?.stop();
