@@ -206,3 +206,30 @@ func isWrongLastSequence(err error) bool {
 	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
 }
+
+// PutUnlessSame makes data the value of key in bucket (kv, opened on that
+// bucket), unless same says the key's value is as good: a roll-up over the
+// key's last revision (UpdateKey), read again when another writer moved
+// it in between, a few times. It reports whether it wrote.
+func PutUnlessSame(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, bucket, key string, data []byte, same func([]byte) bool) (bool, error) {
+	for attempt := 0; ; attempt++ {
+		var last uint64
+		e, err := kv.Get(ctx, key)
+		switch {
+		case err == nil:
+			if same(e.Value()) {
+				return false, nil
+			}
+			last = e.Revision()
+		case !errors.Is(err, jetstream.ErrKeyNotFound):
+			return false, err
+		}
+		_, err = UpdateKey(ctx, js, bucket, key, data, last)
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) || attempt == 4 {
+			return false, err
+		}
+	}
+}

@@ -5,12 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/countersign/countersign/contracts"
 	"github.com/countersign/countersign/contracts/approval"
@@ -125,33 +122,20 @@ func (s *Server) PublishDirectory(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	// The bucket takes a second value on the key only as a roll-up over the
-	// key's last revision (events.PolicyBucketConfig); another replica
-	// publishing at the same time makes that revision move, and the
+	// A roll-up over the key's last revision (events.PolicyBucketConfig):
+	// another replica publishing at the same time moves it, and the
 	// directory is read again.
-	for attempt := 0; ; attempt++ {
-		var last uint64
-		e, err := kv.Get(ctx, contracts.DirectoryKey)
-		switch {
-		case err == nil:
-			var old contracts.Directory
-			if json.Unmarshal(e.Value(), &old) == nil && old.Spec == contracts.SpecDirectory && old.Version == doc.Version {
-				s.dirVersion = doc.Version
-				return doc.Version, nil
-			}
-			last = e.Revision()
-		case !errors.Is(err, jetstream.ErrKeyNotFound):
-			return "", fmt.Errorf("api: read the directory: %w", err)
-		}
-		_, err = events.UpdateKey(ctx, s.cfg.JS, contracts.BucketPolicy, contracts.DirectoryKey, data, last)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) || attempt == 4 {
-			return "", fmt.Errorf("api: publish the directory: %w", err)
-		}
+	changed, err := events.PutUnlessSame(ctx, s.cfg.JS, kv, contracts.BucketPolicy, contracts.DirectoryKey, data, func(v []byte) bool {
+		var old contracts.Directory
+		return json.Unmarshal(v, &old) == nil && old.Spec == contracts.SpecDirectory && old.Version == doc.Version
+	})
+	if err != nil {
+		return "", fmt.Errorf("api: publish the directory: %w", err)
 	}
 	s.dirVersion = doc.Version
+	if !changed {
+		return doc.Version, nil
+	}
 	s.log.Info("directory published", "version", doc.Version, "people", len(doc.People))
 	return doc.Version, nil
 }

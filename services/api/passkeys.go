@@ -124,26 +124,14 @@ func (s *Server) publishParty(ctx context.Context) error {
 	data, _ := json.Marshal(party)
 	// A roll-up over the key's last revision (another replica publishing
 	// at the same time moves it, and the party is read again).
-	for attempt := 0; ; attempt++ {
-		var last uint64
-		e, err := kv.Get(ctx, contracts.PasskeyPartyKey)
-		switch {
-		case err == nil:
-			if cur, ok := passkey.PartyOf(e.Value()); ok && cur.RPID == party.RPID && slices.Equal(cur.Origins, party.Origins) {
-				return nil
-			}
-			last = e.Revision()
-		case !errors.Is(err, jetstream.ErrKeyNotFound):
-			return fmt.Errorf("publish the passkey relying party: %w", err)
-		}
-		_, err = events.UpdateKey(ctx, s.cfg.JS, contracts.BucketPasskeys, contracts.PasskeyPartyKey, data, last)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) || attempt == 4 {
-			return fmt.Errorf("publish the passkey relying party: %w", err)
-		}
+	_, err = events.PutUnlessSame(ctx, s.cfg.JS, kv, contracts.BucketPasskeys, contracts.PasskeyPartyKey, data, func(v []byte) bool {
+		cur, ok := passkey.PartyOf(v)
+		return ok && cur.RPID == party.RPID && slices.Equal(cur.Origins, party.Origins)
+	})
+	if err != nil {
+		return fmt.Errorf("publish the passkey relying party: %w", err)
 	}
+	return nil
 }
 
 func (s *Server) webAuthn() (*webauthn.WebAuthn, *Error) {
