@@ -124,14 +124,15 @@ func StreamConfigs(cfg ProvisionConfig) []jetstream.StreamConfig {
 //     which has every acknowledged write (a follower that is behind answers
 //     with an old record: a decision not seen yet).
 //   - watchers gives the stream room for FleetWatchers consumers.
-//   - rollupOnly (every bucket: each keeps one value per key) has the
-//     stream take a second message
-//     on a key only as a roll-up (discard new per subject, one message per
-//     subject): the arbiter writes every revision after the first so
-//     (events.RecordWriter), and nothing the server publishes on a record's
-//     key as the answer to a request whose reply names it (an account info,
-//     a message get's envelope, a publish acknowledgement) replaces a record.
-func tuneBucket(ctx context.Context, js jetstream.JetStream, bucket string, watchers, rollupOnly bool) error {
+//   - every bucket keeps one value per key, and its stream takes a second
+//     message on a key only as a roll-up (discard new per subject, one
+//     message per subject): the writers write every revision after the
+//     first so (events.RecordWriter, UpdateKey), and nothing the server
+//     publishes on a key as the answer to a request whose reply names it
+//     (an account info, a message get's envelope, a publish
+//     acknowledgement) replaces a record, a policy, a grant or a person's
+//     passkeys or devices.
+func tuneBucket(ctx context.Context, js jetstream.JetStream, bucket string, watchers bool) error {
 	stream := "KV_" + bucket
 	st, err := js.Stream(ctx, stream)
 	if err != nil {
@@ -145,7 +146,7 @@ func tuneBucket(ctx context.Context, js jetstream.JetStream, bucket string, watc
 	if watchers && sc.MaxConsumers != FleetWatchers {
 		sc.MaxConsumers, changed = FleetWatchers, true
 	}
-	if rollupOnly && !sc.DiscardNewPerSubject {
+	if !sc.DiscardNewPerSubject {
 		sc.DiscardNewPerSubject, changed = true, true
 	}
 	if !changed {
@@ -302,12 +303,10 @@ func provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig)
 		}
 	}
 	for _, b := range provisionedBuckets(cfg) {
-		if b.rollupOnly {
-			if err := keepWhatHistoryHolds(ctx, js, b.cfg.Bucket); err != nil {
-				return err
-			}
+		if err := keepWhatHistoryHolds(ctx, js, b.cfg.Bucket); err != nil {
+			return err
 		}
-		if err := ensureBucket(ctx, js, b.cfg, b.watchers, b.rollupOnly); err != nil {
+		if err := ensureBucket(ctx, js, b.cfg, b.watchers); err != nil {
 			return err
 		}
 	}
@@ -317,8 +316,8 @@ func provision(ctx context.Context, js jetstream.JetStream, cfg ProvisionConfig)
 // provisionedBucket is a bucket of the contract and how its stream is
 // tuned (tuneBucket).
 type provisionedBucket struct {
-	cfg                  jetstream.KeyValueConfig
-	watchers, rollupOnly bool
+	cfg      jetstream.KeyValueConfig
+	watchers bool
 }
 
 // provisionedBuckets are the contract's buckets. Every agent process
@@ -326,21 +325,21 @@ type provisionedBucket struct {
 func provisionedBuckets(cfg ProvisionConfig) []provisionedBucket {
 	cfg.setDefaults()
 	return []provisionedBucket{
-		{ApprovalsBucketConfig(cfg), false, true},
+		{ApprovalsBucketConfig(cfg), false},
 		// The live policy and directory: replaced with a roll-up; the
 		// versions: created once.
-		{PolicyBucketConfig(cfg), true, true},
-		{SessionsBucketConfig(cfg), false, true},
+		{PolicyBucketConfig(cfg), true},
+		{SessionsBucketConfig(cfg), false},
 		// Grants: created once, revoked with a roll-up (UpdateKey).
-		{GrantsBucketConfig(cfg), true, true},
+		{GrantsBucketConfig(cfg), true},
 		// Written once per key (KV Create), never replaced: a second
 		// message on a key is refused like a record's.
-		{ReceiptsBucketConfig(cfg), false, true},
-		{ReceiptUsesBucketConfig(cfg), false, true},
+		{ReceiptsBucketConfig(cfg), false},
+		{ReceiptUsesBucketConfig(cfg), false},
 		// Each person's passkeys and push subscriptions: replaced with a
 		// roll-up.
-		{PasskeysBucketConfig(cfg), false, true},
-		{PushBucketConfig(cfg), false, true},
+		{PasskeysBucketConfig(cfg), false},
+		{PushBucketConfig(cfg), false},
 	}
 }
 

@@ -38,8 +38,8 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.Stre
 // ensureBucket creates or updates a bucket and tunes its stream
 // (tuneBucket), unless its stream already has the configuration both would
 // give it.
-func ensureBucket(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValueConfig, watchers, rollupOnly bool) error {
-	want := bucketStreamConfig(kv, watchers, rollupOnly)
+func ensureBucket(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValueConfig, watchers bool) error {
+	want := bucketStreamConfig(kv, watchers)
 	st, err := js.Stream(ctx, want.Name)
 	if err == nil && sameStreamConfig(st.CachedInfo().Config, want) {
 		return nil
@@ -50,13 +50,13 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyV
 	if _, err := js.CreateOrUpdateKeyValue(ctx, kv); err != nil {
 		return fmt.Errorf("events: provision bucket %s: %w", kv.Bucket, err)
 	}
-	return tuneBucket(ctx, js, kv.Bucket, watchers, rollupOnly)
+	return tuneBucket(ctx, js, kv.Bucket, watchers)
 }
 
 // bucketStreamConfig is the stream configuration a bucket of kv gets from
 // CreateOrUpdateKeyValue (for the settings the contract's buckets use)
 // and then tuneBucket.
-func bucketStreamConfig(kv jetstream.KeyValueConfig, watchers, rollupOnly bool) jetstream.StreamConfig {
+func bucketStreamConfig(kv jetstream.KeyValueConfig, watchers bool) jetstream.StreamConfig {
 	history := int64(max(kv.History, 1))
 	dupes := 2 * time.Minute
 	if kv.TTL > 0 && kv.TTL < dupes {
@@ -74,7 +74,7 @@ func bucketStreamConfig(kv jetstream.KeyValueConfig, watchers, rollupOnly bool) 
 		Name: "KV_" + kv.Bucket, Description: kv.Description, Subjects: []string{"$KV." + kv.Bucket + ".>"},
 		MaxMsgsPerSubject: history, MaxBytes: -1, MaxAge: kv.TTL, MaxMsgSize: -1, MaxMsgs: -1,
 		Storage: kv.Storage, Replicas: max(kv.Replicas, 1), AllowRollup: true, DenyDelete: true,
-		Duplicates: dupes, MaxConsumers: maxConsumers, AllowDirect: false, DiscardNewPerSubject: rollupOnly,
+		Duplicates: dupes, MaxConsumers: maxConsumers, AllowDirect: false, DiscardNewPerSubject: true,
 		Discard: jetstream.DiscardNew, Compression: compression, RePublish: kv.RePublish,
 	}
 }
