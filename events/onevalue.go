@@ -28,9 +28,8 @@ import (
 // Nothing is done to a bucket that keeps one value a key already. It is
 // idempotent, so several processes may provision at once.
 func keepWhatHistoryHolds(ctx context.Context, js jetstream.JetStream, bucket string) error {
-	switch bucket {
-	case contracts.BucketPolicy, contracts.BucketPasskeys, contracts.BucketPush:
-	default:
+	keep := historyKeepers[bucket]
+	if keep == nil {
 		return nil // kept one value a key in every release
 	}
 	st, err := js.Stream(ctx, "KV_"+bucket)
@@ -47,9 +46,13 @@ func keepWhatHistoryHolds(ctx context.Context, js jetstream.JetStream, bucket st
 	if err != nil {
 		return fmt.Errorf("events: provision bucket %s: %w", bucket, err)
 	}
-	h := history{js: js, kv: kv, bucket: bucket}
-	switch bucket {
-	case contracts.BucketPolicy:
+	return keep(ctx, history{js: js, kv: kv, bucket: bucket})
+}
+
+// historyKeepers are the buckets whose keys earlier releases kept history
+// in, and what provisioning keeps of it.
+var historyKeepers = map[string]func(context.Context, history) error{
+	contracts.BucketPolicy: func(ctx context.Context, h history) error {
 		policies, err := h.writersValues(ctx, contracts.PolicyKey, policyDocument)
 		if err != nil {
 			return err
@@ -61,14 +64,16 @@ func keepWhatHistoryHolds(ctx context.Context, js jetstream.JetStream, bucket st
 		}
 		_, err = h.writersValues(ctx, contracts.DirectoryKey, func(_ string, v []byte) bool { return readSpec(v, contracts.SpecDirectory) })
 		return err
-	case contracts.BucketPasskeys:
+	},
+	contracts.BucketPasskeys: func(ctx context.Context, h history) error {
 		return h.everyKey(ctx, func(key string, v []byte) bool {
 			if key == contracts.PasskeyPartyKey {
 				return passkey.OwnedParty(v)
 			}
 			return passkey.OwnedByKey(key, v)
 		})
-	case contracts.BucketPush:
+	},
+	contracts.BucketPush: func(ctx context.Context, h history) error {
 		return h.everyKey(ctx, func(key string, v []byte) bool {
 			var named struct {
 				Person string `json:"person"`
@@ -76,8 +81,7 @@ func keepWhatHistoryHolds(ctx context.Context, js jetstream.JetStream, bucket st
 			return json.Unmarshal(v, &named) == nil && contracts.PushKey(named.Person) == key &&
 				contracts.Owned(v, contracts.SpecPushDevices, "person", named.Person)
 		})
-	}
-	return nil
+	},
 }
 
 // history reads and restores keys of one bucket for keepWhatHistoryHolds.
